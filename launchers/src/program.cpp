@@ -1,0 +1,52 @@
+#include "idist/launchers/program.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string_view>
+
+namespace idist::launchers {
+namespace {
+
+enum class Check { ok, missing, directory, not_executable };
+
+Check check(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return Check::missing;
+  if (S_ISDIR(st.st_mode)) return Check::directory;
+  if (::access(path.c_str(), X_OK) != 0) return Check::not_executable;
+  return Check::ok;
+}
+
+}  // namespace
+
+std::string resolve_program(const std::string& name) {
+  if (name.empty()) throw UsageError("the program name is empty");
+  if (name.find('/') != std::string::npos) {
+    switch (check(name)) {
+      case Check::ok: return name;
+      case Check::missing: throw UsageError("program '" + name + "' does not exist");
+      case Check::directory: throw UsageError("program '" + name + "' is a directory");
+      case Check::not_executable: throw UsageError("program '" + name + "' is not executable");
+    }
+  }
+  const char* path_env = std::getenv("PATH");
+  std::string_view path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  bool seen_non_executable = false;
+  while (true) {
+    const auto colon = path.find(':');
+    std::string dir(path.substr(0, colon));
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    const auto result = check(candidate);
+    if (result == Check::ok) return candidate;
+    if (result == Check::not_executable) seen_non_executable = true;
+    if (colon == std::string_view::npos) break;
+    path.remove_prefix(colon + 1);
+  }
+  if (seen_non_executable) throw UsageError("program '" + name + "' was found in PATH but is not executable");
+  throw UsageError("program '" + name + "' not found in PATH");
+}
+
+}  // namespace idist::launchers

@@ -1,0 +1,83 @@
+#pragma once
+// The env contract: the variables every rank sees. It is the one piece that idist-run
+// (launchers/) and libidist share; nothing else crosses between them. The names are the
+// ones torch.distributed's env://, DeepSpeed and Lightning read, so a Python script runs
+// under idist-run unchanged.
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace idist::env {
+
+// Each variable's name, declared once.
+inline constexpr std::string_view kRank = "RANK";                        // global rank
+inline constexpr std::string_view kWorldSize = "WORLD_SIZE";             // number of ranks in the job
+inline constexpr std::string_view kLocalRank = "LOCAL_RANK";             // rank among this node's processes
+inline constexpr std::string_view kLocalWorldSize = "LOCAL_WORLD_SIZE";  // processes on this node
+inline constexpr std::string_view kNodeRank = "NODE_RANK";               // index of this node
+inline constexpr std::string_view kGroupRank = "GROUP_RANK";             // torchrun's spelling of NODE_RANK
+inline constexpr std::string_view kGroupWorldSize = "GROUP_WORLD_SIZE";  // number of nodes (torchrun's spelling)
+inline constexpr std::string_view kMasterAddr = "MASTER_ADDR";           // host where rank 0 runs the store
+inline constexpr std::string_view kMasterPort = "MASTER_PORT";           // port of that store
+inline constexpr std::string_view kBackend = "IDIST_BACKEND";            // gloo | nccl | mpi, chosen by the launcher
+inline constexpr std::string_view kLauncher = "IDIST_LAUNCHER";          // spawn | slurm | mpi | horovod | env
+inline constexpr std::string_view kRunId = "IDIST_RUN_ID";               // identity of this job
+inline constexpr std::string_view kRestartCount = "IDIST_RESTART_COUNT"; // attempt number, 0 first
+inline constexpr std::string_view kJobToken = "IDIST_JOB_TOKEN";         // secret every store client presents
+inline constexpr std::string_view kTimeout = "IDIST_TIMEOUT";            // seconds, rendezvous and collectives
+inline constexpr std::string_view kOmpNumThreads = "OMP_NUM_THREADS";    // set by the launcher only when unset
+inline constexpr std::string_view kGlooSocketIfname = "GLOO_SOCKET_IFNAME";  // interface gloo binds (as in torch)
+
+inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
+
+// A missing or malformed variable. The message names the variable and its value.
+class ContractError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Everything a rank learns from its environment.
+struct Contract {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  int nnodes = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: no store (a world of one)
+  std::string backend;  // empty: the program's choice (gloo by default)
+  std::string launcher;
+  std::string run_id;
+  int restart_count = 0;
+  std::string job_token;  // empty: the store accepts any client
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+  std::string gloo_socket_ifname;
+  bool from_env = false;  // false when no topology variable was set: a world of one
+};
+
+// Looks a variable up; std::nullopt when unset. Injected so tests need not touch the process env.
+using Lookup = std::function<std::optional<std::string>(std::string_view name)>;
+
+// getenv(), treating unset as std::nullopt.
+Lookup process_env();
+
+// Reads and validates the contract. With none of RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT set, returns a world of one. Throws
+// ContractError naming the first variable that is missing or malformed.
+Contract read_contract(const Lookup& lookup = process_env());
+
+// The variables a launcher exports for one rank, in a stable order. Optional values that are
+// empty (backend, token, run id) are left out so the rank's own choice stands.
+std::vector<std::pair<std::string, std::string>> to_variables(const Contract& contract);
+
+// Parses IDIST_TIMEOUT's format (seconds, fractions allowed, > 0); throws ContractError.
+std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view value);
+
+}  // namespace idist::env

@@ -1,0 +1,169 @@
+#include "backends/gloo/gloo_backend.hpp"
+
+#include <arpa/inet.h>
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backends/gloo/gloo_store.hpp"
+
+namespace idist::detail {
+namespace {
+
+using ReduceFn = void (*)(void*, const void*, const void*, std::size_t);
+
+template <class T>
+ReduceFn reducer(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return static_cast<ReduceFn>(&gloo::sum<T>);
+    case ReduceOp::PRODUCT: return static_cast<ReduceFn>(&gloo::product<T>);
+    case ReduceOp::MIN: return static_cast<ReduceFn>(&gloo::min<T>);
+    case ReduceOp::MAX: return static_cast<ReduceFn>(&gloo::max<T>);
+  }
+  throw std::invalid_argument("unknown reduce op");
+}
+
+// The one switch over dtypes in this backend: calls f.template operator()<T>().
+template <class F>
+void with_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::int8: return f.template operator()<std::int8_t>();
+    case DType::uint8: return f.template operator()<std::uint8_t>();
+    case DType::int32: return f.template operator()<std::int32_t>();
+    case DType::int64: return f.template operator()<std::int64_t>();
+    case DType::float32: return f.template operator()<float>();
+    case DType::float64: return f.template operator()<double>();
+  }
+  throw std::invalid_argument("unknown dtype");
+}
+
+// The address of the interface this host uses to reach `host`: what the other ranks can
+// reach us at. On one node (MASTER_ADDR=127.0.0.1) that is loopback. A UDP connect sends
+// nothing; it only asks the kernel for a route.
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* list = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list) != 0)
+    throw std::runtime_error("cannot resolve MASTER_ADDR '" + host + "'");
+  std::string address;
+  for (auto* ai = list; ai != nullptr && address.empty(); ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* raw = local.ss_family == AF_INET
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (::inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(list);
+  if (address.empty()) throw std::runtime_error("no route from this host to MASTER_ADDR '" + host + "'");
+  return address;
+}
+
+class GlooBackend final : public Backend {
+ public:
+  explicit GlooBackend(const BackendInit& init) : timeout_(init.timeout) {
+    gloo::transport::tcp::attr attr;
+    if (!init.contract.gloo_socket_ifname.empty()) {
+      attr.iface = init.contract.gloo_socket_ifname;
+    } else {
+      attr.hostname = local_address_towards(init.contract.master_addr, init.contract.master_port);
+    }
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    context_ = std::make_shared<gloo::rendezvous::Context>(init.rank, init.size);
+    context_->setTimeout(timeout_);
+    GlooStore adapter(init.store);
+    gloo::rendezvous::PrefixStore prefixed(init.key_prefix + "gloo", adapter);
+    guard([&] { context_->connectFullMesh(prefixed, device); });
+  }
+
+  std::string_view name() const override { return "gloo"; }
+
+  void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
+    gloo::AllreduceOptions opts(context_);
+    with_type(dtype, [&]<class T>() {
+      opts.setOutput(static_cast<T*>(data), count);
+      opts.setReduceFunction(reducer<T>(op));
+    });
+    opts.setTimeout(timeout_);
+    guard([&] { gloo::allreduce(opts); });
+  }
+
+  void all_gather(const void* in, void* out, std::size_t bytes_per_rank) override {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(const_cast<char*>(static_cast<const char*>(in)), bytes_per_rank);
+    opts.setOutput(static_cast<char*>(out), bytes_per_rank * static_cast<std::size_t>(context_->size));
+    opts.setTimeout(timeout_);
+    guard([&] { gloo::allgather(opts); });
+  }
+
+  void all_gather_v(const void* in, void* out, std::span<const std::size_t> bytes_per_rank) override {
+    gloo::AllgathervOptions opts(context_);
+    // An empty contribution still needs a valid pointer for gloo's buffer bookkeeping.
+    char empty = 0;
+    const auto mine = bytes_per_rank[static_cast<std::size_t>(context_->rank)];
+    opts.setInput(mine == 0 ? &empty : const_cast<char*>(static_cast<const char*>(in)), mine);
+    opts.setOutput(static_cast<char*>(out), std::vector<std::size_t>(bytes_per_rank.begin(), bytes_per_rank.end()));
+    opts.setTimeout(timeout_);
+    guard([&] { gloo::allgatherv(opts); });
+  }
+
+  void broadcast(void* data, std::size_t bytes, int src) override {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<char*>(data), bytes);
+    opts.setRoot(src);
+    opts.setTimeout(timeout_);
+    guard([&] { gloo::broadcast(opts); });
+  }
+
+  void barrier() override {
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(timeout_);
+    guard([&] { gloo::barrier(opts); });
+  }
+
+ private:
+  // Gloo reports a timeout as an IoException whose text says so (there is no
+  // TimeoutException in this version) and argument errors as EnforceNotMet, which is not a
+  // gloo::Exception: catch std::exception and sort out timeouts by their text.
+  template <class F>
+  static void guard(F&& f) {
+    try {
+      f();
+    } catch (const gloo::IoException& e) {
+      if (std::strstr(e.what(), "Timed out") != nullptr || std::strstr(e.what(), "timed out") != nullptr)
+        throw TimeoutFailure(e.what());
+      throw std::runtime_error(e.what());
+    }
+  }
+
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_gloo_backend(const BackendInit& init) { return std::make_unique<GlooBackend>(init); }
+
+}  // namespace idist::detail

@@ -1,0 +1,43 @@
+#include "store/memory_store.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace idist::detail {
+
+void MemoryStore::set(const std::string& key, const std::vector<char>& value) {
+  {
+    std::lock_guard lock(mu_);
+    data_[key] = value;
+  }
+  cv_.notify_all();
+}
+
+std::vector<char> MemoryStore::get(const std::string& key) {
+  wait({key}, timeout_);
+  std::lock_guard lock(mu_);
+  return data_.at(key);
+}
+
+std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta) {
+  std::int64_t value = delta;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = data_[key];
+    if (!slot.empty()) value += std::stoll(std::string(slot.begin(), slot.end()));
+    const auto text = std::to_string(value);
+    slot.assign(text.begin(), text.end());
+  }
+  cv_.notify_all();
+  return value;
+}
+
+void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  const bool ok = cv_.wait_for(lock, timeout, [&] {
+    return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return data_.count(k) > 0; });
+  });
+  if (!ok) throw TimeoutFailure("store keys not set within " + std::to_string(timeout.count()) + " ms");
+}
+
+}  // namespace idist::detail

@@ -1,0 +1,33 @@
+#pragma once
+// The key-value store every rank bootstraps from (c10d's Store, reduced to what we use).
+// Rank 0 serves it over TCP; gloo builds its mesh from it; later, groups take key prefixes.
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace idist::detail {
+
+// Raised by stores and backends when a deadline passes; the API boundary turns it into
+// idist::TimeoutError with rank, op and backend.
+class TimeoutFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::vector<char>& value) = 0;
+  // Blocks until the key exists; TimeoutFailure after timeout().
+  virtual std::vector<char> get(const std::string& key) = 0;
+  // Adds delta to the integer at key (0 when absent) and returns the new value.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  // Blocks until every key exists; TimeoutFailure after `timeout`.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+};
+
+}  // namespace idist::detail

@@ -1,0 +1,196 @@
+#include "store/tcp_store.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "store/wire.hpp"
+
+namespace idist::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+// Waits for `events` on fd until the deadline; false on timeout.
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+  }
+}
+
+std::string seconds_text(std::chrono::milliseconds t) {
+  auto ms = t.count();
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+}
+
+}  // namespace
+
+TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
+  const auto deadline = Clock::now() + options_.timeout;
+  connect(deadline);
+  std::string reply;
+  reply = request(wire::Writer(static_cast<std::uint8_t>(wire::Op::hello)).bytes(options_.token).frame(), deadline,
+                  "hello");
+  if (static_cast<std::uint8_t>(reply.at(0)) != static_cast<std::uint8_t>(wire::Reply::ok))
+    throw std::runtime_error("the store at " + options_.host + ":" + std::to_string(options_.port) +
+                             " refused this rank: wrong IDIST_JOB_TOKEN (is another job using this port?)");
+}
+
+TcpStore::~TcpStore() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TcpStore::connect(Clock::time_point deadline) {
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  std::string last_error = "no attempt";
+  auto backoff = std::chrono::milliseconds(10);
+  // Rank 0 may come up after us: retry refused connections until the deadline.
+  for (;;) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* list = nullptr;
+    const int gai = ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
+    if (gai != 0) {
+      last_error = std::string("cannot resolve host: ") + ::gai_strerror(gai);
+    } else {
+      for (auto* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
+        int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0) continue;
+        int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+        if (rc != 0 && errno == EINPROGRESS) {
+          // Bounded per attempt so that a silently dropped SYN does not eat the whole budget.
+          const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+          if (wait_fd(fd, POLLOUT, attempt_deadline)) {
+            int err = 0;
+            socklen_t len = sizeof(err);
+            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+            rc = err == 0 ? 0 : -1;
+            errno = err;
+          } else {
+            errno = ETIMEDOUT;
+          }
+        }
+        if (rc == 0) {
+          int one = 1;
+          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+          fd_ = fd;
+        } else {
+          last_error = std::strerror(errno);
+          ::close(fd);
+        }
+      }
+      ::freeaddrinfo(list);
+    }
+    if (fd_ >= 0) return;
+    if (Clock::now() + backoff >= deadline)
+      throw TimeoutFailure("could not reach the store at " + where + " within " + seconds_text(options_.timeout) +
+                           " (" + last_error + "); is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?");
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(250));
+  }
+}
+
+std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadline, const std::string& what) {
+  std::lock_guard lock(mu_);
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  if (fd_ < 0) throw std::runtime_error("the connection to the store at " + where + " was lost earlier");
+  auto fail = [&](const std::string& why) -> std::runtime_error {
+    // The reply stream is now out of step with our requests: never reuse this connection.
+    ::close(fd_);
+    fd_ = -1;
+    return std::runtime_error("store " + what + " at " + where + ": " + why);
+  };
+  auto timed_out = [&] {
+    ::close(fd_);
+    fd_ = -1;
+    return TimeoutFailure("store " + what + " at " + where + " timed out after " + seconds_text(options_.timeout));
+  };
+
+  std::size_t sent = 0;
+  while (sent < frame.size()) {
+    const auto n = ::send(fd_, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_fd(fd_, POLLOUT, deadline)) throw timed_out();
+    } else {
+      throw fail(std::strerror(errno));
+    }
+  }
+
+  auto recv_exact = [&](char* out, std::size_t size) {
+    std::size_t got = 0;
+    while (got < size) {
+      const auto n = ::recv(fd_, out + got, size - got, 0);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+      } else if (n == 0) {
+        throw fail("the store closed the connection (did rank 0 exit?)");
+      } else if (errno == EAGAIN || errno == EINTR) {
+        if (!wait_fd(fd_, POLLIN, deadline)) throw timed_out();
+      } else {
+        throw fail(std::strerror(errno));
+      }
+    }
+  };
+  char header[4];
+  recv_exact(header, 4);
+  const auto length = wire::read_u32(header);
+  if (length == 0 || length > wire::kMaxFrame) throw fail("malformed reply");
+  std::string payload(length, '\0');
+  recv_exact(payload.data(), length);
+  return payload;
+}
+
+void TcpStore::set(const std::string& key, const std::vector<char>& value) {
+  request(wire::Writer(static_cast<std::uint8_t>(wire::Op::set)).bytes(key).bytes({value.data(), value.size()}).frame(),
+          Clock::now() + options_.timeout, "set '" + key + "'");
+}
+
+std::vector<char> TcpStore::get(const std::string& key) {
+  const auto payload = request(wire::Writer(static_cast<std::uint8_t>(wire::Op::get)).bytes(key).frame(),
+                               Clock::now() + options_.timeout, "get '" + key + "'");
+  wire::Reader in(payload);
+  in.code();
+  auto value = in.bytes();
+  if (!value) throw std::runtime_error("store get '" + key + "': malformed reply");
+  return {value->begin(), value->end()};
+}
+
+std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
+  const auto payload = request(wire::Writer(static_cast<std::uint8_t>(wire::Op::add)).bytes(key).i64(delta).frame(),
+                               Clock::now() + options_.timeout, "add '" + key + "'");
+  wire::Reader in(payload);
+  in.code();
+  auto value = in.i64();
+  if (!value) throw std::runtime_error("store add '" + key + "': malformed reply");
+  return *value;
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  wire::Writer out(static_cast<std::uint8_t>(wire::Op::wait));
+  out.u32(static_cast<std::uint32_t>(keys.size()));
+  for (const auto& k : keys) out.bytes(k);
+  request(out.frame(), Clock::now() + timeout,
+          "wait for " + std::to_string(keys.size()) + " key(s)" + (keys.empty() ? "" : " ('" + keys.front() + "', ...)"));
+}
+
+}  // namespace idist::detail
