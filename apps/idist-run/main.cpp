@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <iostream>
 
 #include "idist/launchers/program.hpp"
@@ -43,6 +44,17 @@ struct Cli {
   double grace_seconds = 5;
   std::vector<std::string> command;
 };
+
+int parse_nproc(const std::string& text) {
+  int value = 0;
+  const auto* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec == std::errc::invalid_argument || ptr != end)
+    throw UsageError("--nproc-per-node '" + text + "' is not a number of processes");
+  if (ec == std::errc::result_out_of_range || value < 1 || value > 4096)
+    throw UsageError("--nproc-per-node " + text + " is out of range (1 to 4096)");
+  return value;
+}
 
 void setup_logging(bool verbose) {
   auto logger = spdlog::stderr_logger_st("idist-run");
@@ -84,8 +96,9 @@ int main(int argc, char** argv) {
   app.footer(kExamples);
   app.set_version_flag("--version", std::string("idist-run ") + IDIST_VERSION + " (backends: " + IDIST_BACKENDS + ")");
   Cli cli;
-  app.add_option("-n,--nproc-per-node,--nproc_per_node", cli.nproc_per_node, "Ranks to start on this node")
-      ->check(CLI::Range(1, 4096));
+  std::string nproc = "1";
+  app.add_option("-n,--nproc-per-node,--nproc_per_node", nproc, "Ranks to start on this node (1 to 4096)")
+      ->capture_default_str();
   app.add_option("--master-addr,--master_addr", cli.master_addr, "Address of rank 0's store")->capture_default_str();
   app.add_option("--master-port,--master_port", cli.master_port, "Port of rank 0's store (default: a free one)")
       ->check(CLI::Range(1, 65535));
@@ -107,6 +120,7 @@ int main(int argc, char** argv) {
     if (cli.command.empty()) throw UsageError("no program given (idist-run [OPTIONS] PROGRAM [ARGS...])");
     if (cli.command.front().starts_with("-") && app.remaining().front() != "--")
       throw UsageError("unknown option '" + cli.command.front() + "' (see idist-run --help)");
+    cli.nproc_per_node = parse_nproc(nproc);
     setup_logging(cli.verbose);
     return run(cli);
   } catch (const CLI::CallForHelp& e) {

@@ -57,7 +57,7 @@ void LineForwarder::feed(const char* data, std::size_t size) {
 
 void LineForwarder::finish() {
   if (pending_.empty()) return;
-  if (!prefix_.empty()) pending_.push_back('\n');
+  pending_.push_back('\n');
   emit(pending_);
   pending_.clear();
 }

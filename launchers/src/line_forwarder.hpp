@@ -12,8 +12,8 @@ class LineForwarder {
 
   // Writes every complete line in data; keeps the rest for the next call.
   void feed(const char* data, std::size_t size);
-  // At end of stream: writes what is left, so the last partial line is not lost. Under a
-  // prefix it gets a newline, so the next rank's line starts on a line of its own.
+  // At end of stream: writes what is left, so the last partial line is not lost. It gets a
+  // newline so that the next line (another rank's, or our summary) starts on its own.
   void finish();
 
   // A line longer than this is written in pieces rather than held in memory.

@@ -1,0 +1,226 @@
+// Every collective on the gloo backend over a grid of world sizes x element counts x dtypes
+// x ops, against expected values computed in closed form from the inputs' formula.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "ranks.hpp"
+
+using namespace idist;
+using idist::detail::ProcessGroup;
+
+namespace {
+
+constexpr std::size_t kMiB = 1 << 20;
+const std::vector<int> kWorldSizes = {1, 2, 3, 4};
+
+// Small values so that SUM and PRODUCT over 4 ranks stay exact in every dtype (int8 included).
+template <class T>
+T input(int rank, std::size_t i) {
+  return static_cast<T>(1 + (static_cast<std::size_t>(rank) + i) % 3);
+}
+
+template <class T>
+T expected(int size, std::size_t i, ReduceOp op) {
+  T acc = input<T>(0, i);
+  for (int r = 1; r < size; ++r) {
+    const T v = input<T>(r, i);
+    switch (op) {
+      case ReduceOp::SUM: acc = static_cast<T>(acc + v); break;
+      case ReduceOp::PRODUCT: acc = static_cast<T>(acc * v); break;
+      case ReduceOp::MIN: acc = std::min(acc, v); break;
+      case ReduceOp::MAX: acc = std::max(acc, v); break;
+    }
+  }
+  return acc;
+}
+
+template <class T>
+void all_reduce_grid(ProcessGroup& group, test::Failures& failures) {
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, kMiB / sizeof(T)}) {
+    for (auto op : {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
+      std::vector<T> buf(count);
+      for (std::size_t i = 0; i < count; ++i) buf[i] = input<T>(group.rank(), i);
+      group.all_reduce(buf.data(), count, dtype_of<T>, op);
+      for (std::size_t i = 0; i < count; ++i) {
+        if (buf[i] != expected<T>(group.size(), i, op)) {
+          failures.add(group.rank(), "all_reduce " + std::string(to_string(dtype_of<T>)) + " " +
+                                         std::string(to_string(op)) + " count " + std::to_string(count) +
+                                         ": wrong value at " + std::to_string(i));
+          break;
+        }
+      }
+    }
+  }
+}
+
+// Rank r contributes count_of(r) elements valued 1000*r + i.
+template <class T, class CountOf>
+void all_gather_case(ProcessGroup& group, test::Failures& failures, CountOf count_of, const char* label) {
+  const auto mine = count_of(group.rank());
+  std::vector<T> in(mine);
+  for (std::size_t i = 0; i < mine; ++i) in[i] = static_cast<T>(1000 * group.rank() + static_cast<int>(i % 1000));
+  const auto counts = group.all_gather_counts(mine);
+  std::size_t total = 0;
+  for (int r = 0; r < group.size(); ++r) {
+    if (counts[static_cast<std::size_t>(r)] != count_of(r)) failures.add(group.rank(), std::string(label) + ": counts");
+    total += count_of(r);
+  }
+  std::vector<T> out(total);
+  group.all_gather_v(in.data(), mine, counts, out.data(), sizeof(T));
+  std::size_t at = 0;
+  for (int r = 0; r < group.size(); ++r) {
+    for (std::size_t i = 0; i < count_of(r); ++i, ++at) {
+      if (out[at] != static_cast<T>(1000 * r + static_cast<int>(i % 1000))) {
+        failures.add(group.rank(), std::string(label) + ": wrong element from rank " + std::to_string(r));
+        return;
+      }
+    }
+  }
+}
+
+template <class T>
+void all_gather_grid(ProcessGroup& group, test::Failures& failures) {
+  for (std::size_t base : {std::size_t{0}, std::size_t{1}, std::size_t{7}, kMiB / sizeof(T)}) {
+    all_gather_case<T>(group, failures, [&](int) { return base; }, "equal");
+    all_gather_case<T>(group, failures, [&](int r) { return base + static_cast<std::size_t>(r); }, "unequal");
+    all_gather_case<T>(group, failures, [&](int r) { return r % 2 == 1 ? std::size_t{0} : base + 1; },
+                       "some empty");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("all_reduce: world sizes 1..4 x counts {0, 1, 7, 1 MiB} x dtypes x ops") {
+  for (int size : kWorldSizes) {
+    CAPTURE(size);
+    test::run_ranks(size, [](ProcessGroup& group, test::Failures& failures) {
+      all_reduce_grid<std::int8_t>(group, failures);
+      all_reduce_grid<std::uint8_t>(group, failures);
+      all_reduce_grid<std::int32_t>(group, failures);
+      all_reduce_grid<std::int64_t>(group, failures);
+      all_reduce_grid<float>(group, failures);
+      all_reduce_grid<double>(group, failures);
+    });
+  }
+}
+
+TEST_CASE("all_gather: equal, unequal and empty contributions, in rank order") {
+  for (int size : kWorldSizes) {
+    CAPTURE(size);
+    test::run_ranks(size, [](ProcessGroup& group, test::Failures& failures) {
+      all_gather_grid<std::int32_t>(group, failures);
+      all_gather_grid<double>(group, failures);
+      all_gather_grid<std::int8_t>(group, failures);
+    });
+  }
+}
+
+TEST_CASE("all_gather of strings of different lengths, empty included") {
+  for (int size : kWorldSizes) {
+    CAPTURE(size);
+    test::run_ranks(size, [](ProcessGroup& group, test::Failures& failures) {
+      const auto mine = std::string(static_cast<std::size_t>(group.rank() * 3), static_cast<char>('a' + group.rank()));
+      const auto all = group.all_gather(mine);
+      for (int r = 0; r < group.size(); ++r)
+        if (all.at(static_cast<std::size_t>(r)) != std::string(static_cast<std::size_t>(r * 3), static_cast<char>('a' + r)))
+          failures.add(group.rank(), "string from rank " + std::to_string(r));
+    });
+  }
+}
+
+TEST_CASE("broadcast of buffers and strings from every src") {
+  for (int size : kWorldSizes) {
+    CAPTURE(size);
+    test::run_ranks(size, [](ProcessGroup& group, test::Failures& failures) {
+      for (int src = 0; src < group.size(); ++src) {
+        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, kMiB / sizeof(double)}) {
+          std::vector<double> buf(count, -1.0);
+          if (group.rank() == src)
+            for (std::size_t i = 0; i < count; ++i) buf[i] = src * 1e6 + static_cast<double>(i);
+          group.broadcast(buf.data(), count * sizeof(double), src);
+          for (std::size_t i = 0; i < count; ++i)
+            if (buf[i] != src * 1e6 + static_cast<double>(i)) {
+              failures.add(group.rank(), "broadcast from " + std::to_string(src) + " count " + std::to_string(count));
+              break;
+            }
+        }
+        // Non-src ranks pass strings of other lengths: the length travels first.
+        const auto got = group.broadcast("from " + std::to_string(group.rank()) + std::string(group.rank() * 5, '!'), src);
+        if (got != "from " + std::to_string(src) + std::string(static_cast<std::size_t>(src * 5), '!'))
+          failures.add(group.rank(), "string broadcast from " + std::to_string(src) + " gave '" + got + "'");
+        if (!group.broadcast(std::string(), src).empty()) failures.add(group.rank(), "empty string broadcast");
+      }
+    });
+  }
+}
+
+TEST_CASE("barrier: nobody leaves before everyone arrived") {
+  for (int size : kWorldSizes) {
+    CAPTURE(size);
+    std::atomic<int> arrived{0};
+    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+      for (int round = 1; round <= 3; ++round) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10 * group.rank()));
+        ++arrived;
+        group.barrier();
+        if (arrived.load() < round * group.size()) failures.add(group.rank(), "left the barrier early");
+        group.barrier();  // nobody starts the next round before everyone checked
+      }
+    });
+  }
+}
+
+TEST_CASE("errors name rank, op and backend; bad arguments do not break the group") {
+  test::run_ranks(2, [](ProcessGroup& group, test::Failures& failures) {
+    int value = 1;
+    try {
+      group.broadcast(&value, sizeof(value), 5);
+      failures.add(group.rank(), "src=5 accepted");
+    } catch (const Error& e) {
+      const std::string want = "[idist rank " + std::to_string(group.rank()) +
+                               "/2] broadcast(gloo): src=5 is not a rank (world size 2)";
+      if (e.what() != want) failures.add(group.rank(), std::string("message: ") + e.what());
+      if (e.op() != "broadcast" || e.backend() != "gloo" || e.rank() != group.rank())
+        failures.add(group.rank(), "error fields");
+    }
+    group.all_reduce(&value, 1, DType::int32, ReduceOp::SUM);
+    if (value != 2) failures.add(group.rank(), "group unusable after an argument error");
+  });
+}
+
+TEST_CASE("a rank that never arrives gives TimeoutError, not a hang") {
+  using namespace std::chrono_literals;
+  std::atomic<bool> rank0_done{false};
+  const auto start = std::chrono::steady_clock::now();
+  test::run_ranks(
+      2,
+      [&](ProcessGroup& group, test::Failures& failures) {
+        if (group.rank() == 1) {
+          while (!rank0_done) std::this_thread::sleep_for(10ms);  // alive, but never calls
+          return;
+        }
+        int value = 1;
+        try {
+          group.all_reduce(&value, 1, DType::int32, ReduceOp::SUM);
+          failures.add(0, "all_reduce returned without its peer");
+        } catch (const TimeoutError& e) {
+          if (std::string(e.what()).find("[idist rank 0/2] all_reduce(gloo): ") != 0)
+            failures.add(0, std::string("message: ") + e.what());
+        }
+        // The connections are in an unknown state now: later calls refuse rather than corrupt.
+        try {
+          group.barrier();
+          failures.add(0, "barrier ran on a broken group");
+        } catch (const TimeoutError&) {
+          failures.add(0, "second call timed out again instead of failing fast");
+        } catch (const Error& e) {
+          if (std::string(e.what()).find("unusable after an earlier failure") == std::string::npos)
+            failures.add(0, std::string("message: ") + e.what());
+        }
+        rank0_done = true;
+      },
+      500ms);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+}

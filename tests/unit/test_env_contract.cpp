@@ -1,0 +1,165 @@
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "idist/env_contract.hpp"
+
+using namespace idist;
+
+namespace {
+
+env::Lookup from(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
+    auto it = vars.find(std::string(name));
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+std::string error_of(std::map<std::string, std::string> vars) {
+  try {
+    env::read_contract(from(std::move(vars)));
+  } catch (const env::ContractError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+const std::map<std::string, std::string> kValid = {{"RANK", "2"},        {"WORLD_SIZE", "4"},
+                                                   {"LOCAL_RANK", "0"},  {"LOCAL_WORLD_SIZE", "2"},
+                                                   {"NODE_RANK", "1"},   {"MASTER_ADDR", "10.0.0.1"},
+                                                   {"MASTER_PORT", "29500"}};
+
+std::map<std::string, std::string> valid_with(std::string name, std::optional<std::string> value) {
+  auto vars = kValid;
+  if (value) {
+    vars[name] = *value;
+  } else {
+    vars.erase(name);
+  }
+  return vars;
+}
+
+}  // namespace
+
+TEST_CASE("no variables: a world of one") {
+  const auto c = env::read_contract(from({}));
+  CHECK_FALSE(c.from_env);
+  CHECK(c.rank == 0);
+  CHECK(c.world_size == 1);
+  CHECK(c.local_world_size == 1);
+  CHECK(c.nnodes == 1);
+  CHECK(c.timeout == env::kDefaultTimeout);
+}
+
+TEST_CASE("a full contract is read as given") {
+  auto vars = kValid;
+  vars["IDIST_BACKEND"] = "gloo";
+  vars["IDIST_JOB_TOKEN"] = "secret";
+  vars["IDIST_TIMEOUT"] = "1.5";
+  vars["IDIST_RESTART_COUNT"] = "2";
+  const auto c = env::read_contract(from(vars));
+  CHECK(c.from_env);
+  CHECK(c.rank == 2);
+  CHECK(c.world_size == 4);
+  CHECK(c.local_rank == 0);
+  CHECK(c.local_world_size == 2);
+  CHECK(c.node_rank == 1);
+  CHECK(c.nnodes == 2);
+  CHECK(c.master_addr == "10.0.0.1");
+  CHECK(c.master_port == 29500);
+  CHECK(c.backend == "gloo");
+  CHECK(c.job_token == "secret");
+  CHECK(c.timeout == std::chrono::milliseconds(1500));
+  CHECK(c.restart_count == 2);
+}
+
+TEST_CASE("torch's minimum (RANK, WORLD_SIZE, MASTER_*) means one node") {
+  const auto c = env::read_contract(
+      from({{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "1234"}}));
+  CHECK(c.local_rank == 1);
+  CHECK(c.local_world_size == 3);
+  CHECK(c.nnodes == 1);
+  CHECK(c.node_rank == 0);
+}
+
+TEST_CASE("GROUP_RANK is torchrun's NODE_RANK; the two must agree") {
+  auto vars = valid_with("NODE_RANK", std::nullopt);
+  vars["GROUP_RANK"] = "1";
+  CHECK(env::read_contract(from(vars)).node_rank == 1);
+  vars["NODE_RANK"] = "0";
+  CHECK(error_of(vars) == "NODE_RANK=0 and GROUP_RANK=1 disagree");
+}
+
+TEST_CASE("every bad value is an error naming the variable and the value") {
+  CHECK(error_of(valid_with("RANK", "abc")) == "RANK='abc': not an integer");
+  CHECK(error_of(valid_with("RANK", "")) == "RANK='': not an integer");
+  CHECK(error_of(valid_with("RANK", " 1")) == "RANK=' 1': not an integer");
+  CHECK(error_of(valid_with("RANK", "1x")) == "RANK='1x': not an integer");
+  CHECK(error_of(valid_with("RANK", "4")) == "RANK='4': must be between 0 and 3");
+  CHECK(error_of(valid_with("RANK", "-1")) == "RANK='-1': must be between 0 and 3");
+  CHECK(error_of(valid_with("WORLD_SIZE", "0")) == "WORLD_SIZE='0': must be between 1 and 16777216");
+  CHECK(error_of(valid_with("WORLD_SIZE", "99999999999")) == "WORLD_SIZE='99999999999': must be between 1 and 16777216");
+  CHECK(error_of(valid_with("LOCAL_RANK", "2")) == "LOCAL_RANK='2': must be less than LOCAL_WORLD_SIZE=2");
+  CHECK(error_of(valid_with("LOCAL_WORLD_SIZE", "5")) == "LOCAL_WORLD_SIZE='5': must be between 1 and 4");
+  CHECK(error_of(valid_with("NODE_RANK", "2")) == "NODE_RANK='2': must be less than the node count 2");
+  CHECK(error_of(valid_with("MASTER_PORT", "0")) == "MASTER_PORT='0': must be between 1 and 65535");
+  CHECK(error_of(valid_with("MASTER_PORT", "65536")) == "MASTER_PORT='65536': must be between 1 and 65535");
+  CHECK(error_of(valid_with("MASTER_PORT", "http")) == "MASTER_PORT='http': not an integer");
+  CHECK(error_of(valid_with("MASTER_ADDR", "")) == "MASTER_ADDR='': empty host name");
+  CHECK(error_of(valid_with("IDIST_BACKEND", "tpu")) == "IDIST_BACKEND='tpu': expected gloo, nccl or mpi");
+  CHECK(error_of(valid_with("IDIST_TIMEOUT", "soon")) == "IDIST_TIMEOUT='soon': not a number of seconds");
+  CHECK(error_of(valid_with("IDIST_TIMEOUT", "0")) == "IDIST_TIMEOUT='0': must be more than 0 and at most 30 days");
+  CHECK(error_of(valid_with("IDIST_TIMEOUT", "nan")) == "IDIST_TIMEOUT='nan': not a number of seconds");
+}
+
+TEST_CASE("missing variables are named") {
+  CHECK(error_of(valid_with("WORLD_SIZE", std::nullopt)) == "WORLD_SIZE is not set (needed with RANK)");
+  CHECK(error_of(valid_with("RANK", std::nullopt)) == "RANK is not set (needed with WORLD_SIZE)");
+  CHECK(error_of(valid_with("MASTER_ADDR", std::nullopt)) ==
+        "MASTER_ADDR is not set (rank 0's host is needed when WORLD_SIZE > 1)");
+  CHECK(error_of(valid_with("MASTER_PORT", std::nullopt)) ==
+        "MASTER_PORT is not set (rank 0's port is needed when WORLD_SIZE > 1)");
+  // A lone MASTER_ADDR (left over in a shell) still needs RANK and WORLD_SIZE.
+  CHECK(error_of({{"MASTER_ADDR", "x"}}) == "WORLD_SIZE is not set (needed with RANK)");
+}
+
+TEST_CASE("a world of one needs no store address") {
+  const auto c = env::read_contract(from({{"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+  CHECK(c.from_env);
+  CHECK(c.world_size == 1);
+  CHECK(c.master_port == 0);
+}
+
+TEST_CASE("to_variables round-trips through read_contract") {
+  env::Contract c;
+  c.rank = 5;
+  c.world_size = 8;
+  c.local_rank = 1;
+  c.local_world_size = 4;
+  c.node_rank = 1;
+  c.nnodes = 2;
+  c.master_addr = "node0";
+  c.master_port = 4242;
+  c.backend = "gloo";
+  c.job_token = "t0k";
+  c.run_id = "abc";
+  c.launcher = "spawn";
+  std::map<std::string, std::string> vars;
+  for (auto& [k, v] : env::to_variables(c)) vars[k] = v;
+  CHECK(vars.at("GROUP_RANK") == "1");
+  CHECK(vars.at("GROUP_WORLD_SIZE") == "2");
+  const auto back = env::read_contract(from(vars));
+  CHECK(back.rank == 5);
+  CHECK(back.world_size == 8);
+  CHECK(back.local_rank == 1);
+  CHECK(back.local_world_size == 4);
+  CHECK(back.node_rank == 1);
+  CHECK(back.nnodes == 2);
+  CHECK(back.master_addr == "node0");
+  CHECK(back.master_port == 4242);
+  CHECK(back.backend == "gloo");
+  CHECK(back.job_token == "t0k");
+  CHECK(back.run_id == "abc");
+  CHECK(back.launcher == "spawn");
+}

@@ -1,0 +1,116 @@
+// init() and finalize() through the process environment, as a program under idist-run sees it.
+#include <doctest/doctest.h>
+#include <idist/idist.hpp>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+
+namespace {
+
+// Sets variables for one test and restores a clean environment after it.
+struct ScopedEnv {
+  explicit ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (auto [k, v] : vars) {
+      ::setenv(k, v, 1);
+      names.push_back(k);
+    }
+  }
+  ~ScopedEnv() {
+    for (auto* k : names) ::unsetenv(k);
+  }
+  std::vector<const char*> names;
+};
+
+// A port nobody listens on (bound then released; fine for a negative test).
+std::string unused_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return std::to_string(ntohs(a.sin_port));
+}
+
+}  // namespace
+
+TEST_CASE("queries before init answer for a world of one; collectives refuse") {
+  CHECK_FALSE(idist::is_initialized());
+  CHECK(idist::get_rank() == 0);
+  CHECK(idist::get_world_size() == 1);
+  CHECK(idist::backend().empty());
+  CHECK_THROWS_WITH_AS(idist::barrier(), "[idist] barrier: call idist::init() first", idist::Error);
+}
+
+TEST_CASE("no environment: init runs a world of one and every call works") {
+  idist::init();
+  CHECK(idist::is_initialized());
+  CHECK(idist::backend() == "gloo");
+  CHECK(idist::get_world_size() == 1);
+  CHECK(idist::get_nnodes() == 1);
+  std::vector<float> v = {1.5f, -2.0f};
+  idist::all_reduce(v, idist::ReduceOp::MAX);
+  CHECK(v == std::vector<float>{1.5f, -2.0f});
+  CHECK(idist::all_reduce(7) == 7);
+  CHECK(idist::all_gather(3.0) == std::vector<double>{3.0});
+  CHECK(idist::all_gather(std::vector<std::int32_t>{}).empty());
+  CHECK(idist::all_gather(std::string("x")) == std::vector<std::string>{"x"});
+  CHECK(idist::broadcast(std::string("hello"), 0) == "hello");
+  CHECK(idist::broadcast(std::int64_t{42}, 0) == 42);
+  CHECK_THROWS_WITH_AS((void)idist::broadcast(1, 1), "[idist rank 0/1] broadcast(gloo): src=1 is not a rank (world size 1)",
+                       idist::Error);
+  idist::barrier();
+  std::ostringstream config;
+  idist::show_config(config);
+  CHECK(config.str().find("  backend: gloo\n") != std::string::npos);
+  CHECK(config.str().find("  world_size: 1\n") != std::string::npos);
+  CHECK_THROWS_WITH_AS(idist::init(), doctest::Contains("already initialized"), idist::Error);
+  idist::finalize();
+  idist::finalize();  // twice is fine
+  CHECK_FALSE(idist::is_initialized());
+}
+
+TEST_CASE("a malformed variable is an init error naming it") {
+  ScopedEnv env({{"RANK", "abc"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}});
+  CHECK_THROWS_WITH_AS(idist::init(), "[idist] init: bad environment: RANK='abc': not an integer", idist::Error);
+  CHECK_FALSE(idist::is_initialized());
+}
+
+TEST_CASE("an unknown or unbuilt backend is an init error naming it") {
+  ScopedEnv env({{"IDIST_BACKEND", "mpi"}});
+  CHECK_THROWS_WITH_AS(idist::init(), doctest::Contains("backend 'mpi' is not built into this libidist"), idist::Error);
+}
+
+TEST_CASE("rank 0 never comes: init raises TimeoutError within IDIST_TIMEOUT") {
+  const auto port = unused_port();
+  ScopedEnv env({{"RANK", "1"},
+                 {"WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", port.c_str()},
+                 {"IDIST_TIMEOUT", "0.5"}});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    idist::init();
+    FAIL("init succeeded without rank 0");
+  } catch (const idist::TimeoutError& e) {
+    CHECK(std::string(e.what()).find("[idist rank 1/2] init(gloo): could not reach the store at 127.0.0.1:" + port) == 0);
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("a peer that never joins: rank 0's init raises TimeoutError") {
+  const auto port = unused_port();
+  ScopedEnv env({{"RANK", "0"},
+                 {"WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", port.c_str()},
+                 {"IDIST_TIMEOUT", "0.5"}});
+  CHECK_THROWS_AS(idist::init(), idist::TimeoutError);
+  CHECK_FALSE(idist::is_initialized());
+}
