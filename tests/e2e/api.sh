@@ -1,0 +1,28 @@
+#!/bin/bash
+# The typed public API on 1, 2 and 4 ranks, and with no launcher at all.
+# usage: api.sh IDIST_RUN API_CHECK
+source "$(dirname "$0")/lib.sh"
+RUN=$1
+API=$2
+
+for n in 1 2 4; do
+  out=$("$RUN" -n $n "$API" 2>&1)
+  check "api_check on $n rank(s) exits 0" equals $? 0
+  check "api_check on $n rank(s): every rank passed" equals "$(grep -cE "^api_check rank [0-9]+/$n: [0-9]+ checks, 0 failed$" <<<"$out")" $n
+done
+out=$("$RUN" -n 2 --backend gloo "$API" 2>&1)
+check "--backend gloo works" equals $? 0
+out=$(env -u RANK -u WORLD_SIZE "$API" 2>&1)
+check "api_check with no launcher: a world of one" contains "$out" "api_check rank 0/1: "
+out=$(IDIST_BACKEND=mpi "$RUN" -n 2 "$API" 2>&1)
+check "a backend not built in fails at init" contains "$out" "init(mpi): backend 'mpi' is not built into this libidist"
+
+# A rank that never joins: the others raise TimeoutError within IDIST_TIMEOUT, no hang.
+start=$(now_ms)
+out=$(RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 20000)) IDIST_TIMEOUT=1 "$API" 2>&1)
+rc=$?
+check "rank 0 alone: init fails" test $rc -ne 0
+check "rank 0 alone: the error says so" contains "$out" "[idist rank 0/2] init(gloo): "
+check "rank 0 alone: within the timeout" test $(($(now_ms) - start)) -lt 10000
+
+finish

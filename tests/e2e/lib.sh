@@ -1,0 +1,53 @@
+# Helpers for the end-to-end tests: TAP-like "ok"/"not ok" lines and a closing
+# "N passed, N failed" line that ctest's output shows.
+set -u
+PASSED=0
+FAILED=0
+# Marks the sleeping ranks of this run so leftovers can be found with pgrep.
+export MARKER="$$$RANDOM"
+
+check() {
+  local what=$1
+  shift
+  if "$@"; then
+    PASSED=$((PASSED + 1))
+    echo "ok - $what"
+  else
+    FAILED=$((FAILED + 1))
+    echo "not ok - $what"
+  fi
+}
+
+contains() { grep -qF -- "$2" <<<"$1"; }
+count() { grep -cF -- "$2" <<<"$1" || true; }
+equals() { [ "$1" = "$2" ]; }
+
+no_leftovers() {
+  local i
+  for i in $(seq 20); do
+    pgrep -f "sleep 1000$MARKER" >/dev/null || return 0
+    sleep 0.1
+  done
+  echo "  leftover processes: $(pgrep -af "sleep 1000$MARKER" | tr '\n' ' ')"
+  pkill -KILL -f "sleep 1000$MARKER"
+  return 1
+}
+
+ranks_running() { pgrep -f "sleep 1000$MARKER" >/dev/null; }
+
+now_ms() { date +%s%3N; }
+
+# wait_for_lines FILE TEXT N: until FILE has N lines containing TEXT (10 s at most).
+wait_for_lines() {
+  local i
+  for i in $(seq 100); do
+    [ "$(grep -cF -- "$2" "$1" 2>/dev/null || true)" -ge "$3" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+finish() {
+  echo "$PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+}

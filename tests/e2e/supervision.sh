@@ -1,0 +1,109 @@
+#!/bin/bash
+# idist-run as a supervisor: failures, signals, kill -9, the env contract, and output.
+# usage: supervision.sh IDIST_RUN
+source "$(dirname "$0")/lib.sh"
+RUN=$1
+RANKS="$(cd "$(dirname "$0")" && pwd)/ranks"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"; pkill -KILL -f "sleep 1000$MARKER" 2>/dev/null' EXIT
+
+# --- a rank that exits 3 --------------------------------------------------------------
+start=$(now_ms)
+out=$("$RUN" -n 3 "$RANKS/fail_rank1.sh" 2>&1)
+rc=$?
+elapsed=$(($(now_ms) - start))
+echo "  rank 1 exits 3: idist-run returned $rc after ${elapsed} ms"
+check "exit code is the failing rank's (3)" equals $rc 3
+check "noticed and torn down within seconds" test $elapsed -lt 5000
+check "summary names the failing rank" contains "$out" "idist-run: rank 1 (pid "
+check "summary gives the exit code" contains "$out" "exited with code 3; stopped rank(s) 0, 2"
+check "the rank's unfinished last line is not lost" contains "$out" "last words without newline"
+check "the rank's stdout is not lost" contains "$out" "rank 1 about to fail"
+check "no rank left running" no_leftovers
+
+# --- a rank killed by a signal ---------------------------------------------------------
+out=$("$RUN" -n 2 "$RANKS/segfault_rank0.sh" 2>&1)
+rc=$?
+check "a rank killed by SIGSEGV: exit 128+11" equals $rc 139
+check "summary names the signal" contains "$out" "rank 0 (pid"
+check "summary says SIGSEGV" contains "$out" "was killed by SIGSEGV"
+check "no rank left running after SIGSEGV" no_leftovers
+
+# --- ranks that ignore SIGTERM get SIGKILL after the grace period ---------------------
+start=$(now_ms)
+"$RUN" -n 3 --grace 1 "$RANKS/ignore_term.sh" >/dev/null 2>&1
+rc=$?
+elapsed=$(($(now_ms) - start))
+echo "  ranks ignoring SIGTERM, --grace 1: done after ${elapsed} ms"
+check "SIGTERM-deaf ranks: exit code of the failure (1)" equals $rc 1
+check "SIGKILL came after the grace period, not never" test $elapsed -lt 6000
+check "no SIGTERM-deaf rank left" no_leftovers
+
+# --- SIGTERM and SIGINT to idist-run ---------------------------------------------------
+for sig in TERM INT HUP; do
+  "$RUN" -n 3 "$RANKS/sleep_forever.sh" >"$TMP/out.$sig" 2>&1 &
+  pid=$!
+  wait_for_lines "$TMP/out.$sig" " up" 3
+  kill -$sig $pid
+  wait $pid
+  rc=$?
+  num=$(kill -l $sig)
+  check "SIG$sig to idist-run: exit 128+$num" equals $rc $((128 + num))
+  check "SIG$sig to idist-run: summary" contains "$(cat "$TMP/out.$sig")" "interrupted by SIG$sig"
+  check "SIG$sig to idist-run: every rank gone" no_leftovers
+done
+
+# --- SIGUSR1 is forwarded and the job goes on -----------------------------------------
+cat >"$TMP/usr1.sh" <<'RANK'
+#!/bin/bash
+trap 'echo "rank $RANK got USR1"; exit 0' USR1
+echo "rank $RANK up"
+for _ in $(seq 100); do sleep 0.1; done
+exit 1
+RANK
+chmod +x "$TMP/usr1.sh"
+"$RUN" -n 2 "$TMP/usr1.sh" >"$TMP/out.usr1" 2>&1 &
+pid=$!
+wait_for_lines "$TMP/out.usr1" " up" 2
+kill -USR1 $pid
+wait $pid
+rc=$?
+check "SIGUSR1 reaches every rank, which then exit 0" equals $rc 0
+check "SIGUSR1 seen by both ranks" equals "$(grep -c 'got USR1' "$TMP/out.usr1")" 2
+
+# --- kill -9 of idist-run takes the ranks down (PR_SET_PDEATHSIG) ----------------------
+"$RUN" -n 3 "$RANKS/sleep_forever.sh" >"$TMP/out.kill" 2>&1 &
+pid=$!
+wait_for_lines "$TMP/out.kill" " up" 3
+check "ranks are running before kill -9" ranks_running
+kill -9 $pid
+wait $pid 2>/dev/null
+check "kill -9 of idist-run: every rank gone" no_leftovers
+
+# --- the env contract each rank gets ----------------------------------------------------
+out=$("$RUN" -n 2 -- "$RANKS/print_env.sh" -n 5 --foo 2>&1)
+check "ranks get RANK 0 and 1 with WORLD_SIZE 2" \
+  equals "$(grep -cE '^RANK=[01] WORLD_SIZE=2 LOCAL_RANK=[01] LOCAL_WORLD_SIZE=2 NODE_RANK=0 GROUP_RANK=0 GROUP_WORLD_SIZE=1 ' <<<"$out")" 2
+check "RANK equals LOCAL_RANK on one node" equals "$(grep -cE '^RANK=([01]) WORLD_SIZE=2 LOCAL_RANK=\1 ' <<<"$out")" 2
+check "MASTER_ADDR is loopback, MASTER_PORT a port" equals "$(grep -cE 'MASTER_ADDR=127.0.0.1 MASTER_PORT=[1-9][0-9]* ' <<<"$out")" 2
+check "launcher, restart count and a 128-bit token" equals "$(grep -c 'IDIST_LAUNCHER=spawn IDIST_RESTART_COUNT=0 TOKEN_LEN=32' <<<"$out")" 2
+check "both ranks share one run id" equals "$(grep -o 'RUN_ID=[0-9a-f]*' <<<"$out" | sort -u | wc -l)" 1
+check "options after the program are the program's" equals "$(grep -c 'ARGS=-n 5 --foo$' <<<"$out")" 2
+check "OMP_NUM_THREADS set when unset" equals "$(grep -cE 'OMP=[1-9]' <<<"$out")" 2
+out=$(OMP_NUM_THREADS=7 "$RUN" -n 2 "$RANKS/print_env.sh" 2>&1)
+check "OMP_NUM_THREADS the user set is kept" equals "$(grep -c 'OMP=7 ' <<<"$out")" 2
+p1=$("$RUN" -n 1 "$RANKS/print_env.sh" | grep -o 'MASTER_PORT=[0-9]*')
+p2=$("$RUN" -n 1 "$RANKS/print_env.sh" | grep -o 'MASTER_PORT=[0-9]*')
+echo "  two runs got $p1 and $p2"
+out=$("$RUN" -n 1 --master-port 23456 --master-addr localhost "$RANKS/print_env.sh" 2>&1)
+check "--master-addr and --master-port are passed on" contains "$out" "MASTER_ADDR=localhost MASTER_PORT=23456 "
+
+# --- output: whole lines, nothing lost ---------------------------------------------------
+out=$("$RUN" -n 2 --tag-output "$RANKS/chatty.sh" 2>&1)
+check "6000 tagged lines arrive" equals "$(wc -l <<<"$out")" 6000
+check "no line is mixed between ranks" \
+  equals "$(grep -cE '^(\[rank 0\] A{300}|\[rank 1\] B{300})$' <<<"$out")" 6000
+out=$("$RUN" -n 2 "$RANKS/chatty.sh" 2>&1)
+check "untagged: no line is mixed between ranks" equals "$(grep -cE '^(A{300}|B{300})$' <<<"$out")" 6000
+
+finish

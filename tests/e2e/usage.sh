@@ -1,0 +1,47 @@
+#!/bin/bash
+# Bad usage exits 2 with exactly one line on stderr, before any rank starts.
+# usage: usage.sh IDIST_RUN
+source "$(dirname "$0")/lib.sh"
+RUN=$1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+touch "$TMP/not-executable"
+
+bad() {
+  local what=$1 expect=$2
+  shift 2
+  local err rc
+  err=$("$RUN" "$@" 2>&1 >/dev/null)
+  rc=$?
+  check "$what: exit 2" equals $rc 2
+  check "$what: one line" equals "$(wc -l <<<"$err")" 1
+  check "$what: says '$expect'" contains "$err" "$expect"
+}
+
+bad "-n 0" "--nproc-per-node 0 is out of range" -n 0 /bin/true
+bad "-n abc" "--nproc-per-node 'abc' is not a number" -n abc /bin/true
+bad "-n -1" "--nproc-per-node" -n -1 /bin/true
+bad "-n without value" "--nproc-per-node" -n
+bad "an unknown option" "unknown option '--bogus'" --bogus /bin/true
+bad "no program" "no program given" -n 2
+bad "no program after --" "no program given" -n 2 --
+bad "a missing program" "program '/nonexistent/prog' does not exist" /nonexistent/prog
+bad "a program not in PATH" "program 'no-such-program-xyz' not found in PATH" no-such-program-xyz
+bad "a program that is not executable" "is not executable" "$TMP/not-executable"
+bad "a directory" "is a directory" "$TMP"
+bad "port out of range" "--master-port" --master-port 70000 /bin/true
+bad "port 0" "--master-port" --master-port 0 /bin/true
+bad "unknown backend" "--backend" --backend tpu /bin/true
+
+out=$("$RUN" --help 2>&1)
+check "--help exits 0" equals $? 0
+check "--help shows examples" contains "$out" "idist-run -n 4 ./train"
+out=$("$RUN" --version 2>&1)
+check "--version exits 0" equals $? 0
+check "--version names the version and backends" contains "$out" "idist-run 0.1.0 (backends: gloo)"
+"$RUN" -n 2 /bin/true
+check "a job of /bin/true exits 0" equals $? 0
+"$RUN" -n 2 /bin/false
+check "a job of /bin/false exits 1" equals $? 1
+
+finish
