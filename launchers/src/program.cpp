@@ -36,9 +36,11 @@ std::string resolve_program(const std::string& name) {
   bool seen_non_executable = false;
   while (true) {
     const auto colon = path.find(':');
-    std::string dir(path.substr(0, colon));
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + name;
+    // An empty PATH entry means the current directory. Built from views and appends:
+    // string assignment/concatenation here trips GCC 12's false -Wrestrict (bug 105329).
+    const std::string_view dir = path.substr(0, colon);
+    std::string candidate(dir.empty() ? std::string_view(".") : dir);
+    candidate.append("/").append(name);
     const auto result = check(candidate);
     if (result == Check::ok) return candidate;
     if (result == Check::not_executable) seen_non_executable = true;

@@ -146,7 +146,7 @@ class Supervisor {
     if (pidfd < 0) {
       // Without a pidfd we could not see this rank exit: refuse to run blind.
       ::kill(pid, SIGKILL);
-      reap(rank);
+      collect(rank, 0);
       return spawn_failed(spec, "pidfd_open");
     }
     rank.pidfd = std::make_unique<asio::posix::stream_descriptor>(io_, pidfd);
@@ -178,15 +178,28 @@ class Supervisor {
     stream.pipe.close(ignored);
   }
 
-  void reap(Rank& rank) {
+  // Collects the rank's exit status; with WNOHANG, only if it has already exited.
+  bool collect(Rank& rank, int flags) {
+    if (rank.status) return true;
     int status = 0;
-    while (::waitpid(rank.pid, &status, 0) < 0 && errno == EINTR) {
+    pid_t got;
+    while ((got = ::waitpid(rank.pid, &status, flags)) < 0 && errno == EINTR) {
     }
+    if (got != rank.pid) return false;
     rank.status = status;
-    if (rank.pidfd) rank.pidfd->close();
+    boost::system::error_code ignored;
+    if (rank.pidfd) rank.pidfd->close(ignored);
     spdlog::debug("rank {} (pid {}) {}", rank.spec->rank, rank.pid, describe(status));
-    if (!succeeded(status) && !tearing_down_) {
+    return true;
+  }
+
+  void reap(Rank& rank) {
+    if (!collect(rank, 0)) return;
+    if (!succeeded(*rank.status) && !tearing_down_) {
       first_failure_ = &rank;
+      // Ranks that already ended on their own are not collateral: collect them first.
+      for (auto& other : ranks_)
+        if (other.running()) collect(other, WNOHANG);
       teardown(SIGTERM);
     }
     if (!std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running(); })) all_exited();
