@@ -83,7 +83,7 @@ LaunchPlan make_spawn_plan(const SpawnOptions& options) {
     job.master_port = plan.port_reservation->port();
   }
   job.backend = options.backend;
-  job.launcher = plan.launcher;
+  job.launcher = "spawn";
   job.run_id = random_token(6);
   job.job_token = random_token();
   job.restart_count = 0;

@@ -1,5 +1,6 @@
 #include "process_group.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 

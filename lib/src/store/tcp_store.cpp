@@ -45,9 +45,8 @@ std::string seconds_text(std::chrono::milliseconds t) {
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   const auto deadline = Clock::now() + options_.timeout;
   connect(deadline);
-  std::string reply;
-  reply = request(wire::Writer(static_cast<std::uint8_t>(wire::Op::hello)).bytes(options_.token).frame(), deadline,
-                  "hello");
+  const auto reply =
+      request(wire::Writer(static_cast<std::uint8_t>(wire::Op::hello)).bytes(options_.token).frame(), deadline, "hello");
   if (static_cast<std::uint8_t>(reply.at(0)) != static_cast<std::uint8_t>(wire::Reply::ok))
     throw std::runtime_error("the store at " + options_.host + ":" + std::to_string(options_.port) +
                              " refused this rank: wrong IDIST_JOB_TOKEN (is another job using this port?)");

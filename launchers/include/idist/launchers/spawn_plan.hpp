@@ -37,8 +37,7 @@ class PortReservation {
 };
 
 struct LaunchPlan {
-  std::string launcher = "spawn";
-  env::Contract job;  // job-wide values; rank fields are filled per rank
+  env::Contract job;  // job-wide values (job.launcher says where they came from); rank fields are per rank
   int first_rank = 0;
   int local_count = 1;
   std::vector<std::string> command;
