@@ -10,6 +10,7 @@ PACKAGES=(
   libcli11-dev libspdlog-dev nlohmann-json3-dev libboost1.81-dev  # CLI, logging, JSON, Asio
   doctest-dev                        # unit tests
   procps                             # pgrep/pkill, used by the end-to-end tests
+  slurm-client                       # scontrol: the reference for the hostlist parser
 )
 
 missing=()
