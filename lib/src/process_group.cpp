@@ -63,16 +63,11 @@ void ProcessGroup::all_gather_v(const void* in, std::size_t count, const std::ve
     std::memcpy(out, in, count * element_size);
     return;
   }
+  const bool equal = std::all_of(counts.begin(), counts.end(), [&](auto c) { return c == count; });
+  if (equal) return run("all_gather", [&] { backend_->all_gather(in, out, count * element_size); });
   std::vector<std::size_t> bytes(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) bytes[r] = counts[r] * element_size;
-  const bool equal = std::all_of(counts.begin(), counts.end(), [&](auto c) { return c == count; });
-  run("all_gather", [&] {
-    if (equal) {
-      backend_->all_gather(in, out, count * element_size);
-    } else {
-      backend_->all_gather_v(in, out, bytes);
-    }
-  });
+  run("all_gather", [&] { backend_->all_gather_v(in, out, bytes); });
 }
 
 std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {

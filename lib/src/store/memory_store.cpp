@@ -20,13 +20,10 @@ std::vector<char> MemoryStore::get(const std::string& key) {
 }
 
 std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta) {
-  std::int64_t value = delta;
+  std::int64_t value = 0;
   {
     std::lock_guard lock(mu_);
-    auto& slot = data_[key];
-    if (!slot.empty()) value += std::stoll(std::string(slot.begin(), slot.end()));
-    const auto text = std::to_string(value);
-    slot.assign(text.begin(), text.end());
+    value = add_to_counter(data_[key], delta);
   }
   cv_.notify_all();
   return value;

@@ -17,6 +17,16 @@ class TimeoutFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// add() on a stored value: counters are kept as decimal text, as c10d does, so that get() of
+// a counter is readable. Throws std::invalid_argument when the value is not an integer.
+inline std::int64_t add_to_counter(std::vector<char>& slot, std::int64_t delta) {
+  std::int64_t value = delta;
+  if (!slot.empty()) value += std::stoll(std::string(slot.begin(), slot.end()));
+  const auto text = std::to_string(value);
+  slot.assign(text.begin(), text.end());
+  return value;
+}
+
 class Store {
  public:
   virtual ~Store() = default;

@@ -2,11 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <boost/asio.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
 
+#include "store/store.hpp"
 #include "store/wire.hpp"
 
 namespace idist::detail {
@@ -95,18 +98,12 @@ class Session : public std::enable_shared_from_this<Session> {
         auto delta = in.i64();
         if (!key || !delta || !in.done()) return close("malformed add");
         std::string k(*key);
-        auto& slot = state_.data[k];
-        std::int64_t value = *delta;
-        // Counters are stored as decimal text, as c10d does, so get() of a counter is readable.
-        if (!slot.empty()) {
-          try {
-            value += std::stoll(std::string(slot.begin(), slot.end()));
-          } catch (const std::exception&) {
-            return close("add on a non-integer key");
-          }
+        std::int64_t value = 0;
+        try {
+          value = add_to_counter(state_.data[k], *delta);
+        } catch (const std::exception&) {
+          return close("add on a non-integer key");
         }
-        const auto text = std::to_string(value);
-        slot.assign(text.begin(), text.end());
         send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::value)).i64(value).frame());
         return state_.key_set(k);
       }
