@@ -11,8 +11,9 @@
 #include <charconv>
 #include <iostream>
 
+#include "idist/launchers/exec.hpp"
+#include "idist/launchers/plan.hpp"
 #include "idist/launchers/program.hpp"
-#include "idist/launchers/spawn_plan.hpp"
 #include "idist/launchers/supervisor.hpp"
 
 extern char** environ;
@@ -27,17 +28,32 @@ const char* const kExamples = R"(Examples:
   idist-run -n 4 ./train --epochs 10        4 local ranks; options after the program are its own
   idist-run -n 3 --tag-output ./all_reduce  prefix every output line with [rank N]
   idist-run -n 2 --backend gloo ./train     force the backend the program uses (IDIST_BACKEND)
+  srun -n 8 idist-run ./train               one rank per SLURM task (also mpirun -np 8 idist-run ...)
+  srun -N 2 --ntasks-per-node=1 idist-run -n 4 ./train
+                                            one task per node, 4 ranks spawned on each
+  idist-run --nnodes 2 --node-rank 0 --master-addr node0 -n 4 ./train
+                                            node 0 of 2 without a scheduler (node 1: --node-rank 1)
+  idist-run --dry-run ./train               print the plan as JSON and start nothing
   idist-run -n 2 -- ./app -n 5              '--' ends idist-run's options explicitly
 
+Detection, first match wins: --nnodes/--node-rank > SLURM step (srun) > Open MPI > PMIx >
+MPICH/Intel MPI > MVAPICH > horovodrun > RANK/WORLD_SIZE already set > local spawn.
+Force one with --launcher; IDIST_NO_DETECT=1 turns detection off.
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
-MASTER_PORT, IDIST_JOB_TOKEN and friends, as torch.distributed's env:// expects.
+MASTER_PORT and friends, as torch.distributed's env:// expects.
 Exit status: 0 when every rank succeeds; else the first failing rank's code (128+signal
 when killed by a signal); 128+signal when idist-run itself is interrupted; 2 for bad usage.)";
 
 struct Cli {
-  int nproc_per_node = 1;
-  std::string master_addr = "127.0.0.1";
+  std::optional<std::string> nproc_per_node;
+  std::optional<std::string> nnodes;
+  std::optional<int> node_rank;
+  std::optional<std::string> master_addr;
   std::optional<int> master_port;
+  std::string port_range = "20000-32767";
+  std::string launcher = "auto";
+  bool force_spawn = false;
+  bool dry_run = false;
   std::string backend;
   bool tag_output = false;
   bool verbose = false;
@@ -45,15 +61,30 @@ struct Cli {
   std::vector<std::string> command;
 };
 
-int parse_nproc(const std::string& text) {
+int parse_count(const std::string& option, const std::string& text, int max, const std::string& what) {
   int value = 0;
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec == std::errc::invalid_argument || ptr != end)
-    throw UsageError("--nproc-per-node '" + text + "' is not a number of processes");
-  if (ec == std::errc::result_out_of_range || value < 1 || value > 4096)
-    throw UsageError("--nproc-per-node " + text + " is out of range (1 to 4096)");
+    throw UsageError(option + " '" + text + "' is not " + what);
+  if (ec == std::errc::result_out_of_range || value < 1 || value > max)
+    throw UsageError(option + " " + text + " is out of range (1 to " + std::to_string(max) + ")");
   return value;
+}
+
+int parse_nnodes(const std::string& text) {
+  if (text.find(':') != std::string::npos)
+    throw UsageError("--nnodes '" + text + "': elastic ranges (MIN:MAX) are not supported; give the number of nodes");
+  return parse_count("--nnodes", text, 65536, "a number of nodes");
+}
+
+bool no_detect_from_env() {
+  const char* value = std::getenv("IDIST_NO_DETECT");
+  if (value == nullptr) return false;
+  const std::string v = value;
+  if (v == "1" || v == "true" || v == "yes") return true;
+  if (v.empty() || v == "0" || v == "false" || v == "no") return false;
+  throw UsageError("IDIST_NO_DETECT='" + v + "': expected 1 or 0");
 }
 
 void setup_logging(bool verbose) {
@@ -64,27 +95,46 @@ void setup_logging(bool verbose) {
 }
 
 int run(const Cli& cli) {
-  idist::launchers::SpawnOptions spawn;
-  spawn.nproc_per_node = cli.nproc_per_node;
-  spawn.master_addr = cli.master_addr;
-  spawn.master_port = cli.master_port;
-  spawn.backend = cli.backend;
-  spawn.command = cli.command;
-  const std::string path = idist::launchers::resolve_program(cli.command.front());
+  namespace L = idist::launchers;
+  L::LaunchOptions options;
+  if (cli.nproc_per_node)
+    options.nproc_per_node = parse_count("--nproc-per-node", *cli.nproc_per_node, 4096, "a number of processes");
+  if (cli.nnodes) options.nnodes = parse_nnodes(*cli.nnodes);
+  options.node_rank = cli.node_rank;
+  options.master_addr = cli.master_addr;
+  options.master_port = cli.master_port;
+  try {
+    options.port_range = L::parse_port_range("--port-range", cli.port_range);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  options.backend = cli.backend;
+  options.launcher = cli.launcher;
+  options.no_detect = no_detect_from_env();
+  options.force_spawn = cli.force_spawn;
+  options.dry_run = cli.dry_run;
+  options.command = cli.command;
+  const std::string path = L::resolve_program(cli.command.front());
 
-  const auto plan = idist::launchers::make_spawn_plan(spawn);
-  spdlog::info("spawn: {} rank(s), MASTER_ADDR={} MASTER_PORT={} run id {}", plan.local_count, plan.job.master_addr,
-               plan.job.master_port, plan.job.run_id);
+  const auto plan = L::make_plan(options);
+  for (const auto& note : plan.notes) spdlog::info("{}", note);
+  if (cli.dry_run) {
+    std::cout << L::dry_run_json(plan) << std::endl;
+    return 0;
+  }
+  spdlog::info("{} ({}): world size {}, {} here, MASTER_ADDR={} MASTER_PORT={} run id {}",
+               plan.job.launcher, plan.mode == L::Mode::exec ? "exec in place" : "spawn", plan.job.world_size,
+               plan.local_count, plan.job.master_addr, plan.job.master_port, plan.job.run_id);
+  if (plan.mode == L::Mode::exec) L::exec_in_place(plan, path, environ);
 
-  std::vector<idist::launchers::ProcessSpec> processes;
+  std::vector<L::ProcessSpec> processes;
   for (int local = 0; local < plan.local_count; ++local)
-    processes.push_back({plan.first_rank + local, path, plan.command,
-                         idist::launchers::rank_environment(plan, local, environ)});
+    processes.push_back({L::rank_contract(plan, local).rank, path, plan.command, L::rank_environment(plan, local, environ)});
 
-  idist::launchers::SuperviseOptions supervise;
+  L::SuperviseOptions supervise;
   supervise.tag_output = cli.tag_output;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(cli.grace_seconds * 1000));
-  return idist::launchers::supervise(processes, supervise);
+  return L::supervise(processes, supervise);
 }
 
 }  // namespace
@@ -96,12 +146,25 @@ int main(int argc, char** argv) {
   app.footer(kExamples);
   app.set_version_flag("--version", std::string("idist-run ") + IDIST_VERSION + " (backends: " + IDIST_BACKENDS + ")");
   Cli cli;
-  std::string nproc = "1";
-  app.add_option("-n,--nproc-per-node,--nproc_per_node", nproc, "Ranks to start on this node (1 to 4096)")
-      ->capture_default_str();
-  app.add_option("--master-addr,--master_addr", cli.master_addr, "Address of rank 0's store")->capture_default_str();
-  app.add_option("--master-port,--master_port", cli.master_port, "Port of rank 0's store (default: a free one)")
+  app.add_option("-n,--nproc-per-node,--nproc_per_node", cli.nproc_per_node,
+                 "Ranks to start on this node (1 to 4096; default 1, or one rank per task of an outer launcher)");
+  app.add_option("--nnodes", cli.nnodes, "Nodes in a job without a scheduler (with --node-rank and --master-addr)");
+  app.add_option("--node-rank,--node_rank", cli.node_rank, "This node's index, 0 to --nnodes - 1")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--master-addr,--master_addr", cli.master_addr,
+                 "Address of rank 0's store (default: 127.0.0.1, or what the outer launcher says)");
+  app.add_option("--master-port,--master_port", cli.master_port,
+                 "Port of rank 0's store (default: a free one, or one derived from the job's id)")
       ->check(CLI::Range(1, 65535));
+  app.add_option("--port-range", cli.port_range, "Range that ports derived from a job's id fall in (LO-HI)")
+      ->envname("IDIST_PORT_RANGE")
+      ->capture_default_str();
+  app.add_option("--launcher", cli.launcher, "Where the job's topology comes from (auto detects)")
+      ->check(CLI::IsMember({"auto", "spawn", "slurm", "mpi", "horovod", "env"}))
+      ->capture_default_str();
+  app.add_flag("--force-spawn", cli.force_spawn,
+               "Start -n ranks per task even when the outer launcher already runs several tasks on this node");
+  app.add_flag("--dry-run", cli.dry_run, "Print the launch plan as JSON and start nothing");
   app.add_option("--backend", cli.backend, "Backend every rank uses, overriding the program's choice")
       ->check(CLI::IsMember({"gloo", "nccl", "mpi"}))
       ->envname("IDIST_BACKEND");
@@ -120,7 +183,6 @@ int main(int argc, char** argv) {
     if (cli.command.empty()) throw UsageError("no program given (idist-run [OPTIONS] PROGRAM [ARGS...])");
     if (cli.command.front().starts_with("-") && app.remaining().front() != "--")
       throw UsageError("unknown option '" + cli.command.front() + "' (see idist-run --help)");
-    cli.nproc_per_node = parse_nproc(nproc);
     setup_logging(cli.verbose);
     return run(cli);
   } catch (const CLI::CallForHelp& e) {
@@ -131,6 +193,9 @@ int main(int argc, char** argv) {
     std::cerr << "idist-run: error: " << e.what() << "\n";
     return kUsageExit;
   } catch (const UsageError& e) {
+    std::cerr << "idist-run: error: " << e.what() << "\n";
+    return kUsageExit;
+  } catch (const idist::launchers::DetectError& e) {
     std::cerr << "idist-run: error: " << e.what() << "\n";
     return kUsageExit;
   } catch (const std::exception& e) {

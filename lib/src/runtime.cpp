@@ -1,5 +1,6 @@
 #include "runtime.hpp"
 
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -28,7 +29,67 @@ std::string choose_backend(const env::Contract& contract, const InitOptions& opt
   return contract.backend;
 }
 
+// "node 1 (ranks 4-7)", "rank 5 (node 1)": the missing ranks, by node where the layout tells
+// them (every node holding local_world_size ranks, as idist-run and torchrun place them).
+std::string describe_missing(const std::vector<bool>& present, const env::Contract& c) {
+  const int per_node = c.local_world_size;
+  const bool by_node = static_cast<long long>(c.nnodes) * per_node == c.world_size && c.nnodes > 1;
+  std::vector<std::string> items;
+  int missing = 0;
+  for (int r = 0; r < c.world_size; ++r) {
+    if (present[static_cast<std::size_t>(r)]) continue;
+    ++missing;
+    if (!by_node) {
+      items.push_back("rank " + std::to_string(r));
+      continue;
+    }
+    const int node = r / per_node;
+    const int first = node * per_node;
+    const int last = first + per_node - 1;
+    bool whole = true;
+    for (int q = first; q <= last; ++q) whole = whole && !present[static_cast<std::size_t>(q)];
+    if (!whole) {
+      items.push_back("rank " + std::to_string(r) + " (node " + std::to_string(node) + ")");
+    } else if (r == first) {
+      items.push_back("node " + std::to_string(node) +
+                      (per_node == 1 ? " (rank " + std::to_string(first) + ")"
+                                     : " (ranks " + std::to_string(first) + "-" + std::to_string(last) + ")"));
+    }
+  }
+  if (missing == 0) return "every rank has joined by now";
+  constexpr std::size_t kShown = 8;
+  std::string out;
+  for (std::size_t i = 0; i < items.size() && i < kShown; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > kShown) out += " and " + std::to_string(items.size() - kShown) + " more";
+  return out + " never joined";
+}
+
 }  // namespace
+
+void Runtime::join() {
+  const std::string prefix = std::string(kWorldPrefix) + "joined/";
+  std::vector<std::string> keys;
+  for (int r = 0; r < contract_.world_size; ++r) keys.push_back(prefix + std::to_string(r));
+  store_->set(keys[static_cast<std::size_t>(contract_.rank)], {});
+  try {
+    store_->wait(keys, contract_.timeout);
+  } catch (const TimeoutFailure& e) {
+    const std::string waited = fmt::format("timed out after {:g}s waiting for all {} ranks to join: ",
+                                           static_cast<double>(contract_.timeout.count()) / 1000, contract_.world_size);
+    std::vector<bool> present;
+    try {
+      // The timed-out connection is closed; a fresh one asks who is there.
+      TcpStore probe(TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token,
+                                     std::chrono::seconds(2)});
+      present = probe.check(keys);
+    } catch (const std::exception&) {
+      throw TimeoutFailure(waited + e.what());
+    }
+    throw TimeoutFailure(waited + describe_missing(present, contract_) +
+                         " (IDIST_TIMEOUT bounds the wait; check that every node started with the same --nnodes, "
+                         "--master-addr and --master-port)");
+  }
+}
 
 Runtime::Runtime(const env::Contract& contract, const InitOptions& options) : contract_(contract) {
   const std::string backend = choose_backend(contract_, options);
@@ -42,6 +103,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options) : co
             StoreServerOptions{contract_.master_addr, contract_.master_port, contract_.job_token});
       store_ = std::make_unique<TcpStore>(
           TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, contract_.timeout});
+      join();
     }
     auto impl = make_backend(backend, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
                                                   contract_.timeout, contract_});

@@ -27,6 +27,10 @@ class Runtime {
   void finalize();
 
  private:
+  // Every rank announces itself before the backend connects, so that ranks which never come
+  // are named (with their node) rather than surfacing as the backend's anonymous timeout.
+  void join();
+
   env::Contract contract_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
   std::unique_ptr<Store> store_;

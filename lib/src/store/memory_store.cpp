@@ -37,4 +37,11 @@ void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::millis
   if (!ok) throw TimeoutFailure("store keys not set within " + std::to_string(timeout.count()) + " ms");
 }
 
+std::vector<bool> MemoryStore::check(const std::vector<std::string>& keys) {
+  std::lock_guard lock(mu_);
+  std::vector<bool> present;
+  for (const auto& k : keys) present.push_back(data_.count(k) > 0);
+  return present;
+}
+
 }  // namespace idist::detail

@@ -18,6 +18,7 @@ class MemoryStore final : public Store {
   std::vector<char> get(const std::string& key) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<bool> check(const std::vector<std::string>& keys) override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
  private:

@@ -37,6 +37,8 @@ class Store {
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
   // Blocks until every key exists; TimeoutFailure after `timeout`.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // Which of `keys` exist now, without waiting.
+  virtual std::vector<bool> check(const std::vector<std::string>& keys) = 0;
   virtual std::chrono::milliseconds timeout() const = 0;
 };
 

@@ -192,4 +192,18 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
           "wait for " + std::to_string(keys.size()) + " key(s)" + (keys.empty() ? "" : " ('" + keys.front() + "', ...)"));
 }
 
+std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
+  wire::Writer out(static_cast<std::uint8_t>(wire::Op::check));
+  out.u32(static_cast<std::uint32_t>(keys.size()));
+  for (const auto& k : keys) out.bytes(k);
+  const auto payload = request(out.frame(), Clock::now() + options_.timeout, "check " + std::to_string(keys.size()) + " key(s)");
+  wire::Reader in(payload);
+  in.code();
+  auto present = in.bytes();
+  if (!present || present->size() != keys.size()) throw std::runtime_error("store check: malformed reply");
+  std::vector<bool> out_flags;
+  for (char c : *present) out_flags.push_back(c == '1');
+  return out_flags;
+}
+
 }  // namespace idist::detail

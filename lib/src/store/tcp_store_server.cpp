@@ -107,17 +107,22 @@ class Session : public std::enable_shared_from_this<Session> {
         send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::value)).i64(value).frame());
         return state_.key_set(k);
       }
-      case wire::Op::wait: {
+      case wire::Op::wait:
+      case wire::Op::check: {
+        const bool wait = code == static_cast<std::uint8_t>(wire::Op::wait);
         auto n = in.u32();
-        if (!n || *n > wire::kMaxKeys) return close("malformed wait");
+        if (!n || *n > wire::kMaxKeys) return close("malformed wait or check");
         std::vector<std::string> keys;
         for (std::uint32_t i = 0; i < *n; ++i) {
           auto key = in.bytes();
-          if (!key) return close("malformed wait");
+          if (!key) return close("malformed wait or check");
           keys.emplace_back(*key);
         }
-        if (!in.done()) return close("malformed wait");
-        return await(keys);
+        if (!in.done()) return close("malformed wait or check");
+        if (wait) return await(keys);
+        std::string present;
+        for (const auto& k : keys) present.push_back(state_.data.count(k) ? '1' : '0');
+        return send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::value)).bytes(present).frame());
       }
       default:
         return close("unknown request");

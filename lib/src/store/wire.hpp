@@ -9,6 +9,7 @@
 //   GET key              -> VALUE bytes        (the server holds the reply until the key exists)
 //   ADD key i64          -> VALUE i64
 //   WAIT n key...        -> OK                 (held until every key exists)
+//   CHECK n key...       -> VALUE bytes        (now: one '1' or '0' per key, present or not)
 
 #include <cstdint>
 #include <cstring>
@@ -19,7 +20,7 @@
 
 namespace idist::detail::wire {
 
-enum class Op : std::uint8_t { hello = 1, set = 2, get = 3, add = 4, wait = 5 };
+enum class Op : std::uint8_t { hello = 1, set = 2, get = 3, add = 4, wait = 5, check = 6 };
 enum class Reply : std::uint8_t { ok = 0x80, value = 0x81, error = 0x82 };
 
 // Bounds that keep one misbehaving client from bloating the store.

@@ -1,0 +1,67 @@
+#pragma once
+// Detection: what an outer launcher (srun, mpirun, horovodrun, torchrun, ...) already says
+// about this process. One detector per source, tried in a fixed priority:
+//
+//   SLURM step > Open MPI > PMIx > MPICH/Intel MPI > MVAPICH > horovodrun > torchrun-style env
+//
+// (explicit flags, handled by the plan, come before all of them; local spawn after). Every
+// value keeps the variable it came from, for --dry-run and for error messages. When several
+// sources are present (srun --mpi=pmi2 also sets PMI_RANK; a container hook may set RANK under
+// srun) they must agree on what they both say.
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idist/env_contract.hpp"
+
+namespace idist::launchers {
+
+// Malformed or conflicting launcher variables. One line, naming the variables and values.
+class DetectError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A value and where it came from: a variable ("SLURM_PROCID"), an option ("--master-addr"),
+// or a short description of how it was derived.
+template <typename T>
+struct Sourced {
+  T value{};
+  std::string from;
+};
+
+// One process's place in a job, as an outer launcher describes it.
+struct Detected {
+  std::string launcher;  // slurm | mpi | horovod | env: what IDIST_LAUNCHER says
+  std::string source;    // the detector: "SLURM step", "Open MPI", ...
+  Sourced<int> rank, world_size, local_rank, local_world_size, node_rank, nnodes;
+  std::optional<Sourced<std::string>> master_addr;  // where the environment says rank 0 runs
+  std::optional<Sourced<int>> master_port;
+  std::vector<std::string> hosts;           // the job's nodes, in order, where the environment lists them
+  std::vector<int> tasks_per_node;          // tasks on each node, where the environment says (SLURM)
+  std::string job_id;                       // the same on every rank of the job; empty when unknown
+  std::uint64_t step = 0;                   // SLURM step id: steps of one job get different ports
+  std::string job_id_from;                  // the variables job_id and step came from
+};
+
+struct Detection {
+  std::optional<Detected> found;   // nullopt: no outer launcher; idist-run spawns locally
+  std::vector<std::string> notes;  // what was seen and deliberately not used, for -v and --dry-run
+};
+
+// Launcher names --launcher accepts; "auto" detects, "spawn" skips detection.
+inline constexpr std::string_view kLauncherChoices[] = {"auto", "spawn", "slurm", "mpi", "horovod", "env"};
+
+// Runs the detectors in priority order. `launcher` is "auto" (first match wins) or one of
+// slurm|mpi|horovod|env (only that kind may win; DetectError when it finds nothing). Throws
+// DetectError for malformed values, incomplete sets, and sources that disagree.
+Detection detect(const env::Lookup& env, std::string_view launcher = "auto");
+
+// SLURM_STEP_TASKS_PER_NODE's compressed form: "2(x3),1" -> {2, 2, 2, 1}. Throws DetectError
+// naming `variable`.
+std::vector<int> expand_tasks_per_node(std::string_view variable, std::string_view text);
+
+}  // namespace idist::launchers

@@ -1,0 +1,74 @@
+#pragma once
+// The launch plan: who every process this invocation starts (or becomes) is, and what
+// environment (the env contract) it gets. Made from the command line's options and what
+// detect() finds, in this order:
+//
+//  1. --nnodes/--node-rank (static multi-node, as torchrun's static rendezvous): spawn -n
+//     ranks here as node R of N; ranks R*K .. R*K+K-1.
+//  2. An outer launcher (SLURM step, mpirun, horovodrun, torchrun env), unless --launcher
+//     spawn or IDIST_NO_DETECT=1:
+//       - one task per rank (no -n, or -n 1): exec the program in place with the contract set,
+//         so signals and exit codes stay the outer launcher's;
+//       - one task per node with -n K: spawn K ranks here; the node comes from the outer
+//         launcher and global ranks are node-major. Several tasks on this node each asking for
+//         -n K would multiply the job, so that is refused unless --force-spawn.
+//  3. Nothing detected: spawn -n ranks on this host.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "idist/env_contract.hpp"
+#include "idist/launchers/detect.hpp"
+#include "idist/launchers/ports.hpp"
+
+namespace idist::launchers {
+
+struct LaunchOptions {
+  std::optional<int> nproc_per_node;  // -n; unset: 1, or one rank per outer task
+  std::optional<int> nnodes;          // static multi-node
+  std::optional<int> node_rank;
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+  PortRange port_range;               // where ports derived from a job id fall
+  std::string backend;                // empty: the program's own choice
+  std::string launcher = "auto";      // auto | spawn | slurm | mpi | horovod | env
+  bool no_detect = false;             // IDIST_NO_DETECT=1
+  bool force_spawn = false;           // spawn -n K even when the node already runs several tasks
+  bool dry_run = false;               // reserve nothing
+  std::vector<std::string> command;   // program (resolved) and its arguments
+};
+
+enum class Mode { spawn, exec };
+
+struct LaunchPlan {
+  Mode mode = Mode::spawn;
+  env::Contract job;          // job-wide values; rank and local_rank are those of the first local process
+  int local_count = 1;        // processes this invocation starts (exec: itself)
+  std::vector<std::string> command;
+  std::vector<std::string> hosts;                 // the job's nodes where known, else this host
+  std::map<std::string, std::string> provenance;  // rank, world_size, local_rank, node_rank, master_addr, master_port
+  std::vector<std::string> notes;                 // what was seen and not used, and why
+  std::string detected_by;                        // the detector's name, or "" in plain spawn mode
+  std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
+};
+
+// Throws UsageError for contradictory options and DetectError for a broken environment.
+LaunchPlan make_plan(const LaunchOptions& options, const env::Lookup& env = env::process_env());
+
+// The contract of local process `index` (0 <= index < local_count).
+env::Contract rank_contract(const LaunchPlan& plan, int index);
+
+// The environment of local process `index`: `base_environ` with the contract's variables set
+// (and OMP_NUM_THREADS only when unset), as "NAME=value" strings.
+std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
+
+// --dry-run's output: one JSON object (see README, "--dry-run").
+std::string dry_run_json(const LaunchPlan& plan);
+
+// A fresh secret for the store (128 bits from the OS's random source, hex).
+std::string random_token(std::size_t bytes = 16);
+
+}  // namespace idist::launchers

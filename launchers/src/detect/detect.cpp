@@ -1,0 +1,168 @@
+// The detectors in priority order, the agreement check between the sources that are present,
+// and the completion of the winner's reading into a Detected.
+#include <charconv>
+#include <functional>
+
+#include "detectors.hpp"
+
+namespace idist::launchers {
+namespace detectors {
+
+void Vars::fail(const std::string& what) const { throw DetectError(source_ + ": " + what); }
+
+std::optional<Sourced<int>> Vars::integer(std::string_view name, int min) const {
+  const auto value = lookup_(name);
+  if (!value) return std::nullopt;
+  int out = 0;
+  const auto* end = value->data() + value->size();
+  const auto [ptr, ec] = std::from_chars(value->data(), end, out);
+  if (value->empty() || ec != std::errc() || ptr != end || out < min)
+    fail(std::string(name) + "='" + *value + "' is not " + (min == 0 ? "a non-negative integer" : "a positive integer"));
+  return Sourced<int>{out, std::string(name)};
+}
+
+std::optional<Sourced<int>> Vars::first_integer(std::initializer_list<std::string_view> names, int min) const {
+  for (auto name : names)
+    if (auto value = integer(name, min)) return value;
+  return std::nullopt;
+}
+
+Sourced<int> Vars::required(std::string_view name, std::string_view because, int min) const {
+  auto value = integer(name, min);
+  if (!value) fail(std::string(because) + " set but " + std::string(name) + " is not");
+  return *value;
+}
+
+}  // namespace detectors
+
+namespace {
+
+using detectors::Reading;
+using detectors::Vars;
+
+struct Detector {
+  std::string_view source;
+  std::function<std::optional<Reading>(const env::Lookup&, std::vector<std::string>&)> read;
+};
+
+// The documented priority; the first that matches wins.
+const std::vector<Detector>& all_detectors() {
+  static const std::vector<Detector> table = {
+      {"SLURM step", [](auto& e, auto& notes) { return detectors::read_slurm(Vars(e, "SLURM step"), notes); }},
+      {"Open MPI", [](auto& e, auto&) { return detectors::read_mpi(detectors::kOpenMpi, Vars(e, "Open MPI")); }},
+      {"PMIx", [](auto& e, auto&) { return detectors::read_mpi(detectors::kPmix, Vars(e, "PMIx")); }},
+      {"MPICH/Intel MPI",
+       [](auto& e, auto&) { return detectors::read_mpi(detectors::kMpich, Vars(e, "MPICH/Intel MPI")); }},
+      {"MVAPICH", [](auto& e, auto&) { return detectors::read_mpi(detectors::kMvapich, Vars(e, "MVAPICH")); }},
+      {"horovodrun", [](auto& e, auto&) { return detectors::read_horovod(Vars(e, "horovodrun")); }},
+      {"torchrun-style env", [](auto& e, auto&) { return detectors::read_torch_env(Vars(e, "torchrun-style env")); }},
+  };
+  return table;
+}
+
+std::string show(const Sourced<int>& v) { return v.from + "=" + std::to_string(v.value); }
+
+// Two sources that both say a value must say the same one.
+void check_agreement(const Reading& winner, const Reading& other) {
+  using Field = std::optional<Sourced<int>> Reading::*;
+  for (Field field : {&Reading::rank, &Reading::world_size, &Reading::local_rank, &Reading::local_world_size}) {
+    const auto& a = winner.*field;
+    const auto& b = other.*field;
+    if (!a || !b || a->value == b->value) continue;
+    std::string hint = "unset the stale one, or pick the source with --launcher";
+    if (winner.launcher == "slurm" && other.launcher == "mpi")
+      hint = "mpirun inside a SLURM allocation starts its daemons as a SLURM step: use --launcher mpi";
+    throw DetectError(show(*a) + " (" + winner.source + ") and " + show(*b) + " (" + other.source +
+                      ") disagree; " + hint);
+  }
+}
+
+[[noreturn]] void incomplete(const Reading& r, const std::string& what) { throw DetectError(r.source + ": " + what); }
+
+// Fills in what the winner's variables do not say, or fails naming what is missing.
+Detected complete(Reading r) {
+  if (!r.world_size)
+    incomplete(r, show(*r.rank) + " is set but " + r.size_variables + " is not, so the world size is unknown");
+  if (!r.local_rank || !r.local_world_size) {
+    if (!r.one_node_by_default)
+      incomplete(r, r.local_variables + " not set: cannot tell which ranks share this node");
+    // torch's reading of a bare RANK/WORLD_SIZE: every rank on one node.
+    if (!r.local_world_size) r.local_world_size = Sourced<int>{r.world_size->value, "WORLD_SIZE (one node assumed)"};
+    if (!r.local_rank) r.local_rank = Sourced<int>{r.rank->value % r.local_world_size->value, "RANK (one node assumed)"};
+  }
+  const int world = r.world_size->value;
+  const int local_world = r.local_world_size->value;
+  if (r.rank->value >= world) incomplete(r, show(*r.rank) + " is not below " + show(*r.world_size));
+  if (local_world > world) incomplete(r, show(*r.local_world_size) + " is more than " + show(*r.world_size));
+  if (r.local_rank->value >= local_world) incomplete(r, show(*r.local_rank) + " is not below " + show(*r.local_world_size));
+
+  if (!r.nnodes) {
+    if (local_world == world)
+      r.nnodes = Sourced<int>{1, "one node (" + r.local_world_size->from + " = " + r.world_size->from + ")"};
+    else
+      r.nnodes = Sourced<int>{(world + local_world - 1) / local_world,
+                              r.world_size->from + " / " + r.local_world_size->from};
+  }
+  if (!r.node_rank) {
+    if (r.nnodes->value == 1)
+      r.node_rank = Sourced<int>{0, "one node (" + r.nnodes->from + ")"};
+    else
+      r.node_rank = Sourced<int>{r.rank->value / local_world, r.rank->from + " / " + r.local_world_size->from +
+                                                                  " (assumes ranks are placed node by node)"};
+  }
+  if (r.node_rank->value >= r.nnodes->value) incomplete(r, show(*r.node_rank) + " is not below " + show(*r.nnodes));
+
+  Detected d;
+  d.launcher = r.launcher;
+  d.source = r.source;
+  d.rank = *r.rank;
+  d.world_size = *r.world_size;
+  d.local_rank = *r.local_rank;
+  d.local_world_size = *r.local_world_size;
+  d.node_rank = *r.node_rank;
+  d.nnodes = *r.nnodes;
+  d.master_addr = r.master_addr;
+  d.master_port = r.master_port;
+  d.hosts = std::move(r.hosts);
+  d.tasks_per_node = std::move(r.tasks_per_node);
+  d.job_id = std::move(r.job_id);
+  d.step = r.step;
+  d.job_id_from = std::move(r.job_id_from);
+  return d;
+}
+
+}  // namespace
+
+Detection detect(const env::Lookup& env, std::string_view launcher) {
+  Detection out;
+  std::vector<Reading> readings;
+  for (const auto& detector : all_detectors())
+    if (auto reading = detector.read(env, out.notes)) readings.push_back(std::move(*reading));
+
+  const bool forced = launcher != "auto";
+  const Reading* winner = nullptr;
+  for (const auto& r : readings)
+    if (!forced || r.launcher == launcher) {
+      winner = &r;
+      break;
+    }
+  if (!winner) {
+    if (forced)
+      throw DetectError("--launcher " + std::string(launcher) + ": no " + std::string(launcher) +
+                        " variables in the environment");
+    return out;
+  }
+  for (const auto& r : readings) {
+    if (&r == winner) continue;
+    // A forced choice overrides the other kinds of launcher; sources of its own kind must still agree.
+    if (forced && r.launcher != winner->launcher) {
+      out.notes.push_back("ignoring " + r.source + " variables: --launcher " + std::string(launcher));
+      continue;
+    }
+    check_agreement(*winner, r);
+  }
+  out.found = complete(*winner);
+  return out;
+}
+
+}  // namespace idist::launchers

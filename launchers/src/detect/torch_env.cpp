@@ -1,0 +1,42 @@
+// torchrun-style variables that something already set (torchrun itself, an enroot/pyxis hook,
+// a job script): validated and passed through.
+#include "detectors.hpp"
+
+namespace idist::launchers::detectors {
+
+std::optional<Reading> read_torch_env(const Vars& vars) {
+  const bool rank_set = vars.text(env::kRank).has_value();
+  if (!rank_set && !vars.text(env::kWorldSize)) return std::nullopt;
+  const std::string because = std::string(rank_set ? env::kRank : env::kWorldSize) + " is";
+  Reading r;
+  r.launcher = "env";
+  r.source = "torchrun-style env";
+  r.rank = vars.required(env::kRank, because);
+  r.world_size = vars.required(env::kWorldSize, because, 1);
+  r.local_rank = vars.integer(env::kLocalRank);
+  r.local_world_size = vars.integer(env::kLocalWorldSize, 1);
+  r.one_node_by_default = true;
+  const auto node = vars.integer(env::kNodeRank);
+  const auto group = vars.integer(env::kGroupRank);
+  if (node && group && node->value != group->value)
+    vars.fail("NODE_RANK=" + std::to_string(node->value) + " and GROUP_RANK=" + std::to_string(group->value) +
+              " disagree");
+  r.node_rank = group ? group : node;
+  r.nnodes = vars.integer(env::kGroupWorldSize, 1);
+  if (auto addr = vars.text(env::kMasterAddr); addr && !addr->empty())
+    r.master_addr = Sourced<std::string>{*addr, std::string(env::kMasterAddr)};
+  if (auto port = vars.integer(env::kMasterPort, 1)) {
+    if (port->value > 65535) vars.fail("MASTER_PORT=" + std::to_string(port->value) + " is not a port (1 to 65535)");
+    r.master_port = port;
+  }
+  for (std::string_view name : {"TORCHELASTIC_RUN_ID", "IDIST_RUN_ID"}) {
+    if (auto id = vars.text(name)) {
+      r.job_id = *id;
+      r.job_id_from = std::string(name);
+      break;
+    }
+  }
+  return r;
+}
+
+}  // namespace idist::launchers::detectors

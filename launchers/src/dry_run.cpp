@@ -1,0 +1,45 @@
+// --dry-run: the plan as one JSON object, for people and for scripts (jq).
+#include <nlohmann/json.hpp>
+
+#include "idist/launchers/plan.hpp"
+
+namespace idist::launchers {
+
+std::string dry_run_json(const LaunchPlan& plan) {
+  using json = nlohmann::ordered_json;  // keys in the order written: launcher first
+  const auto& job = plan.job;
+  json out;
+  out["launcher"] = job.launcher;
+  out["mode"] = plan.mode == Mode::exec ? "exec" : "spawn";
+  out["detected_by"] = plan.detected_by.empty() ? json(nullptr) : json(plan.detected_by);
+  out["backend"] = job.backend.empty() ? json(nullptr) : json(job.backend);  // null: the program's choice
+  out["world_size"] = job.world_size;
+  out["nnodes"] = job.nnodes;
+  out["node_rank"] = job.node_rank;
+  out["local_world_size"] = job.local_world_size;
+  out["master_addr"] = job.master_addr;
+  out["master_port"] = job.master_port == 0 ? json(nullptr) : json(job.master_port);  // null: picked at launch
+  out["hosts"] = plan.hosts;
+  out["provenance"] = plan.provenance;
+  out["run_id"] = job.run_id;
+  out["command"] = plan.command;
+  out["notes"] = plan.notes;
+  json ranks = json::array();
+  for (int i = 0; i < plan.local_count; ++i) {
+    const auto contract = rank_contract(plan, i);
+    json vars = json::object();
+    for (const auto& [name, value] : env::to_variables(contract)) {
+      if (name == env::kJobToken)
+        vars[name] = "<hidden>";  // a secret has no business in a log
+      else if (name == env::kMasterPort && contract.master_port == 0)
+        vars[name] = "<picked at launch>";
+      else
+        vars[name] = value;
+    }
+    ranks.push_back({{"rank", contract.rank}, {"local_rank", contract.local_rank}, {"env", std::move(vars)}});
+  }
+  out["ranks"] = std::move(ranks);
+  return out.dump(2);
+}
+
+}  // namespace idist::launchers

@@ -1,0 +1,24 @@
+#include "idist/launchers/exec.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace idist::launchers {
+
+void exec_in_place(const LaunchPlan& plan, const std::string& path, char** base_environ) {
+  auto env = rank_environment(plan, 0, base_environ);
+  std::vector<char*> envp;
+  for (auto& entry : env) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = plan.command;
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  ::execve(path.c_str(), argv.data(), envp.data());
+  throw std::runtime_error("cannot execute " + path + ": " + std::strerror(errno));
+}
+
+}  // namespace idist::launchers

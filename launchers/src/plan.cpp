@@ -1,0 +1,299 @@
+#include "idist/launchers/plan.hpp"
+
+#include <sched.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+
+#include "idist/launchers/program.hpp"
+
+namespace idist::launchers {
+namespace {
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+std::string count_text(int n, std::string_view what) {
+  return std::to_string(n) + " " + std::string(what) + (n == 1 ? "" : "s");
+}
+
+// A variable the user may export to the job (MASTER_PORT in a job script): a port, or an error naming it.
+std::optional<int> env_port(const env::Lookup& env, std::string_view name) {
+  const auto text = env(name);
+  if (!text) return std::nullopt;
+  int port = 0;
+  const auto* end = text->data() + text->size();
+  const auto [ptr, ec] = std::from_chars(text->data(), end, port);
+  if (text->empty() || ec != std::errc() || ptr != end || port < 1 || port > 65535)
+    throw DetectError(std::string(name) + "='" + *text + "' is not a port (1 to 65535)");
+  return port;
+}
+
+// One node of a job without a scheduler: plain `-n K` (N = 1) or torchrun's static rendezvous.
+LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
+  if (o.node_rank && !o.nnodes) throw UsageError("--node-rank needs --nnodes (the number of nodes in the job)");
+  const int nnodes = o.nnodes.value_or(1);
+  const int node_rank = o.node_rank.value_or(0);
+  const int k = o.nproc_per_node.value_or(1);
+  if (node_rank >= nnodes)
+    throw UsageError("--node-rank " + std::to_string(node_rank) + " is not below --nnodes " + std::to_string(nnodes));
+  if (nnodes > 1 && !o.master_addr)
+    throw UsageError("--nnodes " + std::to_string(nnodes) +
+                     " needs --master-addr: the address of node 0, where rank 0 runs, the same on every node");
+  if (static_cast<long long>(nnodes) * k > (1 << 24))
+    throw UsageError("--nnodes " + std::to_string(nnodes) + " x --nproc-per-node " + std::to_string(k) +
+                     " ranks is more than idist handles");
+
+  LaunchPlan plan;
+  plan.mode = Mode::spawn;
+  plan.local_count = k;
+  plan.command = o.command;
+  auto& job = plan.job;
+  job.launcher = "spawn";
+  job.backend = o.backend;
+  job.world_size = nnodes * k;
+  job.nnodes = nnodes;
+  job.node_rank = node_rank;
+  job.local_world_size = k;
+  job.rank = node_rank * k;
+  job.local_rank = 0;
+  job.master_addr = o.master_addr.value_or("127.0.0.1");
+  const std::string k_from = o.nproc_per_node ? "--nproc-per-node" : "default (1 process)";
+  auto& from = plan.provenance;
+  from["master_addr"] = o.master_addr ? "--master-addr" : "default (127.0.0.1: one node)";
+  if (o.master_port) {
+    job.master_port = *o.master_port;
+    from["master_port"] = "--master-port";
+  } else if (nnodes == 1) {
+    // Every rank is here: a free port, held from now until rank 0 listens on it.
+    if (!o.dry_run) {
+      plan.port_reservation = std::make_shared<PortReservation>(job.master_addr);
+      job.master_port = plan.port_reservation->port();
+    }
+    from["master_port"] = "a free port on this host, reserved at launch";
+  } else {
+    job.master_port = kDefaultMasterPort;
+    from["master_port"] = "default (29500, as torchrun)";
+  }
+
+  if (nnodes == 1) {
+    from["rank"] = "local index (0 to " + std::to_string(k - 1) + ")";
+    from["world_size"] = k_from;
+    from["node_rank"] = "default (one node)";
+    from["nnodes"] = "default (one node)";
+    job.run_id = random_token(6);
+    job.job_token = random_token();
+  } else {
+    from["rank"] = "--node-rank x " + k_from + " + local index";
+    from["world_size"] = "--nnodes x " + k_from;
+    from["node_rank"] = "--node-rank";
+    from["nnodes"] = "--nnodes";
+    // Every node must agree on these without talking first: they come from the environment.
+    job.run_id = env(env::kRunId).value_or("static-" + job.master_addr + "-" + std::to_string(job.master_port));
+    job.job_token = env(env::kJobToken).value_or("");
+    if (job.job_token.empty())
+      plan.notes.push_back("IDIST_JOB_TOKEN is not set: rank 0's store accepts any client that reaches it; export the "
+                           "same secret on every node to require it");
+  }
+  from["local_rank"] = "local index (0 to " + std::to_string(k - 1) + ")";
+  from["local_world_size"] = k_from;
+  plan.hosts = {this_host()};
+  return plan;
+}
+
+// Inside an outer launcher: become its task (exec) or spawn -n ranks as its node.
+LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Lookup& env) {
+  LaunchPlan plan;
+  plan.detected_by = d.source;
+  plan.command = o.command;
+  auto& job = plan.job;
+  auto& from = plan.provenance;
+  job.launcher = d.launcher;
+  job.backend = o.backend;
+  job.nnodes = d.nnodes.value;
+  job.node_rank = d.node_rank.value;
+  from["nnodes"] = d.nnodes.from;
+  from["node_rank"] = d.node_rank.from;
+
+  const int k = o.nproc_per_node.value_or(1);
+  if (k == 1) {
+    plan.mode = Mode::exec;
+    plan.local_count = 1;
+    job.rank = d.rank.value;
+    job.world_size = d.world_size.value;
+    job.local_rank = d.local_rank.value;
+    job.local_world_size = d.local_world_size.value;
+    from["rank"] = d.rank.from;
+    from["world_size"] = d.world_size.from;
+    from["local_rank"] = d.local_rank.from;
+    from["local_world_size"] = d.local_world_size.from;
+  } else {
+    if (d.local_world_size.value > 1 && !o.force_spawn)
+      throw UsageError(d.source + " already runs " + count_text(d.local_world_size.value, "task") +
+                       " on this node (" + d.local_world_size.from + ") and each asks for -n " +
+                       std::to_string(k) + " (" + std::to_string(d.local_world_size.value * k) +
+                       " ranks on this node): start one task per node (e.g. srun --ntasks-per-node=1), or drop -n to run "
+                       "one rank per task; --force-spawn starts them anyway");
+    plan.mode = Mode::spawn;
+    plan.local_count = k;
+    // Node-major: the tasks on earlier nodes come first, where the launcher says how many there are.
+    int tasks_before = d.rank.value;
+    std::string before_from = d.rank.from;
+    if (!d.tasks_per_node.empty()) {
+      const auto node = static_cast<std::size_t>(d.node_rank.value);
+      tasks_before = std::accumulate(d.tasks_per_node.begin(), d.tasks_per_node.begin() + static_cast<long>(node), 0) +
+                     d.local_rank.value;
+      before_from = "tasks on earlier nodes + " + d.local_rank.from;
+    }
+    job.rank = tasks_before * k;
+    job.world_size = d.world_size.value * k;
+    job.local_rank = d.local_rank.value * k;
+    job.local_world_size = d.local_world_size.value * k;
+    from["rank"] = "(" + before_from + ") x --nproc-per-node + local index";
+    from["world_size"] = d.world_size.from + " x --nproc-per-node";
+    from["local_rank"] = d.local_world_size.value == 1 ? "local index" : d.local_rank.from + " x --nproc-per-node + local index";
+    from["local_world_size"] = d.local_world_size.value == 1 ? "--nproc-per-node" : d.local_world_size.from + " x --nproc-per-node";
+  }
+
+  // Where rank 0 runs: what the user says, else what the launcher says, else here when every rank is.
+  if (o.master_addr) {
+    job.master_addr = *o.master_addr;
+    from["master_addr"] = "--master-addr";
+  } else if (auto addr = env(env::kMasterAddr); addr && !addr->empty()) {
+    job.master_addr = *addr;
+    from["master_addr"] = std::string(env::kMasterAddr);
+  } else if (d.master_addr) {
+    job.master_addr = d.master_addr->value;
+    from["master_addr"] = d.master_addr->from;
+  } else if (d.local_world_size.value == d.world_size.value) {
+    job.master_addr = "127.0.0.1";
+    from["master_addr"] = "every rank on this node (" + d.local_world_size.from + " = " + d.world_size.from + ")";
+  } else {
+    throw UsageError(d.source + " runs ranks on several hosts (" + d.world_size.from + "=" +
+                     std::to_string(d.world_size.value) + ", " + d.local_world_size.from + "=" +
+                     std::to_string(d.local_world_size.value) +
+                     ") and does not say where rank 0 runs: pass --master-addr with rank 0's host");
+  }
+
+  if (o.master_port) {
+    job.master_port = *o.master_port;
+    from["master_port"] = "--master-port";
+  } else if (auto port = env_port(env, env::kMasterPort)) {
+    job.master_port = *port;
+    from["master_port"] = std::string(env::kMasterPort);
+  } else if (!d.job_id.empty()) {
+    job.master_port = derived_port(d.job_id, d.step, o.port_range);
+    from["master_port"] = "derived from " + d.job_id_from + " into --port-range " + std::to_string(o.port_range.first) +
+                          "-" + std::to_string(o.port_range.last);
+  } else {
+    job.master_port = kDefaultMasterPort;
+    from["master_port"] = "default (29500, as torchrun): " + d.source + " gives no job id to derive one from";
+  }
+
+  // Every rank must agree on these without talking first, so they come from the job's identity.
+  if (!d.job_id.empty())
+    job.run_id = d.launcher + "-" + d.job_id + (d.launcher == "slurm" ? "." + std::to_string(d.step) : "");
+  else
+    job.run_id = env(env::kRunId).value_or(d.launcher + "-" + job.master_addr + "-" + std::to_string(job.master_port));
+  job.job_token = env(env::kJobToken).value_or("");
+  if (job.job_token.empty())
+    plan.notes.push_back("IDIST_JOB_TOKEN is not set: rank 0's store accepts any client that reaches it; export a "
+                         "secret to the job (the same for every task) to require it");
+  plan.hosts = d.hosts.empty() ? std::vector<std::string>{this_host()} : d.hosts;
+  return plan;
+}
+
+// Cores this process may run on (its affinity mask, which srun or numactl may have narrowed).
+unsigned usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
+LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
+  if (o.nnodes || o.node_rank) {
+    if (o.launcher != "auto" && o.launcher != "spawn")
+      throw UsageError("--nnodes/--node-rank describe a job without a scheduler; they do not go with --launcher " +
+                       o.launcher);
+    return static_plan(o, env);
+  }
+  std::vector<std::string> notes;
+  if (o.launcher == "spawn" || o.no_detect) {
+    notes.push_back(o.no_detect ? "detection off: IDIST_NO_DETECT=1" : "detection off: --launcher spawn");
+  } else {
+    auto detection = detect(env, o.launcher);
+    notes = std::move(detection.notes);
+    if (detection.found) {
+      auto plan = outer_plan(o, *detection.found, env);
+      plan.notes.insert(plan.notes.begin(), notes.begin(), notes.end());
+      return plan;
+    }
+  }
+  auto plan = static_plan(o, env);
+  plan.notes.insert(plan.notes.begin(), notes.begin(), notes.end());
+  return plan;
+}
+
+env::Contract rank_contract(const LaunchPlan& plan, int index) {
+  env::Contract c = plan.job;
+  c.rank = plan.job.rank + index;
+  c.local_rank = plan.job.local_rank + index;
+  return c;
+}
+
+std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ) {
+  std::map<std::string, std::string> vars;
+  for (char** e = base_environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    const auto eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    vars[std::string(entry.substr(0, eq))] = std::string(entry.substr(eq + 1));
+  }
+  // A value inherited from an outer job must not leak into ours (ours re-sets what it keeps).
+  for (auto name : {env::kJobToken, env::kRunId, env::kLauncher}) vars.erase(std::string(name));
+  for (auto& [name, value] : env::to_variables(rank_contract(plan, index))) vars[name] = value;
+  // Ranks share the cores; without this every OpenMP runtime starts one thread per core.
+  if (!vars.count(std::string(env::kOmpNumThreads))) {
+    const unsigned per_rank = usable_cores() / static_cast<unsigned>(std::max(1, plan.job.local_world_size));
+    vars[std::string(env::kOmpNumThreads)] = std::to_string(std::max(1u, per_rank));
+  }
+  std::vector<std::string> out;
+  out.reserve(vars.size());
+  for (auto& [name, value] : vars) out.push_back(name + "=" + value);
+  return out;
+}
+
+std::string random_token(std::size_t bytes) {
+  std::string raw(bytes, '\0');
+  std::size_t got = 0;
+  while (got < bytes) {
+    const auto n = ::getrandom(raw.data() + got, bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : raw) {
+    hex.push_back(kHex[c >> 4]);
+    hex.push_back(kHex[c & 15]);
+  }
+  return hex;
+}
+
+}  // namespace idist::launchers

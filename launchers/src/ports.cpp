@@ -1,0 +1,86 @@
+#include "idist/launchers/ports.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <stdexcept>
+
+namespace idist::launchers {
+namespace {
+
+int parse_port(std::string_view what, std::string_view text, std::string_view whole) {
+  int value = 0;
+  const auto* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < 1 || value > 65535)
+    throw std::invalid_argument(std::string(what) + " '" + std::string(whole) +
+                                "': expected LO-HI with ports from 1 to 65535");
+  return value;
+}
+
+// FNV-1a: stable across builds and machines, which std::hash is not.
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+PortRange parse_port_range(std::string_view what, std::string_view text) {
+  const auto dash = text.find('-');
+  if (dash == std::string_view::npos)
+    throw std::invalid_argument(std::string(what) + " '" + std::string(text) + "': expected LO-HI, e.g. 20000-32767");
+  PortRange range{parse_port(what, text.substr(0, dash), text), parse_port(what, text.substr(dash + 1), text)};
+  if (range.first > range.last)
+    throw std::invalid_argument(std::string(what) + " '" + std::string(text) + "': LO is above HI");
+  return range;
+}
+
+int derived_port(std::string_view job, std::uint64_t step, PortRange range) {
+  const auto span = static_cast<std::uint64_t>(range.last - range.first + 1);
+  return range.first + static_cast<int>((fnv1a(job) % span + step % span) % span);
+}
+
+PortReservation::PortReservation(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &list); rc != 0)
+    throw std::runtime_error("cannot resolve --master-addr '" + host + "': " + ::gai_strerror(rc));
+  std::string error = "no address";
+  for (auto* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
+      port_ = ntohs(bound.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
+                                               : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+      fd_ = fd;
+    } else {
+      error = std::strerror(errno);
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(list);
+  if (fd_ < 0) throw std::runtime_error("cannot reserve a port on '" + host + "': " + error);
+}
+
+PortReservation::~PortReservation() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+}  // namespace idist::launchers
