@@ -10,7 +10,9 @@ PACKAGES=(
   libcli11-dev libspdlog-dev nlohmann-json3-dev libboost1.81-dev  # CLI, logging, JSON, Asio
   doctest-dev                        # unit tests
   procps                             # pgrep/pkill, used by the end-to-end tests
-  slurm-client                       # scontrol: the reference for the hostlist parser
+  slurm-client slurmctld slurmd munge  # a real local SLURM for the detection tests (scripts/slurm-local.sh)
+  openmpi-bin                        # a real mpirun for the detection tests
+  iproute2 jq                        # network namespaces for two-host tests; reading --dry-run's JSON
 )
 
 missing=()

@@ -81,6 +81,7 @@ void check_agreement(const Reading& winner, const Reading& other) {
 
 // Fills in what the winner's variables do not say, or fails naming what is missing.
 Detected complete(Reading r) {
+  if (!r.rank) incomplete(r, show(*r.world_size) + " is set but " + r.rank_variables + " is not");
   if (!r.world_size)
     incomplete(r, show(*r.rank) + " is set but " + r.size_variables + " is not, so the world size is unknown");
   if (!r.local_rank || !r.local_world_size) {

@@ -26,6 +26,7 @@ struct Reading {
   std::uint64_t step = 0;
   std::string job_id_from;
   // For the messages when the winner lacks a value: the variables that would have given it.
+  std::string rank_variables;
   std::string size_variables;
   std::string local_variables;
   bool one_node_by_default = false;  // torch's rule: without LOCAL_* every rank is on one node

@@ -11,7 +11,8 @@ std::optional<Reading> read_horovod(const Vars& vars) {
   r.launcher = "horovod";
   r.source = "horovodrun";
   r.rank = vars.required("HOROVOD_RANK", because);
-  r.world_size = vars.required("HOROVOD_SIZE", because, 1);
+  r.world_size = vars.integer("HOROVOD_SIZE", 1);
+  r.size_variables = "HOROVOD_SIZE";
   r.local_rank = vars.integer("HOROVOD_LOCAL_RANK");
   r.local_world_size = vars.integer("HOROVOD_LOCAL_SIZE", 1);
   r.node_rank = vars.integer("HOROVOD_CROSS_RANK");

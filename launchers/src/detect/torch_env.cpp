@@ -5,14 +5,16 @@
 namespace idist::launchers::detectors {
 
 std::optional<Reading> read_torch_env(const Vars& vars) {
-  const bool rank_set = vars.text(env::kRank).has_value();
-  if (!rank_set && !vars.text(env::kWorldSize)) return std::nullopt;
-  const std::string because = std::string(rank_set ? env::kRank : env::kWorldSize) + " is";
+  if (!vars.text(env::kRank) && !vars.text(env::kWorldSize)) return std::nullopt;
   Reading r;
   r.launcher = "env";
   r.source = "torchrun-style env";
-  r.rank = vars.required(env::kRank, because);
-  r.world_size = vars.required(env::kWorldSize, because, 1);
+  // Either may be missing here: a hook under srun may set RANK alone, and then it need only
+  // agree with SLURM. Only if this source wins must it be complete.
+  r.rank = vars.integer(env::kRank);
+  r.world_size = vars.integer(env::kWorldSize, 1);
+  r.rank_variables = std::string(env::kRank);
+  r.size_variables = std::string(env::kWorldSize);
   r.local_rank = vars.integer(env::kLocalRank);
   r.local_world_size = vars.integer(env::kLocalWorldSize, 1);
   r.one_node_by_default = true;

@@ -1,0 +1,118 @@
+#!/bin/bash
+# --dry-run over recorded launcher environments (as srun, mpirun, horovodrun and torchrun set
+# them): the JSON plan idist-run prints, and the one-line errors for conflicting or malformed
+# sets. `env -i` keeps this machine's own variables out.
+# usage: dry_run.sh IDIST_RUN EXAMPLES_DIR
+source "$(dirname "$0")/lib.sh"
+RUN=$(realpath "$1")
+
+plan() { env -i PATH="$PATH" "$@"; }
+q() { jq -r "$1" <<<"$2"; }
+
+# Plain spawn.
+out=$(plan "$RUN" --dry-run -n 3 /bin/false)
+check "dry run exits 0 and starts nothing (/bin/false would fail)" equals $? 0
+check "spawn: launcher" equals "$(q .launcher "$out")" spawn
+check "spawn: 3 ranks planned" equals "$(q '.ranks | length' "$out")" 3
+check "spawn: rank 2's env has RANK=2" equals "$(q '.ranks[2].env.RANK' "$out")" 2
+check "spawn: every documented key is there" equals \
+  "$(q '[has("launcher","backend","world_size","nnodes","node_rank","local_world_size","master_addr","master_port","hosts","provenance","ranks")] | all' "$out")" true
+check "spawn: provenance covers rank, world_size, local_rank, node_rank, master_addr, master_port" equals \
+  "$(q '.provenance | [has("rank","world_size","local_rank","node_rank","master_addr","master_port")] | all' "$out")" true
+check "spawn: the job token is not printed" equals "$(q '.ranks[0].env.IDIST_JOB_TOKEN' "$out")" "<hidden>"
+check "spawn: hosts is this host" equals "$(q '.hosts[0]' "$out")" "$(hostname)"
+check "spawn: --backend shows" equals "$(q .backend "$(plan "$RUN" --dry-run --backend gloo /bin/true)")" gloo
+
+# A task of `srun -N2 -n3 --distribution=cyclic` (recorded).
+SLURM_TASK=(SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_LOCALID=0 SLURM_NODEID=1 SLURM_NTASKS=3
+  SLURM_STEP_NUM_TASKS=3 SLURM_STEP_NUM_NODES=2 SLURM_STEP_TASKS_PER_NODE=2,1 SLURM_STEP_NODELIST=node[1-2]
+  SLURM_NODELIST=node[1-2] SLURM_DISTRIBUTION=cyclic)
+out=$(plan "${SLURM_TASK[@]}" "$RUN" --dry-run /bin/true)
+check "slurm: launcher" equals "$(q .launcher "$out")" slurm
+check "slurm: exec in place, one rank" equals "$(q '.mode + " " + (.ranks | length | tostring)' "$out")" "exec 1"
+check "slurm: rank 1 of 3 on node 1 of 2, alone there" equals \
+  "$(q '[.ranks[0].rank, .world_size, .node_rank, .nnodes, .local_world_size] | map(tostring) | join(" ")' "$out")" "1 3 1 2 1"
+check "slurm: hosts expanded" equals "$(q '.hosts | join(",")' "$out")" "node1,node2"
+check "slurm: master is the step's first host" equals "$(q .master_addr "$out")" node1
+check "slurm: rank came from SLURM_PROCID" equals "$(q .provenance.rank "$out")" SLURM_PROCID
+check "slurm: node_rank came from SLURM_NODEID" equals "$(q .provenance.node_rank "$out")" SLURM_NODEID
+port=$(q .master_port "$out")
+check "slurm: port $port derived into 20000-32767" test "$port" -ge 20000 -a "$port" -le 32767
+port_step1=$(q .master_port "$(plan "${SLURM_TASK[@]/SLURM_STEP_ID=0/SLURM_STEP_ID=1}" "$RUN" --dry-run /bin/true)")
+check "slurm: the next step gets another port ($port, $port_step1)" test "$port" != "$port_step1"
+out=$(plan "${SLURM_TASK[@]}" "$RUN" --dry-run --port-range 40000-40009 /bin/true)
+check "slurm: --port-range bounds the port" test "$(q .master_port "$out")" -ge 40000 -a "$(q .master_port "$out")" -le 40009
+out=$(plan "${SLURM_TASK[@]}" IDIST_PORT_RANGE=41000-41000 "$RUN" --dry-run /bin/true)
+check "slurm: IDIST_PORT_RANGE works too" equals "$(q .master_port "$out")" 41000
+out=$(plan "${SLURM_TASK[@]}" "$RUN" --dry-run --master-addr 10.0.0.9 --master-port 1234 /bin/true)
+check "slurm: --master-addr/--master-port override" equals "$(q '.master_addr + ":" + (.master_port|tostring) + " " + .provenance.master_port' "$out")" "10.0.0.9:1234 --master-port"
+out=$(plan "${SLURM_TASK[@]}" MASTER_PORT=29999 "$RUN" --dry-run /bin/true)
+check "slurm: MASTER_PORT exported to the job is used" equals "$(q .master_port "$out")" 29999
+out=$(plan "${SLURM_TASK[@]}" IDIST_NO_DETECT=1 "$RUN" --dry-run /bin/true)
+check "IDIST_NO_DETECT=1: spawn" equals "$(q .launcher "$out")" spawn
+out=$(plan "${SLURM_TASK[@]}" "$RUN" --dry-run --launcher spawn -n 2 /bin/true)
+check "--launcher spawn: spawn, world size from -n" equals "$(q '.launcher + " " + (.world_size|tostring)' "$out")" "spawn 2"
+out=$(plan "${SLURM_TASK[@]/SLURM_STEP_TASKS_PER_NODE=2,1/SLURM_STEP_TASKS_PER_NODE=1(x3)}" SLURM_STEP_NUM_NODES=3 \
+  SLURM_STEP_NODELIST=node[1-3] "$RUN" --dry-run -n 4 /bin/true)
+check "slurm, one task per node, -n 4: ranks 4-7 of 12 on node 1" equals \
+  "$(q '[.ranks[].rank] | map(tostring) | join(" ")' "$out") $(q .world_size "$out")" "4 5 6 7 12"
+
+# The sbatch batch script: SLURM variables without SLURM_STEP_ID.
+out=$(plan SLURM_JOB_ID=6 SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_NNODES=2 SLURM_NODEID=0 SLURM_LOCALID=0 \
+  SLURM_TASKS_PER_NODE='2(x2)' SLURM_NODELIST='node[1-2]' "$RUN" --dry-run /bin/true)
+check "batch script: not rank 0 of 4 but a world of 1" equals "$(q '.launcher + " " + (.world_size|tostring)' "$out")" "spawn 1"
+
+# mpirun -np 2, rank 1 (recorded, Open MPI 4.1).
+OMPI=(OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2
+  OMPI_COMM_WORLD_NODE_RANK=1 OMPI_MCA_ess_base_jobid=146997249 OMPI_MCA_orte_num_nodes=1 PMIX_RANK=1
+  PMIX_NAMESPACE=146997249)
+out=$(plan "${OMPI[@]}" "$RUN" --dry-run /bin/true)
+check "open mpi: launcher mpi, detected by Open MPI" equals "$(q '.launcher + "/" + .detected_by' "$out")" "mpi/Open MPI"
+check "open mpi: one node, so 127.0.0.1" equals "$(q .master_addr "$out")" 127.0.0.1
+check "open mpi: port derived from the job id" contains "$(q .provenance.master_port "$out")" OMPI_MCA_ess_base_jobid
+
+# horovodrun (gloo mode), 2 hosts x 2 slots, rank 3.
+HVD=(HOROVOD_RANK=3 HOROVOD_SIZE=4 HOROVOD_LOCAL_RANK=1 HOROVOD_LOCAL_SIZE=2 HOROVOD_CROSS_RANK=1
+  HOROVOD_CROSS_SIZE=2 HOROVOD_HOSTNAME=hostb HOROVOD_GLOO_RENDEZVOUS_ADDR=10.0.0.1 HOROVOD_GLOO_RENDEZVOUS_PORT=4567
+  HOROVOD_CONTROLLER=gloo HOROVOD_CPU_OPERATIONS=gloo)
+out=$(plan "${HVD[@]}" "$RUN" --dry-run /bin/true 2>&1)
+check "horovod across hosts without --master-addr: exit 2" equals $? 2
+check "horovod: says to pass --master-addr" contains "$out" "does not say where rank 0 runs: pass --master-addr"
+out=$(plan "${HVD[@]}" "$RUN" --dry-run --master-addr hosta /bin/true)
+check "horovod with --master-addr: rank 3, node 1" equals "$(q '[.launcher, (.ranks[0].rank|tostring), (.node_rank|tostring), .master_addr] | join(" ")' "$out")" "horovod 3 1 hosta"
+
+# torchrun (or a hook) already set the contract: passed through.
+out=$(plan RANK=1 WORLD_SIZE=4 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 GROUP_WORLD_SIZE=2 MASTER_ADDR=10.1.1.1 \
+  MASTER_PORT=29400 TORCHELASTIC_RUN_ID=abc "$RUN" --dry-run /bin/true)
+check "torchrun env: passed through" equals "$(q '[.launcher, .mode, (.ranks[0].rank|tostring), .master_addr, (.master_port|tostring)] | join(" ")' "$out")" "env exec 1 10.1.1.1 29400"
+
+# Conflicting and malformed sets: one line, exit 2, naming the variables. (env applies its
+# arguments in order, so a variable repeated after the recorded set replaces it.)
+bad() {
+  local what=$1 want=$2
+  shift 2
+  local out rc
+  out=$(plan "$@" "$RUN" --dry-run /bin/true 2>&1)
+  rc=$?
+  check "$what: exit 2" equals $rc 2
+  check "$what: says '$want'" contains "$out" "$want"
+  check "$what: one line" equals "$(wc -l <<<"$out")" 1
+}
+bad "srun --mpi=pmi2 disagreeing with PMI_RANK" "SLURM_PROCID=1 (SLURM step) and PMI_RANK=2 (MPICH/Intel MPI) disagree" \
+  "${SLURM_TASK[@]}" PMI_RANK=2 PMI_SIZE=3
+bad "a hook's RANK disagreeing under srun" "SLURM_PROCID=1 (SLURM step) and RANK=0 (torchrun-style env) disagree" \
+  "${SLURM_TASK[@]}" RANK=0 WORLD_SIZE=3
+bad "mpirun inside an allocation" "use --launcher mpi" "${SLURM_TASK[@]}" "${OMPI[@]/OMPI_COMM_WORLD_RANK=1/OMPI_COMM_WORLD_RANK=0}"
+bad "SLURM_PROCID=x" "SLURM_PROCID='x' is not a non-negative integer" "${SLURM_TASK[@]/SLURM_PROCID=1/SLURM_PROCID=x}"
+bad "bad step node list" "SLURM_STEP_NODELIST: invalid host list 'node[2-1]'" "${SLURM_TASK[@]}" 'SLURM_STEP_NODELIST=node[2-1]'
+bad "tasks per node not adding up" "adds up to 4 tasks but SLURM_STEP_NUM_TASKS=3" \
+  "${SLURM_TASK[@]/SLURM_STEP_TASKS_PER_NODE=2,1/SLURM_STEP_TASKS_PER_NODE=2(x2)}"
+bad "RANK without WORLD_SIZE" "RANK=2 is set but WORLD_SIZE is not" RANK=2
+bad "PMIx without a size" "PMIX_SIZE is not" PMIX_RANK=0
+bad "IDIST_NO_DETECT=maybe" "IDIST_NO_DETECT='maybe'" IDIST_NO_DETECT=maybe
+
+out=$(plan "$RUN" --dry-run --launcher mpi /bin/true 2>&1)
+check "--launcher mpi with no MPI variables: exit 2" equals $? 2
+check "--launcher mpi with no MPI variables: says so" contains "$out" "--launcher mpi: no mpi variables in the environment"
+
+finish

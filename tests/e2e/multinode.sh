@@ -1,0 +1,72 @@
+#!/bin/bash
+# Multi-node without a scheduler (--nnodes/--node-rank/--master-addr, torchrun's static
+# rendezvous): two idist-run processes on 127.0.0.1 as nodes 0 and 1, a node that never
+# comes, and the options' errors.
+# usage: multinode.sh IDIST_RUN EXAMPLES_DIR
+source "$(dirname "$0")/lib.sh"
+RUN=$(realpath "$1")
+EX=$(realpath "$2")
+RANKS=$(cd "$(dirname "$0")" && pwd)/ranks
+DIR=$(mktemp -d /tmp/idist-multinode.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+# Below Linux's ephemeral range, so no outgoing connection holds it.
+port=$((21000 + RANDOM % 9000))
+export IDIST_JOB_TOKEN=$RANDOM$RANDOM
+
+node() { "$RUN" --nnodes 2 --node-rank "$1" --master-addr 127.0.0.1 --master-port "$port" -n 2 "${@:2}"; }
+
+node 1 --tag-output "$EX/all_reduce" >"$DIR/node1.out" 2>&1 &
+node1=$!
+out=$(node 0 --tag-output "$EX/all_reduce" 2>&1)
+check "node 0 exits 0" equals $? 0
+wait $node1
+check "node 1 exits 0" equals $? 0
+for r in 0 1; do check "node 0 runs rank $r, which gets [16, 20]" contains "$out" "[rank $r] Rank $r, After performing all_reduce: [16, 20]"; done
+for r in 2 3; do check "node 1 runs rank $r, which gets [16, 20]" contains "$(cat "$DIR/node1.out")" "[rank $r] Rank $r, After performing all_reduce: [16, 20]"; done
+
+port=$((port + 1))
+node 1 "$RANKS/print_env.sh" >"$DIR/env1.out" 2>&1 &
+node1=$!
+out=$(node 0 "$RANKS/print_env.sh" 2>&1)
+wait $node1
+env1=$(cat "$DIR/env1.out")
+check "node 1's ranks are 2 and 3 (R*K + local rank)" equals "$(grep -o '^RANK=[0-9]*' <<<"$env1" | sort | tr '\n' ' ')" "RANK=2 RANK=3 "
+check "node 1's ranks see NODE_RANK=1 of GROUP_WORLD_SIZE=2" equals "$(count "$env1" "NODE_RANK=1 GROUP_RANK=1 GROUP_WORLD_SIZE=2")" 2
+check "every rank of both nodes sees WORLD_SIZE=4" equals "$(count "$out"$'\n'"$env1" "WORLD_SIZE=4")" 4
+check "the job token reaches the ranks of both nodes" equals "$(count "$out"$'\n'"$env1" "TOKEN_LEN=${#IDIST_JOB_TOKEN}")" 4
+
+# Node 1 never comes: node 0's ranks fail within the rendezvous timeout, naming it.
+port=$((port + 1))
+start=$(now_ms)
+out=$(IDIST_TIMEOUT=2 "$RUN" --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" -n 2 "$EX/all_reduce" 2>&1)
+rc=$?
+elapsed=$(($(now_ms) - start))
+check "a job missing node 1 fails" test $rc -ne 0
+check "the error names node 1 and its ranks" contains "$out" "node 1 (ranks 2-3) never joined"
+check "it fails within the timeout (2 s), took ${elapsed} ms" test "$elapsed" -lt 8000
+
+# Node 0 (rank 0's store) never comes: node 1's ranks say where they looked.
+port=$((port + 1))
+out=$(IDIST_TIMEOUT=1 "$RUN" --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port "$port" -n 1 "$EX/all_reduce" 2>&1)
+check "a job missing node 0 fails" test $? -ne 0
+check "the error says rank 0's store was not reachable" contains "$out" "could not reach the store at 127.0.0.1:$port"
+
+# The options' errors: one line each, exit 2.
+usage_error() {
+  local what=$1 want=$2
+  shift 2
+  local out rc
+  out=$("$RUN" "$@" /bin/true 2>&1)
+  rc=$?
+  check "$what: exit 2" equals "$rc" 2
+  check "$what: says '$want'" contains "$out" "$want"
+  check "$what: one line" equals "$(wc -l <<<"$out")" 1
+}
+usage_error "--nnodes 2 without --master-addr" "needs --master-addr" --nnodes 2 --node-rank 0
+usage_error "--node-rank without --nnodes" "--node-rank needs --nnodes" --node-rank 1 --master-addr h
+usage_error "--node-rank out of range" "--node-rank 2 is not below --nnodes 2" --nnodes 2 --node-rank 2 --master-addr h
+usage_error "elastic --nnodes 1:2" "elastic ranges" --nnodes 1:2
+usage_error "--nnodes 0" "--nnodes 0 is out of range" --nnodes 0
+usage_error "--nnodes with --launcher slurm" "do not go with --launcher slurm" --nnodes 2 --node-rank 0 --master-addr h --launcher slurm
+
+finish
