@@ -188,7 +188,10 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   if (o.master_port) {
     job.master_port = *o.master_port;
     from["master_port"] = "--master-port";
-  } else if (auto port = env_port(env, env::kMasterPort)) {
+  } else if (d.master_port) {
+    job.master_port = d.master_port->value;
+    from["master_port"] = d.master_port->from;
+  } else if (auto port = d.launcher == "env" ? std::nullopt : env_port(env, env::kMasterPort)) {
     job.master_port = *port;
     from["master_port"] = std::string(env::kMasterPort);
   } else if (!d.job_id.empty()) {
@@ -201,8 +204,8 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   }
 
   // Every rank must agree on these without talking first, so they come from the job's identity.
-  if (!d.job_id.empty())
-    job.run_id = d.launcher + "-" + d.job_id + (d.launcher == "slurm" ? "." + std::to_string(d.step) : "");
+  if (!d.run_id.empty())
+    job.run_id = d.launcher + "-" + d.run_id;
   else
     job.run_id = env(env::kRunId).value_or(d.launcher + "-" + job.master_addr + "-" + std::to_string(job.master_port));
   job.job_token = env(env::kJobToken).value_or("");

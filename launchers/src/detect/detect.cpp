@@ -41,6 +41,7 @@ using detectors::Reading;
 using detectors::Vars;
 
 struct Detector {
+  std::string_view launcher;
   std::string_view source;
   std::function<std::optional<Reading>(const env::Lookup&, std::vector<std::string>&)> read;
 };
@@ -48,14 +49,14 @@ struct Detector {
 // The documented priority; the first that matches wins.
 const std::vector<Detector>& all_detectors() {
   static const std::vector<Detector> table = {
-      {"SLURM step", [](auto& e, auto& notes) { return detectors::read_slurm(Vars(e, "SLURM step"), notes); }},
-      {"Open MPI", [](auto& e, auto&) { return detectors::read_mpi(detectors::kOpenMpi, Vars(e, "Open MPI")); }},
-      {"PMIx", [](auto& e, auto&) { return detectors::read_mpi(detectors::kPmix, Vars(e, "PMIx")); }},
-      {"MPICH/Intel MPI",
+      {"slurm", "SLURM step", [](auto& e, auto& notes) { return detectors::read_slurm(Vars(e, "SLURM step"), notes); }},
+      {"mpi", "Open MPI", [](auto& e, auto&) { return detectors::read_mpi(detectors::kOpenMpi, Vars(e, "Open MPI")); }},
+      {"mpi", "PMIx", [](auto& e, auto&) { return detectors::read_mpi(detectors::kPmix, Vars(e, "PMIx")); }},
+      {"mpi", "MPICH/Intel MPI",
        [](auto& e, auto&) { return detectors::read_mpi(detectors::kMpich, Vars(e, "MPICH/Intel MPI")); }},
-      {"MVAPICH", [](auto& e, auto&) { return detectors::read_mpi(detectors::kMvapich, Vars(e, "MVAPICH")); }},
-      {"horovodrun", [](auto& e, auto&) { return detectors::read_horovod(Vars(e, "horovodrun")); }},
-      {"torchrun-style env", [](auto& e, auto&) { return detectors::read_torch_env(Vars(e, "torchrun-style env")); }},
+      {"mpi", "MVAPICH", [](auto& e, auto&) { return detectors::read_mpi(detectors::kMvapich, Vars(e, "MVAPICH")); }},
+      {"horovod", "horovodrun", [](auto& e, auto&) { return detectors::read_horovod(Vars(e, "horovodrun")); }},
+      {"env", "torchrun-style env", [](auto& e, auto&) { return detectors::read_torch_env(Vars(e, "torchrun-style env")); }},
   };
   return table;
 }
@@ -87,9 +88,21 @@ Detected complete(Reading r) {
   if (!r.local_rank || !r.local_world_size) {
     if (!r.one_node_by_default)
       incomplete(r, r.local_variables + " not set: cannot tell which ranks share this node");
-    // torch's reading of a bare RANK/WORLD_SIZE: every rank on one node.
-    if (!r.local_world_size) r.local_world_size = Sourced<int>{r.world_size->value, "WORLD_SIZE (one node assumed)"};
-    if (!r.local_rank) r.local_rank = Sourced<int>{r.rank->value % r.local_world_size->value, "RANK (one node assumed)"};
+    if (!r.local_world_size) {
+      if (!r.nnodes || r.nnodes->value == 1) {
+        // torch's reading of a bare RANK/WORLD_SIZE: every rank on one node.
+        r.local_world_size = Sourced<int>{r.world_size->value, r.world_size->from + " (one node assumed)"};
+      } else if (r.world_size->value % r.nnodes->value == 0) {
+        r.local_world_size = Sourced<int>{r.world_size->value / r.nnodes->value,
+                                          r.world_size->from + " / " + r.nnodes->from};
+      } else {
+        incomplete(r, show(*r.world_size) + " ranks do not split evenly over " + show(*r.nnodes) +
+                          " nodes; set " + r.local_variables);
+      }
+    }
+    if (!r.local_rank)
+      r.local_rank = Sourced<int>{r.rank->value % r.local_world_size->value,
+                                  r.rank->from + " mod " + r.local_world_size->from};
   }
   const int world = r.world_size->value;
   const int local_world = r.local_world_size->value;
@@ -126,6 +139,7 @@ Detected complete(Reading r) {
   d.master_port = r.master_port;
   d.hosts = std::move(r.hosts);
   d.tasks_per_node = std::move(r.tasks_per_node);
+  d.run_id = r.run_id.empty() ? r.job_id : r.run_id;
   d.job_id = std::move(r.job_id);
   d.step = r.step;
   d.job_id_from = std::move(r.job_id_from);
@@ -136,11 +150,19 @@ Detected complete(Reading r) {
 
 Detection detect(const env::Lookup& env, std::string_view launcher) {
   Detection out;
-  std::vector<Reading> readings;
-  for (const auto& detector : all_detectors())
-    if (auto reading = detector.read(env, out.notes)) readings.push_back(std::move(*reading));
-
   const bool forced = launcher != "auto";
+  std::vector<Reading> readings;
+  for (const auto& detector : all_detectors()) {
+    try {
+      if (auto reading = detector.read(env, out.notes)) readings.push_back(std::move(*reading));
+    } catch (const DetectError& e) {
+      // A forced choice does not depend on the other kinds' variables, broken or not.
+      if (!forced || detector.launcher == launcher) throw;
+      out.notes.push_back("ignoring " + std::string(detector.source) + " variables (--launcher " +
+                          std::string(launcher) + "): " + e.what());
+    }
+  }
+
   const Reading* winner = nullptr;
   for (const auto& r : readings)
     if (!forced || r.launcher == launcher) {

@@ -25,6 +25,7 @@ struct Reading {
   std::string job_id;
   std::uint64_t step = 0;
   std::string job_id_from;
+  std::string run_id;  // job_id plus the step where there is one ("5.0")
   // For the messages when the winner lacks a value: the variables that would have given it.
   std::string rank_variables;
   std::string size_variables;

@@ -112,6 +112,7 @@ std::optional<Reading> read_slurm(const Vars& vars, std::vector<std::string>& no
       r.step = step_number;
     else
       r.job_id += "." + *step;  // "batch", "extern", ...: part of the identity, not a number
+    r.run_id = *job + "." + *step;
     r.job_id_from = "SLURM_JOB_ID and SLURM_STEP_ID";
   }
   return r;

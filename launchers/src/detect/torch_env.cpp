@@ -18,6 +18,7 @@ std::optional<Reading> read_torch_env(const Vars& vars) {
   r.local_rank = vars.integer(env::kLocalRank);
   r.local_world_size = vars.integer(env::kLocalWorldSize, 1);
   r.one_node_by_default = true;
+  r.local_variables = "LOCAL_RANK/LOCAL_WORLD_SIZE";
   const auto node = vars.integer(env::kNodeRank);
   const auto group = vars.integer(env::kGroupRank);
   if (node && group && node->value != group->value)
@@ -27,15 +28,24 @@ std::optional<Reading> read_torch_env(const Vars& vars) {
   r.nnodes = vars.integer(env::kGroupWorldSize, 1);
   if (auto addr = vars.text(env::kMasterAddr); addr && !addr->empty())
     r.master_addr = Sourced<std::string>{*addr, std::string(env::kMasterAddr)};
-  if (auto port = vars.integer(env::kMasterPort, 1)) {
-    if (port->value > 65535) vars.fail("MASTER_PORT=" + std::to_string(port->value) + " is not a port (1 to 65535)");
-    r.master_port = port;
-  }
   for (std::string_view name : {"TORCHELASTIC_RUN_ID", "IDIST_RUN_ID"}) {
     if (auto id = vars.text(name)) {
       r.job_id = *id;
       r.job_id_from = std::string(name);
       break;
+    }
+  }
+  if (auto port = vars.integer(env::kMasterPort, 1)) {
+    if (port->value > 65535) vars.fail("MASTER_PORT=" + std::to_string(port->value) + " is not a port (1 to 65535)");
+    // torchrun's agent already serves its own store on MASTER_PORT (its workers connect as
+    // clients): rank 0's store needs another port, derived alike on every rank.
+    const auto agent_store = vars.text("TORCHELASTIC_USE_AGENT_STORE");
+    if (agent_store && (*agent_store == "True" || *agent_store == "1") && !r.job_id.empty()) {
+      r.job_id += ":" + std::to_string(port->value);
+      if (auto restart = vars.integer("TORCHELASTIC_RESTART_COUNT")) r.step = static_cast<std::uint64_t>(restart->value);
+      r.job_id_from += ", MASTER_PORT (torchrun's agent store) and TORCHELASTIC_RESTART_COUNT";
+    } else {
+      r.master_port = port;
     }
   }
   return r;

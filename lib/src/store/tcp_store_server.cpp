@@ -245,6 +245,9 @@ TcpStoreServer::TcpStoreServer(const StoreServerOptions& options) : impl_(std::m
                                                                          : tcp::endpoint(tcp::v4(), options.port);
     try_bind(any);
   }
+  if (ec == boost::system::errc::address_in_use)
+    throw std::runtime_error("cannot listen on " + where + " for the store: " + ec.message() +
+                             " (another job on this port? choose one with --master-port or MASTER_PORT)");
   if (ec) throw std::runtime_error("cannot listen on " + where + " for the store: " + ec.message());
 
   impl_->accept();

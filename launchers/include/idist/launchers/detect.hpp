@@ -45,6 +45,7 @@ struct Detected {
   std::string job_id;                       // the same on every rank of the job; empty when unknown
   std::uint64_t step = 0;                   // SLURM step id: steps of one job get different ports
   std::string job_id_from;                  // the variables job_id and step came from
+  std::string run_id;                       // the job's (and step's) identity, for IDIST_RUN_ID; empty when unknown
 };
 
 struct Detection {
