@@ -125,7 +125,13 @@ int run(const Cli& cli) {
   spdlog::info("{} ({}): world size {}, {} here, MASTER_ADDR={} MASTER_PORT={} run id {}",
                plan.job.launcher, plan.mode == L::Mode::exec ? "exec in place" : "spawn", plan.job.world_size,
                plan.local_count, plan.job.master_addr, plan.job.master_port, plan.job.run_id);
-  if (plan.mode == L::Mode::exec) L::exec_in_place(plan, path, environ);
+  if (plan.mode == L::Mode::exec) {
+    // The program replaces us: there is no output to tag and no rank of ours to stop.
+    if (cli.tag_output)
+      spdlog::warn("--tag-output does nothing when idist-run execs in place (one task per rank); "
+                   "the outer launcher's own option does it (srun --label, mpirun --tag-output)");
+    L::exec_in_place(plan, path, environ);
+  }
 
   std::vector<L::ProcessSpec> processes;
   for (int local = 0; local < plan.local_count; ++local)
