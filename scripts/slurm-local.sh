@@ -10,7 +10,8 @@
 # One node is called "localhost" (so its name resolves anywhere); two emulated nodes are
 # node1 and node2, each its own slurmd on its own port, both mapped to 127.0.0.1 in
 # /etc/hosts, so srun -N2 gives real multi-node variables (SLURM_STEP_NODELIST=node[1-2]).
-# `stop` kills the daemons by the pids in their pid files. Needs root (SlurmUser=root).
+# `stop` kills the daemons by the pids in their pid files (munged too when `start` started it)
+# and takes its lines out of /etc/hosts. Needs root (SlurmUser=root).
 # See ../shared/SLURM-LOCAL.md for why each setting is there.
 set -euo pipefail
 
@@ -41,11 +42,28 @@ kill_pidfile() {
   rm -f "$f"
 }
 
-stop() {
+HOSTS_TAG="added by idist scripts/slurm-local.sh"
+
+stop_slurm() {
   for f in "$dir"/slurmd-*.pid "$dir"/slurmctld.pid; do kill_pidfile "$f"; done
 }
 
-if [ "$action" = stop ]; then stop; exit 0; fi
+# Everything start did: the daemons (munged only if we started it) and our /etc/hosts lines.
+stop() {
+  stop_slurm
+  kill_pidfile "$dir/munged.pid"
+  if grep -q "$HOSTS_TAG" /etc/hosts 2>/dev/null; then
+    # /etc/hosts may be a bind mount: rewrite it in place rather than replace it (sed -i would).
+    local kept
+    kept=$(grep -v "$HOSTS_TAG" /etc/hosts)
+    printf '%s\n' "$kept" >/etc/hosts
+  fi
+}
+
+if [ "$action" = stop ]; then
+  [ -d "$dir" ] && stop
+  exit 0
+fi
 [ "$action" = start ] || usage
 [ "$(id -u)" -eq 0 ] || { echo "slurm-local: must run as root (SlurmUser=root)" >&2; exit 1; }
 for tool in slurmctld slurmd munged sinfo; do
@@ -59,6 +77,7 @@ dir=$(cd "$dir" && pwd)
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   install -d -o munge -g munge -m 0755 /run/munge
   runuser -u munge -- /usr/sbin/munged
+  cp /run/munge/munged.pid "$dir/munged.pid" 2>/dev/null || true
   for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 
@@ -71,7 +90,7 @@ else
 NodeName=node2 NodeHostname=$(hostname) NodeAddr=127.0.0.1 Port=6822 CPUs=$cpus State=UNKNOWN"
   # The step's node names must resolve: rank 0's address is the first of them.
   for n in "${names[@]}"; do
-    getent hosts "$n" >/dev/null || echo "127.0.0.1 $n  # added by idist scripts/slurm-local.sh" >> /etc/hosts
+    getent hosts "$n" >/dev/null || echo "127.0.0.1 $n  # $HOSTS_TAG" >> /etc/hosts
   done
 fi
 
@@ -109,7 +128,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 EOF
 export SLURM_CONF=$dir/slurm.conf
 
-stop  # leftovers from an earlier run in the same DIR
+stop_slurm  # leftovers from an earlier run in the same DIR
 slurmctld -f "$SLURM_CONF" -i
 for n in "${names[@]}"; do
   mkdir -p "$dir/spool-$n"

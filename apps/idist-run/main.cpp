@@ -166,7 +166,8 @@ int main(int argc, char** argv) {
       ->envname("IDIST_PORT_RANGE")
       ->capture_default_str();
   app.add_option("--launcher", cli.launcher, "Where the job's topology comes from (auto detects)")
-      ->check(CLI::IsMember({"auto", "spawn", "slurm", "mpi", "horovod", "env"}))
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(idist::launchers::kLauncherChoices),
+                                                     std::end(idist::launchers::kLauncherChoices))))
       ->capture_default_str();
   app.add_flag("--force-spawn", cli.force_spawn,
                "Start -n ranks per task even when the outer launcher already runs several tasks on this node");

@@ -39,7 +39,8 @@ std::string dry_run_json(const LaunchPlan& plan) {
     ranks.push_back({{"rank", contract.rank}, {"local_rank", contract.local_rank}, {"env", std::move(vars)}});
   }
   out["ranks"] = std::move(ranks);
-  return out.dump(2);
+  // Arguments need not be UTF-8; replace what is not rather than fail.
+  return out.dump(2, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace idist::launchers

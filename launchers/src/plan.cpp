@@ -23,6 +23,18 @@ std::string this_host() {
   return name;
 }
 
+// What the env contract accepts (env_contract.cpp).
+constexpr int kMaxRanks = 1 << 24;
+
+std::string show_value(const Sourced<int>& v) { return v.from + "=" + std::to_string(v.value); }
+
+std::string join_counts(const std::vector<int>& counts) {
+  std::string out;
+  for (std::size_t i = 0; i < counts.size() && i < 16; ++i) out += (i ? "," : "") + std::to_string(counts[i]);
+  if (counts.size() > 16) out += ",...";
+  return out;
+}
+
 std::string count_text(int n, std::string_view what) {
   return std::to_string(n) + " " + std::string(what) + (n == 1 ? "" : "s");
 }
@@ -50,7 +62,7 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
   if (nnodes > 1 && !o.master_addr)
     throw UsageError("--nnodes " + std::to_string(nnodes) +
                      " needs --master-addr: the address of node 0, where rank 0 runs, the same on every node");
-  if (static_cast<long long>(nnodes) * k > (1 << 24))
+  if (static_cast<long long>(nnodes) * k > kMaxRanks)
     throw UsageError("--nnodes " + std::to_string(nnodes) + " x --nproc-per-node " + std::to_string(k) +
                      " ranks is more than idist handles");
 
@@ -138,12 +150,22 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
     from["local_rank"] = d.local_rank.from;
     from["local_world_size"] = d.local_world_size.from;
   } else {
-    if (d.local_world_size.value > 1 && !o.force_spawn)
-      throw UsageError(d.source + " already runs " + count_text(d.local_world_size.value, "task") +
-                       " on this node (" + d.local_world_size.from + ") and each asks for -n " +
-                       std::to_string(k) + " (" + std::to_string(d.local_world_size.value * k) +
-                       " ranks on this node): start one task per node (e.g. srun --ntasks-per-node=1), or drop -n to run "
-                       "one rank per task; --force-spawn starts them anyway");
+    // Judged on the busiest node, not this one, so that every task of an uneven job refuses
+    // alike instead of some starting and then waiting for the others until the timeout.
+    int most_tasks = d.local_world_size.value;
+    std::string most_from = show_value(d.local_world_size);
+    if (!d.tasks_per_node.empty()) {
+      most_tasks = *std::max_element(d.tasks_per_node.begin(), d.tasks_per_node.end());
+      most_from = "tasks per node " + join_counts(d.tasks_per_node);
+    }
+    if (most_tasks > 1 && !o.force_spawn)
+      throw UsageError(d.source + " runs up to " + count_text(most_tasks, "task") + " on a node (" + most_from +
+                       ") and each asks for -n " + std::to_string(k) + ": " +
+                       std::to_string(static_cast<long long>(most_tasks) * k) + " ranks on that node; start one task per node (srun --ntasks-per-node=1, "
+                       "mpirun --map-by ppr:1:node), or drop -n to run one rank per task; --force-spawn starts them anyway");
+    if (static_cast<long long>(d.world_size.value) * k > kMaxRanks)
+      throw UsageError(show_value(d.world_size) + " tasks x --nproc-per-node " + std::to_string(k) +
+                       " ranks is more than idist handles (" + std::to_string(kMaxRanks) + ")");
     plan.mode = Mode::spawn;
     plan.local_count = k;
     // Node-major: the tasks on earlier nodes come first, where the launcher says how many there are.
@@ -151,7 +173,8 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
     std::string before_from = d.rank.from;
     if (!d.tasks_per_node.empty()) {
       const auto node = static_cast<std::size_t>(d.node_rank.value);
-      tasks_before = std::accumulate(d.tasks_per_node.begin(), d.tasks_per_node.begin() + static_cast<long>(node), 0) +
+      tasks_before = static_cast<int>(std::accumulate(d.tasks_per_node.begin(),
+                                                      d.tasks_per_node.begin() + static_cast<long>(node), 0LL)) +
                      d.local_rank.value;
       before_from = "tasks on earlier nodes + " + d.local_rank.from;
     }
@@ -195,6 +218,9 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
     job.master_port = *port;
     from["master_port"] = std::string(env::kMasterPort);
   } else if (!d.job_id.empty()) {
+    // torchrun's agent store owns MASTER_PORT (torch_env.cpp): our ranks' MASTER_PORT is rank
+    // 0's own store, which torch programs must then create rather than join.
+    if (d.launcher == "env" && env("TORCHELASTIC_USE_AGENT_STORE")) plan.unset.push_back("TORCHELASTIC_USE_AGENT_STORE");
     job.master_port = derived_port(d.job_id, d.step, o.port_range);
     from["master_port"] = "derived from " + d.job_id_from + " into --port-range " + std::to_string(o.port_range.first) +
                           "-" + std::to_string(o.port_range.last);
@@ -209,9 +235,12 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   else
     job.run_id = env(env::kRunId).value_or(d.launcher + "-" + job.master_addr + "-" + std::to_string(job.master_port));
   job.job_token = env(env::kJobToken).value_or("");
-  if (job.job_token.empty())
+  if (job.job_token.empty() && plan.mode == Mode::spawn && d.world_size.value == 1) {
+    job.job_token = random_token();  // the job's only task: every rank is our child, so we can make one up
+  } else if (job.job_token.empty()) {
     plan.notes.push_back("IDIST_JOB_TOKEN is not set: rank 0's store accepts any client that reaches it; export a "
                          "secret to the job (the same for every task) to require it");
+  }
   plan.hosts = d.hosts.empty() ? std::vector<std::string>{this_host()} : d.hosts;
   return plan;
 }
@@ -234,7 +263,8 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
     return static_plan(o, env);
   }
   std::vector<std::string> notes;
-  if (o.launcher == "spawn" || o.no_detect) {
+  // An explicit --launcher beats IDIST_NO_DETECT from the environment.
+  if (o.launcher == "spawn" || (o.no_detect && o.launcher == "auto")) {
     notes.push_back(o.no_detect ? "detection off: IDIST_NO_DETECT=1" : "detection off: --launcher spawn");
   } else {
     auto detection = detect(env, o.launcher);
@@ -267,11 +297,18 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   }
   // A value inherited from an outer job must not leak into ours (ours re-sets what it keeps).
   for (auto name : {env::kJobToken, env::kRunId, env::kLauncher}) vars.erase(std::string(name));
+  for (const auto& name : plan.unset) vars.erase(name);
   for (auto& [name, value] : env::to_variables(rank_contract(plan, index))) vars[name] = value;
   // Ranks share the cores; without this every OpenMP runtime starts one thread per core.
   if (!vars.count(std::string(env::kOmpNumThreads))) {
-    const unsigned per_rank = usable_cores() / static_cast<unsigned>(std::max(1, plan.job.local_world_size));
-    vars[std::string(env::kOmpNumThreads)] = std::to_string(std::max(1u, per_rank));
+    const unsigned mask = usable_cores();
+    const unsigned all = std::max(1u, std::thread::hardware_concurrency());
+    // Spawned ranks share our cores. A task the outer launcher bound (a mask narrower than the
+    // machine) already has its own share; an unbound one shares the machine with its node's tasks.
+    const unsigned share = plan.mode == Mode::spawn ? static_cast<unsigned>(plan.local_count)
+                           : mask < all             ? 1u
+                                                    : static_cast<unsigned>(std::max(1, plan.job.local_world_size));
+    vars[std::string(env::kOmpNumThreads)] = std::to_string(std::max(1u, mask / share));
   }
   std::vector<std::string> out;
   out.reserve(vars.size());

@@ -29,69 +29,124 @@ std::string choose_backend(const env::Contract& contract, const InitOptions& opt
   return contract.backend;
 }
 
-// "node 1 (ranks 4-7)", "rank 5 (node 1)": the missing ranks, by node where the layout tells
-// them (every node holding local_world_size ranks, as idist-run and torchrun place them).
-std::string describe_missing(const std::vector<bool>& present, const env::Contract& c) {
-  const int per_node = c.local_world_size;
-  const bool by_node = static_cast<long long>(c.nnodes) * per_node == c.world_size && c.nnodes > 1;
-  std::vector<std::string> items;
-  int missing = 0;
-  for (int r = 0; r < c.world_size; ++r) {
-    if (present[static_cast<std::size_t>(r)]) continue;
-    ++missing;
-    if (!by_node) {
-      items.push_back("rank " + std::to_string(r));
-      continue;
-    }
-    const int node = r / per_node;
-    const int first = node * per_node;
-    const int last = first + per_node - 1;
-    bool whole = true;
-    for (int q = first; q <= last; ++q) whole = whole && !present[static_cast<std::size_t>(q)];
-    if (!whole) {
-      items.push_back("rank " + std::to_string(r) + " (node " + std::to_string(node) + ")");
-    } else if (r == first) {
-      items.push_back("node " + std::to_string(node) +
-                      (per_node == 1 ? " (rank " + std::to_string(first) + ")"
-                                     : " (ranks " + std::to_string(first) + "-" + std::to_string(last) + ")"));
-    }
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds remaining(Clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+}
+
+std::vector<std::string> numbered_keys(const std::string& prefix, int count) {
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) keys.push_back(prefix + std::to_string(i));
+  return keys;
+}
+
+// The store takes at most wire::kMaxKeys keys per request; a world can have more ranks.
+constexpr std::size_t kKeysPerRequest = 1 << 16;
+
+void wait_all(Store& store, const std::vector<std::string>& keys, Clock::time_point deadline) {
+  for (std::size_t i = 0; i < keys.size(); i += kKeysPerRequest) {
+    const auto end = keys.begin() + static_cast<long>(std::min(keys.size(), i + kKeysPerRequest));
+    store.wait({keys.begin() + static_cast<long>(i), end}, remaining(deadline));
   }
-  if (missing == 0) return "every rank has joined by now";
+}
+
+std::vector<bool> check_all(Store& store, const std::vector<std::string>& keys) {
+  std::vector<bool> present;
+  for (std::size_t i = 0; i < keys.size(); i += kKeysPerRequest) {
+    const auto end = keys.begin() + static_cast<long>(std::min(keys.size(), i + kKeysPerRequest));
+    const auto part = store.check({keys.begin() + static_cast<long>(i), end});
+    present.insert(present.end(), part.begin(), part.end());
+  }
+  return present;
+}
+
+// "node 1 never joined; missing ranks 4, 5, 6, 7 (4 of 8)". Nodes are named from the nodes
+// that reported in, so the answer is right whatever the placement (cyclic included).
+std::string describe_missing(const std::vector<bool>& ranks, const std::vector<bool>& nodes) {
   constexpr std::size_t kShown = 8;
+  auto list = [](const std::vector<bool>& present, std::size_t& missing) {
+    std::string out;
+    std::size_t shown = 0;
+    for (std::size_t i = 0; i < present.size(); ++i) {
+      if (present[i]) continue;
+      if (++missing > kShown) continue;
+      out += (shown++ ? ", " : "") + std::to_string(i);
+    }
+    if (missing > kShown) out += ", ...";
+    return out;
+  };
+  std::size_t missing_nodes = 0;
+  std::size_t missing_ranks = 0;
+  const auto node_list = list(nodes, missing_nodes);
+  const auto rank_list = list(ranks, missing_ranks);
+  if (missing_ranks == 0) return "every rank has joined by now";
   std::string out;
-  for (std::size_t i = 0; i < items.size() && i < kShown; ++i) out += (i ? ", " : "") + items[i];
-  if (items.size() > kShown) out += " and " + std::to_string(items.size() - kShown) + " more";
-  return out + " never joined";
+  if (missing_nodes > 0) out = (missing_nodes == 1 ? "node " : "nodes ") + node_list + " never joined; ";
+  return out + "missing rank" + (missing_ranks == 1 ? " " : "s ") + rank_list + " (" + std::to_string(missing_ranks) +
+         " of " + std::to_string(ranks.size()) + ")";
 }
 
 }  // namespace
 
-void Runtime::join() {
+void Runtime::join(Clock::time_point deadline) {
   const std::string prefix = std::string(kWorldPrefix) + "joined/";
-  std::vector<std::string> keys;
-  for (int r = 0; r < contract_.world_size; ++r) keys.push_back(prefix + std::to_string(r));
-  store_->set(keys[static_cast<std::size_t>(contract_.rank)], {});
-  try {
-    store_->wait(keys, contract_.timeout);
-  } catch (const TimeoutFailure& e) {
-    const std::string waited = fmt::format("timed out after {:g}s waiting for all {} ranks to join: ",
-                                           static_cast<double>(contract_.timeout.count()) / 1000, contract_.world_size);
-    std::vector<bool> present;
+  const std::string result_key = prefix + "result";
+  const auto& c = contract_;
+  store_->set(prefix + "rank/" + std::to_string(c.rank), {});
+  store_->set(prefix + "node/" + std::to_string(c.node_rank), {});
+  const std::string waited =
+      fmt::format("timed out after {:g}s waiting for all {} ranks to join: ", static_cast<double>(c.timeout.count()) / 1000,
+                  c.world_size);
+  constexpr auto kMargin = std::chrono::seconds(5);  // for rank 0 to find out who is missing and say so
+
+  if (c.rank != 0) {
+    // Only rank 0 waits for everyone (N keys, not N^2); the others wait for its verdict.
     try {
-      // The timed-out connection is closed; a fresh one asks who is there.
-      TcpStore probe(TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token,
-                                     std::chrono::seconds(2)});
-      present = probe.check(keys);
+      store_->wait({result_key}, remaining(deadline + kMargin));
+    } catch (const TimeoutFailure&) {
+      throw TimeoutFailure(waited + "rank 0 never reported who was missing");
+    }
+    const auto verdict = store_->get(result_key);
+    if (verdict.empty()) return;
+    store_->set(prefix + "ack/" + std::to_string(c.rank), {});
+    throw TimeoutFailure(waited + std::string(verdict.begin(), verdict.end()));
+  }
+
+  const auto rank_keys = numbered_keys(prefix + "rank/", c.world_size);
+  try {
+    wait_all(*store_, rank_keys, deadline);
+    store_->set(result_key, {});
+    return;
+  } catch (const TimeoutFailure& e) {
+    std::string verdict;
+    try {
+      // The timed-out connection is closed; a fresh one to our own server finds out who came,
+      // tells them, and gives them a moment to read it before the store goes away with us.
+      TcpStore probe(TcpStoreOptions{c.master_addr, c.master_port, c.job_token, std::chrono::seconds(2)});
+      const auto ranks = check_all(probe, rank_keys);
+      verdict = describe_missing(ranks, check_all(probe, numbered_keys(prefix + "node/", c.nnodes)));
+      probe.set(result_key, {verdict.begin(), verdict.end()});
+      std::vector<std::string> acks;
+      for (int r = 1; r < c.world_size; ++r)
+        if (ranks[static_cast<std::size_t>(r)]) acks.push_back(prefix + "ack/" + std::to_string(r));
+      try {
+        wait_all(probe, acks, Clock::now() + std::chrono::seconds(2));
+      } catch (const std::exception&) {
+        // They had their chance; rank 0's own error is what matters now.
+      }
     } catch (const std::exception&) {
       throw TimeoutFailure(waited + e.what());
     }
-    throw TimeoutFailure(waited + describe_missing(present, contract_) +
-                         " (IDIST_TIMEOUT bounds the wait; check that every node started with the same --nnodes, "
-                         "--master-addr and --master-port)");
+    throw TimeoutFailure(waited + verdict);
   }
 }
 
 Runtime::Runtime(const env::Contract& contract, const InitOptions& options) : contract_(contract) {
+  // One deadline for the whole rendezvous: reaching the store and everyone joining.
+  const auto deadline = Clock::now() + contract_.timeout;
   const std::string backend = choose_backend(contract_, options);
   ErrorSite site{contract_.rank, contract_.world_size, "init", backend};
   try {
@@ -103,7 +158,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options) : co
             StoreServerOptions{contract_.master_addr, contract_.master_port, contract_.job_token});
       store_ = std::make_unique<TcpStore>(
           TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, contract_.timeout});
-      join();
+      join(deadline);
     }
     auto impl = make_backend(backend, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
                                                   contract_.timeout, contract_});
@@ -130,9 +185,7 @@ void Runtime::finalize() {
     const std::string key = std::string(kWorldPrefix) + "finalized/";
     store_->set(key + std::to_string(contract_.rank), {});
     if (contract_.rank == 0) {
-      std::vector<std::string> keys;
-      for (int r = 0; r < contract_.world_size; ++r) keys.push_back(key + std::to_string(r));
-      store_->wait(keys, contract_.timeout);
+      wait_all(*store_, numbered_keys(key, contract_.world_size), Clock::now() + contract_.timeout);
     }
   } catch (const std::exception& e) {
     // finalize() must not hang or throw at exit; a peer that never arrived is worth a warning.

@@ -2,6 +2,7 @@
 // What init() builds: the contract it read, the store (served by rank 0), and the world group.
 // The library's one piece of global mutable state is the default Runtime (runtime.cpp).
 
+#include <chrono>
 #include <memory>
 
 #include "idist/env_contract.hpp"
@@ -29,7 +30,7 @@ class Runtime {
  private:
   // Every rank announces itself before the backend connects, so that ranks which never come
   // are named (with their node) rather than surfacing as the backend's anonymous timeout.
-  void join();
+  void join(std::chrono::steady_clock::time_point deadline);
 
   env::Contract contract_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only

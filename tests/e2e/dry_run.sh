@@ -108,8 +108,11 @@ bad "bad step node list" "SLURM_STEP_NODELIST: invalid host list 'node[2-1]'" "$
 bad "tasks per node not adding up" "adds up to 4 tasks but SLURM_STEP_NUM_TASKS=3" \
   "${SLURM_TASK[@]/SLURM_STEP_TASKS_PER_NODE=2,1/SLURM_STEP_TASKS_PER_NODE=2(x2)}"
 bad "RANK without WORLD_SIZE" "RANK=2 is set but WORLD_SIZE is not" RANK=2
-bad "PMIx without a size" "PMIX_SIZE is not" PMIX_RANK=0
 bad "IDIST_NO_DETECT=maybe" "IDIST_NO_DETECT='maybe'" IDIST_NO_DETECT=maybe
+
+out=$(plan PMIX_RANK=0 PMIX_NAMESPACE=ns "$RUN" --dry-run /bin/true 2>&1)
+check "PMIx without a size (PMIx never exports one): not enough to place us, spawn" equals "$(q .launcher "$out")" spawn
+check "PMIx without a size: a note says why" contains "$(q '.notes[]' "$out")" "PMIX_RANK=0 is set but PMIX_SIZE is not"
 
 out=$(plan "$RUN" --dry-run --launcher mpi /bin/true 2>&1)
 check "--launcher mpi with no MPI variables: exit 2" equals $? 2

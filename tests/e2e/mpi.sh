@@ -40,7 +40,7 @@ done
 out=$("${MPIRUN[@]}" -np 2 "$RUN" -n 2 "$EX/all_reduce" 2>&1)
 check "mpirun -np 2 idist-run -n 2 on one node is refused" test $? -ne 0
 check "the refusal names OMPI_COMM_WORLD_LOCAL_SIZE and --force-spawn" \
-  contains "$out" "Open MPI already runs 2 tasks on this node (OMPI_COMM_WORLD_LOCAL_SIZE)"
+  contains "$out" "Open MPI runs up to 2 tasks on a node (OMPI_COMM_WORLD_LOCAL_SIZE=2)"
 
 out=$("${MPIRUN[@]}" -np 2 "$RUN" --dry-run --launcher spawn -n 2 "$EX/all_reduce" 2>/dev/null | head -c 20000)
 check "--launcher spawn under mpirun ignores MPI's variables" contains "$out" '"launcher": "spawn"'

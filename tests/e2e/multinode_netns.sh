@@ -12,7 +12,12 @@ B=idist-b$tag
 net=$((tag % 250))
 ADDR_A=10.77.$net.1
 ADDR_B=10.77.$net.2
-cleanup() { ip netns del "$A" 2>/dev/null; ip netns del "$B" 2>/dev/null; rm -f "/tmp/idist-netns-$tag.out"; }
+cleanup() {
+  ip netns del "$A" 2>/dev/null
+  ip netns del "$B" 2>/dev/null
+  ip link del "va$tag" 2>/dev/null  # left in the root namespace if the set-up failed half way
+  rm -f "/tmp/idist-netns-$tag.out"
+}
 trap cleanup EXIT
 
 make_hosts() {

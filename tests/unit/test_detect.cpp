@@ -170,8 +170,13 @@ TEST_CASE("PMIx alone") {
     CAPTURE(msg);
     CHECK(contains(msg, "PMIX_LOCAL_RANK"));
   }
-  SUBCASE("without any size") {
-    const auto msg = detect_error({{"PMIX_RANK", "1"}, {"PMIX_NAMESPACE", "ns"}});
+  SUBCASE("without any size: PMIx never exports one, so it is not enough to win, and a note says so") {
+    const Env env = {{"PMIX_RANK", "1"}, {"PMIX_NAMESPACE", "ns"}};
+    const auto detection = detect(from(env));
+    CHECK_FALSE(detection.found.has_value());
+    CHECK(any_note(detection, "PMIX_RANK=1 is set but PMIX_SIZE is not"));
+    // Forced, it is an error saying what is missing.
+    const auto msg = detect_error(env, "mpi");
     CAPTURE(msg);
     CHECK(contains(msg, "PMIX_SIZE"));
     CHECK(contains(msg, "PMIX_RANK=1"));
@@ -498,4 +503,42 @@ TEST_CASE("derived ports") {
     CHECK(q >= 100);
     CHECK(q <= 109);
   }
+}
+
+// ---------------------------------------------------------------- uneven layouts
+
+TEST_CASE("mpirun with uneven hosts (-H a:2,b:1): the node cannot be derived, so it is refused on every rank") {
+  // Rank 2 is alone on host b; rank 0 shares host a. Deriving rank / local size would put rank
+  // 2 on node 2 of 2 and rank 0 on node 0 of 2 (nodes disagreeing): refuse instead.
+  const Env rank2 = {{"OMPI_COMM_WORLD_RANK", "2"},       {"OMPI_COMM_WORLD_SIZE", "3"},
+                     {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+                     {"OMPI_MCA_orte_num_nodes", "2"},    {"OMPI_MCA_ess_base_jobid", "1"}};
+  const Env rank0 = with(rank2, {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  for (const auto& env : {rank0, rank2}) {
+    const auto msg = detect_error(env);
+    CAPTURE(msg);
+    CHECK(contains(msg, "different numbers of ranks"));
+    CHECK(contains(msg, "--map-by ppr:K:node"));
+  }
+  // MPICH gives no node count: the ranks on host a see the layout cannot be even and refuse.
+  // (Rank 2, alone on b, cannot tell 2+1 from 1+1+1; it fails when the others never join.)
+  const auto msg = detect_error({{"PMI_RANK", "0"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}});
+  CHECK(contains(msg, "PMI_SIZE=3 with MPI_LOCALNRANKS=2 on this node"));
+}
+
+TEST_CASE("horovodrun on uneven hosts: CROSS_SIZE is not the node count there") {
+  // Hosts a:2, b:1; rank 1 is local rank 1, which only host a has: CROSS_SIZE=1.
+  const Env rank1 = {{"HOROVOD_RANK", "1"},       {"HOROVOD_SIZE", "3"},       {"HOROVOD_LOCAL_RANK", "1"},
+                     {"HOROVOD_LOCAL_SIZE", "2"}, {"HOROVOD_CROSS_RANK", "0"}, {"HOROVOD_CROSS_SIZE", "1"}};
+  CHECK(contains(detect_error(rank1), "different numbers of ranks"));
+}
+
+TEST_CASE("sources must agree on the node too") {
+  // A container hook that sets the torch variables with NODE_RANK=0 on every node, under srun.
+  const auto msg = detect_error(with(kSrunCyclicTask1, {{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"NODE_RANK", "0"}}));
+  CHECK(contains(msg, "SLURM_NODEID=1 (SLURM step) and NODE_RANK=0 (torchrun-style env) disagree"));
+}
+
+TEST_CASE("a bare RANK left in the shell: the error says how to get rid of it") {
+  CHECK(contains(detect_error({{"RANK", "2"}}), "IDIST_NO_DETECT=1"));
 }

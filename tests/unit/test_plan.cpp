@@ -462,3 +462,90 @@ TEST_CASE("rank_environment sets the contract over what the outer job left") {
   CHECK(vars.at("IDIST_RUN_ID") == plan.job.run_id);
   CHECK(vars.at("X") == "1");
 }
+
+// ---------------------------------------------------------------- uneven layouts and edge cases
+
+TEST_CASE("a doubled launch on uneven nodes is refused on every node, not only the busy one") {
+  // srun -N2 -n3 idist-run -n 2: node 0 runs 2 tasks, node 1 one. Were node 1 to start, its
+  // ranks would wait for node 0's until the timeout.
+  for (const auto& task : {kSrunCyclicTask1, kSrunCyclicTask2}) {
+    const auto msg = usage_error(options(2), task);
+    CAPTURE(msg);
+    CHECK(contains(msg, "runs up to 2 tasks on a node (tasks per node 2,1)"));
+    CHECK(contains(msg, "--force-spawn"));
+  }
+}
+
+TEST_CASE("--force-spawn on uneven cyclic nodes: global ranks stay node-major") {
+  // srun -N2 -n5 --distribution=cyclic, tasks per node 3,2; each task spawns 2 ranks.
+  const Env base = {{"SLURM_JOB_ID", "9"},          {"SLURM_STEP_ID", "0"},
+                    {"SLURM_STEP_NUM_TASKS", "5"},  {"SLURM_STEP_NUM_NODES", "2"},
+                    {"SLURM_STEP_TASKS_PER_NODE", "3,2"}, {"SLURM_STEP_NODELIST", "n[1-2]"}};
+  auto o = options(2);
+  o.force_spawn = true;
+  // (procid, nodeid, localid) under cyclic placement -> the first global rank it spawns.
+  const std::vector<std::tuple<int, int, int, int>> tasks = {
+      {0, 0, 0, 0}, {1, 1, 0, 6}, {2, 0, 1, 2}, {3, 1, 1, 8}, {4, 0, 2, 4}};
+  std::vector<int> seen;
+  for (const auto& [procid, nodeid, localid, first] : tasks) {
+    const auto plan = make_plan(o, from(with(base, {{"SLURM_PROCID", std::to_string(procid)},
+                                                    {"SLURM_NODEID", std::to_string(nodeid)},
+                                                    {"SLURM_LOCALID", std::to_string(localid)}})));
+    CAPTURE(procid);
+    CHECK(plan.job.world_size == 10);
+    CHECK(rank_contract(plan, 0).rank == first);
+    CHECK(rank_contract(plan, 0).local_rank == localid * 2);
+    CHECK(plan.job.local_world_size == (nodeid == 0 ? 6 : 4));
+    for (int i = 0; i < plan.local_count; ++i) seen.push_back(rank_contract(plan, i).rank);
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+}
+
+TEST_CASE("per-node spawn under a one-task job makes its own token; several tasks cannot") {
+  const Env one_task = with(kSrunOnePerNodeTask1, {{"SLURM_PROCID", "0"},
+                                                   {"SLURM_NODEID", "0"},
+                                                   {"SLURM_STEP_NUM_TASKS", "1"},
+                                                   {"SLURM_NTASKS", "1"},
+                                                   {"SLURM_STEP_NUM_NODES", "1"},
+                                                   {"SLURM_NNODES", "1"},
+                                                   {"SLURM_STEP_TASKS_PER_NODE", "1"},
+                                                   {"SLURM_STEP_NODELIST", "node1"}});
+  CHECK(make_plan(options(3), from(one_task)).job.job_token.size() == 32);
+  const auto two_nodes = make_plan(options(3), from(kSrunOnePerNodeTask1));
+  CHECK(two_nodes.job.job_token.empty());
+  CHECK(any_note(two_nodes, "IDIST_JOB_TOKEN is not set"));
+  CHECK(make_plan(options(3), from(with(kSrunOnePerNodeTask1, {{"IDIST_JOB_TOKEN", "s3cret"}}))).job.job_token ==
+        "s3cret");
+}
+
+TEST_CASE("a job too large for the contract is refused, not wrapped around") {
+  const auto msg = usage_error(options(4096), {{"RANK", "0"}, {"WORLD_SIZE", "1000000"}, {"LOCAL_RANK", "0"},
+                                               {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  CHECK(contains(msg, "more than idist handles"));
+}
+
+TEST_CASE("an explicit --launcher beats IDIST_NO_DETECT") {
+  auto o = options();
+  o.no_detect = true;
+  CHECK(make_plan(o, from(kSrunCyclicTask1)).job.launcher == "spawn");
+  o.launcher = "slurm";
+  CHECK(make_plan(o, from(kSrunCyclicTask1)).job.launcher == "slurm");
+}
+
+TEST_CASE("under torchrun's agent store the ranks create rank 0's store instead of joining torchrun's") {
+  const Env env = with(kTorchrunRank1, {{"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  const auto plan = make_plan(options(), from(env));
+  CHECK(plan.job.master_port != 29400);
+  CHECK(contains(plan.provenance.at("master_port"), "agent store"));
+  char entry[] = "TORCHELASTIC_USE_AGENT_STORE=True";
+  char* base[] = {entry, nullptr};
+  const auto vars = rank_environment(plan, 0, base);
+  CHECK(std::none_of(vars.begin(), vars.end(), [](const auto& v) { return v.starts_with("TORCHELASTIC_USE_AGENT_STORE="); }));
+}
+
+TEST_CASE("dry_run_json survives arguments that are not UTF-8") {
+  auto o = options(1);
+  o.command = {"/bin/echo", "\xff\xfe"};
+  CHECK_NOTHROW(nlohmann::json::parse(dry_run_json(make_plan(o, from({})))));
+}

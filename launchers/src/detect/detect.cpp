@@ -43,30 +43,35 @@ using detectors::Vars;
 struct Detector {
   std::string_view launcher;
   std::string_view source;
-  std::function<std::optional<Reading>(const env::Lookup&, std::vector<std::string>&)> read;
+  std::function<std::optional<Reading>(const Vars&, std::vector<std::string>&)> read;
 };
 
 // The documented priority; the first that matches wins.
 const std::vector<Detector>& all_detectors() {
+  using namespace detectors;
   static const std::vector<Detector> table = {
-      {"slurm", "SLURM step", [](auto& e, auto& notes) { return detectors::read_slurm(Vars(e, "SLURM step"), notes); }},
-      {"mpi", "Open MPI", [](auto& e, auto&) { return detectors::read_mpi(detectors::kOpenMpi, Vars(e, "Open MPI")); }},
-      {"mpi", "PMIx", [](auto& e, auto&) { return detectors::read_mpi(detectors::kPmix, Vars(e, "PMIx")); }},
-      {"mpi", "MPICH/Intel MPI",
-       [](auto& e, auto&) { return detectors::read_mpi(detectors::kMpich, Vars(e, "MPICH/Intel MPI")); }},
-      {"mpi", "MVAPICH", [](auto& e, auto&) { return detectors::read_mpi(detectors::kMvapich, Vars(e, "MVAPICH")); }},
-      {"horovod", "horovodrun", [](auto& e, auto&) { return detectors::read_horovod(Vars(e, "horovodrun")); }},
-      {"env", "torchrun-style env", [](auto& e, auto&) { return detectors::read_torch_env(Vars(e, "torchrun-style env")); }},
+      {"slurm", "SLURM step", [](auto& v, auto& notes) { return read_slurm(v, notes); }},
+      {"mpi", kOpenMpi.source, [](auto& v, auto&) { return read_mpi(kOpenMpi, v); }},
+      {"mpi", kPmix.source, [](auto& v, auto&) { return read_mpi(kPmix, v); }},
+      {"mpi", kMpich.source, [](auto& v, auto&) { return read_mpi(kMpich, v); }},
+      {"mpi", kMvapich.source, [](auto& v, auto&) { return read_mpi(kMvapich, v); }},
+      {"horovod", "horovodrun", [](auto& v, auto&) { return read_horovod(v); }},
+      {"env", "torchrun-style env", [](auto& v, auto&) { return read_torch_env(v); }},
   };
   return table;
 }
 
-std::string show(const Sourced<int>& v) { return v.from + "=" + std::to_string(v.value); }
+// "SLURM_PROCID=3" for a value read from a variable; "2 (derived: ...)" for one worked out.
+std::string show(const Sourced<int>& v) {
+  const bool variable = !v.from.empty() && v.from.find_first_of(" ([") == std::string::npos;
+  return variable ? v.from + "=" + std::to_string(v.value) : std::to_string(v.value) + " (" + v.from + ")";
+}
 
 // Two sources that both say a value must say the same one.
 void check_agreement(const Reading& winner, const Reading& other) {
   using Field = std::optional<Sourced<int>> Reading::*;
-  for (Field field : {&Reading::rank, &Reading::world_size, &Reading::local_rank, &Reading::local_world_size}) {
+  for (Field field : {&Reading::rank, &Reading::world_size, &Reading::local_rank, &Reading::local_world_size,
+                      &Reading::node_rank, &Reading::nnodes}) {
     const auto& a = winner.*field;
     const auto& b = other.*field;
     if (!a || !b || a->value == b->value) continue;
@@ -78,7 +83,12 @@ void check_agreement(const Reading& winner, const Reading& other) {
   }
 }
 
-[[noreturn]] void incomplete(const Reading& r, const std::string& what) { throw DetectError(r.source + ": " + what); }
+[[noreturn]] void incomplete(const Reading& r, const std::string& what) {
+  std::string hint;
+  if (r.launcher == "env")  // RANK/WORLD_SIZE left over in a shell break plain `idist-run -n 2` otherwise
+    hint = " (left over in your shell? unset them, or set IDIST_NO_DETECT=1)";
+  throw DetectError(r.source + ": " + what + hint);
+}
 
 // Fills in what the winner's variables do not say, or fails naming what is missing.
 Detected complete(Reading r) {
@@ -108,21 +118,31 @@ Detected complete(Reading r) {
   const int local_world = r.local_world_size->value;
   if (r.rank->value >= world) incomplete(r, show(*r.rank) + " is not below " + show(*r.world_size));
   if (local_world > world) incomplete(r, show(*r.local_world_size) + " is more than " + show(*r.world_size));
-  if (r.local_rank->value >= local_world) incomplete(r, show(*r.local_rank) + " is not below " + show(*r.local_world_size));
+  if (r.local_rank->value >= local_world)
+    incomplete(r, show(*r.local_rank) + " is not below " + show(*r.local_world_size));
 
+  if (!r.node_rank) {
+    // MPI launchers do not say which node a rank is on. rank / local size is right for the
+    // placement mpirun uses by default (by slot, nodes filled in order, all alike); an uneven
+    // layout would give ranks different answers, so it is refused rather than guessed.
+    const bool even = world % local_world == 0 && (!r.nnodes || r.nnodes->value * local_world == world);
+    if (local_world == world) {
+      r.node_rank = Sourced<int>{0, "one node (" + r.local_world_size->from + " = " + r.world_size->from + ")"};
+    } else if (even) {
+      r.node_rank = Sourced<int>{r.rank->value / local_world, r.rank->from + " / " + r.local_world_size->from +
+                                                                  " (assumes ranks are placed node by node)"};
+    } else {
+      incomplete(r, show(*r.world_size) + " with " + show(*r.local_world_size) + " on this node" +
+                        (r.nnodes ? " and " + show(*r.nnodes) : std::string()) +
+                        ": the nodes hold different numbers of ranks, and the launcher does not say which node "
+                        "this is; place ranks evenly (mpirun --map-by ppr:K:node)");
+    }
+  }
   if (!r.nnodes) {
     if (local_world == world)
       r.nnodes = Sourced<int>{1, "one node (" + r.local_world_size->from + " = " + r.world_size->from + ")"};
     else
-      r.nnodes = Sourced<int>{(world + local_world - 1) / local_world,
-                              r.world_size->from + " / " + r.local_world_size->from};
-  }
-  if (!r.node_rank) {
-    if (r.nnodes->value == 1)
-      r.node_rank = Sourced<int>{0, "one node (" + r.nnodes->from + ")"};
-    else
-      r.node_rank = Sourced<int>{r.rank->value / local_world, r.rank->from + " / " + r.local_world_size->from +
-                                                                  " (assumes ranks are placed node by node)"};
+      r.nnodes = Sourced<int>{world / local_world, r.world_size->from + " / " + r.local_world_size->from};
   }
   if (r.node_rank->value >= r.nnodes->value) incomplete(r, show(*r.node_rank) + " is not below " + show(*r.nnodes));
 
@@ -154,7 +174,8 @@ Detection detect(const env::Lookup& env, std::string_view launcher) {
   std::vector<Reading> readings;
   for (const auto& detector : all_detectors()) {
     try {
-      if (auto reading = detector.read(env, out.notes)) readings.push_back(std::move(*reading));
+      if (auto reading = detector.read(Vars(env, std::string(detector.source)), out.notes))
+        readings.push_back(std::move(*reading));
     } catch (const DetectError& e) {
       // A forced choice does not depend on the other kinds' variables, broken or not.
       if (!forced || detector.launcher == launcher) throw;
@@ -163,13 +184,23 @@ Detection detect(const env::Lookup& env, std::string_view launcher) {
     }
   }
 
+  // A source that cannot place this process alone (PMIx puts no size in the environment) still
+  // has to agree with the others, but does not win on its own.
   const Reading* winner = nullptr;
-  for (const auto& r : readings)
-    if (!forced || r.launcher == launcher) {
-      winner = &r;
-      break;
+  const Reading* partial = nullptr;
+  for (const auto& r : readings) {
+    if (forced && r.launcher != launcher) continue;
+    if (r.size_optional && !r.world_size) {
+      if (!partial) partial = &r;
+      out.notes.push_back(r.source + ": " + show(*r.rank) + " is set but " + r.size_variables +
+                          " is not, which is not enough to place this process");
+      continue;
     }
+    winner = &r;
+    break;
+  }
   if (!winner) {
+    if (forced && partial) complete(*partial);  // throws, saying what is missing
     if (forced)
       throw DetectError("--launcher " + std::string(launcher) + ": no " + std::string(launcher) +
                         " variables in the environment");

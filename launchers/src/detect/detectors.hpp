@@ -31,6 +31,7 @@ struct Reading {
   std::string size_variables;
   std::string local_variables;
   bool one_node_by_default = false;  // torch's rule: without LOCAL_* every rank is on one node
+  bool size_optional = false;        // the launcher never exports a size: without one, not a winner
 };
 
 // Reads launcher variables for one source; every error names the variable, its value and the source.
@@ -61,6 +62,7 @@ struct MpiFlavor {
   std::string_view source;
   std::string_view rank, size, local_rank, local_size;
   std::string_view nnodes;                         // empty when the launcher does not say
+  bool exports_size;                               // PMIx keeps the size in its server, not the env
   std::array<std::string_view, 2> job_id;          // variables shared by every rank of the job ("": none)
 };
 inline constexpr MpiFlavor kOpenMpi{"Open MPI",
@@ -69,10 +71,11 @@ inline constexpr MpiFlavor kOpenMpi{"Open MPI",
                                     "OMPI_COMM_WORLD_LOCAL_RANK",
                                     "OMPI_COMM_WORLD_LOCAL_SIZE",
                                     "OMPI_MCA_orte_num_nodes",
+                                    true,
                                     {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}};
-inline constexpr MpiFlavor kPmix{"PMIx", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE", "",
+inline constexpr MpiFlavor kPmix{"PMIx", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE", "", false,
                                  {"PMIX_NAMESPACE"}};
-inline constexpr MpiFlavor kMpich{"MPICH/Intel MPI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "",
+inline constexpr MpiFlavor kMpich{"MPICH/Intel MPI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "", true,
                                   {"", ""}};
 inline constexpr MpiFlavor kMvapich{"MVAPICH",
                                     "MV2_COMM_WORLD_RANK",
@@ -80,6 +83,7 @@ inline constexpr MpiFlavor kMvapich{"MVAPICH",
                                     "MV2_COMM_WORLD_LOCAL_RANK",
                                     "MV2_COMM_WORLD_LOCAL_SIZE",
                                     "",
+                                    true,
                                     {"", ""}};
 
 std::optional<Reading> read_mpi(const MpiFlavor& flavor, const Vars& vars);

@@ -18,6 +18,7 @@ std::optional<Reading> read_mpi(const MpiFlavor& flavor, const Vars& vars) {
   r.local_world_size = vars.integer(flavor.local_size, 1);
   if (!flavor.nnodes.empty()) r.nnodes = vars.integer(flavor.nnodes, 1);
   r.size_variables = std::string(flavor.size);
+  r.size_optional = !flavor.exports_size;
   r.local_variables = std::string(flavor.local_rank) + "/" + std::string(flavor.local_size);
   for (auto name : flavor.job_id) {
     if (name.empty()) continue;

@@ -69,7 +69,7 @@ std::optional<Reading> read_slurm(const Vars& vars, std::vector<std::string>& no
     const auto text = vars.text(name);
     if (!text) continue;
     r.tasks_per_node = expand_tasks_per_node(name, *text);
-    const int total = std::accumulate(r.tasks_per_node.begin(), r.tasks_per_node.end(), 0);
+    const long long total = std::accumulate(r.tasks_per_node.begin(), r.tasks_per_node.end(), 0LL);
     if (total != r.world_size->value)
       vars.fail(std::string(name) + "='" + *text + "' adds up to " + std::to_string(total) + " tasks but " +
                 r.world_size->from + "=" + std::to_string(r.world_size->value));

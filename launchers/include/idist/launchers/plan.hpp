@@ -52,6 +52,7 @@ struct LaunchPlan {
   std::map<std::string, std::string> provenance;  // rank, world_size, local_rank, node_rank, master_addr, master_port
   std::vector<std::string> notes;                 // what was seen and not used, and why
   std::string detected_by;                        // the detector's name, or "" in plain spawn mode
+  std::vector<std::string> unset;                 // inherited variables the ranks must not see
   std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
 };
 
