@@ -70,6 +70,15 @@ void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
   runtime("all_reduce").world().all_reduce(data, count, dtype, op);
 }
 
+void send(const void* data, std::size_t bytes, int dst, int tag) { runtime("send").world().send(data, bytes, dst, tag); }
+void recv(void* data, std::size_t bytes, int src, int tag) { runtime("recv").world().recv(data, bytes, src, tag); }
+Work isend(const void* data, std::size_t bytes, int dst, int tag) {
+  return runtime("isend").world().isend(data, bytes, dst, tag);
+}
+Work irecv(void* data, std::size_t bytes, int src, int tag) {
+  return runtime("irecv").world().irecv(data, bytes, src, tag);
+}
+
 std::vector<std::size_t> all_gather_counts(std::size_t count) {
   return runtime("all_gather").world().all_gather_counts(count);
 }

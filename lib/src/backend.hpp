@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,6 +42,14 @@ class Backend {
   // In place: src's bytes overwrite everyone else's.
   virtual void broadcast(void* data, std::size_t bytes, int src) = 0;
   virtual void barrier() = 0;
+
+  // Point-to-point. Posts the transfer now and returns its completion, which blocks until the
+  // transfer is done (TimeoutFailure after the timeout) and may run on another thread. Between
+  // two ranks, transfers with the same tag match in the order they were posted; the buffer
+  // must stay valid until the completion has returned.
+  using Completion = std::function<void()>;
+  virtual Completion send(const void* data, std::size_t bytes, int dst, std::uint32_t tag) = 0;
+  virtual Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) = 0;
 };
 
 // The backends built into this library, by name.

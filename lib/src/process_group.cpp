@@ -4,6 +4,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "work_state.hpp"
+
 namespace idist::detail {
 
 ProcessGroup::ProcessGroup(int rank, int size, std::unique_ptr<Backend> backend, ErrorSite site)
@@ -17,19 +19,34 @@ ErrorSite ProcessGroup::site(std::string_view op) const {
   return s;
 }
 
+ProcessGroup::~ProcessGroup() {
+  for (auto& done : in_flight_) done.wait();
+}
+
 template <class F>
-void ProcessGroup::run(std::string_view op, F&& f) {
-  if (!broken_.empty()) throw Error(site(op), "unusable after an earlier failure: " + broken_);
+void ProcessGroup::run(Health& health, const ErrorSite& site, F&& f) {
+  {
+    std::lock_guard lock(health.mu);
+    if (!health.broken.empty()) throw Error(site, "unusable after an earlier failure: " + health.broken);
+  }
+  auto mark_broken = [&](const char* why) {
+    std::lock_guard lock(health.mu);
+    if (health.broken.empty()) health.broken = why;
+  };
   try {
     f();
   } catch (const Error&) {
     throw;
   } catch (const TimeoutFailure& e) {
-    broken_ = e.what();
-    throw TimeoutError(site(op), e.what());
+    mark_broken(e.what());
+    throw TimeoutError(site, e.what());
+  } catch (const std::invalid_argument& e) {
+    // A backend's argument check found by the peer's data (a receive of the wrong size): the
+    // backend kept its connections in step, so the group stays usable.
+    throw Error(site, e.what());
   } catch (const std::exception& e) {
-    broken_ = e.what();
-    throw Error(site(op), e.what());
+    mark_broken(e.what());
+    throw Error(site, e.what());
   }
 }
 
@@ -98,6 +115,59 @@ std::string ProcessGroup::broadcast(const std::string& value, int src) {
   std::string out = rank_ == src ? value : std::string(length, '\0');
   broadcast(out.data(), out.size(), src);
   return out;
+}
+
+void ProcessGroup::check_peer(std::string_view op, std::string_view role, int peer, int tag, const void* data,
+                              std::size_t bytes) const {
+  const std::string name(role);
+  if (peer < 0 || peer >= size_)
+    throw Error(site(op), name + "=" + std::to_string(peer) + " is not a rank (world size " + std::to_string(size_) + ")");
+  if (peer == rank_)
+    throw Error(site(op), name + "=" + std::to_string(peer) + " is this rank: a transfer to itself would never complete");
+  if (tag < 0) throw Error(site(op), "tag=" + std::to_string(tag) + " is negative");
+  if (bytes > 0 && data == nullptr) throw Error(site(op), "null buffer with size > 0");
+}
+
+void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
+  check_peer("send", "dst", dst, tag, data, bytes);
+  if (bytes == 0) return;
+  run("send", [&] { backend_->send(data, bytes, dst, static_cast<std::uint32_t>(tag))(); });
+}
+
+void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
+  check_peer("recv", "src", src, tag, data, bytes);
+  if (bytes == 0) return;
+  run("recv", [&] { backend_->recv(data, bytes, src, static_cast<std::uint32_t>(tag))(); });
+}
+
+Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) {
+  check_peer("isend", "dst", dst, tag, data, bytes);
+  if (bytes == 0) return Work();
+  Backend::Completion completion;
+  run("isend", [&] { completion = backend_->send(data, bytes, dst, static_cast<std::uint32_t>(tag)); });
+  return start("isend", std::move(completion));
+}
+
+Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
+  check_peer("irecv", "src", src, tag, data, bytes);
+  if (bytes == 0) return Work();
+  Backend::Completion completion;
+  run("irecv", [&] { completion = backend_->recv(data, bytes, src, static_cast<std::uint32_t>(tag)); });
+  return start("irecv", std::move(completion));
+}
+
+Work ProcessGroup::start(std::string_view op, Backend::Completion completion) {
+  // The posted transfer proceeds in the backend; a thread waits for it so that is_completed()
+  // can be asked without disturbing it (a short wait on a Gloo buffer that times out breaks
+  // the whole context).
+  auto state = std::make_shared<WorkState>();
+  state->site = site(op);
+  state->done = std::async(std::launch::async, [health = health_, where = state->site, completion = std::move(completion)] {
+                  run(*health, where, completion);
+                }).share();
+  std::erase_if(in_flight_, [](const auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
+  in_flight_.push_back(state->done);
+  return Work(std::move(state));
 }
 
 void ProcessGroup::barrier() {

@@ -6,12 +6,15 @@
 // backend. Typed conveniences (strings, counts) are composed here from the byte-level
 // backend calls, so every backend gets them for free.
 
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "backend.hpp"
 #include "idist/errors.hpp"
+#include "idist/work.hpp"
 
 namespace idist::detail {
 
@@ -19,6 +22,9 @@ class ProcessGroup {
  public:
   // `site` gives the rank and world size that error messages show (global, not group-local).
   ProcessGroup(int rank, int size, std::unique_ptr<Backend> backend, ErrorSite site);
+  // Waits (each bounded by the backend's timeout) for operations still in flight, so that no
+  // completion outlives the connections it runs on.
+  ~ProcessGroup();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -35,21 +41,43 @@ class ProcessGroup {
   std::string broadcast(const std::string& value, int src);
   void barrier();
 
+  // Point-to-point between this group's ranks; `tag` >= 0 tells transfers apart.
+  void send(const void* data, std::size_t bytes, int dst, int tag);
+  void recv(void* data, std::size_t bytes, int src, int tag);
+  Work isend(const void* data, std::size_t bytes, int dst, int tag);
+  Work irecv(void* data, std::size_t bytes, int src, int tag);
+
   // An Error for `op` with this group's rank, world size and backend.
   ErrorSite site(std::string_view op) const;
 
  private:
+  // Why the group is unusable (empty while healthy). Shared with completions that finish on
+  // other threads, hence the lock.
+  struct Health {
+    std::mutex mu;
+    std::string broken;
+  };
+
   // Runs a backend call, turning its failures into idist errors. After a failure the
   // backend's connections are in an unknown state, so the group refuses further calls.
   template <class F>
-  void run(std::string_view op, F&& f);
+  static void run(Health& health, const ErrorSite& site, F&& f);
+  template <class F>
+  void run(std::string_view op, F&& f) {
+    run(*health_, site(op), std::forward<F>(f));
+  }
   void check_src(std::string_view op, int src) const;
+  void check_peer(std::string_view op, std::string_view role, int peer, int tag, const void* data,
+                  std::size_t bytes) const;
+  // Completes `completion` on its own thread; the Work rethrows its failure where it is waited for.
+  Work start(std::string_view op, Backend::Completion completion);
 
   int rank_;
   int size_;
   std::unique_ptr<Backend> backend_;
   ErrorSite site_;
-  std::string broken_;  // why the group is unusable; empty while healthy
+  std::shared_ptr<Health> health_ = std::make_shared<Health>();
+  std::vector<std::shared_future<void>> in_flight_;
 };
 
 }  // namespace idist::detail

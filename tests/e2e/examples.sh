@@ -41,6 +41,20 @@ out=$("$RUN" -n 3 --tag-output "$EX/all_reduce" 2>&1)
 check "--tag-output: every line carries its own rank" \
   equals "$(grep -cE '^\[rank ([0-2])\] Rank \1, ' <<<"$out")" 6
 
+# "Pytorch - 3 Distributed Computing": point-to-point from rank 0 to rank 1.
+out=$("$RUN" -n 2 "$EX/send_recv" 2>&1)
+check "send_recv exits 0" equals $? 0
+check "send_recv: rank 0 has data 1.0" contains "$out" "Rank 0 has data 1.0"
+check "send_recv: rank 1 received 1.0" contains "$out" "Rank 1 has data 1.0"
+out=$("$RUN" -n 3 "$EX/isend_irecv" 2>&1)
+check "isend_irecv exits 0" equals $? 0
+check "isend_irecv: rank 0 started sending" contains "$out" "Rank 0 started sending"
+check "isend_irecv: rank 1 started receiving" contains "$out" "Rank 1 started receiving"
+check "isend_irecv: rank 1 received 1.0 after wait()" contains "$out" "Rank 1 has data 1.0"
+check "isend_irecv: rank 2 took no part" contains "$out" "Rank 2 has data 0.0"
+out=$("$RUN" -n 1 "$EX/send_recv" 2>&1)
+check "send_recv on one rank: a clear error, not a hang" contains "$out" "dst=1 is not a rank (world size 1)"
+
 out=$("$EX/all_reduce" 2>&1)
 check "without idist-run: a world of one" contains "$out" "Rank 0, After performing all_reduce: [1, 2]"
 

@@ -27,6 +27,7 @@
 
 #include "idist/errors.hpp"
 #include "idist/types.hpp"
+#include "idist/work.hpp"
 
 namespace idist {
 
@@ -64,6 +65,10 @@ std::vector<std::size_t> all_gather_counts(std::size_t count);
 void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
                   std::size_t element_size);
 void broadcast(void* data, std::size_t bytes, int src, const char* op_name);
+void send(const void* data, std::size_t bytes, int dst, int tag);
+void recv(void* data, std::size_t bytes, int src, int tag);
+Work isend(const void* data, std::size_t bytes, int dst, int tag);
+Work irecv(void* data, std::size_t bytes, int src, int tag);
 }  // namespace detail
 
 // --- all_reduce: every rank ends with op applied across ranks, element-wise. --------------
@@ -125,5 +130,43 @@ template <Element T>
 
 // --- barrier: returns once every rank has entered it. ---------------------------------------
 void barrier();
+
+// --- point-to-point: one rank's buffer to another's. ---------------------------------------
+// The receiver passes a buffer of the sender's length. Between two ranks, transfers with the
+// same tag (>= 0) arrive in the order they were sent. send/recv block; isend/irecv return a
+// Work at once, and the buffer must stay untouched until its wait() returns.
+
+template <Element T>
+void send(std::span<const T> data, int dst, int tag = 0) {
+  detail::send(data.data(), data.size_bytes(), dst, tag);
+}
+template <Element T>
+void send(const std::vector<T>& data, int dst, int tag = 0) {
+  send(std::span<const T>(data), dst, tag);
+}
+template <Element T>
+void recv(std::span<T> data, int src, int tag = 0) {
+  detail::recv(data.data(), data.size_bytes(), src, tag);
+}
+template <Element T>
+void recv(std::vector<T>& data, int src, int tag = 0) {
+  recv(std::span<T>(data), src, tag);
+}
+template <Element T>
+[[nodiscard]] Work isend(std::span<const T> data, int dst, int tag = 0) {
+  return detail::isend(data.data(), data.size_bytes(), dst, tag);
+}
+template <Element T>
+[[nodiscard]] Work isend(const std::vector<T>& data, int dst, int tag = 0) {
+  return isend(std::span<const T>(data), dst, tag);
+}
+template <Element T>
+[[nodiscard]] Work irecv(std::span<T> data, int src, int tag = 0) {
+  return detail::irecv(data.data(), data.size_bytes(), src, tag);
+}
+template <Element T>
+[[nodiscard]] Work irecv(std::vector<T>& data, int src, int tag = 0) {
+  return irecv(std::span<T>(data), src, tag);
+}
 
 }  // namespace idist

@@ -11,11 +11,15 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
+#include <stdexcept>
 #include <vector>
 
 #include "backends/gloo/gloo_store.hpp"
@@ -143,6 +147,51 @@ class GlooBackend final : public Backend {
     guard([&] { gloo::barrier(opts); });
   }
 
+  // Gloo's unbound buffers: posting never blocks; waiting does. A receive smaller than the
+  // message aborts the receiving process inside Gloo (an enforce on its I/O thread), so every
+  // message is preceded by its length, and the receiver posts the payload only once it knows
+  // it fits. Both travel on slots of their own, numbered per (peer, tag) in posting order, so
+  // that payloads posted later, from other threads, still land in the right buffers.
+  Completion send(const void* data, std::size_t bytes, int dst, std::uint32_t tag) override {
+    const auto seq = next_sequence(send_sequence_, dst, tag);
+    auto length = std::make_shared<std::uint64_t>(bytes);
+    std::shared_ptr<gloo::transport::UnboundBuffer> header = context_->createUnboundBuffer(length.get(), sizeof(*length));
+    std::shared_ptr<gloo::transport::UnboundBuffer> payload =
+        context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+    guard([&] {
+      header->send(dst, p2p_slot(kHeaderSlot, tag, seq));
+      payload->send(dst, p2p_slot(kPayloadSlot, tag, seq));
+    });
+    return [length, header, payload, timeout = timeout_] {
+      guard([&] {
+        header->waitSend(timeout);
+        payload->waitSend(timeout);
+      });
+    };
+  }
+
+  Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) override {
+    const auto seq = next_sequence(recv_sequence_, src, tag);
+    auto length = std::make_shared<std::uint64_t>(0);
+    std::shared_ptr<gloo::transport::UnboundBuffer> header = context_->createUnboundBuffer(length.get(), sizeof(*length));
+    guard([&] { header->recv(src, p2p_slot(kHeaderSlot, tag, seq)); });
+    return [context = context_, length, header, data, bytes, src, tag, seq, timeout = timeout_] {
+      guard([&] {
+        header->waitRecv(timeout);
+        const bool fits = *length == bytes;
+        // A mismatch is still received (into scratch space) so the channel stays in step.
+        std::vector<char> scratch(fits ? 0 : *length);
+        auto payload = context->createUnboundBuffer(fits ? data : scratch.data(), fits ? bytes : scratch.size());
+        payload->recv(src, p2p_slot(kPayloadSlot, tag, seq));
+        payload->waitRecv(timeout);
+        if (!fits)
+          throw std::invalid_argument("rank " + std::to_string(src) + " sent " + std::to_string(*length) +
+                                      " bytes (tag " + std::to_string(tag) + ") but the receive buffer holds " +
+                                      std::to_string(bytes) + "; pass a buffer of the sender's length");
+      });
+    };
+  }
+
  private:
   // Gloo reports a timeout as an IoException whose text says so (there is no
   // TimeoutException in this version) and argument errors as EnforceNotMet, which is not a
@@ -157,6 +206,20 @@ class GlooBackend final : public Backend {
       throw std::runtime_error(e.what());
     }
   }
+
+  // Slots: top byte a kind of our own (gloo's collectives use 0x01 to 0x08), then the tag, then
+  // a 24-bit message number.
+  static constexpr std::uint64_t kHeaderSlot = 0x70;
+  static constexpr std::uint64_t kPayloadSlot = 0x71;
+  static std::uint64_t p2p_slot(std::uint64_t kind, std::uint32_t tag, std::uint32_t seq) {
+    return kind << 56 | static_cast<std::uint64_t>(tag) << 24 | (seq & 0xffffffu);
+  }
+  using Sequences = std::map<std::pair<int, std::uint32_t>, std::uint32_t>;
+  static std::uint32_t next_sequence(Sequences& sequences, int peer, std::uint32_t tag) {
+    return sequences[{peer, tag}]++;
+  }
+  Sequences send_sequence_;  // posted from the caller's thread only (calls are not thread-safe)
+  Sequences recv_sequence_;
 
   std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
