@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -26,8 +25,6 @@ std::string this_host() {
 // What the env contract accepts (env_contract.cpp).
 constexpr int kMaxRanks = 1 << 24;
 
-std::string show_value(const Sourced<int>& v) { return v.from + "=" + std::to_string(v.value); }
-
 std::string join_counts(const std::vector<int>& counts) {
   std::string out;
   for (std::size_t i = 0; i < counts.size() && i < 16; ++i) out += (i ? "," : "") + std::to_string(counts[i]);
@@ -37,18 +34,6 @@ std::string join_counts(const std::vector<int>& counts) {
 
 std::string count_text(int n, std::string_view what) {
   return std::to_string(n) + " " + std::string(what) + (n == 1 ? "" : "s");
-}
-
-// A variable the user may export to the job (MASTER_PORT in a job script): a port, or an error naming it.
-std::optional<int> env_port(const env::Lookup& env, std::string_view name) {
-  const auto text = env(name);
-  if (!text) return std::nullopt;
-  int port = 0;
-  const auto* end = text->data() + text->size();
-  const auto [ptr, ec] = std::from_chars(text->data(), end, port);
-  if (text->empty() || ec != std::errc() || ptr != end || port < 1 || port > 65535)
-    throw DetectError(std::string(name) + "='" + *text + "' is not a port (1 to 65535)");
-  return port;
 }
 
 // One node of a job without a scheduler: plain `-n K` (N = 1) or torchrun's static rendezvous.
@@ -153,7 +138,7 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
     // Judged on the busiest node, not this one, so that every task of an uneven job refuses
     // alike instead of some starting and then waiting for the others until the timeout.
     int most_tasks = d.local_world_size.value;
-    std::string most_from = show_value(d.local_world_size);
+    std::string most_from = describe(d.local_world_size);
     if (!d.tasks_per_node.empty()) {
       most_tasks = *std::max_element(d.tasks_per_node.begin(), d.tasks_per_node.end());
       most_from = "tasks per node " + join_counts(d.tasks_per_node);
@@ -164,7 +149,7 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
                        std::to_string(static_cast<long long>(most_tasks) * k) + " ranks on that node; start one task per node (srun --ntasks-per-node=1, "
                        "mpirun --map-by ppr:1:node), or drop -n to run one rank per task; --force-spawn starts them anyway");
     if (static_cast<long long>(d.world_size.value) * k > kMaxRanks)
-      throw UsageError(show_value(d.world_size) + " tasks x --nproc-per-node " + std::to_string(k) +
+      throw UsageError(describe(d.world_size) + " tasks x --nproc-per-node " + std::to_string(k) +
                        " ranks is more than idist handles (" + std::to_string(kMaxRanks) + ")");
     plan.mode = Mode::spawn;
     plan.local_count = k;
@@ -192,9 +177,6 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   if (o.master_addr) {
     job.master_addr = *o.master_addr;
     from["master_addr"] = "--master-addr";
-  } else if (auto addr = env(env::kMasterAddr); addr && !addr->empty()) {
-    job.master_addr = *addr;
-    from["master_addr"] = std::string(env::kMasterAddr);
   } else if (d.master_addr) {
     job.master_addr = d.master_addr->value;
     from["master_addr"] = d.master_addr->from;
@@ -214,9 +196,6 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   } else if (d.master_port) {
     job.master_port = d.master_port->value;
     from["master_port"] = d.master_port->from;
-  } else if (auto port = d.launcher == "env" ? std::nullopt : env_port(env, env::kMasterPort)) {
-    job.master_port = *port;
-    from["master_port"] = std::string(env::kMasterPort);
   } else if (!d.job_id.empty()) {
     // torchrun's agent store owns MASTER_PORT (torch_env.cpp): our ranks' MASTER_PORT is rank
     // 0's own store, which torch programs must then create rather than join.

@@ -6,21 +6,20 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <stdexcept>
+
+#include "parse_whole.hpp"
 
 namespace idist::launchers {
 namespace {
 
 int parse_port(std::string_view what, std::string_view text, std::string_view whole) {
-  int value = 0;
-  const auto* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || value < 1 || value > 65535)
+  const auto value = parse_whole<int>(text);
+  if (!value || *value < 1 || *value > 65535)
     throw std::invalid_argument(std::string(what) + " '" + std::string(whole) +
                                 "': expected LO-HI with ports from 1 to 65535");
-  return value;
+  return *value;
 }
 
 // FNV-1a: stable across builds and machines, which std::hash is not.

@@ -1,9 +1,9 @@
 // The detectors in priority order, the agreement check between the sources that are present,
 // and the completion of the winner's reading into a Detected.
-#include <charconv>
 #include <functional>
 
 #include "detectors.hpp"
+#include "parse_whole.hpp"
 
 namespace idist::launchers {
 namespace detectors {
@@ -13,12 +13,18 @@ void Vars::fail(const std::string& what) const { throw DetectError(source_ + ": 
 std::optional<Sourced<int>> Vars::integer(std::string_view name, int min) const {
   const auto value = lookup_(name);
   if (!value) return std::nullopt;
-  int out = 0;
-  const auto* end = value->data() + value->size();
-  const auto [ptr, ec] = std::from_chars(value->data(), end, out);
-  if (value->empty() || ec != std::errc() || ptr != end || out < min)
+  const auto out = parse_whole<int>(*value);
+  if (!out || *out < min)
     fail(std::string(name) + "='" + *value + "' is not " + (min == 0 ? "a non-negative integer" : "a positive integer"));
-  return Sourced<int>{out, std::string(name)};
+  return Sourced<int>{*out, std::string(name)};
+}
+
+std::optional<Sourced<int>> Vars::port(std::string_view name) const {
+  const auto value = lookup_(name);
+  if (!value) return std::nullopt;
+  const auto out = parse_whole<int>(*value);
+  if (!out || *out < 1 || *out > 65535) fail(std::string(name) + "='" + *value + "' is not a port (1 to 65535)");
+  return Sourced<int>{*out, std::string(name)};
 }
 
 std::optional<Sourced<int>> Vars::first_integer(std::initializer_list<std::string_view> names, int min) const {
@@ -31,6 +37,12 @@ Sourced<int> Vars::required(std::string_view name, std::string_view because, int
   auto value = integer(name, min);
   if (!value) fail(std::string(because) + " set but " + std::string(name) + " is not");
   return *value;
+}
+
+void read_exported_master(const Vars& vars, Reading& r) {
+  if (auto addr = vars.text(env::kMasterAddr); addr && !addr->empty())
+    r.master_addr = Sourced<std::string>{*addr, std::string(env::kMasterAddr)};
+  if (auto port = vars.port(env::kMasterPort)) r.master_port = port;
 }
 
 }  // namespace detectors
@@ -61,12 +73,6 @@ const std::vector<Detector>& all_detectors() {
   return table;
 }
 
-// "SLURM_PROCID=3" for a value read from a variable; "2 (derived: ...)" for one worked out.
-std::string show(const Sourced<int>& v) {
-  const bool variable = !v.from.empty() && v.from.find_first_of(" ([") == std::string::npos;
-  return variable ? v.from + "=" + std::to_string(v.value) : std::to_string(v.value) + " (" + v.from + ")";
-}
-
 // Two sources that both say a value must say the same one.
 void check_agreement(const Reading& winner, const Reading& other) {
   using Field = std::optional<Sourced<int>> Reading::*;
@@ -78,7 +84,7 @@ void check_agreement(const Reading& winner, const Reading& other) {
     std::string hint = "unset the stale one, or pick the source with --launcher";
     if (winner.launcher == "slurm" && other.launcher == "mpi")
       hint = "mpirun inside a SLURM allocation starts its daemons as a SLURM step: use --launcher mpi";
-    throw DetectError(show(*a) + " (" + winner.source + ") and " + show(*b) + " (" + other.source +
+    throw DetectError(describe(*a) + " (" + winner.source + ") and " + describe(*b) + " (" + other.source +
                       ") disagree; " + hint);
   }
 }
@@ -92,9 +98,9 @@ void check_agreement(const Reading& winner, const Reading& other) {
 
 // Fills in what the winner's variables do not say, or fails naming what is missing.
 Detected complete(Reading r) {
-  if (!r.rank) incomplete(r, show(*r.world_size) + " is set but " + r.rank_variables + " is not");
+  if (!r.rank) incomplete(r, describe(*r.world_size) + " is set but " + r.rank_variables + " is not");
   if (!r.world_size)
-    incomplete(r, show(*r.rank) + " is set but " + r.size_variables + " is not, so the world size is unknown");
+    incomplete(r, describe(*r.rank) + " is set but " + r.size_variables + " is not, so the world size is unknown");
   if (!r.local_rank || !r.local_world_size) {
     if (!r.one_node_by_default)
       incomplete(r, r.local_variables + " not set: cannot tell which ranks share this node");
@@ -106,7 +112,7 @@ Detected complete(Reading r) {
         r.local_world_size = Sourced<int>{r.world_size->value / r.nnodes->value,
                                           r.world_size->from + " / " + r.nnodes->from};
       } else {
-        incomplete(r, show(*r.world_size) + " ranks do not split evenly over " + show(*r.nnodes) +
+        incomplete(r, describe(*r.world_size) + " ranks do not split evenly over " + describe(*r.nnodes) +
                           " nodes; set " + r.local_variables);
       }
     }
@@ -116,10 +122,10 @@ Detected complete(Reading r) {
   }
   const int world = r.world_size->value;
   const int local_world = r.local_world_size->value;
-  if (r.rank->value >= world) incomplete(r, show(*r.rank) + " is not below " + show(*r.world_size));
-  if (local_world > world) incomplete(r, show(*r.local_world_size) + " is more than " + show(*r.world_size));
+  if (r.rank->value >= world) incomplete(r, describe(*r.rank) + " is not below " + describe(*r.world_size));
+  if (local_world > world) incomplete(r, describe(*r.local_world_size) + " is more than " + describe(*r.world_size));
   if (r.local_rank->value >= local_world)
-    incomplete(r, show(*r.local_rank) + " is not below " + show(*r.local_world_size));
+    incomplete(r, describe(*r.local_rank) + " is not below " + describe(*r.local_world_size));
 
   if (!r.node_rank) {
     // MPI launchers do not say which node a rank is on. rank / local size is right for the
@@ -132,8 +138,8 @@ Detected complete(Reading r) {
       r.node_rank = Sourced<int>{r.rank->value / local_world, r.rank->from + " / " + r.local_world_size->from +
                                                                   " (assumes ranks are placed node by node)"};
     } else {
-      incomplete(r, show(*r.world_size) + " with " + show(*r.local_world_size) + " on this node" +
-                        (r.nnodes ? " and " + show(*r.nnodes) : std::string()) +
+      incomplete(r, describe(*r.world_size) + " with " + describe(*r.local_world_size) + " on this node" +
+                        (r.nnodes ? " and " + describe(*r.nnodes) : std::string()) +
                         ": the nodes hold different numbers of ranks, and the launcher does not say which node "
                         "this is; place ranks evenly (mpirun --map-by ppr:K:node)");
     }
@@ -144,7 +150,7 @@ Detected complete(Reading r) {
     else
       r.nnodes = Sourced<int>{world / local_world, r.world_size->from + " / " + r.local_world_size->from};
   }
-  if (r.node_rank->value >= r.nnodes->value) incomplete(r, show(*r.node_rank) + " is not below " + show(*r.nnodes));
+  if (r.node_rank->value >= r.nnodes->value) incomplete(r, describe(*r.node_rank) + " is not below " + describe(*r.nnodes));
 
   Detected d;
   d.launcher = r.launcher;
@@ -167,6 +173,11 @@ Detected complete(Reading r) {
 }
 
 }  // namespace
+
+std::string describe(const Sourced<int>& v) {
+  const bool variable = !v.from.empty() && v.from.find_first_of(" ([") == std::string::npos;
+  return variable ? v.from + "=" + std::to_string(v.value) : std::to_string(v.value) + " (" + v.from + ")";
+}
 
 Detection detect(const env::Lookup& env, std::string_view launcher) {
   Detection out;
@@ -192,7 +203,7 @@ Detection detect(const env::Lookup& env, std::string_view launcher) {
     if (forced && r.launcher != launcher) continue;
     if (r.size_optional && !r.world_size) {
       if (!partial) partial = &r;
-      out.notes.push_back(r.source + ": " + show(*r.rank) + " is set but " + r.size_variables +
+      out.notes.push_back(r.source + ": " + describe(*r.rank) + " is set but " + r.size_variables +
                           " is not, which is not enough to place this process");
       continue;
     }
@@ -215,7 +226,10 @@ Detection detect(const env::Lookup& env, std::string_view launcher) {
     }
     check_agreement(*winner, r);
   }
-  out.found = complete(*winner);
+  Reading chosen = *winner;
+  if (chosen.launcher != "env")  // the torchrun-style source reads them itself (torch_env.cpp)
+    detectors::read_exported_master(Vars(env, chosen.source), chosen);
+  out.found = complete(std::move(chosen));
   return out;
 }
 

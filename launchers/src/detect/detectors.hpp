@@ -45,6 +45,8 @@ class Vars {
   std::optional<Sourced<int>> integer(std::string_view name, int min = 0) const;
   // The first of `names` that is set.
   std::optional<Sourced<int>> first_integer(std::initializer_list<std::string_view> names, int min = 0) const;
+  // A TCP port (1 to 65535), or nullopt when unset.
+  std::optional<Sourced<int>> port(std::string_view name) const;
   // Like integer(), but a missing variable is an error saying that `because` is set.
   Sourced<int> required(std::string_view name, std::string_view because, int min = 0) const;
 
@@ -54,6 +56,10 @@ class Vars {
   const env::Lookup& lookup_;
   std::string source_;
 };
+
+// MASTER_ADDR and MASTER_PORT as exported to the job: torchrun sets them, and a job script may
+// (Lightning reads them too). They say where rank 0 is, over whatever the launcher implies.
+void read_exported_master(const Vars& vars, Reading& r);
 
 std::optional<Reading> read_slurm(const Vars& vars, std::vector<std::string>& notes);
 

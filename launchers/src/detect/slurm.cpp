@@ -1,11 +1,11 @@
 // A SLURM step: a task that srun started. The batch script of sbatch (and an salloc shell)
 // has SLURM_PROCID=0 and SLURM_NTASKS=N too, but it is not rank 0 of N: only SLURM_STEP_ID
 // tells a step.
-#include <charconv>
 #include <numeric>
 
 #include "detectors.hpp"
 #include "idist/launchers/hostlist.hpp"
+#include "parse_whole.hpp"
 
 namespace idist::launchers {
 
@@ -15,11 +15,9 @@ std::vector<int> expand_tasks_per_node(std::string_view variable, std::string_vi
                       " (expected counts like 2(x3),1)");
   };
   auto number = [&](std::string_view digits) {
-    int value = 0;
-    const auto* end = digits.data() + digits.size();
-    const auto [ptr, ec] = std::from_chars(digits.data(), end, value);
-    if (digits.empty() || ec != std::errc() || ptr != end || value < 1) fail("bad count '" + std::string(digits) + "'");
-    return value;
+    const auto value = parse_whole<int>(digits);
+    if (!value || *value < 1) fail("bad count '" + std::string(digits) + "'");
+    return value.value_or(1);
   };
   std::vector<int> counts;
   std::string_view rest = text;
@@ -106,10 +104,8 @@ std::optional<Reading> read_slurm(const Vars& vars, std::vector<std::string>& no
 
   if (auto job = vars.text("SLURM_JOB_ID")) {
     r.job_id = *job;
-    std::uint64_t step_number = 0;
-    const auto* end = step->data() + step->size();
-    if (auto [ptr, ec] = std::from_chars(step->data(), end, step_number); ec == std::errc() && ptr == end)
-      r.step = step_number;
+    if (const auto step_number = parse_whole<std::uint64_t>(*step))
+      r.step = *step_number;
     else
       r.job_id += "." + *step;  // "batch", "extern", ...: part of the identity, not a number
     r.run_id = *job + "." + *step;

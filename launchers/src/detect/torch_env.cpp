@@ -26,8 +26,6 @@ std::optional<Reading> read_torch_env(const Vars& vars) {
               " disagree");
   r.node_rank = group ? group : node;
   r.nnodes = vars.integer(env::kGroupWorldSize, 1);
-  if (auto addr = vars.text(env::kMasterAddr); addr && !addr->empty())
-    r.master_addr = Sourced<std::string>{*addr, std::string(env::kMasterAddr)};
   for (std::string_view name : {"TORCHELASTIC_RUN_ID", "IDIST_RUN_ID"}) {
     if (auto id = vars.text(name)) {
       r.job_id = *id;
@@ -35,17 +33,17 @@ std::optional<Reading> read_torch_env(const Vars& vars) {
       break;
     }
   }
-  if (auto port = vars.integer(env::kMasterPort, 1)) {
-    if (port->value > 65535) vars.fail("MASTER_PORT=" + std::to_string(port->value) + " is not a port (1 to 65535)");
+  read_exported_master(vars, r);
+  if (r.master_port) {
+    const auto port = *r.master_port;
     // torchrun's agent already serves its own store on MASTER_PORT (its workers connect as
     // clients): rank 0's store needs another port, derived alike on every rank.
     const auto agent_store = vars.text("TORCHELASTIC_USE_AGENT_STORE");
     if (agent_store && (*agent_store == "True" || *agent_store == "1") && !r.job_id.empty()) {
-      r.job_id += ":" + std::to_string(port->value);
+      r.job_id += ":" + std::to_string(port.value);
       if (auto restart = vars.integer("TORCHELASTIC_RESTART_COUNT")) r.step = static_cast<std::uint64_t>(restart->value);
       r.job_id_from += ", MASTER_PORT (torchrun's agent store) and TORCHELASTIC_RESTART_COUNT";
-    } else {
-      r.master_port = port;
+      r.master_port.reset();
     }
   }
   return r;

@@ -33,6 +33,10 @@ struct Sourced {
   std::string from;
 };
 
+// For messages: "SLURM_PROCID=3" for a value read from a variable, "2 (how it was derived)"
+// for one worked out.
+std::string describe(const Sourced<int>& v);
+
 // One process's place in a job, as an outer launcher describes it.
 struct Detected {
   std::string launcher;  // slurm | mpi | horovod | env: what IDIST_LAUNCHER says
