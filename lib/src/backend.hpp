@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idist/env_contract.hpp"
 #include "idist/types.hpp"
@@ -28,17 +30,48 @@ struct BackendInit {
   const env::Contract& contract;  // backend settings: GLOO_SOCKET_IFNAME, MASTER_ADDR
 };
 
+// What a sub-group is made of: its members, as ranks of the parent group, in group-rank order.
+// Only members call Backend::make_group; `init` carries the member's group rank and size and
+// the group's own key prefix.
+struct GroupInit {
+  std::vector<int> parent_ranks;
+  BackendInit init;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
 
+  // Whether ProcessGroup may answer a group of one itself, without calling the backend. MPI
+  // and NCCL say no: their group-of-one path is the real code path, which is what a one-GPU
+  // machine can test.
+  virtual bool skip_group_of_one() const { return true; }
+  // Copies between user buffers (host or, for device backends, device memory).
+  virtual void copy(void* dst, const void* src, std::size_t bytes);
+
+  // A backend for a sub-group of this one, connected among its members only.
+  virtual std::unique_ptr<Backend> make_group(const GroupInit& group) = 0;
+
+  // Reductions. The (dtype, op) pair has been checked (bitwise ops on integers only); a
+  // backend whose library lacks the pair throws std::invalid_argument naming it.
   // In place, element-wise over ranks.
   virtual void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) = 0;
+  // In place on `root`; the other ranks' buffers are left in an unspecified state.
+  virtual void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) = 0;
+  // `in` holds size * count elements; rank r ends with the reduction of every rank's r-th
+  // block of `count` elements in `out`.
+  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) = 0;
+
+  // Data movement, in bytes.
   // Every rank contributes `bytes_per_rank` bytes; out holds size * bytes_per_rank.
   virtual void all_gather(const void* in, void* out, std::size_t bytes_per_rank) = 0;
   // Rank r contributes bytes_per_rank[r] bytes (zero allowed); out holds their sum, in rank order.
   virtual void all_gather_v(const void* in, void* out, std::span<const std::size_t> bytes_per_rank) = 0;
+  // As all_gather, but only `root` receives (out is ignored elsewhere).
+  virtual void gather(const void* in, void* out, std::size_t bytes_per_rank, int root) = 0;
+  // `root`'s `in` holds size * bytes_per_rank bytes; rank r receives the r-th block in out.
+  virtual void scatter(const void* in, void* out, std::size_t bytes_per_rank, int root) = 0;
   // In place: src's bytes overwrite everyone else's.
   virtual void broadcast(void* data, std::size_t bytes, int src) = 0;
   virtual void barrier() = 0;
@@ -52,10 +85,24 @@ class Backend {
   virtual Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) = 0;
 };
 
+// Where a rank sits, as a backend that brings its own world sees it.
+struct Layout {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int node_rank = 0;
+  int nnodes = 1;
+};
+// MPI brings its own world (the processes mpirun started, with or without idist-run): this
+// initializes it and returns its layout. nullopt for backends that bootstrap from the env
+// contract and the store.
+std::optional<Layout> native_layout(std::string_view name);
+
 // The backends built into this library, by name.
 std::string_view built_in_backends();
-// Creates the backend named `name` ("gloo", ...); throws std::runtime_error for a backend that
-// is unknown or not built in, naming the ones that are.
+// Creates the backend named `name` ("gloo", "mpi", "nccl") for the world; throws
+// std::runtime_error for a backend that is unknown or not built in, naming the ones that are.
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init);
 
 }  // namespace idist::detail

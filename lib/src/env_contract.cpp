@@ -79,6 +79,13 @@ Contract read_contract(const Lookup& lookup) {
   if (auto v = env.get(kRunId)) c.run_id = *v;
   if (auto v = env.get(kLauncher)) c.launcher = *v;
   if (auto v = env.get(kGlooSocketIfname)) c.gloo_socket_ifname = *v;
+  if (auto v = env.get(kDebug)) {
+    if (*v == "1" || *v == "true") {
+      c.debug = true;
+    } else if (!v->empty() && *v != "0" && *v != "false") {
+      fail(kDebug, *v, "expected 1 or 0");
+    }
+  }
   if (auto v = env.get_int(kRestartCount, 0, std::numeric_limits<int>::max())) c.restart_count = *v;
 
   const bool any_topology = env.get(kRank) || env.get(kWorldSize) || env.get(kLocalRank) ||

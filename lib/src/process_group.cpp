@@ -1,21 +1,25 @@
 #include "process_group.hpp"
 
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
 
+#include "reduce/kernels.hpp"
 #include "work_state.hpp"
 
 namespace idist::detail {
 
-ProcessGroup::ProcessGroup(int rank, int size, std::unique_ptr<Backend> backend, ErrorSite site)
-    : rank_(rank), size_(size), backend_(std::move(backend)), site_(std::move(site)) {
-  site_.backend = std::string(backend_->name());
+ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options)
+    : backend_(std::move(backend)), options_(std::move(options)) {
+  options_.site.backend = std::string(backend_->name());
 }
 
 ErrorSite ProcessGroup::site(std::string_view op) const {
-  ErrorSite s = site_;
+  ErrorSite s = options_.site;
   s.op = std::string(op);
+  if (options_.description != "world") s.op += " on " + options_.description;
   return s;
 }
 
@@ -41,8 +45,8 @@ void ProcessGroup::run(Health& health, const ErrorSite& site, F&& f) {
     mark_broken(e.what());
     throw TimeoutError(site, e.what());
   } catch (const std::invalid_argument& e) {
-    // A backend's argument check found by the peer's data (a receive of the wrong size): the
-    // backend kept its connections in step, so the group stays usable.
+    // An argument check that every rank made alike (or a receive of the wrong size, which the
+    // backend drained): the connections are still in step, so the group stays usable.
     throw Error(site, e.what());
   } catch (const std::exception& e) {
     mark_broken(e.what());
@@ -50,41 +54,194 @@ void ProcessGroup::run(Health& health, const ErrorSite& site, F&& f) {
   }
 }
 
-void ProcessGroup::check_src(std::string_view op, int src) const {
-  if (src < 0 || src >= size_)
-    throw Error(site(op), "src=" + std::to_string(src) + " is not a rank (world size " + std::to_string(size_) + ")");
+// --- argument checks, on the caller's thread, before anything is sent -----------------------
+
+void ProcessGroup::check_root(std::string_view op, std::string_view role, int root) const {
+  if (root < 0 || root >= size())
+    throw Error(site(op), fmt::format("{}={} is not a rank ({} size {})", role, root,
+                                      options_.description == "world" ? "world" : "group", size()));
+}
+
+void ProcessGroup::check_buffer(std::string_view op, const void* data, std::size_t count) const {
+  if (count > 0 && data == nullptr) throw Error(site(op), "null buffer with count > 0");
+}
+
+void ProcessGroup::check_reduce(std::string_view op, DType dtype, ReduceOp reduce) const {
+  try {
+    check_reduce_op(dtype, reduce);
+  } catch (const std::invalid_argument& e) {
+    throw Error(site(op), e.what());
+  }
+}
+
+void ProcessGroup::check_peer(std::string_view op, std::string_view role, int peer, int tag, const void* data,
+                              std::size_t bytes) const {
+  if (peer < 0 || peer >= size())
+    throw Error(site(op), fmt::format("{}={} is not a rank (world size {})", role, peer, size()));
+  if (peer == rank())
+    throw Error(site(op), fmt::format("{}={} is this rank: a transfer to itself would never complete", role, peer));
+  if (tag < 0) throw Error(site(op), fmt::format("tag={} is negative", tag));
+  check_buffer(op, data, bytes);
+}
+
+// --- IDIST_DEBUG: every rank states what it is about to call -----------------------------------
+
+namespace {
+
+// A signature on the wire: fixed size, so one all_gather carries every rank's.
+struct WireSignature {
+  char op[24] = {};
+  std::uint8_t dtype = 0;
+  std::uint8_t reduce = 0;
+  std::uint8_t pad[2] = {};
+  std::int32_t root = -1;
+  std::uint64_t count = 0;
+};
+
+std::string describe(const WireSignature& s, std::uint64_t any_count) {
+  std::string op(s.op, strnlen(s.op, sizeof(s.op)));
+  std::string out = op + "(" + std::string(to_string(static_cast<DType>(s.dtype)));
+  if (s.count != any_count) out += fmt::format(", count {}", s.count);
+  if (op.find("reduce") != std::string::npos) out += ", " + std::string(to_string(static_cast<ReduceOp>(s.reduce)));
+  if (s.root >= 0) out += fmt::format(", root {}", s.root);
+  return out + ")";
+}
+
+}  // namespace
+
+void ProcessGroup::check_signatures(const Signature& mine) {
+  WireSignature wire;
+  std::memcpy(wire.op, mine.op.data(), std::min(mine.op.size(), sizeof(wire.op) - 1));
+  wire.dtype = static_cast<std::uint8_t>(mine.dtype);
+  wire.reduce = static_cast<std::uint8_t>(mine.reduce);
+  wire.root = mine.root;
+  wire.count = mine.count;
+  std::vector<WireSignature> all(static_cast<std::size_t>(size()));
+  run(mine.op, [&] {
+    backend_->all_gather(&wire, all.data(), sizeof(wire));
+    for (int r = 1; r < size(); ++r) {
+      if (std::memcmp(&all[0], &all[static_cast<std::size_t>(r)], sizeof(wire)) == 0) continue;
+      // Every rank sees the same table, so every rank raises the same error.
+      throw std::invalid_argument(fmt::format("IDIST_DEBUG: ranks call different collectives: rank {} calls {} but rank 0 calls {}",
+                                              r, describe(all[static_cast<std::size_t>(r)], kAnyCount),
+                                              describe(all[0], kAnyCount)));
+    }
+  });
+}
+
+// --- running: blocking on this thread, async on a chain of workers ----------------------------
+
+void ProcessGroup::execute(const Call& call) {
+  if (alone()) return;
+  if (tail_.valid()) tail_.wait();  // the async collectives called before this one go first
+  if (options_.debug) check_signatures(call.signature);
+  if (call.body) run(call.signature.op, call.body);
+}
+
+Work ProcessGroup::enqueue(Call call) {
+  if (alone()) return Work();
+  auto where = site(call.signature.op);
+  auto done = std::async(std::launch::async, [this, previous = tail_, call = std::move(call)] {
+                if (previous.valid()) previous.wait();
+                if (options_.debug) check_signatures(call.signature);
+                if (call.body) run(call.signature.op, call.body);
+              }).share();
+  tail_ = done;
+  return track(std::move(done), std::move(where));
+}
+
+Work ProcessGroup::track(std::shared_future<void> done, ErrorSite where) {
+  auto state = std::make_shared<WorkState>();
+  state->site = std::move(where);
+  state->done = std::move(done);
+  std::erase_if(in_flight_, [](const auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
+  in_flight_.push_back(state->done);
+  return Work(std::move(state));
+}
+
+// --- reductions --------------------------------------------------------------------------------
+
+ProcessGroup::Call ProcessGroup::all_reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  check_buffer("all_reduce", data, count);
+  check_reduce("all_reduce", dtype, op);
+  Call call{{"all_reduce", dtype, count, op, -1}, {}};
+  if (count > 0) call.body = [this, data, count, dtype, op] { backend_->all_reduce(data, count, dtype, op); };
+  return call;
 }
 
 void ProcessGroup::all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
-  if (count > 0 && data == nullptr) throw Error(site("all_reduce"), "null buffer with count > 0");
-  if (size_ == 1 || count == 0) return;
-  run("all_reduce", [&] { backend_->all_reduce(data, count, dtype, op); });
+  execute(all_reduce_call(data, count, dtype, op));
 }
 
+Work ProcessGroup::iall_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+  return enqueue(all_reduce_call(data, count, dtype, op));
+}
+
+ProcessGroup::Call ProcessGroup::reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  check_root("reduce", "dst", root);
+  check_buffer("reduce", data, count);
+  check_reduce("reduce", dtype, op);
+  Call call{{"reduce", dtype, count, op, root}, {}};
+  if (count > 0) call.body = [this, data, count, dtype, op, root] { backend_->reduce(data, count, dtype, op, root); };
+  return call;
+}
+
+void ProcessGroup::reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  execute(reduce_call(data, count, dtype, op, root));
+}
+
+Work ProcessGroup::ireduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
+  return enqueue(reduce_call(data, count, dtype, op, root));
+}
+
+void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
+  check_buffer("reduce_scatter", in, count);
+  check_buffer("reduce_scatter", out, count);
+  check_reduce("reduce_scatter", dtype, op);
+  if (alone()) return backend_->copy(out, in, count * dtype_size(dtype));
+  Call call{{"reduce_scatter", dtype, count, op, -1}, {}};
+  if (count > 0) call.body = [&] { backend_->reduce_scatter(in, out, count, dtype, op); };
+  execute(call);
+}
+
+// --- gathers -----------------------------------------------------------------------------------
+
 std::vector<std::size_t> ProcessGroup::all_gather_counts(std::size_t count) {
-  if (size_ == 1) return {count};
-  std::vector<std::uint64_t> counts(static_cast<std::size_t>(size_));
+  if (alone()) return {count};
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(size()));
   const std::uint64_t mine = count;
-  run("all_gather", [&] { backend_->all_gather(&mine, counts.data(), sizeof(mine)); });
+  execute({{"all_gather", DType::uint8, kAnyCount, ReduceOp::SUM, -1},
+           [&] { backend_->all_gather(&mine, counts.data(), sizeof(mine)); }});
   return {counts.begin(), counts.end()};
 }
 
 void ProcessGroup::all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
                                 std::size_t element_size) {
-  if (counts.size() != static_cast<std::size_t>(size_) || counts[static_cast<std::size_t>(rank_)] != count)
+  if (counts.size() != static_cast<std::size_t>(size()) || counts[static_cast<std::size_t>(rank())] != count)
     throw Error(site("all_gather"), "counts do not match this group");
-  if (count > 0 && in == nullptr) throw Error(site("all_gather"), "null input with count > 0");
+  check_buffer("all_gather", in, count);
   const auto total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
   if (total == 0) return;
-  if (size_ == 1) {
-    std::memcpy(out, in, count * element_size);
-    return;
-  }
+  if (alone()) return backend_->copy(out, in, count * element_size);
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](auto c) { return c == count; });
+  // The counts were just exchanged, so every rank takes the same branch; no second check.
   if (equal) return run("all_gather", [&] { backend_->all_gather(in, out, count * element_size); });
   std::vector<std::size_t> bytes(counts.size());
   for (std::size_t r = 0; r < counts.size(); ++r) bytes[r] = counts[r] * element_size;
   run("all_gather", [&] { backend_->all_gather_v(in, out, bytes); });
+}
+
+Work ProcessGroup::iall_gather(const void* in, std::size_t count, DType dtype, void* out) {
+  check_buffer("all_gather", in, count);
+  check_buffer("all_gather", out, count);
+  const auto bytes = count * dtype_size(dtype);
+  if (alone()) {
+    backend_->copy(out, in, bytes);
+    return Work();
+  }
+  Call call{{"all_gather", dtype, count, ReduceOp::SUM, -1}, {}};
+  if (count > 0) call.body = [this, in, out, bytes] { backend_->all_gather(in, out, bytes); };
+  return enqueue(std::move(call));
 }
 
 std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
@@ -101,32 +258,115 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
   return out;
 }
 
-void ProcessGroup::broadcast(void* data, std::size_t bytes, int src, const char* op_name) {
-  check_src(op_name, src);
-  if (bytes > 0 && data == nullptr) throw Error(site(op_name), "null buffer with size > 0");
-  if (size_ == 1 || bytes == 0) return;
-  run(op_name, [&] { backend_->broadcast(data, bytes, src); });
+void ProcessGroup::gather(const void* in, std::size_t count, DType dtype, void* out, int root) {
+  check_root("gather", "dst", root);
+  check_buffer("gather", in, count);
+  if (rank() == root) check_buffer("gather", out, count);
+  const auto bytes = count * dtype_size(dtype);
+  if (alone()) return backend_->copy(out, in, bytes);
+  Call call{{"gather", dtype, count, ReduceOp::SUM, root}, {}};
+  if (count > 0) call.body = [&] { backend_->gather(in, out, bytes, root); };
+  execute(call);
+}
+
+void ProcessGroup::scatter(const void* in, void* out, std::size_t count, DType dtype, int root) {
+  check_root("scatter", "src", root);
+  check_buffer("scatter", out, count);
+  if (rank() == root) check_buffer("scatter", in, count);
+  const auto bytes = count * dtype_size(dtype);
+  if (alone()) return backend_->copy(out, in, bytes);
+  Call call{{"scatter", dtype, count, ReduceOp::SUM, root}, {}};
+  if (count > 0) call.body = [&] { backend_->scatter(in, out, bytes, root); };
+  execute(call);
+}
+
+// --- broadcast ---------------------------------------------------------------------------------
+
+ProcessGroup::Call ProcessGroup::broadcast_call(void* data, std::size_t count, DType dtype, int src) {
+  check_root("broadcast", "src", src);
+  check_buffer("broadcast", data, count);
+  Call call{{"broadcast", dtype, count, ReduceOp::SUM, src}, {}};
+  const auto bytes = count * dtype_size(dtype);
+  if (bytes > 0) call.body = [this, data, bytes, src] { backend_->broadcast(data, bytes, src); };
+  return call;
+}
+
+void ProcessGroup::broadcast(void* data, std::size_t count, DType dtype, int src, bool checked) {
+  auto call = broadcast_call(data, count, dtype, src);
+  if (checked && !alone()) {
+    // Every rank's (dtype, count) to every rank, so that all of them see a mismatch and raise.
+    struct Meta {
+      std::uint64_t count;
+      std::uint64_t dtype;
+    } mine{count, static_cast<std::uint64_t>(dtype)};
+    std::vector<Meta> all(static_cast<std::size_t>(size()));
+    execute({{"broadcast", DType::uint8, kAnyCount, ReduceOp::SUM, src},
+             [&] { backend_->all_gather(&mine, all.data(), sizeof(Meta)); }});
+    const auto& want = all[static_cast<std::size_t>(src)];
+    for (int r = 0; r < size(); ++r) {
+      const auto& got = all[static_cast<std::size_t>(r)];
+      if (got.count != want.count || got.dtype != want.dtype)
+        throw Error(site("broadcast"),
+                    fmt::format("rank {} passes {} {} elements but src rank {} sends {} {}", r, got.count,
+                                to_string(static_cast<DType>(got.dtype)), src, want.count,
+                                to_string(static_cast<DType>(want.dtype))));
+    }
+    call.signature.count = kAnyCount;  // already compared, more precisely
+  }
+  execute(call);
+}
+
+Work ProcessGroup::ibroadcast(void* data, std::size_t count, DType dtype, int src) {
+  return enqueue(broadcast_call(data, count, dtype, src));
 }
 
 std::string ProcessGroup::broadcast(const std::string& value, int src) {
-  check_src("broadcast", src);
+  check_root("broadcast", "src", src);
   std::uint64_t length = value.size();
-  broadcast(&length, sizeof(length), src);
-  std::string out = rank_ == src ? value : std::string(length, '\0');
-  broadcast(out.data(), out.size(), src);
+  broadcast(&length, 1, DType::int64, src);
+  std::string out = rank() == src ? value : std::string(length, '\0');
+  broadcast(out.data(), out.size(), DType::uint8, src);
   return out;
 }
 
-void ProcessGroup::check_peer(std::string_view op, std::string_view role, int peer, int tag, const void* data,
-                              std::size_t bytes) const {
-  const std::string name(role);
-  if (peer < 0 || peer >= size_)
-    throw Error(site(op), name + "=" + std::to_string(peer) + " is not a rank (world size " + std::to_string(size_) + ")");
-  if (peer == rank_)
-    throw Error(site(op), name + "=" + std::to_string(peer) + " is this rank: a transfer to itself would never complete");
-  if (tag < 0) throw Error(site(op), "tag=" + std::to_string(tag) + " is negative");
-  if (bytes > 0 && data == nullptr) throw Error(site(op), "null buffer with size > 0");
+Tensor ProcessGroup::broadcast(const std::optional<Tensor>& value, int src) {
+  check_root("broadcast", "src", src);
+  // (has a value, dtype, element count) from src first: the others learn what to expect.
+  std::uint64_t meta[3] = {0, 0, 0};
+  if (rank() == src && value) meta[0] = 1, meta[1] = static_cast<std::uint64_t>(value->dtype), meta[2] = value->count();
+  broadcast(meta, 3, DType::int64, src);
+  if (meta[0] == 0) throw Error(site("broadcast"), fmt::format("src rank {} passed no value", src));
+  Tensor out{static_cast<DType>(meta[1]), {}};
+  if (rank() == src) {
+    out.bytes = value->bytes;
+  } else {
+    out.bytes.resize(meta[2] * dtype_size(out.dtype));
+  }
+  broadcast(out.bytes.data(), meta[2], out.dtype, src);
+  return out;
 }
+
+// --- barrier -----------------------------------------------------------------------------------
+
+void ProcessGroup::barrier() {
+  execute({{"barrier", DType::uint8, 0, ReduceOp::SUM, -1}, [this] { backend_->barrier(); }});
+}
+
+Work ProcessGroup::ibarrier() {
+  return enqueue({{"barrier", DType::uint8, 0, ReduceOp::SUM, -1}, [this] { backend_->barrier(); }});
+}
+
+// --- sub-groups --------------------------------------------------------------------------------
+
+std::unique_ptr<ProcessGroup> ProcessGroup::make_group(const std::vector<int>& members, BackendInit init,
+                                                       ProcessGroupOptions options) {
+  if (tail_.valid()) tail_.wait();
+  std::unique_ptr<Backend> backend;
+  run("new_group", [&] { backend = backend_->make_group(GroupInit{members, init}); });
+  return std::make_unique<ProcessGroup>(std::move(backend), std::move(options));
+}
+
+// --- point-to-point ----------------------------------------------------------------------------
 
 void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
   check_peer("send", "dst", dst, tag, data, bytes);
@@ -160,19 +400,11 @@ Work ProcessGroup::start(std::string_view op, Backend::Completion completion) {
   // The posted transfer proceeds in the backend; a thread waits for it so that is_completed()
   // can be asked without disturbing it (a short wait on a Gloo buffer that times out breaks
   // the whole context).
-  auto state = std::make_shared<WorkState>();
-  state->site = site(op);
-  state->done = std::async(std::launch::async, [health = health_, where = state->site, completion = std::move(completion)] {
-                  run(*health, where, completion);
-                }).share();
-  std::erase_if(in_flight_, [](const auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
-  in_flight_.push_back(state->done);
-  return Work(std::move(state));
-}
-
-void ProcessGroup::barrier() {
-  if (size_ == 1) return;
-  run("barrier", [&] { backend_->barrier(); });
+  auto where = site(op);
+  auto done = std::async(std::launch::async, [health = health_, where, completion = std::move(completion)] {
+                run(*health, where, completion);
+              }).share();
+  return track(std::move(done), std::move(where));
 }
 
 }  // namespace idist::detail

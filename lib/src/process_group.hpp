@@ -1,14 +1,24 @@
 #pragma once
 // A set of ranks and the backend that connects them. This is where every collective is
 // checked (once, at the entry), short-circuited when there is nothing to communicate (a
-// world of one, empty buffers: Gloo's allgather dies of SIGFPE on an empty output), and
-// where backend failures become idist::Error / idist::TimeoutError carrying rank, op and
-// backend. Typed conveniences (strings, counts) are composed here from the byte-level
-// backend calls, so every backend gets them for free.
+// group of one, empty buffers: Gloo's allgather dies of SIGFPE on an empty output), checked
+// across ranks under IDIST_DEBUG, and where backend failures become idist::Error /
+// idist::TimeoutError carrying rank, op and backend. Typed conveniences (strings, counts,
+// metadata-first broadcast) are composed here from the byte-level backend calls, so every
+// backend gets them for free.
+//
+// Ranks here are the group's own (0..size-1); translating the public API's global ranks is
+// the caller's business (api.cpp).
+//
+// Async collectives run one at a time, in call order, on worker threads chained one after
+// the other; a blocking collective first waits for the async ones before it. So collectives
+// reach the backend in the same order on every rank, whichever mix of calls a program makes.
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,28 +28,60 @@
 
 namespace idist::detail {
 
+struct ProcessGroupOptions {
+  int rank = 0;
+  int size = 1;
+  // The rank and world size that error messages show (global, not group-local), and the
+  // group's description ("world", "group [0, 2]").
+  ErrorSite site;
+  std::string description = "world";
+  // IDIST_DEBUG: check before each collective that every rank calls the same one.
+  bool debug = false;
+};
+
 class ProcessGroup {
  public:
-  // `site` gives the rank and world size that error messages show (global, not group-local).
-  ProcessGroup(int rank, int size, std::unique_ptr<Backend> backend, ErrorSite site);
+  ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options);
   // Waits (each bounded by the backend's timeout) for operations still in flight, so that no
   // completion outlives the connections it runs on.
   ~ProcessGroup();
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const { return options_.rank; }
+  int size() const { return options_.size; }
   std::string_view backend_name() const { return backend_->name(); }
+  Backend& backend() { return *backend_; }
 
+  // Reductions (in place unless stated). `root` is a group rank.
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
+  Work iall_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
+  void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
+  Work ireduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
+  // `in` holds size * count elements, `out` count.
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op);
+
   // Every rank's element count, in rank order.
   std::vector<std::size_t> all_gather_counts(std::size_t count);
   // `counts` as returned by all_gather_counts(count); out holds their sum of elements.
   void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
                     std::size_t element_size);
+  // Equal counts: out holds size * count elements.
+  Work iall_gather(const void* in, std::size_t count, DType dtype, void* out);
   std::vector<std::string> all_gather(const std::string& value);
-  void broadcast(void* data, std::size_t bytes, int src, const char* op_name = "broadcast");
+  // Equal counts; out (size * count elements) is written on root only.
+  void gather(const void* in, std::size_t count, DType dtype, void* out, int root);
+  // root's `in` holds size * count elements; every rank receives its block in out.
+  void scatter(const void* in, void* out, std::size_t count, DType dtype, int root);
+
+  // Every rank passes src's count. With `checked`, the count and dtype travel first and a
+  // rank whose buffer differs makes every rank raise, instead of a silent corruption.
+  void broadcast(void* data, std::size_t count, DType dtype, int src, bool checked = false);
+  Work ibroadcast(void* data, std::size_t count, DType dtype, int src);
+  // Metadata first: ranks other than src need not know the length or even the dtype.
   std::string broadcast(const std::string& value, int src);
+  Tensor broadcast(const std::optional<Tensor>& value, int src);
+
   void barrier();
+  Work ibarrier();
 
   // Point-to-point between this group's ranks; `tag` >= 0 tells transfers apart.
   void send(const void* data, std::size_t bytes, int dst, int tag);
@@ -47,7 +89,12 @@ class ProcessGroup {
   Work isend(const void* data, std::size_t bytes, int dst, int tag);
   Work irecv(void* data, std::size_t bytes, int src, int tag);
 
-  // An Error for `op` with this group's rank, world size and backend.
+  // A sub-group of this one's ranks `members` (group ranks, in the new group's order). Called
+  // by members only, in the same order on each.
+  std::unique_ptr<ProcessGroup> make_group(const std::vector<int>& members, BackendInit init,
+                                           ProcessGroupOptions options);
+
+  // An error site for `op` with this group's rank, world size and backend.
   ErrorSite site(std::string_view op) const;
 
  private:
@@ -58,6 +105,23 @@ class ProcessGroup {
     std::string broken;
   };
 
+  // What every rank must agree on for a collective; compared across ranks under IDIST_DEBUG.
+  struct Signature {
+    std::string_view op;
+    DType dtype = DType::uint8;
+    std::uint64_t count = 0;  // kAnyCount where ranks may differ (all_gather)
+    ReduceOp reduce = ReduceOp::SUM;
+    std::int32_t root = -1;
+  };
+  static constexpr std::uint64_t kAnyCount = ~std::uint64_t{0};
+
+  // A checked collective, ready to run: `body` talks to the backend and is empty when there
+  // is nothing to do. Built on the caller's thread, run there or on a worker.
+  struct Call {
+    Signature signature;
+    std::function<void()> body;
+  };
+
   // Runs a backend call, turning its failures into idist errors. After a failure the
   // backend's connections are in an unknown state, so the group refuses further calls.
   template <class F>
@@ -66,17 +130,26 @@ class ProcessGroup {
   void run(std::string_view op, F&& f) {
     run(*health_, site(op), std::forward<F>(f));
   }
-  void check_src(std::string_view op, int src) const;
+  bool alone() const { return options_.size == 1 && backend_->skip_group_of_one(); }
+  void execute(const Call& call);   // blocking: after the async ones, on this thread
+  Work enqueue(Call call);          // async: after the async ones, on a worker
+  void check_signatures(const Signature& mine);
+  void check_root(std::string_view op, std::string_view role, int root) const;
+  void check_buffer(std::string_view op, const void* data, std::size_t count) const;
+  void check_reduce(std::string_view op, DType dtype, ReduceOp reduce) const;
   void check_peer(std::string_view op, std::string_view role, int peer, int tag, const void* data,
                   std::size_t bytes) const;
+  Call all_reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op);
+  Call reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
+  Call broadcast_call(void* data, std::size_t count, DType dtype, int src);
   // Completes `completion` on its own thread; the Work rethrows its failure where it is waited for.
   Work start(std::string_view op, Backend::Completion completion);
+  Work track(std::shared_future<void> done, ErrorSite site);
 
-  int rank_;
-  int size_;
   std::unique_ptr<Backend> backend_;
-  ErrorSite site_;
+  ProcessGroupOptions options_;
   std::shared_ptr<Health> health_ = std::make_shared<Health>();
+  std::shared_future<void> tail_;  // the last async collective
   std::vector<std::shared_future<void>> in_flight_;
 };
 

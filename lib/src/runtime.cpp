@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "store/memory_store.hpp"
 #include "store/tcp_store.hpp"
@@ -144,13 +146,50 @@ void Runtime::join(Clock::time_point deadline) {
   }
 }
 
-Runtime::Runtime(const env::Contract& contract, const InitOptions& options) : contract_(contract) {
+namespace {
+
+std::uint64_t next_runtime_id() {
+  static std::uint64_t last = 0;
+  return ++last;
+}
+
+}  // namespace
+
+void Runtime::adopt(const Layout& layout, const ErrorSite& site) {
+  auto& c = contract_;
+  if (c.from_env && (c.world_size != layout.size || c.rank != layout.rank))
+    throw Error(site, fmt::format("the environment says rank {} of {} but MPI says rank {} of {}; the mpi backend needs "
+                                  "every rank started by one mpirun (mpirun -np {} idist-run ...), or use gloo",
+                                  c.rank, c.world_size, layout.rank, layout.size, c.world_size));
+  c.rank = layout.rank;
+  c.world_size = layout.size;
+  c.local_rank = layout.local_rank;
+  c.local_world_size = layout.local_size;
+  c.node_rank = layout.node_rank;
+  c.nnodes = layout.nnodes;
+}
+
+Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
+    : contract_(contract), id_(next_runtime_id()) {
   // One deadline for the whole rendezvous: reaching the store and everyone joining.
   const auto deadline = Clock::now() + contract_.timeout;
   const std::string backend = choose_backend(contract_, options);
   ErrorSite site{contract_.rank, contract_.world_size, "init", backend};
   try {
-    if (contract_.world_size == 1) {
+    std::optional<Layout> native;
+    try {
+      native = native_layout(backend);
+    } catch (const std::exception& e) {
+      throw Error(site, e.what());
+    }
+    if (native) {
+      adopt(*native, site);
+      site.rank = contract_.rank;
+      site.world_size = contract_.world_size;
+    }
+    if (contract_.world_size == 1 || native) {
+      // A backend with its own world needs no rendezvous; the store still serves sub-groups'
+      // bookkeeping within this process.
       store_ = std::make_unique<MemoryStore>(contract_.timeout);
     } else {
       if (contract_.rank == 0)
@@ -159,10 +198,14 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options) : co
       store_ = std::make_unique<TcpStore>(
           TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, contract_.timeout});
       join(deadline);
+      rendezvous_ = true;
     }
     auto impl = make_backend(backend, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
                                                   contract_.timeout, contract_});
-    world_ = std::make_unique<ProcessGroup>(contract_.rank, contract_.world_size, std::move(impl), site);
+    world_ = std::make_unique<ProcessGroup>(
+        std::move(impl), ProcessGroupOptions{contract_.rank, contract_.world_size,
+                                             ErrorSite{contract_.rank, contract_.world_size, "", backend}, "world",
+                                             contract_.debug});
   } catch (const Error&) {
     throw;
   } catch (const TimeoutFailure& e) {
@@ -173,14 +216,45 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options) : co
 }
 
 Runtime::~Runtime() {
-  // Connections first, then the store client, then (rank 0) the server they came through.
+  // Connections first (groups before the world they came from), then the store client, then
+  // (rank 0) the server they came through.
+  groups_.clear();
   world_.reset();
   store_.reset();
   server_.reset();
 }
 
+std::shared_ptr<const GroupState> Runtime::new_group(const std::vector<int>& ranks) {
+  const ErrorSite site = world_->site("new_group");
+  if (ranks.empty()) throw Error(site, "ranks is empty; a group needs at least one rank");
+  std::vector<bool> seen(static_cast<std::size_t>(contract_.world_size));
+  for (int r : ranks) {
+    if (r < 0 || r >= contract_.world_size)
+      throw Error(site, fmt::format("rank {} is not in the world (size {})", r, contract_.world_size));
+    if (seen[static_cast<std::size_t>(r)]) throw Error(site, fmt::format("rank {} is listed twice", r));
+    seen[static_cast<std::size_t>(r)] = true;
+  }
+  auto state = std::make_shared<GroupState>();
+  state->ranks = ranks;
+  state->runtime_id = id_;
+  state->description = fmt::format("group [{}]", fmt::join(ranks, ", "));
+  // Every rank counts every group, member or not, so all agree on each group's key prefix.
+  const int id = groups_made_++;
+  const auto me = std::find(ranks.begin(), ranks.end(), contract_.rank);
+  if (me == ranks.end()) return state;
+  state->rank = static_cast<int>(me - ranks.begin());
+  const int size = static_cast<int>(ranks.size());
+  groups_.push_back(world_->make_group(
+      ranks,
+      BackendInit{state->rank, size, *store_, fmt::format("idist/group/{}/", id), contract_.timeout, contract_},
+      ProcessGroupOptions{state->rank, size, ErrorSite{contract_.rank, contract_.world_size, "", ""},
+                          state->description, contract_.debug}));
+  state->group = groups_.back().get();
+  return state;
+}
+
 void Runtime::finalize() {
-  if (contract_.world_size == 1 || !store_) return;
+  if (!rendezvous_) return;
   try {
     const std::string key = std::string(kWorldPrefix) + "finalized/";
     store_->set(key + std::to_string(contract_.rank), {});

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "idist/env_contract.hpp"
 #include "idist/idist.hpp"
@@ -12,6 +14,21 @@
 #include "store/tcp_store_server.hpp"
 
 namespace idist::detail {
+
+// What a Group handle points to. Members have `group`; the others only know the ranks.
+struct GroupState {
+  std::vector<int> ranks;      // global ranks, in group-rank order
+  int rank = -1;               // this rank's group rank, -1 outside
+  ProcessGroup* group = nullptr;
+  std::uint64_t runtime_id = 0;  // groups die with the runtime that made them
+  std::string description;     // "group [0, 2]"
+};
+
+// The door between the public Group handle and its state.
+struct GroupAccess {
+  static const GroupState* state(const Group& g) { return g.state_.get(); }
+  static Group make(std::shared_ptr<const GroupState> s) { return Group(std::move(s)); }
+};
 
 class Runtime {
  public:
@@ -22,6 +39,10 @@ class Runtime {
   const env::Contract& contract() const { return contract_; }
   ProcessGroup& world() { return *world_; }
   Store& store() { return *store_; }
+  std::uint64_t id() const { return id_; }
+
+  // new_group(): a collective over the world (every rank calls it with the same list).
+  std::shared_ptr<const GroupState> new_group(const std::vector<int>& ranks);
 
   // Waits (bounded) until every rank has reached finalize, so rank 0 does not take the store
   // away from a rank that still needs it, then tears down.
@@ -32,10 +53,17 @@ class Runtime {
   // are named (with their node) rather than surfacing as the backend's anonymous timeout.
   void join(std::chrono::steady_clock::time_point deadline);
 
+  // The backend's own world (MPI) replaces the contract's topology, after checking they agree.
+  void adopt(const Layout& layout, const ErrorSite& site);
+
   env::Contract contract_;
+  std::uint64_t id_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
   std::unique_ptr<Store> store_;
   std::unique_ptr<ProcessGroup> world_;
+  std::vector<std::unique_ptr<ProcessGroup>> groups_;  // destroyed before the world
+  int groups_made_ = 0;
+  bool rendezvous_ = false;  // joined through the TCP store, so finalize() meets there too
 };
 
 // The default runtime; throws idist::Error naming `op` when init() has not run.

@@ -42,7 +42,8 @@ void run_ranks(int size, Body body, std::chrono::milliseconds timeout = std::chr
       try {
         auto backend = idist::detail::make_backend(
             "gloo", idist::detail::BackendInit{r, size, store, "test/", timeout, contract});
-        idist::detail::ProcessGroup group(r, size, std::move(backend), idist::ErrorSite{r, size, "", ""});
+        idist::detail::ProcessGroup group(std::move(backend),
+                                          idist::detail::ProcessGroupOptions{r, size, idist::ErrorSite{r, size, "", ""}});
         body(group, failures);
       } catch (const std::exception& e) {
         failures.add(r, std::string("threw: ") + e.what());

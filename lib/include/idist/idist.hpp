@@ -9,10 +9,19 @@
 //   idist::barrier();
 //   idist::finalize();
 //
-// Ordering contract (as in every collective library): all ranks call the same collectives in
-// the same order with matching arguments (same op, dtype and element count for all_reduce,
-// same src and size for broadcast). Sizes may differ between ranks only for all_gather.
-// Calls are blocking and not thread-safe: use one thread per rank for collectives.
+// Ordering contract (as in every collective library): all ranks of a group call the same
+// collectives in the same order with matching arguments (same op, dtype and element count,
+// same root). Sizes may differ between ranks only for all_gather, and for broadcast in
+// safe mode. Gloo does not notice a mismatch and may corrupt data silently: run with
+// IDIST_DEBUG=1 to have every collective check first that all ranks agree, naming the rank
+// that differs. Calls are not thread-safe: use one thread per rank for collectives.
+//
+// Roots (src, dst) are global ranks, as in torch.distributed, also within a sub-group;
+// results gathered over a group come in group-rank order. A rank outside the group a
+// collective is called on gets its input back unchanged (ignite's rule), at no cost.
+//
+// Buffers are host memory, except with the nccl backend, where a span over device memory
+// (std::span<float>(device_ptr, n)) is used in place and host buffers are staged through the GPU.
 //
 // Errors are idist::Error (idist::TimeoutError when peers do not arrive within IDIST_TIMEOUT),
 // and their message starts with "[idist rank r/n] op(backend): ".
@@ -20,6 +29,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
+#include <optional>
+#include <stdexcept>
 #include <numeric>
 #include <span>
 #include <string>
@@ -31,6 +43,36 @@
 
 namespace idist {
 
+namespace detail {
+struct GroupState;
+struct GroupAccess;
+}
+
+// A set of ranks, made by new_group(); a default-constructed Group is the whole world.
+// Handles are cheap to copy; the group lives while a handle or the runtime does.
+class Group {
+ public:
+  Group() = default;
+  bool is_world() const { return state_ == nullptr; }
+  // Whether this rank belongs to the group.
+  bool is_member() const;
+  // This rank's rank within the group, -1 outside it.
+  int rank() const;
+  int size() const;
+  // The members' global ranks, in group-rank order.
+  std::vector<int> ranks() const;
+
+ private:
+  friend struct detail::GroupAccess;
+  explicit Group(std::shared_ptr<const detail::GroupState> state) : state_(std::move(state)) {}
+  std::shared_ptr<const detail::GroupState> state_;
+};
+
+// Makes a group of the given global ranks (distinct, in range; the order gives group ranks).
+// Every rank of the world calls it, members or not, with the same list, in the same order
+// relative to other new_group calls: it is a collective over the world.
+Group new_group(const std::vector<int>& ranks);
+
 struct InitOptions {
   // The backend the program asks for: "gloo" (CPU, default), "nccl" or "mpi". IDIST_BACKEND,
   // set by `idist-run --backend`, overrides it (with a one-line notice) so that a program
@@ -40,7 +82,9 @@ struct InitOptions {
 
 // Reads the env contract (RANK, WORLD_SIZE, ..., see env_contract.hpp), joins the rendezvous
 // at MASTER_ADDR:MASTER_PORT (rank 0 hosts it) and connects the backend. With no variable
-// set, runs as a world of one. Throws Error naming the variable when the environment is bad.
+// set, runs as a world of one. With the mpi backend the world is MPI's (the processes
+// mpirun started, with or without idist-run in between), and no store is needed. Throws
+// Error naming the variable when the environment is bad.
 void init(const InitOptions& options = {});
 // Waits for every rank to arrive (bounded by the timeout), then tears down. Safe to call twice.
 void finalize();
@@ -52,86 +96,263 @@ int get_local_rank();
 int get_nproc_per_node();  // ranks on this node (LOCAL_WORLD_SIZE)
 int get_nnodes();
 int get_node_rank();
-std::string backend();  // "gloo", ...
+std::string backend();  // "gloo", "mpi", "nccl"
 std::string hostname();
 // Prints backend, hostname, world size, ranks and node layout, one "key: value" per line.
 void show_config(std::ostream& out);
 void show_config();
 
+// --- options -------------------------------------------------------------------------------
+
+struct AllReduceOptions {
+  ReduceOp op = ReduceOp::SUM;
+  Group group{};
+};
+struct ReduceOptions {
+  int dst = 0;  // global rank that receives the result
+  ReduceOp op = ReduceOp::SUM;
+  Group group{};
+};
+struct BroadcastOptions {
+  int src = 0;  // global rank whose value everyone gets
+  // Metadata (dtype and length) travels first. For buffers: a rank whose length or dtype
+  // differs from src's makes every rank raise instead of corrupting. The overloads taking
+  // std::optional always work this way, since their non-src ranks pass no value at all.
+  bool safe_mode = false;
+  Group group{};
+};
+struct GatherOptions {
+  int dst = 0;  // global rank that receives
+  Group group{};
+};
+struct ScatterOptions {
+  int src = 0;  // global rank that sends
+  Group group{};
+};
+struct GroupOptions {
+  Group group{};
+};
+
 namespace detail {
-// Type-erased entry points behind the templates below; they validate and dispatch.
-void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
-std::vector<std::size_t> all_gather_counts(std::size_t count);
+// Type-erased entry points behind the templates below; they translate roots to group ranks,
+// validate and dispatch. Non-members return at once.
+void all_reduce(void* data, std::size_t count, DType dtype, const AllReduceOptions& options);
+Work iall_reduce(void* data, std::size_t count, DType dtype, const AllReduceOptions& options);
+void reduce(void* data, std::size_t count, DType dtype, const ReduceOptions& options);
+Work ireduce(void* data, std::size_t count, DType dtype, const ReduceOptions& options);
+void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, const AllReduceOptions& options);
+std::vector<std::size_t> all_gather_counts(std::size_t count, const Group& group);
 void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
-                  std::size_t element_size);
-void broadcast(void* data, std::size_t bytes, int src, const char* op_name);
+                  std::size_t element_size, const Group& group);
+Work iall_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group);
+// Returns whether this rank received (is dst, or outside the group: then out is untouched).
+bool gather(const void* in, std::size_t count, DType dtype, void* out, const GatherOptions& options);
+void scatter(const void* in, void* out, std::size_t count, DType dtype, const ScatterOptions& options);
+void broadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options);
+Work ibroadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options);
 void send(const void* data, std::size_t bytes, int dst, int tag);
 void recv(void* data, std::size_t bytes, int src, int tag);
 Work isend(const void* data, std::size_t bytes, int dst, int tag);
 Work irecv(void* data, std::size_t bytes, int src, int tag);
+// The size of `group` as seen from this rank: 1 outside it (a non-member is alone).
+int group_size(const Group& group);
 }  // namespace detail
 
 // --- all_reduce: every rank ends with op applied across ranks, element-wise. --------------
 
 template <Element T>
+void all_reduce(std::span<T> data, const AllReduceOptions& options) {
+  detail::all_reduce(data.data(), data.size(), dtype_of<T>, options);
+}
+template <Element T>
 void all_reduce(std::span<T> data, ReduceOp op = ReduceOp::SUM) {
-  detail::all_reduce(data.data(), data.size(), dtype_of<T>, op);
+  all_reduce(data, AllReduceOptions{.op = op});
+}
+template <Element T>
+void all_reduce(std::vector<T>& data, const AllReduceOptions& options) {
+  all_reduce(std::span<T>(data), options);
 }
 template <Element T>
 void all_reduce(std::vector<T>& data, ReduceOp op = ReduceOp::SUM) {
-  all_reduce(std::span<T>(data), op);
+  all_reduce(std::span<T>(data), AllReduceOptions{.op = op});
+}
+template <Element T>
+[[nodiscard]] T all_reduce(T value, const AllReduceOptions& options) {
+  detail::all_reduce(&value, 1, dtype_of<T>, options);
+  return value;
 }
 template <Element T>
 [[nodiscard]] T all_reduce(T value, ReduceOp op = ReduceOp::SUM) {
-  detail::all_reduce(&value, 1, dtype_of<T>, op);
-  return value;
+  return all_reduce(value, AllReduceOptions{.op = op});
+}
+// Async: returns at once; `data` must stay untouched until the Work's wait() returns.
+template <Element T>
+[[nodiscard]] Work iall_reduce(std::span<T> data, const AllReduceOptions& options = {}) {
+  return detail::iall_reduce(data.data(), data.size(), dtype_of<T>, options);
+}
+template <Element T>
+[[nodiscard]] Work iall_reduce(std::vector<T>& data, const AllReduceOptions& options = {}) {
+  return iall_reduce(std::span<T>(data), options);
 }
 
-// --- all_gather: the concatenation of every rank's input, in rank order. -------------------
+// --- reduce: the result lands on dst only; other ranks' buffers are left unchanged. --------
+
+template <Element T>
+void reduce(std::span<T> data, const ReduceOptions& options = {}) {
+  detail::reduce(data.data(), data.size(), dtype_of<T>, options);
+}
+template <Element T>
+void reduce(std::vector<T>& data, const ReduceOptions& options = {}) {
+  reduce(std::span<T>(data), options);
+}
+// dst gets the reduction; the other ranks get their value back.
+template <Element T>
+[[nodiscard]] T reduce(T value, const ReduceOptions& options = {}) {
+  detail::reduce(&value, 1, dtype_of<T>, options);
+  return value;
+}
+template <Element T>
+[[nodiscard]] Work ireduce(std::span<T> data, const ReduceOptions& options = {}) {
+  return detail::ireduce(data.data(), data.size(), dtype_of<T>, options);
+}
+
+// --- reduce_scatter: in holds group-size blocks of out.size(); rank r ends with the
+// reduction of every rank's r-th block. --------------------------------------------------
+
+template <Element T>
+void reduce_scatter(std::span<const T> in, std::span<T> out, const AllReduceOptions& options = {}) {
+  if (in.size() != out.size() * static_cast<std::size_t>(detail::group_size(options.group)))
+    throw std::invalid_argument("reduce_scatter: input holds " + std::to_string(in.size()) +
+                                " elements; expected group size x output (" + std::to_string(out.size()) + ")");
+  detail::reduce_scatter(in.data(), out.data(), out.size(), dtype_of<T>, options);
+}
+template <Element T>
+[[nodiscard]] std::vector<T> reduce_scatter(const std::vector<T>& in, const AllReduceOptions& options = {}) {
+  const auto n = static_cast<std::size_t>(detail::group_size(options.group));
+  if (in.size() % n != 0)
+    throw std::invalid_argument("reduce_scatter: input holds " + std::to_string(in.size()) +
+                                " elements, not a multiple of the group size " + std::to_string(n));
+  std::vector<T> out(in.size() / n);
+  reduce_scatter(std::span<const T>(in), std::span<T>(out), options);
+  return out;
+}
+
+// --- all_gather: the concatenation of every rank's input, in (group) rank order. ----------
 // Inputs may have different lengths on different ranks, zero included.
 
 template <Element T>
-[[nodiscard]] std::vector<T> all_gather(std::span<const T> data) {
-  const auto counts = detail::all_gather_counts(data.size());
+[[nodiscard]] std::vector<T> all_gather(std::span<const T> data, const GroupOptions& options = {}) {
+  const auto counts = detail::all_gather_counts(data.size(), options.group);
   std::vector<T> out(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
-  detail::all_gather_v(data.data(), data.size(), counts, out.data(), sizeof(T));
+  detail::all_gather_v(data.data(), data.size(), counts, out.data(), sizeof(T), options.group);
   return out;
 }
 template <Element T>
-[[nodiscard]] std::vector<T> all_gather(const std::vector<T>& data) {
-  return all_gather(std::span<const T>(data));
+[[nodiscard]] std::vector<T> all_gather(const std::vector<T>& data, const GroupOptions& options = {}) {
+  return all_gather(std::span<const T>(data), options);
 }
 // One value per rank.
 template <Element T>
-[[nodiscard]] std::vector<T> all_gather(T value) {
-  return all_gather(std::span<const T>(&value, 1));
+[[nodiscard]] std::vector<T> all_gather(T value, const GroupOptions& options = {}) {
+  return all_gather(std::span<const T>(&value, 1), options);
 }
+// Raw bytes, of any length per rank.
+[[nodiscard]] std::vector<std::byte> all_gather(std::span<const std::byte> data, const GroupOptions& options = {});
 // One string per rank.
-[[nodiscard]] std::vector<std::string> all_gather(const std::string& value);
+[[nodiscard]] std::vector<std::string> all_gather(const std::string& value, const GroupOptions& options = {});
+// Async, equal lengths: out holds group size x in.size() elements.
+template <Element T>
+[[nodiscard]] Work iall_gather(std::span<const T> in, std::span<T> out, const GroupOptions& options = {}) {
+  if (out.size() != in.size() * static_cast<std::size_t>(detail::group_size(options.group)))
+    throw std::invalid_argument("iall_gather: output holds " + std::to_string(out.size()) +
+                                " elements; expected group size x input (" + std::to_string(in.size()) + ")");
+  return detail::iall_gather(in.data(), in.size(), dtype_of<T>, out.data(), options.group);
+}
 
-// --- broadcast: src's value reaches every rank. -------------------------------------------
-// For buffers every rank passes the same length.
+// --- gather: as all_gather with equal lengths, but only dst receives (others get {}). -----
 
 template <Element T>
+[[nodiscard]] std::vector<T> gather(std::span<const T> data, const GatherOptions& options = {}) {
+  std::vector<T> out(data.size() * static_cast<std::size_t>(detail::group_size(options.group)));
+  if (!detail::gather(data.data(), data.size(), dtype_of<T>, out.data(), options)) return {};
+  return out;
+}
+template <Element T>
+[[nodiscard]] std::vector<T> gather(const std::vector<T>& data, const GatherOptions& options = {}) {
+  return gather(std::span<const T>(data), options);
+}
+template <Element T>
+[[nodiscard]] std::vector<T> gather(T value, const GatherOptions& options = {}) {
+  return gather(std::span<const T>(&value, 1), options);
+}
+
+// --- scatter: src's `in` holds group-size blocks of out.size(); rank r receives block r. ---
+// `in` is read on src only (other ranks may pass an empty span).
+
+template <Element T>
+void scatter(std::span<const T> in, std::span<T> out, const ScatterOptions& options = {}) {
+  detail::scatter(in.data(), out.data(), out.size(), dtype_of<T>, options);
+}
+template <Element T>
+void scatter(const std::vector<T>& in, std::vector<T>& out, const ScatterOptions& options = {}) {
+  scatter(std::span<const T>(in), std::span<T>(out), options);
+}
+
+// --- broadcast: src's value reaches every rank. -------------------------------------------
+// For buffers every rank passes src's length (checked first in safe mode).
+
+template <Element T>
+void broadcast(std::span<T> data, const BroadcastOptions& options) {
+  detail::broadcast(data.data(), data.size(), dtype_of<T>, options);
+}
+template <Element T>
 void broadcast(std::span<T> data, int src = 0) {
-  detail::broadcast(data.data(), data.size_bytes(), src, "broadcast");
+  broadcast(data, BroadcastOptions{.src = src});
+}
+template <Element T>
+void broadcast(std::vector<T>& data, const BroadcastOptions& options) {
+  broadcast(std::span<T>(data), options);
 }
 template <Element T>
 void broadcast(std::vector<T>& data, int src = 0) {
-  broadcast(std::span<T>(data), src);
+  broadcast(std::span<T>(data), BroadcastOptions{.src = src});
+}
+template <Element T>
+[[nodiscard]] T broadcast(T value, const BroadcastOptions& options) {
+  detail::broadcast(&value, 1, dtype_of<T>, options);
+  return value;
 }
 template <Element T>
 [[nodiscard]] T broadcast(T value, int src = 0) {
-  detail::broadcast(&value, sizeof(T), src, "broadcast");
-  return value;
+  return broadcast(value, BroadcastOptions{.src = src});
 }
 // Strings may differ in length: the length travels first.
+[[nodiscard]] std::string broadcast(const std::string& value, const BroadcastOptions& options);
 [[nodiscard]] std::string broadcast(const std::string& value, int src = 0);
+// ignite's safe_mode: ranks other than src pass std::nullopt, knowing neither the length
+// nor (for Tensor) the type; src's metadata travels first. A src without a value makes
+// every rank raise.
+[[nodiscard]] Tensor broadcast(const std::optional<Tensor>& value, const BroadcastOptions& options = {});
+template <Element T>
+[[nodiscard]] std::vector<T> broadcast(const std::optional<std::vector<T>>& value, const BroadcastOptions& options = {}) {
+  std::optional<Tensor> t;
+  if (value) t = Tensor::of(*value);
+  const Tensor got = broadcast(t, options);
+  if (got.dtype != dtype_of<T>)
+    throw std::invalid_argument("broadcast: src sent " + std::string(to_string(got.dtype)) + ", not " +
+                                std::string(to_string(dtype_of<T>)));
+  return got.as<T>();
+}
+template <Element T>
+[[nodiscard]] Work ibroadcast(std::span<T> data, const BroadcastOptions& options = {}) {
+  return detail::ibroadcast(data.data(), data.size(), dtype_of<T>, options);
+}
 
-// --- barrier: returns once every rank has entered it. ---------------------------------------
-void barrier();
+// --- barrier: returns once every rank (of the group) has entered it. -----------------------
+void barrier(const GroupOptions& options = {});
+[[nodiscard]] Work ibarrier(const GroupOptions& options = {});
 
-// --- point-to-point: one rank's buffer to another's. ---------------------------------------
+// --- point-to-point: one rank's buffer to another's (global ranks). ------------------------
 // The receiver passes a buffer of the sender's length. Between two ranks, transfers with the
 // same tag (>= 0) arrive in the order they were sent. send/recv block; isend/irecv return a
 // Work at once, and the buffer must stay untouched until its wait() returns.

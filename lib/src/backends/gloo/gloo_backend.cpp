@@ -6,6 +6,9 @@
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/scatter.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -23,32 +26,51 @@
 #include <vector>
 
 #include "backends/gloo/gloo_store.hpp"
+#include "reduce/kernels.hpp"
 
 namespace idist::detail {
 namespace {
 
-using ReduceFn = void (*)(void*, const void*, const void*, std::size_t);
-
+// Gloo's own kernels for the classical ops on native types (vectorised); ours for the 16-bit
+// floats, which Gloo would otherwise sum as integers, and for the bitwise ops it lacks.
 template <class T>
-ReduceFn reducer(ReduceOp op) {
+ReduceFn gloo_kernel(ReduceOp op) {
   switch (op) {
     case ReduceOp::SUM: return static_cast<ReduceFn>(&gloo::sum<T>);
     case ReduceOp::PRODUCT: return static_cast<ReduceFn>(&gloo::product<T>);
     case ReduceOp::MIN: return static_cast<ReduceFn>(&gloo::min<T>);
     case ReduceOp::MAX: return static_cast<ReduceFn>(&gloo::max<T>);
+    default: return nullptr;
   }
-  throw std::invalid_argument("unknown reduce op");
 }
 
-// The one switch over dtypes in this backend: calls f.template operator()<T>().
+ReduceFn reducer(DType dtype, ReduceOp op) {
+  ReduceFn fn = nullptr;
+  switch (dtype) {
+    case DType::int8: fn = gloo_kernel<std::int8_t>(op); break;
+    case DType::uint8: fn = gloo_kernel<std::uint8_t>(op); break;
+    case DType::int32: fn = gloo_kernel<std::int32_t>(op); break;
+    case DType::int64: fn = gloo_kernel<std::int64_t>(op); break;
+    case DType::float32: fn = gloo_kernel<float>(op); break;
+    case DType::float64: fn = gloo_kernel<double>(op); break;
+    case DType::float16:
+    case DType::bfloat16: break;
+  }
+  return fn != nullptr ? fn : reduce_kernel(dtype, op);
+}
+
+// The one switch over dtypes in this backend: calls f.template operator()<E>() with a type of
+// the dtype's size (what Gloo needs to count elements; the reduce function does the typing).
 template <class F>
-void with_type(DType dtype, F&& f) {
+void with_bytes(DType dtype, F&& f) {
   switch (dtype) {
     case DType::int8: return f.template operator()<std::int8_t>();
     case DType::uint8: return f.template operator()<std::uint8_t>();
+    case DType::float16:
+    case DType::bfloat16: return f.template operator()<std::uint16_t>();
     case DType::int32: return f.template operator()<std::int32_t>();
-    case DType::int64: return f.template operator()<std::int64_t>();
     case DType::float32: return f.template operator()<float>();
+    case DType::int64: return f.template operator()<std::int64_t>();
     case DType::float64: return f.template operator()<double>();
   }
   throw std::invalid_argument("unknown dtype");
@@ -87,31 +109,87 @@ std::string local_address_towards(const std::string& host, int port) {
 
 class GlooBackend final : public Backend {
  public:
-  explicit GlooBackend(const BackendInit& init) : timeout_(init.timeout) {
-    gloo::transport::tcp::attr attr;
-    if (!init.contract.gloo_socket_ifname.empty()) {
-      attr.iface = init.contract.gloo_socket_ifname;
-    } else {
-      attr.hostname = local_address_towards(init.contract.master_addr, init.contract.master_port);
-    }
-    auto device = gloo::transport::tcp::CreateDevice(attr);
+  // Every group has its own context (its own connections and slots), all on one device.
+  GlooBackend(const BackendInit& init, std::shared_ptr<gloo::transport::Device> device)
+      : timeout_(init.timeout), device_(std::move(device)) {
     context_ = std::make_shared<gloo::rendezvous::Context>(init.rank, init.size);
     context_->setTimeout(timeout_);
     GlooStore adapter(init.store);
     gloo::rendezvous::PrefixStore prefixed(init.key_prefix + "gloo", adapter);
-    guard([&] { context_->connectFullMesh(prefixed, device); });
+    guard([&] { context_->connectFullMesh(prefixed, device_); });
+  }
+
+  static std::shared_ptr<gloo::transport::Device> make_device(const env::Contract& contract) {
+    gloo::transport::tcp::attr attr;
+    if (!contract.gloo_socket_ifname.empty()) {
+      attr.iface = contract.gloo_socket_ifname;
+    } else {
+      attr.hostname = local_address_towards(contract.master_addr, contract.master_port);
+    }
+    return gloo::transport::tcp::CreateDevice(attr);
   }
 
   std::string_view name() const override { return "gloo"; }
 
+  std::unique_ptr<Backend> make_group(const GroupInit& group) override {
+    return std::make_unique<GlooBackend>(group.init, device_);
+  }
+
+  // Gloo reduces raw bytes with the function it is given: the element type only sets sizes.
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
     gloo::AllreduceOptions opts(context_);
-    with_type(dtype, [&]<class T>() {
-      opts.setOutput(static_cast<T*>(data), count);
-      opts.setReduceFunction(reducer<T>(op));
-    });
+    with_bytes(dtype, [&]<class E>() { opts.setOutput(static_cast<E*>(data), count); });
+    opts.setReduceFunction(reducer(dtype, op));
     opts.setTimeout(timeout_);
     guard([&] { gloo::allreduce(opts); });
+  }
+
+  // Gloo's reduce uses its output as scratch space on every rank; a non-root rank's buffer is
+  // its input only, and it reduces into a copy, so the caller's data stays as it was.
+  void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override {
+    gloo::ReduceOptions opts(context_);
+    std::vector<char> scratch(context_->rank == root ? 0 : count * dtype_size(dtype));
+    with_bytes(dtype, [&]<class E>() {
+      opts.setInput(static_cast<E*>(data), count);
+      opts.setOutput(scratch.empty() ? static_cast<E*>(data) : reinterpret_cast<E*>(scratch.data()), count);
+    });
+    opts.setRoot(root);
+    opts.setReduceFunction(reducer(dtype, op));
+    opts.setTimeout(timeout_);
+    guard([&] { gloo::reduce(opts); });
+  }
+
+  // Gloo 2022 has no reduce_scatter with the options API (only the old algorithm classes,
+  // which must not share a context with it): all_reduce a copy, keep this rank's block.
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
+    const auto block = count * dtype_size(dtype);
+    std::vector<char> all(static_cast<const char*>(in), static_cast<const char*>(in) + block * static_cast<std::size_t>(context_->size));
+    all_reduce(all.data(), count * static_cast<std::size_t>(context_->size), dtype, op);
+    std::memcpy(out, all.data() + block * static_cast<std::size_t>(context_->rank), block);
+  }
+
+  void gather(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
+    gloo::GatherOptions opts(context_);
+    opts.setInput(const_cast<char*>(static_cast<const char*>(in)), bytes_per_rank);
+    if (context_->rank == root)
+      opts.setOutput(static_cast<char*>(out), bytes_per_rank * static_cast<std::size_t>(context_->size));
+    opts.setRoot(root);
+    opts.setTimeout(timeout_);
+    guard([&] { gloo::gather(opts); });
+  }
+
+  void scatter(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
+    gloo::ScatterOptions opts(context_);
+    if (context_->rank == root) {
+      std::vector<char*> blocks;
+      for (int r = 0; r < context_->size; ++r)
+        blocks.push_back(const_cast<char*>(static_cast<const char*>(in)) + bytes_per_rank * static_cast<std::size_t>(r));
+      opts.setInputs(blocks, bytes_per_rank);
+    }
+    opts.setOutput(static_cast<char*>(out), bytes_per_rank);
+    opts.setRoot(root);
+    opts.setTimeout(timeout_);
+    guard([&] { gloo::scatter(opts); });
   }
 
   void all_gather(const void* in, void* out, std::size_t bytes_per_rank) override {
@@ -222,11 +300,14 @@ class GlooBackend final : public Backend {
   Sequences recv_sequence_;
 
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_gloo_backend(const BackendInit& init) { return std::make_unique<GlooBackend>(init); }
+std::unique_ptr<Backend> make_gloo_backend(const BackendInit& init) {
+  return std::make_unique<GlooBackend>(init, GlooBackend::make_device(init.contract));
+}
 
 }  // namespace idist::detail

@@ -1,0 +1,99 @@
+#include "reduce/kernels.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace idist::detail {
+namespace {
+
+template <class T>
+constexpr bool kIsHalf = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
+// The arithmetic type T is computed in: float for the 16-bit floats, T itself otherwise.
+template <class T>
+using Wide = std::conditional_t<kIsHalf<T>, float, T>;
+
+template <class T, class Op>
+void apply(void* out, const void* a, const void* b, std::size_t count) {
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (std::size_t i = 0; i < count; ++i) {
+    o[i] = static_cast<T>(Op{}(static_cast<Wide<T>>(x[i]), static_cast<Wide<T>>(y[i])));
+  }
+}
+
+struct Sum {
+  template <class W>
+  W operator()(W a, W b) const { return static_cast<W>(a + b); }
+};
+struct Product {
+  template <class W>
+  W operator()(W a, W b) const { return static_cast<W>(a * b); }
+};
+struct Min {
+  template <class W>
+  W operator()(W a, W b) const { return std::min(a, b); }
+};
+struct Max {
+  template <class W>
+  W operator()(W a, W b) const { return std::max(a, b); }
+};
+struct And {
+  template <class W>
+  W operator()(W a, W b) const { return static_cast<W>(a & b); }
+};
+struct Or {
+  template <class W>
+  W operator()(W a, W b) const { return static_cast<W>(a | b); }
+};
+struct Xor {
+  template <class W>
+  W operator()(W a, W b) const { return static_cast<W>(a ^ b); }
+};
+
+template <class T>
+ReduceFn kernel_for(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return &apply<T, Sum>;
+    case ReduceOp::PRODUCT: return &apply<T, Product>;
+    case ReduceOp::MIN: return &apply<T, Min>;
+    case ReduceOp::MAX: return &apply<T, Max>;
+    case ReduceOp::AND:
+    case ReduceOp::OR:
+    case ReduceOp::XOR:
+      if constexpr (std::is_integral_v<T>) {
+        if (op == ReduceOp::AND) return &apply<T, And>;
+        if (op == ReduceOp::OR) return &apply<T, Or>;
+        return &apply<T, Xor>;
+      }
+      break;
+  }
+  throw std::invalid_argument("unknown reduce op");
+}
+
+}  // namespace
+
+void check_reduce_op(DType dtype, ReduceOp op) {
+  if (is_bitwise(op) && !is_integer(dtype))
+    throw std::invalid_argument(std::string(to_string(op)) + " is defined on integer dtypes only, not " +
+                                std::string(to_string(dtype)));
+}
+
+ReduceFn reduce_kernel(DType dtype, ReduceOp op) {
+  check_reduce_op(dtype, op);
+  switch (dtype) {
+    case DType::int8: return kernel_for<std::int8_t>(op);
+    case DType::uint8: return kernel_for<std::uint8_t>(op);
+    case DType::int32: return kernel_for<std::int32_t>(op);
+    case DType::int64: return kernel_for<std::int64_t>(op);
+    case DType::float16: return kernel_for<float16>(op);
+    case DType::bfloat16: return kernel_for<bfloat16>(op);
+    case DType::float32: return kernel_for<float>(op);
+    case DType::float64: return kernel_for<double>(op);
+  }
+  throw std::invalid_argument("unknown dtype");
+}
+
+}  // namespace idist::detail
