@@ -11,7 +11,7 @@ PACKAGES=(
   doctest-dev                        # unit tests
   procps                             # pgrep/pkill, used by the end-to-end tests
   slurm-client slurmctld slurmd munge  # a real local SLURM for the detection tests (scripts/slurm-local.sh)
-  openmpi-bin                        # a real mpirun for the detection tests
+  openmpi-bin libopenmpi-dev         # a real mpirun for the detection tests; the mpi backend
   iproute2 jq                        # network namespaces for two-host tests; reading --dry-run's JSON
 )
 
@@ -27,5 +27,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# The mpi backend is required here (its package is installed above), so CI tests it.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDIST_WITH_MPI=ON >/dev/null
 cmake --build build -j "$(nproc)"

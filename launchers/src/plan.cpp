@@ -234,7 +234,26 @@ unsigned usable_cores() {
 
 }  // namespace
 
-LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
+namespace {
+
+// MPI ranks are made by mpirun, not by fork: processes idist-run spawns would each be a world
+// of one. Said here, before anything starts, rather than by every rank at init.
+LaunchPlan checked(LaunchPlan plan) {
+  if (plan.job.backend == "mpi" && plan.mode == Mode::spawn && plan.job.world_size > 1)
+    throw UsageError("--backend mpi needs its ranks started by mpirun, not spawned by idist-run: run `mpirun -np " +
+                     std::to_string(plan.job.world_size) + " idist-run --backend mpi ...`, or use --backend gloo");
+  return plan;
+}
+
+LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env);
+
+}  // namespace
+
+LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) { return checked(unchecked_plan(o, env)); }
+
+namespace {
+
+LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env) {
   if (o.nnodes || o.node_rank) {
     if (o.launcher != "auto" && o.launcher != "spawn")
       throw UsageError("--nnodes/--node-rank describe a job without a scheduler; they do not go with --launcher " +
@@ -258,6 +277,8 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   plan.notes.insert(plan.notes.begin(), notes.begin(), notes.end());
   return plan;
 }
+
+}  // namespace
 
 env::Contract rank_contract(const LaunchPlan& plan, int index) {
   env::Contract c = plan.job;

@@ -14,8 +14,17 @@ out=$("$RUN" -n 2 --backend gloo "$API" 2>&1)
 check "--backend gloo works" equals $? 0
 out=$(env -u RANK -u WORLD_SIZE "$API" 2>&1)
 check "api_check with no launcher: a world of one" contains "$out" "api_check rank 0/1: "
-out=$(IDIST_BACKEND=mpi "$RUN" -n 2 "$API" 2>&1)
-check "a backend not built in fails at init" contains "$out" "init(mpi): backend 'mpi' is not built into this libidist"
+# nccl: not built here, or built but without a GPU; either way a clear error at init.
+out=$(IDIST_BACKEND=nccl "$RUN" -n 2 "$API" 2>&1)
+echo "$out" | grep -m1 "init(nccl)"
+if contains "$("$RUN" --version)" "nccl"; then
+  check "nccl without a GPU fails at init, saying so" contains "$out" "init(nccl): "
+else
+  check "a backend not built in fails at init" contains "$out" "init(nccl): backend 'nccl' is not built into this libidist"
+fi
+out=$("$RUN" -n 2 --backend mpi "$API" 2>&1)
+check "--backend mpi with spawned ranks is refused up front (exit 2)" equals "$?" 2
+check "... pointing at mpirun" contains "$out" "mpirun -np 2 idist-run --backend mpi"
 
 # A rank that never joins: the others raise TimeoutError within IDIST_TIMEOUT, no hang.
 start=$(now_ms)

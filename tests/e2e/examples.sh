@@ -1,5 +1,5 @@
 #!/bin/bash
-# The tutorial examples through idist-run, on 3 gloo ranks: what every rank prints.
+# The examples through idist-run, on gloo ranks: what every rank prints.
 # usage: examples.sh IDIST_RUN EXAMPLES_DIR
 source "$(dirname "$0")/lib.sh"
 RUN=$1
@@ -54,6 +54,58 @@ check "isend_irecv: rank 1 received 1.0 after wait()" contains "$out" "Rank 1 ha
 check "isend_irecv: rank 2 took no part" contains "$out" "Rank 2 has data 0.0"
 out=$("$RUN" -n 1 "$EX/send_recv" 2>&1)
 check "send_recv on one rank: a clear error, not a hang" contains "$out" "dst=1 is not a rank (world size 1)"
+
+# "Pytorch - 3 Distributed Computing": all_reduce within new_group({0, 1}).
+out=$("$RUN" -n 3 "$EX/group_all_reduce" 2>&1)
+check "group_all_reduce exits 0" equals $? 0
+check "group_all_reduce: rank 0 in the group sums to 2.0" contains "$out" "Rank 0 has data 2.0"
+check "group_all_reduce: rank 1 in the group sums to 2.0" contains "$out" "Rank 1 has data 2.0"
+check "group_all_reduce: rank 2 outside keeps 1.0" contains "$out" "Rank 2 has data 1.0"
+
+# Synchronous SGD with DistributedSampler + GradientAverager equals single-process training.
+out=$("$RUN" -n 1 "$EX/distributed_sgd" 2>&1)
+check "distributed_sgd on 1 rank exits 0" equals $? 0
+check "distributed_sgd on 1 rank matches the reference" \
+  test "$(grep -c 'distributed_sgd: 1 rank, 50 steps, max |w - w_ref| = .* (ok)$' <<<"$out")" -eq 1
+out=$("$RUN" -n 4 "$EX/distributed_sgd" 2>&1)
+check "distributed_sgd on 4 ranks exits 0" equals $? 0
+check "distributed_sgd on 4 ranks: 12 samples per rank" contains "$out" "global batch 48 = 4 ranks x 12, 2 gradient buffers, 1 all_reduce per step"
+check "distributed_sgd on 4 ranks matches the reference" \
+  test "$(grep -c 'distributed_sgd: 4 ranks, 50 steps, max |w - w_ref| = .* (ok)$' <<<"$out")" -eq 1
+check "local_rank_first: one rank generates the dataset" equals "$(count "$out" "generated the dataset")" 1
+check "local_rank_first: three ranks load the cache" equals "$(count "$out" "loaded the cached dataset")" 3
+check "local_rank_first: rank 0 generates before anyone loads" \
+  test "$(grep -n 'generated the dataset' <<<"$out" | cut -d: -f1)" -lt "$(grep -n 'loaded the cached' <<<"$out" | head -1 | cut -d: -f1)"
+out=$("$RUN" -n 5 "$EX/distributed_sgd" 2>&1)
+check "distributed_sgd on 5 ranks: a clear error" contains "$out" "the global batch of 48 does not split evenly over 5 ranks"
+
+# The DDP metric test pattern: distributed metric == metric on all_gather'ed data.
+out=$("$RUN" -n 3 "$EX/metric_check" 2>&1)
+check "metric_check exits 0" equals $? 0
+# 100 + 117 + 134 samples, per rank 100 + 17 r
+check "metric_check: every rank agrees with the gathered reference" equals "$(grep -cE '^Rank [0-2], 351 samples: .* \(ok\)$' <<<"$out")" 3
+
+# write_preds_to_file: gather to rank 0, which writes; every rank finds its rows.
+preds=$(mktemp)
+out=$("$RUN" -n 3 "$EX/write_preds" "$preds" 2>&1)
+check "write_preds exits 0" equals $? 0
+check "write_preds: rank 0 wrote 12" contains "$out" "Rank 0 wrote 12 predictions to $preds"
+check "write_preds: 12 lines in the file" equals "$(wc -l <"$preds")" 12
+for r in 0 1 2; do
+  check "write_preds: rank $r found its predictions" contains "$out" "Rank $r found 4 of its 4 predictions"
+  for i in 0 1 2 3; do
+    s=$((4 * r + i))
+    check "write_preds: sample $s of rank $r in the file" grep -qx "$s,$r,$((s * 7 % 10))" "$preds"
+  done
+done
+rm -f "$preds"
+
+# compute_metric: all_gather, rank 0 computes, broadcast. Samples 0..9, wrong on 0, 3, 6, 9.
+out=$("$RUN" -n 2 "$EX/compute_metric" 2>&1)
+check "compute_metric exits 0" equals $? 0
+for r in 0 1; do
+  check "compute_metric: rank $r has rank 0's accuracy 0.6" contains "$out" "Rank $r, accuracy over 10 samples: 0.6"
+done
 
 out=$("$EX/all_reduce" 2>&1)
 check "without idist-run: a world of one" contains "$out" "Rank 0, After performing all_reduce: [1, 2]"

@@ -365,6 +365,17 @@ TEST_CASE("the backend option reaches the contract") {
   CHECK(make_plan(o, from(kSrunCyclicTask1)).job.backend == "gloo");
 }
 
+TEST_CASE("--backend mpi: ranks come from mpirun; spawning several is refused up front") {
+  auto o = options(3);
+  o.backend = "mpi";
+  CHECK(usage_error(o) ==
+        "--backend mpi needs its ranks started by mpirun, not spawned by idist-run: run `mpirun -np 3 idist-run "
+        "--backend mpi ...`, or use --backend gloo");
+  o.nproc_per_node.reset();
+  CHECK(make_plan(o, from(kOmpiRank1)).mode == Mode::exec);  // under mpirun: exec in place
+  CHECK(make_plan(o, from({})).job.world_size == 1);          // a world of one is MPI's singleton
+}
+
 // ---------------------------------------------------------------- --dry-run
 
 TEST_CASE("dry_run_json: a spawn plan") {

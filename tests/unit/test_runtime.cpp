@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "backend.hpp"
+
 namespace {
 
 // Sets variables for one test and restores a clean environment after it.
@@ -83,8 +85,17 @@ TEST_CASE("a malformed variable is an init error naming it") {
 }
 
 TEST_CASE("an unknown or unbuilt backend is an init error naming it") {
-  ScopedEnv env({{"IDIST_BACKEND", "mpi"}});
-  CHECK_THROWS_WITH_AS(idist::init(), doctest::Contains("backend 'mpi' is not built into this libidist"), idist::Error);
+  CHECK_THROWS_WITH_AS(idist::init({.backend = "pigeon"}),
+                       doctest::Contains("unknown backend 'pigeon' (expected gloo, nccl or mpi)"), idist::Error);
+  // Which of the optional backends is missing depends on the build.
+  const std::string built(idist::detail::built_in_backends());
+  for (const std::string name : {"mpi", "nccl"}) {
+    if (built.find(name) != std::string::npos) continue;
+    ScopedEnv env({{"IDIST_BACKEND", name.c_str()}});
+    const std::string want = "backend '" + name + "' is not built into this libidist";
+    CHECK_THROWS_WITH_AS(idist::init(), doctest::Contains(want.c_str()), idist::Error);
+  }
+  CHECK(!idist::is_initialized());
 }
 
 TEST_CASE("rank 0 never comes: init raises TimeoutError within IDIST_TIMEOUT") {

@@ -30,7 +30,7 @@ std::string_view built_in_backends() {
 }
 
 namespace {
-[[noreturn]] void not_built(std::string_view name) {
+[[noreturn, maybe_unused]] void not_built(std::string_view name) {
   throw std::runtime_error("backend '" + std::string(name) + "' is not built into this libidist (built in: " +
                            std::string(built_in_backends()) + ")");
 }

@@ -1,0 +1,111 @@
+#!/bin/bash
+# The collective matrix (matrix.cpp) on one backend at world sizes 1 to 4, then the failure
+# cases: a rank that dies mid-collective, and ranks that disagree under IDIST_DEBUG=1.
+#   gloo: ranks started by idist-run (and, for the dying rank, by hand, so that nothing but
+#         the library's own error stops the survivors).
+#   mpi:  ranks started by a real mpirun, directly and through idist-run.
+# Usage: matrix.sh gloo|mpi IDIST_RUN MATRIX. Exits 77 (skipped) when the backend is not built.
+set -u
+backend=$1
+run=$2
+matrix=$3
+source "$(dirname "$0")/lib.sh"
+export IDIST_TIMEOUT=60
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+
+if [ "$backend" = mpi ]; then
+  if ! command -v mpirun >/dev/null; then
+    echo "SKIPPED: no mpirun on this machine (apt-get install openmpi-bin)"
+    exit 77
+  fi
+  probe=$(IDIST_NO_DETECT=1 "$matrix" --backend mpi --mismatch 2>&1)
+  if contains "$probe" "is not built into this libidist"; then
+    echo "SKIPPED: the mpi backend is not built (configure with -DIDIST_WITH_MPI=ON; needs libopenmpi-dev)"
+    exit 77
+  fi
+fi
+
+# matrix_on N: runs the matrix on N ranks, with all their output.
+matrix_on() {
+  local n=$1
+  if [ "$backend" = mpi ]; then
+    "${mpirun_cmd[@]}" -np "$n" "$matrix" --backend mpi 2>&1
+  else
+    "$run" -n "$n" "$matrix" --backend "$backend" 2>&1
+  fi
+}
+
+for n in 1 2 3 4; do
+  start=$(now_ms)
+  out=$(matrix_on "$n")
+  rc=$?
+  echo "$out" | grep -E "^matrix rank|FAILED" | head -n 12
+  echo "  world size $n: $(($(now_ms) - start)) ms"
+  check "$backend matrix, world size $n: exit 0" equals "$rc" 0
+  check "$backend matrix, world size $n: every rank reports no failure" \
+    equals "$(count "$out" "checks, 0 failed")" "$n"
+done
+
+if [ "$backend" = mpi ]; then
+  # Through idist-run: it detects mpirun and execs the program in place on every rank.
+  out=$("${mpirun_cmd[@]}" -np 3 "$run" --backend mpi "$matrix" --backend mpi --quick 2>&1)
+  check "mpi matrix through idist-run under mpirun: exit 0" equals "$?" 0
+  check "mpi matrix through idist-run: 3 ranks report no failure" equals "$(count "$out" "checks, 0 failed")" 3
+  # Without mpirun the ranks are not one MPI world: a clear error, not a hang.
+  out=$(timeout 60 "$run" -n 2 --backend mpi "$matrix" --backend mpi 2>&1)
+  rc=$?
+  echo "$out" | head -n 3
+  check "idist-run -n 2 --backend mpi without mpirun fails" test "$rc" -ne 0 -a "$rc" -ne 124
+  check "... saying the ranks need mpirun" contains "$out" "mpirun"
+fi
+
+# A rank that dies mid-collective: the survivors raise within the timeout.
+export IDIST_TIMEOUT=20
+start=$(now_ms)
+if [ "$backend" = mpi ]; then
+  out=$(timeout 60 "${mpirun_cmd[@]}" -np 3 "$matrix" --backend mpi --die 2>&1)
+  rc=$?
+  echo "$out" | grep -v "^\s*$" | head -n 6
+  check "mpi: a dead rank ends the job (mpirun exits non-zero, no hang)" test "$rc" -ne 0 -a "$rc" -ne 124
+else
+  port=$((20000 + RANDOM % 10000))
+  pids=()
+  for r in 0 1 2; do
+    RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$matrix" --backend "$backend" --die \
+      >"$scratch/die.$r" 2>&1 &
+    pids+=($!)
+  done
+  codes=()
+  for p in "${pids[@]}"; do
+    wait "$p"
+    codes+=($?)
+  done
+  out=$(cat "$scratch"/die.*)
+  echo "$out"
+  check "$backend: the dead rank exited 9" equals "${codes[1]}" 9
+  check "$backend: rank 0 raised (exit 3)" equals "${codes[0]}" 3
+  check "$backend: rank 2 raised (exit 3)" equals "${codes[2]}" 3
+  check "$backend: the error names the op and backend" contains "$out" "all_reduce($backend)"
+fi
+elapsed=$(($(now_ms) - start))
+echo "  survivors done after $elapsed ms"
+check "$backend: well within the 20 s timeout" test "$elapsed" -lt 20000
+
+# IDIST_DEBUG=1: ranks that call different collectives all raise, naming the rank that differs.
+if [ "$backend" = mpi ]; then
+  out=$(IDIST_DEBUG=1 timeout 120 "${mpirun_cmd[@]}" -x IDIST_DEBUG -np 3 "$matrix" --backend mpi --mismatch 2>&1)
+else
+  out=$(IDIST_DEBUG=1 timeout 120 "$run" -n 3 "$matrix" --backend "$backend" --mismatch 2>&1)
+fi
+rc=$?
+echo "$out" | head -n 3
+check "IDIST_DEBUG: exit 0 (every rank raised both times and the group stayed usable)" equals "$rc" 0
+check "IDIST_DEBUG: a count mismatch is named on all 3 ranks" equals \
+  "$(count "$out" "rank 1 calls all_reduce(float32, count 5, SUM) but rank 0 calls all_reduce(float32, count 4, SUM)")" 3
+check "IDIST_DEBUG: a different op is named on all 3 ranks" equals \
+  "$(count "$out" "rank 1 calls broadcast(int32, count 4, root 0) but rank 0 calls all_reduce(int32, count 4, MAX)")" 3
+
+finish
