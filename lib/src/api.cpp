@@ -91,6 +91,12 @@ struct Target {
   }
 };
 
+// A rank outside the group gets its input back: copied by the backend, which knows whether
+// the buffers are host or device memory.
+void input_back(void* out, const void* in, std::size_t bytes) {
+  runtime("copy").world().backend().copy(out, in, bytes);
+}
+
 Target target(std::string_view op, const Group& group) {
   auto& rt = runtime(op);
   const auto* state = GroupAccess::state(group);
@@ -131,7 +137,7 @@ Work ireduce(void* data, std::size_t count, DType dtype, const ReduceOptions& o)
 void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, const AllReduceOptions& o) {
   auto t = target("reduce_scatter", o.group);
   if (t.group) return t.group->reduce_scatter(in, out, count, dtype, o.op);
-  if (count > 0) std::memcpy(out, in, count * dtype_size(dtype));  // outside: the input back
+  input_back(out, in, count * dtype_size(dtype));
 }
 
 std::vector<std::size_t> all_gather_counts(std::size_t count, const Group& group) {
@@ -143,19 +149,19 @@ void all_gather_v(const void* in, std::size_t count, const std::vector<std::size
                   std::size_t element_size, const Group& group) {
   if (auto t = target("all_gather", group); t.group)
     return t.group->all_gather_v(in, count, counts, out, element_size);
-  if (count > 0) std::memcpy(out, in, count * element_size);
+  input_back(out, in, count * element_size);
 }
 
 Work iall_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group) {
   if (auto t = target("all_gather", group); t.group) return t.group->iall_gather(in, count, dtype, out);
-  if (count > 0) std::memcpy(out, in, count * dtype_size(dtype));
+  input_back(out, in, count * dtype_size(dtype));
   return Work();
 }
 
 bool gather(const void* in, std::size_t count, DType dtype, void* out, const GatherOptions& o) {
   auto t = target("gather", o.group);
   if (!t.group) {
-    if (count > 0) std::memcpy(out, in, count * dtype_size(dtype));
+    input_back(out, in, count * dtype_size(dtype));
     return true;
   }
   const int dst = t.group_rank("gather", "dst", o.dst);

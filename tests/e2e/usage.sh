@@ -38,7 +38,7 @@ check "--help exits 0" equals $? 0
 check "--help shows examples" contains "$out" "idist-run -n 4 ./train"
 out=$("$RUN" --version 2>&1)
 check "--version exits 0" equals $? 0
-check "--version names the version and backends" contains "$out" "idist-run 0.1.0 (backends: gloo)"
+check "--version names the version and backends" contains "$out" "idist-run 0.1.0 (backends: gloo"
 "$RUN" -n 2 /bin/true
 check "a job of /bin/true exits 0" equals $? 0
 "$RUN" -n 2 /bin/false
