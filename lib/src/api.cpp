@@ -230,6 +230,13 @@ void barrier(const GroupOptions& options) {
   if (auto t = detail::target("barrier", options.group); t.group) t.group->barrier();
 }
 
+void monitored_barrier(const MonitoredBarrierOptions& options) {
+  auto& rt = detail::runtime("monitored_barrier");
+  auto t = detail::target("monitored_barrier", options.group);
+  if (!t.group) return;
+  rt.monitored_barrier(t.state, options.timeout.value_or(rt.contract().timeout));
+}
+
 Work ibarrier(const GroupOptions& options) {
   if (auto t = detail::target("barrier", options.group); t.group) return t.group->ibarrier();
   return Work();

@@ -131,11 +131,30 @@ void ProcessGroup::check_signatures(const Signature& mine) {
 
 // --- running: blocking on this thread, async on a chain of workers ----------------------------
 
+void ProcessGroup::run_body(const Call& call) {
+  const auto number = collectives_++;
+  if (options_.debug) check_signatures(call.signature);
+  if (!call.body) return;
+  run(call.signature.op, [&] {
+    try {
+      call.body();
+    } catch (const TimeoutFailure& e) {
+      if (!options_.explain_timeout) throw;
+      std::string why;
+      try {
+        why = options_.explain_timeout(call.signature.op, number);
+      } catch (const std::exception& ex) {
+        why = std::string("could not find out which ranks are missing: ") + ex.what();
+      }
+      throw TimeoutFailure(why.empty() ? std::string(e.what()) : std::string(e.what()) + "; " + why);
+    }
+  });
+}
+
 void ProcessGroup::execute(const Call& call) {
   if (alone()) return;
   if (tail_.valid()) tail_.wait();  // the async collectives called before this one go first
-  if (options_.debug) check_signatures(call.signature);
-  if (call.body) run(call.signature.op, call.body);
+  run_body(call);
 }
 
 Work ProcessGroup::enqueue(Call call) {
@@ -143,8 +162,7 @@ Work ProcessGroup::enqueue(Call call) {
   auto where = site(call.signature.op);
   auto done = std::async(std::launch::async, [this, previous = tail_, call = std::move(call)] {
                 if (previous.valid()) previous.wait();
-                if (options_.debug) check_signatures(call.signature);
-                if (call.body) run(call.signature.op, call.body);
+                run_body(call);
               }).share();
   tail_ = done;
   return track(std::move(done), std::move(where));

@@ -14,6 +14,7 @@
 // the other; a blocking collective first waits for the async ones before it. So collectives
 // reach the backend in the same order on every rank, whichever mix of calls a program makes.
 
+#include <atomic>
 #include <functional>
 #include <future>
 #include <memory>
@@ -37,6 +38,10 @@ struct ProcessGroupOptions {
   std::string description = "world";
   // IDIST_DEBUG: check before each collective that every rank calls the same one.
   bool debug = false;
+  // After a collective timed out: which ranks did not arrive at it ("ranks 2, 3 did not
+  // arrive"), found out-of-band by the runtime (the store), or empty when it cannot tell.
+  // Gets the op and the collective's number in this group (the same on every rank).
+  std::function<std::string(std::string_view op, std::uint64_t number)> explain_timeout = {};
 };
 
 class ProcessGroup {
@@ -146,8 +151,12 @@ class ProcessGroup {
   Work start(std::string_view op, Backend::Completion completion);
   Work track(std::shared_future<void> done, ErrorSite site);
 
+  // Runs a call's body, adding to a timeout who did not arrive.
+  void run_body(const Call& call);
+
   std::unique_ptr<Backend> backend_;
   ProcessGroupOptions options_;
+  std::atomic<std::uint64_t> collectives_{0};  // numbered in call order, alike on every rank
   std::shared_ptr<Health> health_ = std::make_shared<Health>();
   std::shared_future<void> tail_;  // the last async collective
   std::vector<std::shared_future<void>> in_flight_;

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <iostream>
+#include <numeric>
 #include <optional>
+#include <thread>
 
 #include "store/memory_store.hpp"
 #include "store/tcp_store.hpp"
@@ -202,10 +204,10 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     }
     auto impl = make_backend(backend, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
                                                   contract_.timeout, contract_});
+    std::vector<int> everyone(static_cast<std::size_t>(contract_.world_size));
+    std::iota(everyone.begin(), everyone.end(), 0);
     world_ = std::make_unique<ProcessGroup>(
-        std::move(impl), ProcessGroupOptions{contract_.rank, contract_.world_size,
-                                             ErrorSite{contract_.rank, contract_.world_size, "", backend}, "world",
-                                             contract_.debug});
+        std::move(impl), group_options(contract_.rank, contract_.world_size, "world", kWorldPrefix, everyone));
   } catch (const Error&) {
     throw;
   } catch (const TimeoutFailure& e) {
@@ -240,17 +242,134 @@ std::shared_ptr<const GroupState> Runtime::new_group(const std::vector<int>& ran
   state->description = fmt::format("group [{}]", fmt::join(ranks, ", "));
   // Every rank counts every group, member or not, so all agree on each group's key prefix.
   const int id = groups_made_++;
+  state->id = id;
   const auto me = std::find(ranks.begin(), ranks.end(), contract_.rank);
   if (me == ranks.end()) return state;
   state->rank = static_cast<int>(me - ranks.begin());
   const int size = static_cast<int>(ranks.size());
-  groups_.push_back(world_->make_group(
-      ranks,
-      BackendInit{state->rank, size, *store_, fmt::format("idist/group/{}/", id), contract_.timeout, contract_},
-      ProcessGroupOptions{state->rank, size, ErrorSite{contract_.rank, contract_.world_size, "", ""},
-                          state->description, contract_.debug}));
+  const auto prefix = fmt::format("idist/group/{}/", id);
+  groups_.push_back(world_->make_group(ranks,
+                                       BackendInit{state->rank, size, *store_, prefix, contract_.timeout, contract_},
+                                       group_options(state->rank, size, state->description, prefix, ranks)));
   state->group = groups_.back().get();
   return state;
+}
+
+ProcessGroupOptions Runtime::group_options(int rank, int size, std::string description, std::string prefix,
+                                           std::vector<int> members) {
+  ProcessGroupOptions o{rank, size, ErrorSite{contract_.rank, contract_.world_size, "", ""}, std::move(description),
+                        contract_.debug};
+  if (rendezvous_) {
+    o.explain_timeout = [this, prefix = std::move(prefix), members = std::move(members), rank](std::string_view op,
+                                                                                             std::uint64_t number) {
+      return who_did_not_arrive(prefix, members, rank, op, number);
+    };
+  }
+  return o;
+}
+
+std::unique_ptr<Store> Runtime::probe() const {
+  return std::make_unique<TcpStore>(
+      TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, std::chrono::seconds(2)});
+}
+
+namespace {
+
+// "ranks 2, 3" from group ranks, named by their global ranks.
+std::string global_list(const std::vector<int>& members, const std::vector<bool>& present) {
+  std::vector<int> missing;
+  for (std::size_t g = 0; g < present.size(); ++g)
+    if (!present[g]) missing.push_back(members[g]);
+  return fmt::format("rank{} {}", missing.size() == 1 ? "" : "s", fmt::join(missing, ", "));
+}
+
+std::size_t count_missing(const std::vector<bool>& present) {
+  return static_cast<std::size_t>(std::count(present.begin(), present.end(), false));
+}
+
+}  // namespace
+
+std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::vector<int>& members, int me,
+                                        std::string_view op, std::uint64_t number) {
+  // Members that did arrive time out at about the same moment, as we did; a short window
+  // catches their word even when they entered a little later.
+  constexpr auto kWindow = std::chrono::seconds(2);
+  auto store = probe();
+  const std::string base = fmt::format("{}timed_out/{}/", prefix, number);
+  store->set(base + std::to_string(me), std::vector<char>(op.begin(), op.end()));
+  const auto keys = numbered_keys(base, static_cast<int>(members.size()));
+  const auto until = Clock::now() + kWindow;
+  auto present = check_all(*store, keys);
+  while (count_missing(present) > 0 && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    present = check_all(*store, keys);
+  }
+  // Rank 0 hosts the store and may exit as soon as it raises: it first lets the others that
+  // came finish reading, as join() does.
+  store->set(base + "read/" + std::to_string(me), {});
+  if (contract_.rank == 0) {
+    std::vector<std::string> readers;
+    for (std::size_t g = 0; g < present.size(); ++g)
+      if (present[g]) readers.push_back(base + "read/" + std::to_string(g));
+    try {
+      wait_all(*store, readers, Clock::now() + kWindow);
+    } catch (const std::exception&) {
+      // They had their moment.
+    }
+  }
+  if (count_missing(present) == 0) return "every rank of the group had reached it";
+  return fmt::format("{} did not arrive at it (no word from them within {}s of the timeout)", global_list(members, present),
+                     kWindow.count());
+}
+
+void Runtime::monitored_barrier(const GroupState* state, std::chrono::milliseconds timeout) {
+  ProcessGroup& group = state == nullptr ? *world_ : *state->group;
+  const ErrorSite site = group.site("monitored_barrier");
+  if (!rendezvous_) return group.barrier();  // a world of one, or MPI's own world: no store to collect in
+  std::vector<int> members = state == nullptr ? std::vector<int>() : state->ranks;
+  if (state == nullptr) {
+    members.resize(static_cast<std::size_t>(contract_.world_size));
+    std::iota(members.begin(), members.end(), 0);
+  }
+  const std::string prefix = state == nullptr ? std::string(kWorldPrefix) : fmt::format("idist/group/{}/", state->id);
+  const auto base = fmt::format("{}monitored_barrier/{}/", prefix, monitored_barriers_[prefix]++);
+  const std::string result_key = base + "result";
+  const auto seconds = static_cast<double>(timeout.count()) / 1000;
+  try {
+    store_->set(base + std::to_string(group.rank()), {});
+    if (group.rank() != 0) {
+      // Rank 0 decides; its verdict comes a moment after its own deadline.
+      auto reader = probe();
+      const auto until = Clock::now() + timeout + std::chrono::seconds(5);
+      while (!reader->check({result_key})[0]) {
+        if (Clock::now() > until)
+          throw TimeoutFailure(fmt::format("rank {} never reported, within {:g}s", members[0], seconds + 5));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      const auto verdict = reader->get(result_key);
+      if (!verdict.empty()) throw TimeoutFailure(std::string(verdict.begin(), verdict.end()));
+      return;
+    }
+    const auto keys = numbered_keys(base, group.size());
+    auto reader = probe();
+    const auto until = Clock::now() + timeout;
+    auto present = check_all(*reader, keys);
+    while (count_missing(present) > 0 && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      present = check_all(*reader, keys);
+    }
+    std::string verdict;
+    if (count_missing(present) > 0)
+      verdict = fmt::format("{} did not arrive within {:g}s", global_list(members, present), seconds);
+    reader->set(result_key, std::vector<char>(verdict.begin(), verdict.end()));
+    if (!verdict.empty()) throw TimeoutFailure(verdict);
+  } catch (const TimeoutFailure& e) {
+    throw TimeoutError(site, e.what());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(site, e.what());
+  }
 }
 
 void Runtime::finalize() {

@@ -3,6 +3,7 @@
 // The library's one piece of global mutable state is the default Runtime (runtime.cpp).
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct GroupState {
   ProcessGroup* group = nullptr;
   std::uint64_t runtime_id = 0;  // groups die with the runtime that made them
   std::string description;     // "group [0, 2]"
+  int id = -1;                 // the n-th new_group call, counted alike on every rank
 };
 
 // The door between the public Group handle and its state.
@@ -44,6 +46,11 @@ class Runtime {
   // new_group(): a collective over the world (every rank calls it with the same list).
   std::shared_ptr<const GroupState> new_group(const std::vector<int>& ranks);
 
+  // c10d's monitored_barrier: rank 0 of the group collects every member's arrival in the
+  // store, with a deadline, and names the members that did not come; every member raises the
+  // same TimeoutError. `state` null for the world.
+  void monitored_barrier(const GroupState* state, std::chrono::milliseconds timeout);
+
   // Waits (bounded) until every rank has reached finalize, so rank 0 does not take the store
   // away from a rank that still needs it, then tears down.
   void finalize();
@@ -55,6 +62,14 @@ class Runtime {
 
   // The backend's own world (MPI) replaces the contract's topology, after checking they agree.
   void adopt(const Layout& layout, const ErrorSite& site);
+  // After a collective of a group timed out: every member that timed out says so in the store,
+  // and those that do not within a moment are the ones that never arrived.
+  std::string who_did_not_arrive(const std::string& prefix, const std::vector<int>& members, int me,
+                                 std::string_view op, std::uint64_t number);
+  ProcessGroupOptions group_options(int rank, int size, std::string description, std::string prefix,
+                                    std::vector<int> members);
+  // A fresh connection to the store, for a moment: the main one may be busy or timed out.
+  std::unique_ptr<Store> probe() const;
 
   env::Contract contract_;
   std::uint64_t id_;
@@ -63,6 +78,7 @@ class Runtime {
   std::unique_ptr<ProcessGroup> world_;
   std::vector<std::unique_ptr<ProcessGroup>> groups_;  // destroyed before the world
   int groups_made_ = 0;
+  std::map<std::string, std::uint64_t> monitored_barriers_;  // per group prefix, in call order
   bool rendezvous_ = false;  // joined through the TCP store, so finalize() meets there too
 };
 

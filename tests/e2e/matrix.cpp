@@ -8,6 +8,7 @@
 //   matrix [--backend gloo|mpi|nccl] [--quick]   run the matrix
 //   matrix --die                                 rank 1 dies mid-run: the others must raise
 //   matrix --mismatch                            ranks disagree (run with IDIST_DEBUG=1)
+//   matrix --hang                                the last rank is late (run with IDIST_TIMEOUT=2)
 //
 // Prints "matrix rank r/n (backend): N checks, M failed" and exits non-zero on any failure.
 #include <idist/idist.hpp>
@@ -369,6 +370,33 @@ int run_die() {
   }
 }
 
+// The last rank is late (run with IDIST_TIMEOUT=2): first for a monitored_barrier with a 1 s
+// timeout, then for an all_reduce. The others must raise TimeoutError naming it.
+int run_hang() {
+  const int me = idist::get_rank();
+  const int late = idist::get_world_size() - 1;
+  int named = 0;
+  if (me == late) std::this_thread::sleep_for(std::chrono::seconds(3));
+  try {
+    idist::monitored_barrier({.timeout = std::chrono::seconds(1)});
+  } catch (const idist::TimeoutError& e) {
+    std::printf("rank %d: %s\n", me, e.what());
+    named += std::string(e.what()).find("rank " + std::to_string(late) + " did not arrive within 1s") != std::string::npos;
+  }
+  if (me == late) std::this_thread::sleep_for(std::chrono::seconds(6));
+  try {
+    std::vector<float> v(10, 1.0f);
+    idist::all_reduce(v);
+  } catch (const idist::TimeoutError& e) {
+    std::printf("rank %d: %s\n", me, e.what());
+    named += std::string(e.what()).find("rank " + std::to_string(late) + " did not arrive at it") != std::string::npos;
+  } catch (const idist::Error& e) {
+    std::printf("rank %d: %s\n", me, e.what());
+  }
+  std::printf("rank %d: named the late rank %d time(s)\n", me, named);
+  return me == late || named == 2 ? 0 : 1;
+}
+
 // Under IDIST_DEBUG=1 every rank must raise, naming rank 1, which calls something else.
 int run_mismatch() {
   const int me = idist::get_rank();
@@ -409,7 +437,7 @@ int main(int argc, char** argv) try {
       backend = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
-    } else if (arg == "--die" || arg == "--mismatch") {
+    } else if (arg == "--die" || arg == "--mismatch" || arg == "--hang") {
       mode = arg.substr(2);
     } else {
       std::fprintf(stderr, "matrix: unknown argument '%s'\n", arg.c_str());
@@ -420,6 +448,8 @@ int main(int argc, char** argv) try {
   int rc = 0;
   if (mode == "die") {
     rc = run_die();
+  } else if (mode == "hang") {
+    rc = run_hang();
   } else if (mode == "mismatch") {
     rc = run_mismatch();
   } else {
@@ -429,7 +459,7 @@ int main(int argc, char** argv) try {
     rc = failures == 0 ? 0 : 1;
   }
   std::fflush(stdout);
-  if (mode == "die") ::_exit(rc);  // the world is broken: finalize would only wait for the dead
+  if (mode == "die" || mode == "hang") ::_exit(rc);  // the world is broken: finalize would only wait for the dead
   idist::finalize();
   return rc;
 } catch (const std::exception& e) {

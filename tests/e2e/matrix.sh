@@ -94,6 +94,30 @@ elapsed=$(($(now_ms) - start))
 echo "  survivors done after $elapsed ms"
 check "$backend: well within the 20 s timeout" test "$elapsed" -lt 20000
 
+# A late rank (gloo: the store can tell who did not come): a monitored_barrier and an
+# all_reduce time out, and the ranks that came name the one that did not.
+if [ "$backend" = gloo ]; then
+  port=$((20000 + RANDOM % 10000))
+  pids=()
+  for r in 0 1 2; do
+    RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port IDIST_TIMEOUT=2 timeout 60 "$matrix" --hang \
+      >"$scratch/hang.$r" 2>&1 &
+    pids+=($!)
+  done
+  codes=()
+  for p in "${pids[@]}"; do
+    wait "$p"
+    codes+=($?)
+  done
+  out=$(cat "$scratch"/hang.*)
+  echo "$out" | grep -v "named the late"
+  check "monitored_barrier names the late rank, on all 3 ranks alike" equals \
+    "$(count "$out" "monitored_barrier(gloo): rank 2 did not arrive within 1s")" 3
+  check "a timed-out all_reduce names the rank that did not arrive, on ranks 0 and 1" equals \
+    "$(count "$out" "; rank 2 did not arrive at it")" 2
+  check "ranks 0 and 1 named it both times (exit 0)" equals "${codes[0]}${codes[1]}" 00
+fi
+
 # IDIST_DEBUG=1: ranks that call different collectives all raise, naming the rank that differs.
 if [ "$backend" = mpi ]; then
   out=$(IDIST_DEBUG=1 timeout 120 "${mpirun_cmd[@]}" -x IDIST_DEBUG -np 3 "$matrix" --backend mpi --mismatch 2>&1)

@@ -43,7 +43,7 @@ void run_ranks(int size, Body body, std::chrono::milliseconds timeout = std::chr
         auto backend = idist::detail::make_backend(
             "gloo", idist::detail::BackendInit{r, size, store, "test/", timeout, contract});
         idist::detail::ProcessGroup group(std::move(backend),
-                                          idist::detail::ProcessGroupOptions{r, size, idist::ErrorSite{r, size, "", ""}});
+                                          idist::detail::ProcessGroupOptions{.rank = r, .size = size, .site = idist::ErrorSite{r, size, "", ""}});
         body(group, failures);
       } catch (const std::exception& e) {
         failures.add(r, std::string("threw: ") + e.what());

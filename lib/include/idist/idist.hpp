@@ -26,6 +26,7 @@
 // Errors are idist::Error (idist::TimeoutError when peers do not arrive within IDIST_TIMEOUT),
 // and their message starts with "[idist rank r/n] op(backend): ".
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
@@ -351,6 +352,17 @@ template <Element T>
 // --- barrier: returns once every rank (of the group) has entered it. -----------------------
 void barrier(const GroupOptions& options = {});
 [[nodiscard]] Work ibarrier(const GroupOptions& options = {});
+
+struct MonitoredBarrierOptions {
+  std::optional<std::chrono::milliseconds> timeout;  // default: IDIST_TIMEOUT
+  Group group{};
+};
+// c10d's monitored_barrier: a barrier that, when some ranks do not come within the timeout,
+// raises TimeoutError on every rank that did, naming the ones that did not ("ranks 2, 3 did
+// not arrive within 10s"). Rank 0 of the group collects the arrivals in the rendezvous
+// store; slower than barrier(), for finding where a job hangs. With the mpi backend (no
+// store) it is a plain barrier.
+void monitored_barrier(const MonitoredBarrierOptions& options = {});
 
 // --- point-to-point: one rank's buffer to another's (global ranks). ------------------------
 // The receiver passes a buffer of the sender's length. Between two ranks, transfers with the
