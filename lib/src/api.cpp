@@ -140,8 +140,8 @@ void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, c
   input_back(out, in, count * dtype_size(dtype));
 }
 
-std::vector<std::size_t> all_gather_counts(std::size_t count, const Group& group) {
-  if (auto t = target("all_gather", group); t.group) return t.group->all_gather_counts(count);
+std::vector<std::size_t> all_gather_counts(std::size_t count, DType dtype, const Group& group) {
+  if (auto t = target("all_gather", group); t.group) return t.group->all_gather_counts(count, dtype);
   return {count};
 }
 
@@ -169,9 +169,10 @@ bool gather(const void* in, std::size_t count, DType dtype, void* out, const Gat
   return t.group->rank() == dst;
 }
 
-void scatter(const void* in, void* out, std::size_t count, DType dtype, const ScatterOptions& o) {
+void scatter(const void* in, std::size_t in_count, void* out, std::size_t count, DType dtype,
+             const ScatterOptions& o) {
   if (auto t = target("scatter", o.group); t.group)
-    t.group->scatter(in, out, count, dtype, t.group_rank("scatter", "src", o.src));
+    t.group->scatter(in, in_count, out, count, dtype, t.group_rank("scatter", "src", o.src));
 }
 
 void broadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& o) {
@@ -197,7 +198,7 @@ Work irecv(void* data, std::size_t bytes, int src, int tag) {
 }  // namespace detail
 
 std::vector<std::byte> all_gather(std::span<const std::byte> data, const GroupOptions& options) {
-  const auto counts = detail::all_gather_counts(data.size(), options.group);
+  const auto counts = detail::all_gather_counts(data.size(), DType::uint8, options.group);
   std::vector<std::byte> out(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
   detail::all_gather_v(data.data(), data.size(), counts, out.data(), 1, options.group);
   return out;

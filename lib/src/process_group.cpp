@@ -93,9 +93,11 @@ struct WireSignature {
   char op[24] = {};
   std::uint8_t dtype = 0;
   std::uint8_t reduce = 0;
-  std::uint8_t pad[2] = {};
+  std::uint8_t invalid = 0;  // this rank's own arguments failed their checks
+  std::uint8_t pad = 0;
   std::int32_t root = -1;
   std::uint64_t count = 0;
+  char why[64] = {};  // the check that failed, cut short
 };
 
 std::string describe(const WireSignature& s, std::uint64_t any_count) {
@@ -109,8 +111,10 @@ std::string describe(const WireSignature& s, std::uint64_t any_count) {
 
 }  // namespace
 
-void ProcessGroup::check_signatures(const Signature& mine) {
+void ProcessGroup::check_signatures(const Signature& mine, const std::string& invalid) {
   WireSignature wire;
+  wire.invalid = invalid.empty() ? 0 : 1;
+  std::memcpy(wire.why, invalid.data(), std::min(invalid.size(), sizeof(wire.why) - 1));
   std::memcpy(wire.op, mine.op.data(), std::min(mine.op.size(), sizeof(wire.op) - 1));
   wire.dtype = static_cast<std::uint8_t>(mine.dtype);
   wire.reduce = static_cast<std::uint8_t>(mine.reduce);
@@ -119,6 +123,12 @@ void ProcessGroup::check_signatures(const Signature& mine) {
   std::vector<WireSignature> all(static_cast<std::size_t>(size()));
   run(mine.op, [&] {
     backend_->all_gather(&wire, all.data(), sizeof(wire));
+    for (int r = 0; r < size(); ++r) {
+      const auto& s = all[static_cast<std::size_t>(r)];
+      if (s.invalid != 0)
+        throw std::invalid_argument(fmt::format("IDIST_DEBUG: rank {} called {} with invalid arguments ({})", r,
+                                                describe(s, kAnyCount), std::string(s.why, strnlen(s.why, sizeof(s.why)))));
+    }
     for (int r = 1; r < size(); ++r) {
       if (std::memcmp(&all[0], &all[static_cast<std::size_t>(r)], sizeof(wire)) == 0) continue;
       // Every rank sees the same table, so every rank raises the same error.
@@ -127,6 +137,24 @@ void ProcessGroup::check_signatures(const Signature& mine) {
                                               describe(all[0], kAnyCount)));
     }
   });
+}
+
+template <class Checks>
+void ProcessGroup::validate(const Signature& signature, Checks&& checks) {
+  try {
+    checks();
+  } catch (const Error& e) {
+    if (options_.debug && !alone()) {
+      if (tail_.valid()) tail_.wait();
+      ++collectives_;  // numbered as on the ranks that run it
+      try {
+        check_signatures(signature, e.detail());
+      } catch (const Error&) {
+        // Everyone raises now; this rank with its own, more precise, message.
+      }
+    }
+    throw;
+  }
 }
 
 // --- running: blocking on this thread, async on a chain of workers ----------------------------
@@ -180,9 +208,11 @@ Work ProcessGroup::track(std::shared_future<void> done, ErrorSite where) {
 // --- reductions --------------------------------------------------------------------------------
 
 ProcessGroup::Call ProcessGroup::all_reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op) {
-  check_buffer("all_reduce", data, count);
-  check_reduce("all_reduce", dtype, op);
   Call call{{"all_reduce", dtype, count, op, -1}, {}};
+  validate(call.signature, [&] {
+    check_buffer("all_reduce", data, count);
+    check_reduce("all_reduce", dtype, op);
+  });
   if (count > 0) call.body = [this, data, count, dtype, op] { backend_->all_reduce(data, count, dtype, op); };
   return call;
 }
@@ -196,10 +226,12 @@ Work ProcessGroup::iall_reduce(void* data, std::size_t count, DType dtype, Reduc
 }
 
 ProcessGroup::Call ProcessGroup::reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
-  check_root("reduce", "dst", root);
-  check_buffer("reduce", data, count);
-  check_reduce("reduce", dtype, op);
   Call call{{"reduce", dtype, count, op, root}, {}};
+  validate(call.signature, [&] {
+    check_root("reduce", "dst", root);
+    check_buffer("reduce", data, count);
+    check_reduce("reduce", dtype, op);
+  });
   if (count > 0) call.body = [this, data, count, dtype, op, root] { backend_->reduce(data, count, dtype, op, root); };
   return call;
 }
@@ -213,22 +245,24 @@ Work ProcessGroup::ireduce(void* data, std::size_t count, DType dtype, ReduceOp 
 }
 
 void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
-  check_buffer("reduce_scatter", in, count);
-  check_buffer("reduce_scatter", out, count);
-  check_reduce("reduce_scatter", dtype, op);
-  if (alone()) return backend_->copy(out, in, count * dtype_size(dtype));
   Call call{{"reduce_scatter", dtype, count, op, -1}, {}};
+  validate(call.signature, [&] {
+    check_buffer("reduce_scatter", in, count);
+    check_buffer("reduce_scatter", out, count);
+    check_reduce("reduce_scatter", dtype, op);
+  });
+  if (alone()) return backend_->copy(out, in, count * dtype_size(dtype));
   if (count > 0) call.body = [&] { backend_->reduce_scatter(in, out, count, dtype, op); };
   execute(call);
 }
 
 // --- gathers -----------------------------------------------------------------------------------
 
-std::vector<std::size_t> ProcessGroup::all_gather_counts(std::size_t count) {
+std::vector<std::size_t> ProcessGroup::all_gather_counts(std::size_t count, DType dtype) {
   if (alone()) return {count};
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(size()));
   const std::uint64_t mine = count;
-  execute({{"all_gather", DType::uint8, kAnyCount, ReduceOp::SUM, -1},
+  execute({{"all_gather", dtype, kAnyCount, ReduceOp::SUM, -1},
            [&] { backend_->all_gather(&mine, counts.data(), sizeof(mine)); }});
   return {counts.begin(), counts.end()};
 }
@@ -250,14 +284,16 @@ void ProcessGroup::all_gather_v(const void* in, std::size_t count, const std::ve
 }
 
 Work ProcessGroup::iall_gather(const void* in, std::size_t count, DType dtype, void* out) {
-  check_buffer("all_gather", in, count);
-  check_buffer("all_gather", out, count);
+  Call call{{"all_gather", dtype, count, ReduceOp::SUM, -1}, {}};
+  validate(call.signature, [&] {
+    check_buffer("all_gather", in, count);
+    check_buffer("all_gather", out, count);
+  });
   const auto bytes = count * dtype_size(dtype);
   if (alone()) {
     backend_->copy(out, in, bytes);
     return Work();
   }
-  Call call{{"all_gather", dtype, count, ReduceOp::SUM, -1}, {}};
   if (count > 0) call.body = [this, in, out, bytes] { backend_->all_gather(in, out, bytes); };
   return enqueue(std::move(call));
 }
@@ -277,23 +313,31 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
 }
 
 void ProcessGroup::gather(const void* in, std::size_t count, DType dtype, void* out, int root) {
-  check_root("gather", "dst", root);
-  check_buffer("gather", in, count);
-  if (rank() == root) check_buffer("gather", out, count);
+  Call call{{"gather", dtype, count, ReduceOp::SUM, root}, {}};
+  validate(call.signature, [&] {
+    check_root("gather", "dst", root);
+    check_buffer("gather", in, count);
+    if (rank() == root) check_buffer("gather", out, count);
+  });
   const auto bytes = count * dtype_size(dtype);
   if (alone()) return backend_->copy(out, in, bytes);
-  Call call{{"gather", dtype, count, ReduceOp::SUM, root}, {}};
   if (count > 0) call.body = [&] { backend_->gather(in, out, bytes, root); };
   execute(call);
 }
 
-void ProcessGroup::scatter(const void* in, void* out, std::size_t count, DType dtype, int root) {
-  check_root("scatter", "src", root);
-  check_buffer("scatter", out, count);
-  if (rank() == root) check_buffer("scatter", in, count);
+void ProcessGroup::scatter(const void* in, std::size_t in_count, void* out, std::size_t count, DType dtype, int root) {
+  Call call{{"scatter", dtype, count, ReduceOp::SUM, root}, {}};
+  validate(call.signature, [&] {
+    check_root("scatter", "src", root);
+    check_buffer("scatter", out, count);
+    if (rank() != root) return;
+    check_buffer("scatter", in, in_count);
+    if (in_count != count * static_cast<std::size_t>(size()))
+      throw Error(site("scatter"), fmt::format("src's input holds {} elements; expected group size {} x output {}",
+                                               in_count, size(), count));
+  });
   const auto bytes = count * dtype_size(dtype);
   if (alone()) return backend_->copy(out, in, bytes);
-  Call call{{"scatter", dtype, count, ReduceOp::SUM, root}, {}};
   if (count > 0) call.body = [&] { backend_->scatter(in, out, bytes, root); };
   execute(call);
 }
@@ -301,9 +345,11 @@ void ProcessGroup::scatter(const void* in, void* out, std::size_t count, DType d
 // --- broadcast ---------------------------------------------------------------------------------
 
 ProcessGroup::Call ProcessGroup::broadcast_call(void* data, std::size_t count, DType dtype, int src) {
-  check_root("broadcast", "src", src);
-  check_buffer("broadcast", data, count);
   Call call{{"broadcast", dtype, count, ReduceOp::SUM, src}, {}};
+  validate(call.signature, [&] {
+    check_root("broadcast", "src", src);
+    check_buffer("broadcast", data, count);
+  });
   const auto bytes = count * dtype_size(dtype);
   if (bytes > 0) call.body = [this, data, bytes, src] { backend_->broadcast(data, bytes, src); };
   return call;

@@ -65,7 +65,8 @@ class ProcessGroup {
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op);
 
   // Every rank's element count, in rank order.
-  std::vector<std::size_t> all_gather_counts(std::size_t count);
+  // `dtype` is the elements' type: ranks must agree on it (checked under IDIST_DEBUG).
+  std::vector<std::size_t> all_gather_counts(std::size_t count, DType dtype = DType::uint8);
   // `counts` as returned by all_gather_counts(count); out holds their sum of elements.
   void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
                     std::size_t element_size);
@@ -74,8 +75,9 @@ class ProcessGroup {
   std::vector<std::string> all_gather(const std::string& value);
   // Equal counts; out (size * count elements) is written on root only.
   void gather(const void* in, std::size_t count, DType dtype, void* out, int root);
-  // root's `in` holds size * count elements; every rank receives its block in out.
-  void scatter(const void* in, void* out, std::size_t count, DType dtype, int root);
+  // root's `in` holds size * count elements (in_count, checked there); every rank receives
+  // its block in out.
+  void scatter(const void* in, std::size_t in_count, void* out, std::size_t count, DType dtype, int root);
 
   // Every rank passes src's count. With `checked`, the count and dtype travel first and a
   // rank whose buffer differs makes every rank raise, instead of a silent corruption.
@@ -138,7 +140,12 @@ class ProcessGroup {
   bool alone() const { return options_.size == 1 && backend_->skip_group_of_one(); }
   void execute(const Call& call);   // blocking: after the async ones, on this thread
   Work enqueue(Call call);          // async: after the async ones, on a worker
-  void check_signatures(const Signature& mine);
+  void check_signatures(const Signature& mine, const std::string& invalid = {});
+  // Runs the argument checks of a collective. Under IDIST_DEBUG a rank whose own arguments are
+  // wrong still joins the signature exchange, flagged, so the others raise too instead of
+  // waiting for it (or pairing with its next collective).
+  template <class Checks>
+  void validate(const Signature& signature, Checks&& checks);
   void check_root(std::string_view op, std::string_view role, int root) const;
   void check_buffer(std::string_view op, const void* data, std::size_t count) const;
   void check_reduce(std::string_view op, DType dtype, ReduceOp reduce) const;

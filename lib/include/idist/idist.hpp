@@ -50,7 +50,8 @@ struct GroupAccess;
 }
 
 // A set of ranks, made by new_group(); a default-constructed Group is the whole world.
-// Handles are cheap to copy; the group lives while a handle or the runtime does.
+// Handles are cheap to copy; the group belongs to the runtime: after finalize() a handle is
+// stale, and using it is an error.
 class Group {
  public:
   Group() = default;
@@ -142,13 +143,15 @@ Work iall_reduce(void* data, std::size_t count, DType dtype, const AllReduceOpti
 void reduce(void* data, std::size_t count, DType dtype, const ReduceOptions& options);
 Work ireduce(void* data, std::size_t count, DType dtype, const ReduceOptions& options);
 void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, const AllReduceOptions& options);
-std::vector<std::size_t> all_gather_counts(std::size_t count, const Group& group);
+std::vector<std::size_t> all_gather_counts(std::size_t count, DType dtype, const Group& group);
 void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
                   std::size_t element_size, const Group& group);
 Work iall_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group);
-// Returns whether this rank received (is dst, or outside the group: then out is untouched).
+// Returns whether this rank received: it is dst, or outside the group (then out = in).
 bool gather(const void* in, std::size_t count, DType dtype, void* out, const GatherOptions& options);
-void scatter(const void* in, void* out, std::size_t count, DType dtype, const ScatterOptions& options);
+// `in_count` is read on src only, where it must be the group size x `count`.
+void scatter(const void* in, std::size_t in_count, void* out, std::size_t count, DType dtype,
+             const ScatterOptions& options);
 void broadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options);
 Work ibroadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options);
 void send(const void* data, std::size_t bytes, int dst, int tag);
@@ -243,7 +246,7 @@ template <Element T>
 
 template <Element T>
 [[nodiscard]] std::vector<T> all_gather(std::span<const T> data, const GroupOptions& options = {}) {
-  const auto counts = detail::all_gather_counts(data.size(), options.group);
+  const auto counts = detail::all_gather_counts(data.size(), dtype_of<T>, options.group);
   std::vector<T> out(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
   detail::all_gather_v(data.data(), data.size(), counts, out.data(), sizeof(T), options.group);
   return out;
@@ -292,7 +295,7 @@ template <Element T>
 
 template <Element T>
 void scatter(std::span<const T> in, std::span<T> out, const ScatterOptions& options = {}) {
-  detail::scatter(in.data(), out.data(), out.size(), dtype_of<T>, options);
+  detail::scatter(in.data(), in.size(), out.data(), out.size(), dtype_of<T>, options);
 }
 template <Element T>
 void scatter(const std::vector<T>& in, std::vector<T>& out, const ScatterOptions& options = {}) {
