@@ -13,6 +13,7 @@ PACKAGES=(
   slurm-client slurmctld slurmd munge  # a real local SLURM for the detection tests (scripts/slurm-local.sh)
   openmpi-bin libopenmpi-dev         # a real mpirun for the detection tests; the mpi backend
   iproute2 jq                        # network namespaces for two-host tests; reading --dry-run's JSON
+  clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for tests/fuzz (fuzz.all)
 )
 
 missing=()

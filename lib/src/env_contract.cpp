@@ -79,13 +79,17 @@ Contract read_contract(const Lookup& lookup) {
   if (auto v = env.get(kRunId)) c.run_id = *v;
   if (auto v = env.get(kLauncher)) c.launcher = *v;
   if (auto v = env.get(kGlooSocketIfname)) c.gloo_socket_ifname = *v;
-  if (auto v = env.get(kDebug)) {
+  auto flag = [&](std::string_view name, bool& out) {
+    const auto v = env.get(name);
+    if (!v) return;
     if (*v == "1" || *v == "true") {
-      c.debug = true;
+      out = true;
     } else if (!v->empty() && *v != "0" && *v != "false") {
-      fail(kDebug, *v, "expected 1 or 0");
+      fail(name, *v, "expected 1 or 0");
     }
-  }
+  };
+  flag(kDebug, c.debug);
+  flag(kStoreBindAll, c.store_bind_all);
   if (auto v = env.get_int(kRestartCount, 0, std::numeric_limits<int>::max())) c.restart_count = *v;
 
   const bool any_topology = env.get(kRank) || env.get(kWorldSize) || env.get(kLocalRank) ||
@@ -123,7 +127,8 @@ Contract read_contract(const Lookup& lookup) {
                               1, 65535);
   } else {
     if (auto v = env.get(kMasterAddr); v && !v->empty()) c.master_addr = *v;
-    if (auto v = env.get(kMasterPort)) c.master_port = parse_int(kMasterPort, *v, 1, 65535);
+    // 0 is what to_variables() writes for a world of one that has no store.
+    if (auto v = env.get(kMasterPort)) c.master_port = parse_int(kMasterPort, *v, 0, 65535);
   }
   return c;
 }

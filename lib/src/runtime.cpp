@@ -196,7 +196,10 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     } else {
       if (contract_.rank == 0)
         server_ = std::make_unique<TcpStoreServer>(
-            StoreServerOptions{contract_.master_addr, contract_.master_port, contract_.job_token});
+            StoreServerOptions{.host = contract_.master_addr,
+                               .port = contract_.master_port,
+                               .token = contract_.job_token,
+                               .bind_all = contract_.store_bind_all});
       store_ = std::make_unique<TcpStore>(
           TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, contract_.timeout});
       join(deadline);

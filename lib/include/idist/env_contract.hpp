@@ -32,6 +32,7 @@ inline constexpr std::string_view kRestartCount = "IDIST_RESTART_COUNT"; // atte
 inline constexpr std::string_view kJobToken = "IDIST_JOB_TOKEN";         // secret every store client presents
 inline constexpr std::string_view kTimeout = "IDIST_TIMEOUT";            // seconds, rendezvous and collectives
 inline constexpr std::string_view kOmpNumThreads = "OMP_NUM_THREADS";    // set by the launcher only when unset
+inline constexpr std::string_view kStoreBindAll = "IDIST_STORE_BIND_ALL";  // 1: rank 0's store listens on every interface
 inline constexpr std::string_view kDebug = "IDIST_DEBUG";                // 1: check collectives agree across ranks
 inline constexpr std::string_view kGlooSocketIfname = "GLOO_SOCKET_IFNAME";  // interface gloo binds (as in torch)
 
@@ -61,6 +62,7 @@ struct Contract {
   std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string gloo_socket_ifname;
   bool debug = false;
+  bool store_bind_all = false;
   bool from_env = false;  // false when no topology variable was set: a world of one
 };
 

@@ -2,6 +2,7 @@
 // The key-value store every rank bootstraps from (c10d's Store, reduced to what we use).
 // Rank 0 serves it over TCP; gloo builds its mesh from it; later, groups take key prefixes.
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -18,10 +19,16 @@ class TimeoutFailure : public std::runtime_error {
 };
 
 // add() on a stored value: counters are kept as decimal text, as c10d does, so that get() of
-// a counter is readable. Throws std::invalid_argument when the value is not an integer.
+// a counter is readable. Throws std::invalid_argument when the value is not an integer and
+// std::out_of_range when the sum does not fit (any client may send any delta: no UB here).
 inline std::int64_t add_to_counter(std::vector<char>& slot, std::int64_t delta) {
-  std::int64_t value = delta;
-  if (!slot.empty()) value += std::stoll(std::string(slot.begin(), slot.end()));
+  std::int64_t value = 0;
+  if (!slot.empty()) {
+    const char* end = slot.data() + slot.size();
+    const auto [ptr, ec] = std::from_chars(slot.data(), end, value);
+    if (ec != std::errc() || ptr != end) throw std::invalid_argument("the value is not an integer");
+  }
+  if (__builtin_add_overflow(value, delta, &value)) throw std::out_of_range("the counter would overflow");
   const auto text = std::to_string(value);
   slot.assign(text.begin(), text.end());
   return value;

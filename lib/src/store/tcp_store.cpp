@@ -40,6 +40,13 @@ std::string seconds_text(std::chrono::milliseconds t) {
   return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
 }
 
+// The server would refuse more; saying so here names the caller's mistake without a round trip.
+void check_key_count(std::size_t n) {
+  if (n > wire::kMaxKeys)
+    throw std::invalid_argument("store wait/check: " + std::to_string(n) + " keys in one request, at most " +
+                                std::to_string(wire::kMaxKeys));
+}
+
 }  // namespace
 
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
@@ -159,13 +166,28 @@ std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadlin
   return payload;
 }
 
+std::string TcpStore::call(std::vector<char> frame, Clock::time_point deadline, const std::string& what) {
+  if (frame.size() - 4 > wire::kMaxFrame)
+    throw std::invalid_argument("store " + what + ": " + std::to_string(frame.size() - 4) +
+                                " bytes in one request, at most " + std::to_string(wire::kMaxFrame));
+  auto payload = request(std::move(frame), deadline, what);
+  if (static_cast<std::uint8_t>(payload.at(0)) == static_cast<std::uint8_t>(wire::Reply::error)) {
+    wire::Reader in(payload);
+    in.code();
+    const auto why = in.bytes();
+    throw std::runtime_error("store " + what + " at " + options_.host + ":" + std::to_string(options_.port) +
+                             " refused: " + std::string(why.value_or("no reason given")));
+  }
+  return payload;
+}
+
 void TcpStore::set(const std::string& key, const std::vector<char>& value) {
-  request(wire::Writer(static_cast<std::uint8_t>(wire::Op::set)).bytes(key).bytes({value.data(), value.size()}).frame(),
+  call(wire::Writer(static_cast<std::uint8_t>(wire::Op::set)).bytes(key).bytes({value.data(), value.size()}).frame(),
           Clock::now() + options_.timeout, "set '" + key + "'");
 }
 
 std::vector<char> TcpStore::get(const std::string& key) {
-  const auto payload = request(wire::Writer(static_cast<std::uint8_t>(wire::Op::get)).bytes(key).frame(),
+  const auto payload = call(wire::Writer(static_cast<std::uint8_t>(wire::Op::get)).bytes(key).frame(),
                                Clock::now() + options_.timeout, "get '" + key + "'");
   wire::Reader in(payload);
   in.code();
@@ -175,7 +197,7 @@ std::vector<char> TcpStore::get(const std::string& key) {
 }
 
 std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
-  const auto payload = request(wire::Writer(static_cast<std::uint8_t>(wire::Op::add)).bytes(key).i64(delta).frame(),
+  const auto payload = call(wire::Writer(static_cast<std::uint8_t>(wire::Op::add)).bytes(key).i64(delta).frame(),
                                Clock::now() + options_.timeout, "add '" + key + "'");
   wire::Reader in(payload);
   in.code();
@@ -185,18 +207,20 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  check_key_count(keys.size());
   wire::Writer out(static_cast<std::uint8_t>(wire::Op::wait));
   out.u32(static_cast<std::uint32_t>(keys.size()));
   for (const auto& k : keys) out.bytes(k);
-  request(out.frame(), Clock::now() + timeout,
+  call(out.frame(), Clock::now() + timeout,
           "wait for " + std::to_string(keys.size()) + " key(s)" + (keys.empty() ? "" : " ('" + keys.front() + "', ...)"));
 }
 
 std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
+  check_key_count(keys.size());
   wire::Writer out(static_cast<std::uint8_t>(wire::Op::check));
   out.u32(static_cast<std::uint32_t>(keys.size()));
   for (const auto& k : keys) out.bytes(k);
-  const auto payload = request(out.frame(), Clock::now() + options_.timeout, "check " + std::to_string(keys.size()) + " key(s)");
+  const auto payload = call(out.frame(), Clock::now() + options_.timeout, "check " + std::to_string(keys.size()) + " key(s)");
   wire::Reader in(payload);
   in.code();
   auto present = in.bytes();

@@ -34,6 +34,9 @@ class TcpStore final : public Store {
  private:
   using Clock = std::chrono::steady_clock;
   std::string request(std::vector<char> frame, Clock::time_point deadline, const std::string& what);
+  // request(), turning an ERROR reply (the server refused a well-formed request) into
+  // std::runtime_error; the connection stays usable.
+  std::string call(std::vector<char> frame, Clock::time_point deadline, const std::string& what);
   void connect(Clock::time_point deadline);
 
   TcpStoreOptions options_;

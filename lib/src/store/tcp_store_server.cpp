@@ -2,10 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
+#include <cstdlib>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -13,35 +16,55 @@
 #include "store/wire.hpp"
 
 namespace idist::detail {
+
 namespace {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+// A body is read in pieces of at most this, so that memory grows with the bytes a client has
+// actually sent, not with the length it announced.
+constexpr std::size_t kReadChunk = 64 * 1024;
 
 class Session;
 
 // All state lives on the server's single io thread: no locks.
 struct ServerState {
-  std::string token;
+  StoreServerOptions options;
   std::unordered_map<std::string, std::vector<char>> data;
+  std::size_t data_bytes = 0;  // keys and values in `data`
   // Sessions whose reply is held until a key appears.
   std::unordered_map<std::string, std::vector<std::weak_ptr<Session>>> waiters;
   std::set<std::shared_ptr<Session>> sessions;  // owns every open connection
 
+  // Stores value at key unless that takes the store past its bounds; returns why not, or
+  // nullptr when stored.
+  const char* put(std::string_view key, std::vector<char> value);
   void key_set(const std::string& key);
+  void forget_waiter(const std::string& key, const Session* session);
 };
 
 // One client connection. The client sends one request and waits for its reply, so a session
 // reads a request, answers it (possibly later, for get/wait), then reads the next.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(ServerState& state, tcp::socket socket) : state_(state), socket_(std::move(socket)) {
+  Session(ServerState& state, tcp::socket socket)
+      : state_(state), socket_(std::move(socket)), hello_timer_(socket_.get_executor()),
+        frame_timer_(socket_.get_executor()) {
     boost::system::error_code ec;
     auto ep = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
   }
 
-  void start() { read_header(); }
+  void start() {
+    // A stranger that connects and says nothing would otherwise hold a connection forever.
+    hello_timer_.expires_after(state_.options.hello_timeout);
+    hello_timer_.async_wait([self = shared_from_this()](auto ec) {
+      if (!ec && !self->authenticated_) self->close("no hello in time");
+    });
+    read_header();
+  }
 
   // Called when `key` was set; replies once every key this session waits for exists.
   void key_arrived(const std::string& key) {
@@ -49,83 +72,92 @@ class Session : public std::enable_shared_from_this<Session> {
     reply_ready();
   }
 
+  const std::string& peer() const { return peer_; }
+
  private:
   void read_header() {
     asio::async_read(socket_, asio::buffer(header_), [self = shared_from_this()](auto ec, std::size_t) {
       if (ec) return self->close();
       const auto length = wire::read_u32(self->header_.data());
-      if (length == 0 || length > wire::kMaxFrame) return self->close("frame length out of bounds");
-      self->body_.resize(length);
-      asio::async_read(self->socket_, asio::buffer(self->body_), [self](auto ec2, std::size_t) {
-        if (ec2) return self->close();
-        self->handle();
+      const auto limit = self->authenticated_ ? wire::kMaxFrame : wire::kMaxHelloFrame;
+      if (const char* why = wire::check_frame_length(length, limit)) return self->close(why);
+      self->body_.clear();
+      self->body_length_ = length;
+      // Between requests a client may be idle for the whole job, but once a frame has begun
+      // its sender is supposed to finish it: a stalled half frame is a slow-loris.
+      const auto generation = ++self->frame_generation_;
+      self->frame_timer_.expires_after(self->state_.options.frame_timeout);
+      self->frame_timer_.async_wait([self, generation](auto ec2) {
+        if (!ec2 && self->frame_generation_ == generation) self->close("stalled in the middle of a message");
       });
+      self->read_body();
+    });
+  }
+
+  void read_body() {
+    const auto have = body_.size();
+    const auto chunk = std::min<std::size_t>(body_length_ - have, kReadChunk);
+    body_.resize(have + chunk);
+    asio::async_read(socket_, asio::buffer(body_.data() + have, chunk), [self = shared_from_this()](auto ec, std::size_t) {
+      if (ec) return self->close();
+      if (self->body_.size() < self->body_length_) return self->read_body();
+      ++self->frame_generation_;
+      self->frame_timer_.cancel();
+      self->handle();
     });
   }
 
   void handle() {
-    wire::Reader in({body_.data(), body_.size()});
-    const auto code = in.code();
+    auto parsed = wire::parse_request({body_.data(), body_.size()});
     if (!authenticated_) {
-      auto token = in.bytes();
-      if (code != static_cast<std::uint8_t>(wire::Op::hello) || !token) return close("no hello");
-      if (!state_.token.empty() && *token != state_.token) {
+      if (!parsed.request || parsed.request->op != wire::Op::hello) return close("no hello");
+      if (!state_.options.token.empty() && parsed.request->token != state_.options.token) {
         spdlog::warn("idist store: refused a client from {}: wrong or missing IDIST_JOB_TOKEN", peer_);
         closing_ = true;
-        return send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::error)).bytes("wrong job token").frame());
+        return send_error("wrong job token");
       }
       authenticated_ = true;
+      hello_timer_.cancel();
       return send_ok();
     }
-    switch (static_cast<wire::Op>(code.value_or(0))) {
+    if (!parsed.request) {
+      if (parsed.fatal) return close(parsed.error);
+      spdlog::warn("idist store: refused a request from {}: {}", peer_, parsed.error);
+      return send_error(parsed.error);
+    }
+    const auto& r = *parsed.request;
+    switch (r.op) {
+      case wire::Op::hello:
+        return close("a second hello");
       case wire::Op::set: {
-        auto key = in.bytes();
-        auto value = in.bytes();
-        if (!key || !value || !in.done()) return close("malformed set");
-        std::string k(*key);
-        state_.data[k].assign(value->begin(), value->end());
+        if (const char* why = state_.put(r.key, {r.value.begin(), r.value.end()})) return refuse(why);
         send_ok();
-        return state_.key_set(k);
+        return state_.key_set(std::string(r.key));
       }
-      case wire::Op::get: {
-        auto key = in.bytes();
-        if (!key || !in.done()) return close("malformed get");
-        pending_get_ = std::string(*key);
+      case wire::Op::get:
+        pending_get_ = std::string(r.key);
         return await({*pending_get_});
-      }
       case wire::Op::add: {
-        auto key = in.bytes();
-        auto delta = in.i64();
-        if (!key || !delta || !in.done()) return close("malformed add");
-        std::string k(*key);
+        const std::string key(r.key);
+        auto it = state_.data.find(key);
+        auto slot = it == state_.data.end() ? std::vector<char>() : it->second;
         std::int64_t value = 0;
         try {
-          value = add_to_counter(state_.data[k], *delta);
-        } catch (const std::exception&) {
-          return close("add on a non-integer key");
+          value = add_to_counter(slot, r.delta);
+        } catch (const std::exception& e) {
+          return refuse(std::string("add on '") + key + "': " + e.what());
         }
+        if (const char* why = state_.put(key, std::move(slot))) return refuse(why);
         send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::value)).i64(value).frame());
-        return state_.key_set(k);
+        return state_.key_set(key);
       }
       case wire::Op::wait:
+        return await({r.keys.begin(), r.keys.end()});
       case wire::Op::check: {
-        const bool wait = code == static_cast<std::uint8_t>(wire::Op::wait);
-        auto n = in.u32();
-        if (!n || *n > wire::kMaxKeys) return close("malformed wait or check");
-        std::vector<std::string> keys;
-        for (std::uint32_t i = 0; i < *n; ++i) {
-          auto key = in.bytes();
-          if (!key) return close("malformed wait or check");
-          keys.emplace_back(*key);
-        }
-        if (!in.done()) return close("malformed wait or check");
-        if (wait) return await(keys);
         std::string present;
-        for (const auto& k : keys) present.push_back(state_.data.count(k) ? '1' : '0');
+        for (const auto& k : r.keys) present.push_back(state_.data.count(std::string(k)) ? '1' : '0');
         return send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::value)).bytes(present).frame());
       }
-      default:
-        return close("unknown request");
     }
   }
 
@@ -151,7 +183,16 @@ class Session : public std::enable_shared_from_this<Session> {
     send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::value)).bytes({value.data(), value.size()}).frame());
   }
 
+  // A well-formed request the store will not carry out: the client hears why and may go on.
+  void refuse(const std::string& why) {
+    spdlog::warn("idist store: refused a request from {}: {}", peer_, why);
+    send_error(why);
+  }
+
   void send_ok() { send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::ok)).frame()); }
+  void send_error(std::string_view why) {
+    send(wire::Writer(static_cast<std::uint8_t>(wire::Reply::error)).bytes(why).frame());
+  }
 
   void send(std::vector<char> frame) {
     out_ = std::move(frame);
@@ -161,22 +202,32 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  void close(const char* why = nullptr) {
+  void close(const char* why = nullptr) { close(why == nullptr ? std::string() : std::string(why)); }
+  void close(const std::string& why) {
     if (closed_) return;
     closed_ = true;
-    if (why != nullptr) spdlog::warn("idist store: dropped client {}: {}", peer_, why);
+    if (!why.empty()) spdlog::warn("idist store: dropped client {}: {}", peer_, why);
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
+    hello_timer_.cancel();
+    frame_timer_.cancel();
+    // Clients that wait for keys nobody sets and then go away must not leave entries behind.
+    for (const auto& k : pending_) state_.forget_waiter(k, this);
     pending_.clear();
+    body_ = {};
+    out_ = {};
     state_.sessions.erase(shared_from_this());
   }
 
   ServerState& state_;
   tcp::socket socket_;
+  asio::steady_timer hello_timer_;
+  asio::steady_timer frame_timer_;
   std::string peer_;
   std::array<char, 4> header_{};
   std::vector<char> body_;
+  std::size_t body_length_ = 0;
   std::vector<char> out_;
   bool authenticated_ = false;
   bool closing_ = false;
@@ -184,7 +235,23 @@ class Session : public std::enable_shared_from_this<Session> {
   std::set<std::string> pending_;
   std::optional<std::string> pending_get_;
   std::uint64_t park_generation_ = 0;
+  std::uint64_t frame_generation_ = 0;
 };
+
+const char* ServerState::put(std::string_view key, std::vector<char> value) {
+  auto it = data.find(std::string(key));
+  const std::size_t old_bytes = it == data.end() ? 0 : key.size() + it->second.size();
+  const std::size_t new_bytes = key.size() + value.size();
+  if (it == data.end() && data.size() >= options.max_keys) return "the store is full (too many keys)";
+  if (data_bytes - old_bytes + new_bytes > options.max_bytes) return "the store is full (too many bytes)";
+  data_bytes = data_bytes - old_bytes + new_bytes;
+  if (it == data.end()) {
+    data.emplace(std::string(key), std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  return nullptr;
+}
 
 void ServerState::key_set(const std::string& key) {
   auto it = waiters.find(key);
@@ -195,18 +262,42 @@ void ServerState::key_set(const std::string& key) {
     if (auto session = weak.lock()) session->key_arrived(key);
 }
 
+void ServerState::forget_waiter(const std::string& key, const Session* session) {
+  auto it = waiters.find(key);
+  if (it == waiters.end()) return;
+  std::erase_if(it->second, [&](const std::weak_ptr<Session>& weak) {
+    auto locked = weak.lock();
+    return !locked || locked.get() == session;
+  });
+  if (it->second.empty()) waiters.erase(it);
+}
+
 }  // namespace
 
 struct TcpStoreServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  asio::steady_timer accept_retry{io};
   ServerState state;
   std::thread thread;
+  Clock::time_point last_refusal_log{};
+  std::size_t refused_since_log = 0;
 
   void accept() {
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) {
+      if (ec) {
+        // Out of descriptors (EMFILE) and the like: accepting again at once would spin.
+        spdlog::warn("idist store: accept failed: {}", ec.message());
+        accept_retry.expires_after(std::chrono::milliseconds(50));
+        accept_retry.async_wait([this](auto ec2) {
+          if (!ec2) accept();
+        });
+        return;
+      }
+      if (state.sessions.size() >= state.options.max_connections) {
+        refuse_connection(socket);
+      } else {
         socket.set_option(tcp::no_delay(true), ec);
         auto session = std::make_shared<Session>(state, std::move(socket));
         state.sessions.insert(session);
@@ -215,18 +306,34 @@ struct TcpStoreServer::Impl {
       accept();
     });
   }
+
+  // Over the connection cap: close at once. Logged at most once a second, so that a flood of
+  // connections cannot flood the log too.
+  void refuse_connection(tcp::socket& socket) {
+    ++refused_since_log;
+    const auto now = Clock::now();
+    if (now - last_refusal_log >= std::chrono::seconds(1)) {
+      boost::system::error_code ec;
+      const auto peer = socket.remote_endpoint(ec);
+      spdlog::warn("idist store: refused {} connection(s) (latest from {}): already {} open, the limit",
+                   refused_since_log, ec ? std::string("?") : peer.address().to_string(), state.sessions.size());
+      last_refusal_log = now;
+      refused_since_log = 0;
+    }
+    boost::system::error_code ignored;
+    socket.close(ignored);
+  }
 };
 
 TcpStoreServer::TcpStoreServer(const StoreServerOptions& options) : impl_(std::make_unique<Impl>()) {
-  impl_->state.token = options.token;
+  impl_->state.options = options;
   const std::string where = options.host + ":" + std::to_string(options.port);
   boost::system::error_code ec;
   tcp::resolver resolver(impl_->io);
   auto results = resolver.resolve(options.host, std::to_string(options.port), tcp::resolver::numeric_service, ec);
   if (ec) throw std::runtime_error("cannot resolve MASTER_ADDR for the store at " + where + ": " + ec.message());
+  if (results.empty()) throw std::runtime_error("cannot resolve MASTER_ADDR for the store at " + where);
 
-  // Bind the address rank 0 is reached at. When that is not an address of this host (a
-  // name behind NAT, a floating alias) fall back to every interface rather than fail.
   auto& acceptor = impl_->acceptor;
   auto try_bind = [&](const tcp::endpoint& ep) {
     acceptor.close(ec);
@@ -236,18 +343,23 @@ TcpStoreServer::TcpStoreServer(const StoreServerOptions& options) : impl_(std::m
     if (acceptor.bind(ep, ec)) return;
     acceptor.listen(asio::socket_base::max_listen_connections, ec);
   };
-  for (const auto& entry : results) {
-    try_bind(entry.endpoint());
-    if (!ec) break;
-  }
-  if (ec == boost::system::errc::address_not_available && !results.empty()) {
-    const auto any = results.begin()->endpoint().protocol() == tcp::v6() ? tcp::endpoint(tcp::v6(), options.port)
-                                                                         : tcp::endpoint(tcp::v4(), options.port);
-    try_bind(any);
+  if (options.bind_all) {
+    const auto protocol = results.begin()->endpoint().protocol();
+    try_bind(tcp::endpoint(protocol == tcp::v6() ? tcp::v6() : tcp::v4(), static_cast<unsigned short>(options.port)));
+  } else {
+    // Only the address rank 0 is reached at: the store is no business of other networks.
+    for (const auto& entry : results) {
+      try_bind(entry.endpoint());
+      if (!ec) break;
+    }
   }
   if (ec == boost::system::errc::address_in_use)
     throw std::runtime_error("cannot listen on " + where + " for the store: " + ec.message() +
                              " (another job on this port? choose one with --master-port or MASTER_PORT)");
+  if (ec == boost::system::errc::address_not_available)
+    throw std::runtime_error("cannot listen on " + where + " for the store: " + ec.message() +
+                             " (MASTER_ADDR is not an address of this host; behind NAT or a floating alias, set " +
+                             "IDIST_STORE_BIND_ALL=1 to listen on every interface)");
   if (ec) throw std::runtime_error("cannot listen on " + where + " for the store: " + ec.message());
 
   impl_->accept();
@@ -266,5 +378,7 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+std::string TcpStoreServer::listen_address() const { return impl_->acceptor.local_endpoint().address().to_string(); }
 
 }  // namespace idist::detail

@@ -1,6 +1,14 @@
 #pragma once
 // The store server rank 0 hosts at MASTER_ADDR:MASTER_PORT, on a thread of its own.
+//
+// Any host that can reach the port can connect, so the server assumes nothing of a client:
+// every client must present the job token first (when the job has one); frames, keys per
+// request, the store's total size and the number of connections are bounded; a client that
+// stalls mid-message is dropped after a while and never holds up the others (each connection
+// is served asynchronously on the one io thread).
 
+#include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -10,6 +18,16 @@ struct StoreServerOptions {
   std::string host = "127.0.0.1";  // the address rank 0 is reached at; bound, not all interfaces
   int port = 0;                    // 0: any free port (tests)
   std::string token;               // when set, a client that does not present it is refused
+  // Listen on the wildcard address of host's family rather than on host only: for a rank 0
+  // reached at an address it does not have (NAT, a floating alias). IDIST_STORE_BIND_ALL.
+  bool bind_all = false;
+  std::size_t max_connections = 16384;        // beyond this, new connections are closed at once
+  std::size_t max_keys = 1u << 20;            // keys the store holds at most
+  std::size_t max_bytes = std::size_t{1} << 30;  // key and value bytes the store holds at most
+  // A connection must present its hello this soon after connecting, and a frame once begun
+  // must arrive in full this soon: otherwise the connection is dropped.
+  std::chrono::milliseconds hello_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds frame_timeout = std::chrono::seconds(30);
 };
 
 class TcpStoreServer {
@@ -21,6 +39,8 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   int port() const;
+  // The address the server listens on (tests check that it is not the wildcard).
+  std::string listen_address() const;
 
  private:
   struct Impl;

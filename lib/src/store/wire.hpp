@@ -10,6 +10,11 @@
 //   ADD key i64          -> VALUE i64
 //   WAIT n key...        -> OK                 (held until every key exists)
 //   CHECK n key...       -> VALUE bytes        (now: one '1' or '0' per key, present or not)
+//
+// Any request may instead be answered ERROR message when it is well formed but refused (too
+// many keys, the store is full, add on a non-integer); the connection stays usable. A frame
+// whose length is out of bounds, or whose payload does not parse, is not answered: the server
+// drops the connection.
 
 #include <cstdint>
 #include <cstring>
@@ -26,6 +31,9 @@ enum class Reply : std::uint8_t { ok = 0x80, value = 0x81, error = 0x82 };
 // Bounds that keep one misbehaving client from bloating the store.
 inline constexpr std::uint32_t kMaxFrame = 64u << 20;
 inline constexpr std::uint32_t kMaxKeys = 1u << 16;
+// Until a client has presented the token it is a stranger: it may make us buffer no more than
+// a hello needs.
+inline constexpr std::uint32_t kMaxHelloFrame = 4096;
 
 class Writer {
  public:
@@ -97,5 +105,88 @@ class Reader {
  private:
   std::string_view rest_;
 };
+
+// Why a frame header announcing `length` payload bytes must be refused, or nullptr when the
+// payload may be read. `limit` is kMaxFrame, or kMaxHelloFrame before the hello.
+inline const char* check_frame_length(std::uint32_t length, std::uint32_t limit) {
+  if (length == 0) return "empty frame";
+  if (length > limit) return "frame length out of bounds";
+  return nullptr;
+}
+
+// One decoded request. The views point into the payload it was parsed from.
+struct Request {
+  Op op = Op::hello;
+  std::string_view token;  // hello
+  std::string_view key;    // set, get, add
+  std::string_view value;  // set
+  std::int64_t delta = 0;  // add
+  std::vector<std::string_view> keys;  // wait, check
+};
+
+struct ParseResult {
+  std::optional<Request> request;
+  const char* error = nullptr;  // why there is no request
+  // The whole frame has been read either way, so the connection is still in step. False: a
+  // request a correct client may send, refused with an ERROR reply. True: garbage, which only
+  // a broken or hostile peer sends, so the server drops it.
+  bool fatal = true;
+};
+
+// Decodes one request payload (the frame without its length header). Pure, so that the server
+// and the fuzzer run the very same code; never reads past the payload, and allocates at most
+// in proportion to it.
+inline ParseResult parse_request(std::string_view payload) {
+  auto malformed = [](const char* why) { return ParseResult{std::nullopt, why, true}; };
+  Reader in(payload);
+  const auto code = in.code();
+  if (!code) return malformed("empty request");
+  Request r;
+  r.op = static_cast<Op>(*code);
+  switch (r.op) {
+    case Op::hello: {
+      auto token = in.bytes();
+      if (!token || !in.done()) return malformed("malformed hello");
+      r.token = *token;
+      return {std::move(r)};
+    }
+    case Op::set: {
+      auto key = in.bytes();
+      auto value = in.bytes();
+      if (!key || !value || !in.done()) return malformed("malformed set");
+      r.key = *key;
+      r.value = *value;
+      return {std::move(r)};
+    }
+    case Op::get: {
+      auto key = in.bytes();
+      if (!key || !in.done()) return malformed("malformed get");
+      r.key = *key;
+      return {std::move(r)};
+    }
+    case Op::add: {
+      auto key = in.bytes();
+      auto delta = in.i64();
+      if (!key || !delta || !in.done()) return malformed("malformed add");
+      r.key = *key;
+      r.delta = *delta;
+      return {std::move(r)};
+    }
+    case Op::wait:
+    case Op::check: {
+      auto n = in.u32();
+      if (!n) return malformed("malformed wait or check");
+      if (*n > kMaxKeys) return {std::nullopt, "too many keys in one request", false};
+      for (std::uint32_t i = 0; i < *n; ++i) {
+        auto key = in.bytes();
+        if (!key) return malformed("malformed wait or check");
+        r.keys.push_back(*key);
+      }
+      if (!in.done()) return malformed("malformed wait or check");
+      return {std::move(r)};
+    }
+  }
+  return malformed("unknown request");
+}
 
 }  // namespace idist::detail::wire
