@@ -6,9 +6,11 @@
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <filesystem>
 #include <iostream>
 
 #include "idist/launchers/exec.hpp"
@@ -34,6 +36,11 @@ const char* const kExamples = R"(Examples:
   idist-run --nnodes 2 --node-rank 0 --master-addr node0 -n 4 ./train
                                             node 0 of 2 without a scheduler (node 1: --node-rank 1)
   idist-run --dry-run ./train               print the plan as JSON and start nothing
+  idist-run -n 4 --max-restarts 3 --log-dir logs ./train
+                                            restart every rank after a failure, up to 3 times;
+                                            logs/<run-id>/attempt_<k>/rank_<r>.{out,err} and summary.json
+  idist-run -n 4 --timeout 3600 --grace 30 ./train
+                                            stop the job after an hour; SIGKILL 30 s after SIGTERM
   idist-run -n 2 -- ./app -n 5              '--' ends idist-run's options explicitly
 
 Detection, first match wins: --nnodes/--node-rank > SLURM step (srun) > Open MPI > PMIx >
@@ -41,8 +48,19 @@ MPICH/Intel MPI > MVAPICH > horovodrun > RANK/WORLD_SIZE already set > local spa
 Force one with --launcher; IDIST_NO_DETECT=1 turns detection off.
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
 MASTER_PORT and friends, as torch.distributed's env:// expects.
+Supervision (when idist-run spawns the ranks): the first rank to fail stops the others
+(SIGTERM, then SIGKILL after --grace); the summary names it, the ranks stopped as collateral
+and its last stderr lines. SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the job (a second one
+kills at once); the --forward-signals go to every rank and the job goes on. Whatever a rank
+leaves behind (forked helpers, daemons) is killed when its attempt ends. --max-restarts
+restarts the ranks of this node only (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT when
+idist-run picked it); on several nodes each node restarts on its own.
+summary.json: run_id, host, exit_code, outcome, and per attempt its master_port, times,
+first_failure and ranks [{rank, pid, host, exit_code, signal, core_dumped, start, end,
+collateral, first_failure}] (times in UTC, ISO 8601).
 Exit status: 0 when every rank succeeds; else the first failing rank's code (128+signal
-when killed by a signal); 128+signal when idist-run itself is interrupted; 2 for bad usage.)";
+when killed by a signal); 128+signal when idist-run itself is interrupted; 124 on --timeout;
+2 for bad usage.)";
 
 struct Cli {
   std::optional<std::string> nproc_per_node;
@@ -58,6 +76,10 @@ struct Cli {
   bool tag_output = false;
   bool verbose = false;
   double grace_seconds = 5;
+  std::optional<double> timeout_seconds;
+  int max_restarts = 0;
+  std::string forward_signals = "USR1,USR2";
+  std::string log_dir;
   std::vector<std::string> command;
 };
 
@@ -94,6 +116,14 @@ void setup_logging(bool verbose) {
   spdlog::set_default_logger(logger);
 }
 
+// --log-dir must be a directory we can write to, checked before any rank starts.
+void check_log_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UsageError("--log-dir '" + dir + "': " + ec.message());
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw UsageError("--log-dir '" + dir + "': not writable");
+}
+
 int run(const Cli& cli) {
   namespace L = idist::launchers;
   L::LaunchOptions options;
@@ -116,7 +146,15 @@ int run(const Cli& cli) {
   options.command = cli.command;
   const std::string path = L::resolve_program(cli.command.front());
 
-  const auto plan = L::make_plan(options);
+  L::SuperviseOptions supervise;
+  try {
+    supervise.forward_signals = L::parse_signal_list(cli.forward_signals);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--forward-signals: ") + e.what());
+  }
+  if (!cli.log_dir.empty()) check_log_dir(cli.log_dir);
+
+  auto plan = L::make_plan(options);
   for (const auto& note : plan.notes) spdlog::info("{}", note);
   if (cli.dry_run) {
     std::cout << L::dry_run_json(plan) << std::endl;
@@ -130,17 +168,40 @@ int run(const Cli& cli) {
     if (cli.tag_output)
       spdlog::warn("--tag-output does nothing when idist-run execs in place (one task per rank); "
                    "the outer launcher's own option does it (srun --label, mpirun --tag-output)");
+    if (cli.timeout_seconds || cli.max_restarts > 0 || !cli.log_dir.empty())
+      spdlog::warn("--timeout, --max-restarts and --log-dir do nothing when idist-run execs in place (one task per "
+                   "rank): there is no rank of ours to watch; the outer launcher's options do it");
     L::exec_in_place(plan, path, environ);
   }
 
-  std::vector<L::ProcessSpec> processes;
-  for (int local = 0; local < plan.local_count; ++local)
-    processes.push_back({L::rank_contract(plan, local).rank, path, plan.command, L::rank_environment(plan, local, environ)});
+  const L::MakeAttempt make_attempt = [&](int restart_count) {
+    plan.job.restart_count = restart_count;
+    // A restart gets a fresh port when we picked the first one: the old one may still be held
+    // by a straggler of the failed attempt or sit in TIME_WAIT. The new reservation is taken
+    // while the old is still held, so the two differ. A port the user or an outer launcher
+    // chose is every node's to agree on, so it stays.
+    if (restart_count > 0 && plan.port_reservation) {
+      auto fresh = std::make_shared<L::PortReservation>(plan.job.master_addr);
+      plan.job.master_port = fresh->port();
+      plan.port_reservation = std::move(fresh);
+    }
+    L::Attempt attempt;
+    attempt.master_port = plan.job.master_port;
+    for (int local = 0; local < plan.local_count; ++local)
+      attempt.processes.push_back(
+          {L::rank_contract(plan, local).rank, path, plan.command, L::rank_environment(plan, local, environ)});
+    return attempt;
+  };
 
-  L::SuperviseOptions supervise;
   supervise.tag_output = cli.tag_output;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(cli.grace_seconds * 1000));
-  return L::supervise(processes, supervise);
+  if (cli.timeout_seconds)
+    supervise.timeout =
+        std::chrono::milliseconds(std::max(1LL, static_cast<long long>(std::min(*cli.timeout_seconds, 1e9) * 1000)));
+  supervise.max_restarts = cli.max_restarts;
+  supervise.log_dir = cli.log_dir;
+  supervise.run_id = plan.job.run_id;
+  return L::supervise(make_attempt, supervise);
 }
 
 }  // namespace
@@ -179,6 +240,20 @@ int main(int argc, char** argv) {
   app.add_option("--grace", cli.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  app.add_option("--timeout", cli.timeout_seconds,
+                 "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-restarts", cli.max_restarts,
+                 "Restart every local rank after a failure, up to this many times (spawn mode; see below)")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
+  app.add_option("--forward-signals", cli.forward_signals,
+                 "Signals passed on to every rank while the job goes on (comma-separated: HUP, INT, QUIT, TERM, "
+                 "USR1, USR2, ALRM, WINCH, or none); the others of these but WINCH stop the job")
+      ->capture_default_str();
+  app.add_option("--log-dir", cli.log_dir,
+                 "Also write each rank's stdout and stderr to DIR/<run-id>/attempt_<k>/rank_<r>.{out,err}, "
+                 "and DIR/<run-id>/summary.json at the end");
   app.add_flag("-v,--verbose", cli.verbose, "Say what idist-run decides and does");
   // The first word that is not one of our options starts the program's command line.
   app.prefix_command();

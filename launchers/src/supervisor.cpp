@@ -2,168 +2,205 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <system_error>
 
-#include "line_forwarder.hpp"
+#include "process_tree.hpp"
+#include "rank_output.hpp"
+#include "run_summary.hpp"
+#include "signal_list.hpp"
+#include "spawn.hpp"
 
 namespace idist::launchers {
 namespace {
 
 namespace asio = boost::asio;
+using detail::AttemptRecord;
+using detail::RankOutput;
+using detail::WallClock;
 
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+// Lines of a failing rank's stderr shown in the summary.
+constexpr std::size_t kTailLines = 10;
+
+// How long output may keep coming once every rank and leftover is gone (a process outside our
+// tree may hold a pipe); after that we stop reading rather than wait forever.
+constexpr auto kDrainTime = std::chrono::seconds(2);
+
+// The run id as a directory name: an id taken from the environment may hold a '/'.
+std::string run_dir_name(std::string id) {
+  std::replace(id.begin(), id.end(), '/', '_');
+  return id.empty() || id == "." || id == ".." ? "run" : id;
 }
 
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  std::string text = "was killed by " + signal_name(WTERMSIG(status));
-  if (WCOREDUMP(status)) text += " (core dumped)";
-  return text;
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
 }
-
-bool succeeded(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-
-int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
 // One rank's output stream (stdout or stderr) on its way to ours.
 struct Stream {
-  Stream(asio::io_context& io, int fd, int out_fd, std::string prefix)
-      : pipe(io, fd), forwarder(out_fd, std::move(prefix)) {}
+  Stream(asio::io_context& io, int fd, int console_fd, std::string prefix, int log_fd, bool keep_tail)
+      : pipe(io, fd), output(console_fd, std::move(prefix), log_fd, keep_tail) {}
   asio::posix::stream_descriptor pipe;
-  LineForwarder forwarder;
+  RankOutput output;
   std::array<char, 64 * 1024> buffer{};
   bool open = true;
 };
 
 struct Rank {
   const ProcessSpec* spec = nullptr;
-  pid_t pid = -1;
-  std::unique_ptr<asio::posix::stream_descriptor> pidfd;
+  detail::RankRecord* record = nullptr;  // in the attempt's record, which does not move
   std::unique_ptr<Stream> out, err;
-  std::optional<int> status;  // wait status once reaped
-  bool collateral = false;    // stopped by us, not failed on its own
-  bool running() const { return pid > 0 && !status; }
+  bool running() const { return record->pid > 0 && !record->status; }
 };
+
+struct LiveAttempt {
+  Attempt attempt;
+  AttemptRecord record;
+  std::vector<Rank> ranks;
+  bool ranks_gone = false;  // every rank reaped, leftovers dealt with
+};
+
+enum class Stop { none, interrupted, timed_out, spawn_error };
 
 class Supervisor {
  public:
-  Supervisor(const std::vector<ProcessSpec>& specs, const SuperviseOptions& options)
-      : options_(options), ranks_(specs.size()) {
-    for (std::size_t i = 0; i < specs.size(); ++i) ranks_[i].spec = &specs[i];
-    teardown_signals_.add(SIGQUIT);  // asio's constructor takes at most three
+  Supervisor(const MakeAttempt& make_attempt, const SuperviseOptions& options)
+      : make_attempt_(make_attempt), options_(options), host_(this_host()) {
+    for (const int sig : options_.forward_signals) forward_signals_.add(sig);
+    for (const int sig : detail::kTeardownSignals)
+      if (std::find(options_.forward_signals.begin(), options_.forward_signals.end(), sig) ==
+          options_.forward_signals.end())
+        teardown_signals_.add(sig);
   }
 
   int run() {
     // A rank's closed pipe must not kill us; and the console may go away before we finish.
     ::signal(SIGPIPE, SIG_IGN);
+    if (!detail::become_subreaper())
+      spdlog::warn("cannot become a child subreaper ({}): processes the ranks leave behind may outlive the job",
+                   std::strerror(errno));
+    child_signal_.async_wait([this](auto ec, int) { on_child_signal(ec); });
     teardown_signals_.async_wait([this](auto ec, int sig) { on_teardown_signal(ec, sig); });
     forward_signals_.async_wait([this](auto ec, int sig) { on_forward_signal(ec, sig); });
-    for (auto& rank : ranks_) {
-      if (tearing_down_) break;  // a signal arrived or a spawn failed: start nothing more
-      spawn(rank);
+    if (options_.timeout) {
+      timeout_timer_.expires_after(*options_.timeout);
+      timeout_timer_.async_wait([this](auto ec) { on_timeout(ec); });
     }
-    maybe_finish();
+    start_attempt(0);
     io_.run();
-    return result();
+    kill_leftovers_now();  // normally none: each attempt cleaned up after itself
+    return conclude();
   }
 
  private:
-  void spawn(Rank& rank) {
-    const ProcessSpec& spec = *rank.spec;
-    std::vector<char*> argv, envp;
-    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    const std::string exec_error = "idist-run: rank " + std::to_string(spec.rank) + ": cannot execute " + spec.path + ": ";
+  LiveAttempt& current() { return *attempts_.back(); }
 
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return spawn_failed(spec, "pipe");
-    // stdin goes to rank 0 when it is a file or pipe (as mpirun does); a terminal is not
-    // shared, because ranks run in background process groups and would stop on SIGTTIN.
-    const bool give_stdin = spec.rank == 0 && !::isatty(STDIN_FILENO);
-    const int devnull = give_stdin ? -1 : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-    // Block signals across fork so that no handler of ours runs in the child.
-    sigset_t all, previous;
-    ::sigfillset(&all);
-    ::pthread_sigmask(SIG_BLOCK, &all, &previous);
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      // Child: only async-signal-safe calls from here to exec.
-      for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
-      sigset_t none;
-      ::sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);  // idist-run died before the prctl took hold
-      ::dup2(out[1], STDOUT_FILENO);
-      ::dup2(err[1], STDERR_FILENO);
-      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-      ::execve(spec.path.c_str(), argv.data(), envp.data());
-      const char* why = ::strerror(errno);
-      [[maybe_unused]] auto a = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
-      [[maybe_unused]] auto b = ::write(STDERR_FILENO, why, std::strlen(why));
-      [[maybe_unused]] auto c = ::write(STDERR_FILENO, "\n", 1);
-      ::_exit(127);
+  void start_attempt(int index) {
+    tearing_down_ = false;
+    auto live = std::make_unique<LiveAttempt>();
+    live->record.index = index;
+    live->record.start = WallClock::now();
+    attempts_.push_back(std::move(live));
+    LiveAttempt& a = current();
+    try {
+      a.attempt = make_attempt_(index);
+    } catch (const std::exception& e) {
+      spdlog::error("cannot start attempt {}: {}", index, e.what());
+      stop_ = Stop::spawn_error;
     }
-    const int fork_errno = errno;
-    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-    ::close(out[1]);
-    ::close(err[1]);
-    if (devnull >= 0) ::close(devnull);
-    if (pid < 0) {
-      ::close(out[0]);
-      ::close(err[0]);
-      errno = fork_errno;
-      return spawn_failed(spec, "fork");
+    a.record.master_port = a.attempt.master_port;
+    a.record.ranks.resize(a.attempt.processes.size());
+    a.ranks.resize(a.attempt.processes.size());
+    for (std::size_t i = 0; i < a.ranks.size(); ++i) {
+      a.ranks[i].spec = &a.attempt.processes[i];
+      a.ranks[i].record = &a.record.ranks[i];
+      a.record.ranks[i].rank = a.attempt.processes[i].rank;
     }
-    ::setpgid(pid, pid);  // also in the parent, so that it holds before we ever signal the group
-    rank.pid = pid;
-    spdlog::debug("started rank {} as pid {}", spec.rank, pid);
-
-    const std::string prefix = options_.tag_output ? "[rank " + std::to_string(spec.rank) + "] " : "";
-    rank.out = std::make_unique<Stream>(io_, out[0], STDOUT_FILENO, prefix);
-    rank.err = std::make_unique<Stream>(io_, err[0], STDERR_FILENO, prefix);
-    read_more(*rank.out);
-    read_more(*rank.err);
-
-    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    if (pidfd < 0) {
-      // Without a pidfd we could not see this rank exit: refuse to run blind.
-      ::kill(pid, SIGKILL);
-      collect(rank, 0);
-      return spawn_failed(spec, "pidfd_open");
+    const std::string log_dir = stop_ == Stop::none ? attempt_log_dir(index) : "";
+    for (auto& rank : a.ranks) {
+      if (tearing_down_ || stop_ != Stop::none) break;  // a signal arrived or a spawn failed: start nothing more
+      spawn(rank, log_dir);
     }
-    rank.pidfd = std::make_unique<asio::posix::stream_descriptor>(io_, pidfd);
-    rank.pidfd->async_wait(asio::posix::stream_descriptor::wait_read, [this, &rank](auto ec) {
-      if (!ec) reap(rank);
-    });
+    check_ranks_gone();
+    maybe_finish();
   }
 
-  void spawn_failed(const ProcessSpec& spec, const char* what) {
-    spdlog::error("cannot start rank {}: {}: {}", spec.rank, what, std::strerror(errno));
-    spawn_error_ = true;
+  // DIR/<run-id>/attempt_<k>, created; "" without --log-dir. A directory we cannot make stops
+  // the job before it starts: the user asked for logs, and running without them would lose output.
+  std::string attempt_log_dir(int index) {
+    if (options_.log_dir.empty()) return "";
+    const auto dir = std::filesystem::path(options_.log_dir) / run_dir_name(options_.run_id) / ("attempt_" + std::to_string(index));
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      spdlog::error("--log-dir: cannot create {}: {}", dir.string(), ec.message());
+      stop_ = Stop::spawn_error;
+      return "";
+    }
+    return dir.string();
+  }
+
+  int open_log(const std::string& dir, int rank, const char* suffix) {
+    if (dir.empty()) return -1;
+    const std::string path = dir + "/rank_" + std::to_string(rank) + suffix;
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) spdlog::error("--log-dir: cannot open {}: {}", path, std::strerror(errno));
+    return fd;
+  }
+
+  void spawn(Rank& rank, const std::string& log_dir) {
+    const ProcessSpec& spec = *rank.spec;
+    const int out_log = open_log(log_dir, spec.rank, ".out");
+    const int err_log = open_log(log_dir, spec.rank, ".err");
+    const auto close_logs = [&] {
+      if (out_log >= 0) ::close(out_log);
+      if (err_log >= 0) ::close(err_log);
+    };
+    if (!log_dir.empty() && (out_log < 0 || err_log < 0)) {
+      close_logs();
+      return spawn_failed(spec, "cannot open its log files");
+    }
+    detail::SpawnedRank spawned;
+    rank.record->start = WallClock::now();
+    try {
+      spawned = detail::spawn_rank(spec);
+    } catch (const std::system_error& e) {
+      close_logs();
+      return spawn_failed(spec, e.what());
+    }
+    rank.record->pid = spawned.pid;
+    spdlog::debug("started rank {} as pid {}", spec.rank, spawned.pid);
+
+    const std::string prefix = options_.tag_output ? "[rank " + std::to_string(spec.rank) + "] " : "";
+    rank.out = std::make_unique<Stream>(io_, spawned.out_fd, STDOUT_FILENO, prefix, out_log, false);
+    rank.err = std::make_unique<Stream>(io_, spawned.err_fd, STDERR_FILENO, prefix, err_log, true);
+    read_more(*rank.out);
+    read_more(*rank.err);
+  }
+
+  void spawn_failed(const ProcessSpec& spec, const std::string& why) {
+    spdlog::error("cannot start rank {}: {}", spec.rank, why);
+    if (stop_ == Stop::none) stop_ = Stop::spawn_error;
     teardown(SIGTERM);
   }
 
   void read_more(Stream& stream) {
     stream.pipe.async_read_some(asio::buffer(stream.buffer), [this, &stream](auto ec, std::size_t n) {
-      if (n > 0) stream.forwarder.feed(stream.buffer.data(), n);
+      if (n > 0) stream.output.feed(stream.buffer.data(), n);
       if (!ec) return read_more(stream);
       close_stream(stream);
       maybe_finish();
@@ -173,52 +210,106 @@ class Supervisor {
   void close_stream(Stream& stream) {
     if (!stream.open) return;
     stream.open = false;
-    stream.forwarder.finish();
+    stream.output.finish();
     boost::system::error_code ignored;
     stream.pipe.close(ignored);
   }
 
-  // Collects the rank's exit status; with WNOHANG, only if it has already exited.
-  bool collect(Rank& rank, int flags) {
-    if (rank.status) return true;
-    int status = 0;
-    pid_t got;
-    while ((got = ::waitpid(rank.pid, &status, flags)) < 0 && errno == EINTR) {
-    }
-    if (got != rank.pid) return false;
-    rank.status = status;
-    boost::system::error_code ignored;
-    if (rank.pidfd) rank.pidfd->close(ignored);
-    spdlog::debug("rank {} (pid {}) {}", rank.spec->rank, rank.pid, describe(status));
-    return true;
+  Rank* find_rank(pid_t pid) {
+    if (attempts_.empty()) return nullptr;
+    for (auto& r : current().ranks)
+      if (r.record->pid == pid && !r.record->status) return &r;
+    return nullptr;
   }
 
-  void reap(Rank& rank) {
-    if (!collect(rank, 0)) return;
-    if (!succeeded(*rank.status) && !tearing_down_) {
-      first_failure_ = &rank;
-      // Ranks that already ended on their own are not collateral: collect them first.
-      for (auto& other : ranks_)
-        if (other.running()) collect(other, WNOHANG);
-      teardown(SIGTERM);
+  // Every exited child: ranks, and whatever they left behind that was re-parented to us.
+  // All statuses are recorded before any is judged, so that ranks that ended on their own
+  // at the same moment as the first failure are not called collateral.
+  void reap_children() {
+    std::vector<Rank*> exited;
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid <= 0) break;
+      if (Rank* rank = find_rank(pid)) {
+        rank->record->status = status;
+        rank->record->end = WallClock::now();
+        spdlog::debug("rank {} (pid {}) {}", rank->spec->rank, pid, detail::describe(status));
+        exited.push_back(rank);
+      } else {
+        spdlog::debug("reaped pid {}, left behind by a rank: {}", pid, detail::describe(status));
+      }
     }
-    if (!std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running(); })) all_exited();
+    for (Rank* rank : exited) {
+      if (!detail::succeeded(*rank->record->status) && !tearing_down_) {
+        auto& a = current();
+        a.record.first_failure = static_cast<std::size_t>(rank - a.ranks.data());
+        teardown(SIGTERM);
+      }
+    }
+    check_ranks_gone();
+  }
+
+  void on_child_signal(const boost::system::error_code& ec) {
+    if (ec) return;
+    reap_children();
+    if (cleaning_ && detail::descendants_of(::getpid()).empty()) end_cleaning();
+    maybe_finish();
+    if (!finished_) child_signal_.async_wait([this](auto e, int) { on_child_signal(e); });
+  }
+
+  // Once every rank of the attempt is reaped, what they left behind goes too: at once when
+  // the attempt is being torn down, else SIGTERM and SIGKILL after the grace period.
+  void check_ranks_gone() {
+    if (attempts_.empty()) return;
+    auto& a = current();
+    if (a.ranks_gone || std::any_of(a.ranks.begin(), a.ranks.end(), [](const Rank& r) { return r.running(); }))
+      return;
+    a.ranks_gone = true;
+    kill_timer_.cancel();
+    const auto left = detail::descendants_of(::getpid());
+    if (left.empty()) return start_drain();
+    if (tearing_down_) {
+      kill_leftovers_now();
+      return start_drain();
+    }
+    spdlog::debug("every rank has exited; stopping {} process(es) they left behind", left.size());
+    detail::signal_descendants(SIGTERM);
+    cleaning_ = true;
+    leftover_timer_.expires_after(options_.grace);
+    leftover_timer_.async_wait([this, generation = attempts_.size()](auto ec) {
+      if (ec || generation != attempts_.size()) return;
+      kill_leftovers_now();
+      end_cleaning();
+    });
+  }
+
+  void end_cleaning() {
+    if (!cleaning_) return;
+    cleaning_ = false;
+    leftover_timer_.cancel();
+    start_drain();
     maybe_finish();
   }
 
-  // Every rank is gone. A grandchild may still hold a pipe open; give it a moment, then stop
-  // reading rather than wait forever.
-  void all_exited() {
-    kill_timer_.cancel();
-    if (tearing_down_) {
-      // Leftovers in the ranks' process groups (helpers they forked) go too.
-      for (auto& r : ranks_)
-        if (r.pid > 0) ::kill(-r.pid, SIGKILL);
+  // SIGKILL to every descendant until none is left; those re-parented to us are reaped here.
+  // Bounded, because a process stuck in the kernel (state D) cannot be hurried.
+  void kill_leftovers_now() {
+    for (int round = 0; round < 200; ++round) {
+      const auto n = detail::signal_descendants(SIGKILL);
+      reap_children();
+      if (n == 0) return;
+      ::usleep(10 * 1000);
     }
-    drain_timer_.expires_after(std::chrono::seconds(2));
-    drain_timer_.async_wait([this](auto ec) {
-      if (ec) return;
-      for (auto& r : ranks_) {
+    spdlog::warn("processes left behind by the ranks did not die within 2 s of SIGKILL");
+  }
+
+  void start_drain() {
+    drain_timer_.expires_after(kDrainTime);
+    drain_timer_.async_wait([this, generation = attempts_.size()](auto ec) {
+      if (ec || generation != attempts_.size()) return;
+      for (auto& r : current().ranks) {
         if (r.out) close_stream(*r.out);
         if (r.err) close_stream(*r.err);
       }
@@ -230,90 +321,165 @@ class Supervisor {
     if (!tearing_down_) {
       tearing_down_ = true;
       kill_timer_.expires_after(options_.grace);
-      kill_timer_.async_wait([this](auto ec) {
-        if (!ec) signal_running(SIGKILL);
+      kill_timer_.async_wait([this, generation = attempts_.size()](auto ec) {
+        if (!ec && generation == attempts_.size()) signal_running(SIGKILL);
       });
     }
-    for (auto& r : ranks_)
-      if (r.running()) r.collateral = true;
+    for (auto& r : current().ranks)
+      if (r.running()) r.record->collateral = true;
     signal_running(sig);
   }
 
   void signal_running(int sig) {
-    for (auto& r : ranks_)
-      if (r.running()) ::kill(-r.pid, sig);
+    if (attempts_.empty()) return;
+    for (auto& r : current().ranks)
+      if (r.running()) ::kill(-r.record->pid, sig);
   }
 
   void on_teardown_signal(const boost::system::error_code& ec, int sig) {
     if (ec) return;
-    if (tearing_down_) {
-      spdlog::warn("{} again: killing every rank now", signal_name(sig));
+    if (interrupted_by_) {
+      spdlog::warn("{} again: killing every rank now", detail::signal_name(sig));
       signal_running(SIGKILL);
+      detail::signal_descendants(SIGKILL);
     } else {
       interrupted_by_ = sig;
-      spdlog::info("{}: stopping every rank", signal_name(sig));
-      teardown(sig);
+      if (stop_ == Stop::none) stop_ = Stop::interrupted;
+      spdlog::info("{}: stopping every rank", detail::signal_name(sig));
+      teardown(detail::is_stop_signal(sig) ? sig : SIGTERM);
     }
     teardown_signals_.async_wait([this](auto e, int s) { on_teardown_signal(e, s); });
   }
 
   void on_forward_signal(const boost::system::error_code& ec, int sig) {
     if (ec) return;
-    spdlog::info("forwarding {} to every rank", signal_name(sig));
+    spdlog::info("forwarding {} to every rank", detail::signal_name(sig));
     signal_running(sig);
     forward_signals_.async_wait([this](auto e, int s) { on_forward_signal(e, s); });
   }
 
+  void on_timeout(const boost::system::error_code& ec) {
+    if (ec || finished_) return;
+    if (stop_ == Stop::none) stop_ = Stop::timed_out;
+    spdlog::info("timeout: stopping every rank");
+    teardown(SIGTERM);
+  }
+
   void maybe_finish() {
-    for (const auto& r : ranks_) {
+    if (finished_ || cleaning_) return;
+    for (const auto& r : current().ranks) {
       if (r.running()) return;
       if ((r.out && r.out->open) || (r.err && r.err->open)) return;
     }
-    boost::system::error_code ignored;
-    teardown_signals_.cancel(ignored);
-    forward_signals_.cancel(ignored);
+    if (!current().ranks_gone) return;
+    finish_attempt();
+  }
+
+  void finish_attempt() {
+    auto& a = current();
+    a.record.end = WallClock::now();
     kill_timer_.cancel();
     drain_timer_.cancel();
+    leftover_timer_.cancel();
+    const bool restart = a.record.first_failure && stop_ == Stop::none && a.record.index < options_.max_restarts;
+    if (a.record.first_failure) report_failure(a, restart);
+    if (restart) return start_attempt(a.record.index + 1);
+    finished_ = true;
+    boost::system::error_code ignored;
+    child_signal_.cancel(ignored);
+    teardown_signals_.cancel(ignored);
+    forward_signals_.cancel(ignored);
+    timeout_timer_.cancel();
   }
 
-  std::string collateral_list() const {
-    std::string list;
-    for (const auto& r : ranks_)
-      if (r.collateral) list += (list.empty() ? "" : ", ") + std::to_string(r.spec->rank);
-    return list.empty() ? std::string() : "; stopped rank(s) " + list;
+  void report_failure(const LiveAttempt& a, bool restart) {
+    const auto i = *a.record.first_failure;
+    const auto& r = a.record.ranks[i];
+    const bool restarts = options_.max_restarts > 0;
+    std::string then;
+    if (restart)
+      then = "; restarting every rank (attempt " + std::to_string(a.record.index + 1) + " of at most " +
+             std::to_string(options_.max_restarts + 1) + ")";
+    else if (restarts && stop_ == Stop::none)
+      then = "; no restarts left (--max-restarts " + std::to_string(options_.max_restarts) + ")";
+    spdlog::error("{}rank {} (pid {} on {}) {}{}{}", restarts ? "attempt " + std::to_string(a.record.index) + ": " : "",
+                  r.rank, r.pid, host_, detail::describe(*r.status), detail::collateral_list(a.record), then);
+    if (!a.ranks[i].err) return;
+    const auto lines = a.ranks[i].err->output.tail().last_lines(kTailLines);
+    if (lines.empty()) return;
+    spdlog::error("last lines of rank {}'s stderr:", r.rank);
+    for (const auto& line : lines) spdlog::error("  | {}", line);
   }
 
-  int result() const {
-    if (first_failure_ != nullptr) {
-      const Rank& r = *first_failure_;
-      spdlog::error("rank {} (pid {}) {}{}", r.spec->rank, r.pid, describe(*r.status), collateral_list());
-      return exit_code_of(*r.status);
+  int conclude() {
+    detail::RunRecord run;
+    run.run_id = options_.run_id;
+    run.host = host_;
+    for (const auto& a : attempts_) run.attempts.push_back(a->record);
+    const AttemptRecord& last = run.attempts.back();
+    const std::string stopped = detail::collateral_list(last);
+    const double timeout_s = options_.timeout ? static_cast<double>(options_.timeout->count()) / 1000 : 0;
+    if (last.first_failure) {
+      const auto& r = last.ranks[*last.first_failure];
+      run.exit_code = detail::exit_code_of(*r.status);
+      run.outcome = "rank " + std::to_string(r.rank) + " " + detail::describe(*r.status);
+      if (stop_ == Stop::timed_out) spdlog::error("timed out after {:g}s while stopping the ranks", timeout_s);
+    } else if (stop_ == Stop::timed_out) {
+      run.exit_code = kTimeoutExit;
+      run.outcome = fmt::format("timed out after {:g}s", timeout_s);
+      spdlog::error("{}{}", run.outcome, stopped);
+    } else if (stop_ == Stop::interrupted) {
+      run.exit_code = 128 + *interrupted_by_;
+      run.outcome = "interrupted by " + detail::signal_name(*interrupted_by_);
+      spdlog::error("{}{}", run.outcome, stopped);
+    } else if (stop_ == Stop::spawn_error) {
+      run.exit_code = 1;
+      run.outcome = "could not start every rank";
+    } else {
+      run.outcome = "succeeded";
+      if (run.attempts.size() > 1)
+        spdlog::warn("succeeded on attempt {} after {} restart(s)", last.index, run.attempts.size() - 1);
     }
-    if (interrupted_by_) {
-      spdlog::error("interrupted by {}{}", signal_name(*interrupted_by_), collateral_list());
-      return 128 + *interrupted_by_;
-    }
-    if (spawn_error_) return 1;
-    return 0;
+    if (!options_.log_dir.empty()) write_summary(run);
+    return run.exit_code;
   }
 
+  void write_summary(const detail::RunRecord& run) {
+    const auto dir = std::filesystem::path(options_.log_dir) / run_dir_name(options_.run_id);
+    const auto path = dir / "summary.json";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream out(path);
+    out << detail::summary_json(run);
+    out.close();
+    if (!out) spdlog::error("--log-dir: cannot write {}", path.string());
+    else if (run.exit_code != 0) spdlog::error("logs and summary.json in {}", dir.string());
+  }
+
+  const MakeAttempt& make_attempt_;
   SuperviseOptions options_;
-  asio::io_context io_;
-  asio::signal_set teardown_signals_{io_, SIGINT, SIGTERM, SIGHUP};  // + SIGQUIT, added in the constructor
-  asio::signal_set forward_signals_{io_, SIGUSR1, SIGUSR2};
-  asio::steady_timer kill_timer_{io_};
+  std::string host_;
+  asio::io_context io_;  // first, so that it outlives every object that uses it
+  asio::signal_set child_signal_{io_, SIGCHLD};
+  asio::signal_set teardown_signals_{io_};
+  asio::signal_set forward_signals_{io_};
+  asio::steady_timer kill_timer_{io_};      // SIGTERM -> SIGKILL
+  asio::steady_timer leftover_timer_{io_};  // leftovers: SIGTERM -> SIGKILL
   asio::steady_timer drain_timer_{io_};
-  std::vector<Rank> ranks_;
+  asio::steady_timer timeout_timer_{io_};
+  // Every attempt stays until the end: its handlers may still be queued, and the summary needs it.
+  std::vector<std::unique_ptr<LiveAttempt>> attempts_;
   bool tearing_down_ = false;
-  bool spawn_error_ = false;
-  const Rank* first_failure_ = nullptr;
+  bool cleaning_ = false;  // waiting for leftovers of a successful attempt
+  bool finished_ = false;
+  Stop stop_ = Stop::none;
   std::optional<int> interrupted_by_;
 };
 
 }  // namespace
 
-int supervise(const std::vector<ProcessSpec>& processes, const SuperviseOptions& options) {
-  return Supervisor(processes, options).run();
+int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options) {
+  return Supervisor(make_attempt, options).run();
 }
 
 }  // namespace idist::launchers

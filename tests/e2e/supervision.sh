@@ -9,7 +9,7 @@ trap 'rm -rf "$TMP"; pkill -KILL -f "sleep 1000$MARKER" 2>/dev/null' EXIT
 
 # --- a rank that exits 3 --------------------------------------------------------------
 start=$(now_ms)
-out=$("$RUN" -n 3 "$RANKS/fail_rank1.sh" 2>&1)
+out=$("$RUN" -v -n 3 "$RANKS/fail_rank1.sh" 2>&1)
 rc=$?
 elapsed=$(($(now_ms) - start))
 echo "  rank 1 exits 3: idist-run returned $rc after ${elapsed} ms"
@@ -17,31 +17,35 @@ check "exit code is the failing rank's (3)" equals $rc 3
 check "noticed and torn down within seconds" test $elapsed -lt 5000
 check "summary names the failing rank" contains "$out" "idist-run: rank 1 (pid "
 check "summary gives the exit code" contains "$out" "exited with code 3; stopped rank(s) 0, 2"
-check "the rank's unfinished last line is not lost" contains "$out" "last words without newline"
+# A line of its own: the summary's stderr tail quotes it too, after "idist-run:   | ".
+check "the rank's unfinished last line is not lost" grep -qx "last words without newline" <<<"$out"
 check "the rank's stdout is not lost" contains "$out" "rank 1 about to fail"
 check "no rank left running" no_leftovers
+check "no process of the run left" no_run_leftovers "$(grep -o 'run id [^ ]*' <<<"$out" | cut -d' ' -f3)"
 
 # --- a rank killed by a signal ---------------------------------------------------------
-out=$("$RUN" -n 2 "$RANKS/segfault_rank0.sh" 2>&1)
+out=$("$RUN" -v -n 2 "$RANKS/segfault_rank0.sh" 2>&1)
 rc=$?
 check "a rank killed by SIGSEGV: exit 128+11" equals $rc 139
 check "summary names the signal" contains "$out" "rank 0 (pid"
 check "summary says SIGSEGV" contains "$out" "was killed by SIGSEGV"
 check "no rank left running after SIGSEGV" no_leftovers
+check "no process of the run left after SIGSEGV" no_run_leftovers "$(grep -o 'run id [^ ]*' <<<"$out" | cut -d' ' -f3)"
 
 # --- ranks that ignore SIGTERM get SIGKILL after the grace period ---------------------
 start=$(now_ms)
-"$RUN" -n 3 --grace 1 "$RANKS/ignore_term.sh" >/dev/null 2>&1
+"$RUN" -v -n 3 --grace 1 "$RANKS/ignore_term.sh" >/dev/null 2>"$TMP/ignore_term.err"
 rc=$?
 elapsed=$(($(now_ms) - start))
 echo "  ranks ignoring SIGTERM, --grace 1: done after ${elapsed} ms"
 check "SIGTERM-deaf ranks: exit code of the failure (1)" equals $rc 1
 check "SIGKILL came after the grace period, not never" test $elapsed -lt 6000
 check "no SIGTERM-deaf rank left" no_leftovers
+check "no process of the SIGTERM-deaf run left" no_run_leftovers "$(run_id_in "$TMP/ignore_term.err")"
 
 # --- SIGTERM and SIGINT to idist-run ---------------------------------------------------
 for sig in TERM INT HUP; do
-  "$RUN" -n 3 "$RANKS/sleep_forever.sh" >"$TMP/out.$sig" 2>&1 &
+  "$RUN" -v -n 3 "$RANKS/sleep_forever.sh" >"$TMP/out.$sig" 2>&1 &
   pid=$!
   wait_for_lines "$TMP/out.$sig" " up" 3
   kill -$sig $pid
@@ -51,6 +55,7 @@ for sig in TERM INT HUP; do
   check "SIG$sig to idist-run: exit 128+$num" equals $rc $((128 + num))
   check "SIG$sig to idist-run: summary" contains "$(cat "$TMP/out.$sig")" "interrupted by SIG$sig"
   check "SIG$sig to idist-run: every rank gone" no_leftovers
+  check "SIG$sig to idist-run: no process of the run left" no_run_leftovers "$(run_id_in "$TMP/out.$sig")"
 done
 
 # --- SIGUSR1 is forwarded and the job goes on -----------------------------------------
@@ -62,7 +67,7 @@ for _ in $(seq 100); do sleep 0.1; done
 exit 1
 RANK
 chmod +x "$TMP/usr1.sh"
-"$RUN" -n 2 "$TMP/usr1.sh" >"$TMP/out.usr1" 2>&1 &
+"$RUN" -v -n 2 "$TMP/usr1.sh" >"$TMP/out.usr1" 2>&1 &
 pid=$!
 wait_for_lines "$TMP/out.usr1" " up" 2
 kill -USR1 $pid
@@ -70,15 +75,17 @@ wait $pid
 rc=$?
 check "SIGUSR1 reaches every rank, which then exit 0" equals $rc 0
 check "SIGUSR1 seen by both ranks" equals "$(grep -c 'got USR1' "$TMP/out.usr1")" 2
+check "SIGUSR1: no process of the run left" no_run_leftovers "$(run_id_in "$TMP/out.usr1")"
 
 # --- kill -9 of idist-run takes the ranks down (PR_SET_PDEATHSIG) ----------------------
-"$RUN" -n 3 "$RANKS/sleep_forever.sh" >"$TMP/out.kill" 2>&1 &
+"$RUN" -v -n 3 "$RANKS/sleep_forever.sh" >"$TMP/out.kill" 2>&1 &
 pid=$!
 wait_for_lines "$TMP/out.kill" " up" 3
 check "ranks are running before kill -9" ranks_running
 kill -9 $pid
 wait $pid 2>/dev/null
 check "kill -9 of idist-run: every rank gone" no_leftovers
+check "kill -9 of idist-run: no process of the run left" no_run_leftovers "$(run_id_in "$TMP/out.kill")"
 
 # --- the env contract each rank gets ----------------------------------------------------
 out=$("$RUN" -n 2 -- "$RANKS/print_env.sh" -n 5 --foo 2>&1)

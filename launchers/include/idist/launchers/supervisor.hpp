@@ -1,18 +1,32 @@
 #pragma once
 // Starts the local ranks and watches them until the job ends.
 //
-// Built on fork/exec with pidfds, driven by one Boost.Asio event loop (no polling), because a
+// Built on fork/exec and one Boost.Asio event loop woken by SIGCHLD (no polling), because a
 // supervisor has to be exact about exit statuses (DESIGN.md §4: Boost.Process is not).
 //  - Each rank runs in its own process group, with PR_SET_PDEATHSIG so that a kill -9 of
-//    idist-run takes the ranks with it.
+//    idist-run takes the ranks with it. idist-run is a child subreaper: whatever a rank forks
+//    and leaves behind is re-parented to us, and killed and reaped when its attempt ends.
 //  - The first rank to fail (non-zero exit or a signal) makes us SIGTERM the others, then
-//    SIGKILL them after the grace period. Exit code: that rank's code, or 128+signal.
+//    SIGKILL them after the grace period. Exit code: that rank's code, or 128+signal. The
+//    summary names it (pid, host, how it ended), the ranks we stopped, and its last stderr lines.
+//  - With max_restarts, a failed attempt is followed by a new one: every local rank again,
+//    with IDIST_RESTART_COUNT incremented (the caller makes each attempt's processes). Restarts
+//    are local: on several nodes, each node restarts its own ranks without telling the others.
 //  - SIGINT, SIGTERM, SIGHUP, SIGQUIT tear the job down the same way (a second one kills at
-//    once; exit code 128+signal); SIGUSR1/SIGUSR2 are forwarded and the job goes on.
-//  - Output is forwarded line by line (see LineForwarder), optionally tagged "[rank N] ".
+//    once; exit code 128+signal); the forwarded signals (SIGUSR1/SIGUSR2 by default) go to
+//    every rank and the job goes on. A teardown signal that is also in the forwarded list is
+//    forwarded instead; SIGUSR1, SIGUSR2 and SIGALRM, when not forwarded, stop the job like
+//    SIGTERM (their default action would kill idist-run without a summary).
+//  - A timeout for the whole job (all attempts) tears it down with exit code 124.
+//  - Output is forwarded line by line (see LineForwarder), optionally tagged "[rank N] ", and
+//    with a log directory also copied byte for byte to per-rank files, next to a summary.json.
 
 #include <chrono>
+#include <csignal>
+#include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace idist::launchers {
@@ -24,12 +38,34 @@ struct ProcessSpec {
   std::vector<std::string> env;   // "NAME=value"
 };
 
+// The processes of one attempt; attempt k > 0 is the k-th restart.
+struct Attempt {
+  std::vector<ProcessSpec> processes;
+  int master_port = 0;  // for the summary
+};
+
+// Makes attempt `restart_count` (0 first). May throw; a throw on a restart ends the job.
+using MakeAttempt = std::function<Attempt(int restart_count)>;
+
 struct SuperviseOptions {
   bool tag_output = false;
   std::chrono::milliseconds grace = std::chrono::seconds(5);  // SIGTERM -> SIGKILL
+  std::optional<std::chrono::milliseconds> timeout;            // the whole job, every attempt
+  int max_restarts = 0;
+  std::vector<int> forward_signals = {SIGUSR1, SIGUSR2};
+  // Non-empty: DIR/<run_id>/attempt_<k>/rank_<r>.{out,err} and DIR/<run_id>/summary.json.
+  std::string log_dir;
+  std::string run_id;
 };
 
-// Runs the processes to the end and returns idist-run's exit code.
-int supervise(const std::vector<ProcessSpec>& processes, const SuperviseOptions& options);
+inline constexpr int kTimeoutExit = 124;  // as timeout(1)
+
+// Runs attempts until one succeeds, restarts run out, a signal or the timeout stops the job;
+// returns idist-run's exit code.
+int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options);
+
+// Parses "USR1,USR2" (with or without SIG, any case; "none" for no signal) into signal
+// numbers; throws std::invalid_argument naming the bad entry and the choices.
+std::vector<int> parse_signal_list(std::string_view text);
 
 }  // namespace idist::launchers

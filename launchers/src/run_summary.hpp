@@ -1,0 +1,53 @@
+#pragma once
+// What happened to a supervised job, kept as it happens: every attempt, every rank's pid,
+// times and wait status. The supervisor prints it as the console summary and writes it as
+// --log-dir's summary.json, so both say the same thing.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace idist::launchers::detail {
+
+using WallClock = std::chrono::system_clock;
+
+struct RankRecord {
+  int rank = 0;
+  pid_t pid = -1;             // -1: never started
+  std::optional<int> status;  // wait status once reaped
+  bool collateral = false;    // stopped by us, not failed on its own
+  WallClock::time_point start, end;
+};
+
+struct AttemptRecord {
+  int index = 0;  // IDIST_RESTART_COUNT of its ranks
+  int master_port = 0;
+  WallClock::time_point start, end;
+  std::vector<RankRecord> ranks;
+  std::optional<std::size_t> first_failure;  // index into ranks
+};
+
+struct RunRecord {
+  std::string run_id;
+  std::string host;
+  std::vector<AttemptRecord> attempts;
+  std::string outcome;  // one line: "succeeded", "rank 1 exited with code 3", "timed out after 5s", ...
+  int exit_code = 0;
+};
+
+std::string signal_name(int sig);                  // "SIGTERM"
+std::string describe(int status);                  // "exited with code 3", "was killed by SIGSEGV (core dumped)"
+bool succeeded(int status);
+int exit_code_of(int status);                      // the code, or 128 + signal
+std::string iso8601(WallClock::time_point time);   // UTC, milliseconds: 2024-05-01T12:00:00.123Z
+
+// "; stopped rank(s) 0, 2", or "" when the attempt stopped nobody.
+std::string collateral_list(const AttemptRecord& attempt);
+
+// summary.json: one object, documented in --help.
+std::string summary_json(const RunRecord& run);
+
+}  // namespace idist::launchers::detail

@@ -1,0 +1,84 @@
+#include "spawn.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace idist::launchers::detail {
+namespace {
+
+[[noreturn]] void fail(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
+
+void close_all(std::initializer_list<int> fds) {
+  const int saved = errno;
+  for (const int fd : fds)
+    if (fd >= 0) ::close(fd);
+  errno = saved;
+}
+
+}  // namespace
+
+SpawnedRank spawn_rank(const ProcessSpec& spec) {
+  std::vector<char*> argv, envp;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const std::string exec_error = "idist-run: rank " + std::to_string(spec.rank) + ": cannot execute " + spec.path + ": ";
+
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0) fail("pipe");
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    close_all({out[0], out[1]});
+    fail("pipe");
+  }
+  // stdin goes to rank 0 when it is a file or pipe (as mpirun does); a terminal is not
+  // shared, because ranks run in background process groups and would stop on SIGTTIN.
+  const bool give_stdin = spec.rank == 0 && !::isatty(STDIN_FILENO);
+  const int devnull = give_stdin ? -1 : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+  // Block signals across fork so that no handler of ours runs in the child.
+  sigset_t all, previous;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &previous);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Child: only async-signal-safe calls from here to exec.
+    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // idist-run died before the prctl took hold
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    ::execve(spec.path.c_str(), argv.data(), envp.data());
+    const char* why = ::strerror(errno);
+    [[maybe_unused]] auto a = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
+    [[maybe_unused]] auto b = ::write(STDERR_FILENO, why, std::strlen(why));
+    [[maybe_unused]] auto c = ::write(STDERR_FILENO, "\n", 1);
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  close_all({out[1], err[1], devnull});
+  if (pid < 0) {
+    close_all({out[0], err[0]});
+    errno = fork_errno;
+    fail("fork");
+  }
+  ::setpgid(pid, pid);  // also in the parent, so that it holds before we ever signal the group
+  return {pid, out[0], err[0]};
+}
+
+}  // namespace idist::launchers::detail
