@@ -3,13 +3,13 @@
 //
 //   barrier [DIR]     DIR defaults to a fresh directory that rank 0 creates and shares.
 #include <idist/idist.hpp>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "print.hpp"
+#include "scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -18,18 +18,7 @@ int main(int argc, char** argv) try {
   const int rank = idist::get_rank();
   const auto who = "Rank " + std::to_string(rank);
 
-  std::string dir;
-  if (argc > 1) {
-    dir = argv[1];
-  } else {
-    std::string made;
-    if (rank == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "idist-barrier-XXXXXX").string();
-      if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-      made = tmpl;
-    }
-    dir = idist::broadcast(made, 0);
-  }
+  const std::string dir = examples::scratch_dir(argc, argv, "idist-barrier");
   const fs::path dataset = fs::path(dir) / "dataset.txt";
 
   if (idist::get_local_rank() > 0) idist::barrier();  // wait for the download

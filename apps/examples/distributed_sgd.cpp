@@ -20,6 +20,7 @@
 #include <random>
 
 #include "print.hpp"
+#include "scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -149,18 +150,7 @@ int main(int argc, char** argv) try {
     throw std::runtime_error("distributed_sgd: the global batch of " + std::to_string(kGlobalBatch) +
                              " does not split evenly over " + std::to_string(world) + " ranks");
 
-  std::string dir;
-  if (argc > 1) {
-    dir = argv[1];
-  } else {
-    std::string made;
-    if (rank == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "idist-sgd-XXXXXX").string();
-      if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("distributed_sgd: mkdtemp failed");
-      made = tmpl;
-    }
-    dir = idist::broadcast(made, 0);
-  }
+  const std::string dir = examples::scratch_dir(argc, argv, "idist-sgd");
   const Dataset data = idist::local_rank_first([&] { return load_or_generate(fs::path(dir) / "regression.bin", who); });
 
   // ignite's auto_dataloader: the batch size the program asks for is the global one.

@@ -290,6 +290,17 @@ std::size_t count_missing(const std::vector<bool>& present) {
   return static_cast<std::size_t>(std::count(present.begin(), present.end(), false));
 }
 
+// Which of `keys` exist by `until`, asking every few milliseconds: unlike a store wait, it
+// ends with the answer for each key rather than a timeout, and leaves the connection usable.
+std::vector<bool> present_by(Store& store, const std::vector<std::string>& keys, Clock::time_point until) {
+  auto present = check_all(store, keys);
+  while (count_missing(present) > 0 && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    present = check_all(store, keys);
+  }
+  return present;
+}
+
 }  // namespace
 
 std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::vector<int>& members, int me,
@@ -301,12 +312,7 @@ std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::ve
   const std::string base = fmt::format("{}timed_out/{}/", prefix, number);
   store->set(base + std::to_string(me), std::vector<char>(op.begin(), op.end()));
   const auto keys = numbered_keys(base, static_cast<int>(members.size()));
-  const auto until = Clock::now() + kWindow;
-  auto present = check_all(*store, keys);
-  while (count_missing(present) > 0 && Clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    present = check_all(*store, keys);
-  }
+  const auto present = present_by(*store, keys, Clock::now() + kWindow);
   // Rank 0 hosts the store and may exit as soon as it raises: it first lets the others that
   // came finish reading, as join() does.
   store->set(base + "read/" + std::to_string(me), {});
@@ -355,12 +361,7 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
     }
     const auto keys = numbered_keys(base, group.size());
     auto reader = probe();
-    const auto until = Clock::now() + timeout;
-    auto present = check_all(*reader, keys);
-    while (count_missing(present) > 0 && Clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      present = check_all(*reader, keys);
-    }
+    const auto present = present_by(*reader, keys, Clock::now() + timeout);
     std::string verdict;
     if (count_missing(present) > 0)
       verdict = fmt::format("{} did not arrive within {:g}s", global_list(members, present), seconds);

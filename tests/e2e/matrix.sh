@@ -28,6 +28,25 @@ if [ "$backend" = mpi ]; then
   fi
 fi
 
+# by_hand NAME MATRIX_ARGS...: 3 ranks started by hand (no idist-run to stop the survivors),
+# on a port below both idist's derived range and the kernel's ephemeral one. Sets `codes`
+# (their exit codes, by rank) and `out` (their output, rank by rank).
+by_hand() {
+  local name=$1 port=$((10000 + RANDOM % 10000)) r p
+  shift
+  local pids=()
+  for r in 0 1 2; do
+    RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$matrix" "$@" >"$scratch/$name.$r" 2>&1 &
+    pids+=($!)
+  done
+  codes=()
+  for p in "${pids[@]}"; do
+    wait "$p"
+    codes+=($?)
+  done
+  out=$(cat "$scratch/$name".*)
+}
+
 # matrix_on N: runs the matrix on N ranks, with all their output.
 matrix_on() {
   local n=$1
@@ -71,19 +90,7 @@ if [ "$backend" = mpi ]; then
   echo "$out" | grep -v "^\s*$" | head -n 6
   check "mpi: a dead rank ends the job (mpirun exits non-zero, no hang)" test "$rc" -ne 0 -a "$rc" -ne 124
 else
-  port=$((20000 + RANDOM % 10000))
-  pids=()
-  for r in 0 1 2; do
-    RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$matrix" --backend "$backend" --die \
-      >"$scratch/die.$r" 2>&1 &
-    pids+=($!)
-  done
-  codes=()
-  for p in "${pids[@]}"; do
-    wait "$p"
-    codes+=($?)
-  done
-  out=$(cat "$scratch"/die.*)
+  by_hand die --backend "$backend" --die
   echo "$out"
   check "$backend: the dead rank exited 9" equals "${codes[1]}" 9
   check "$backend: rank 0 raised (exit 3)" equals "${codes[0]}" 3
@@ -97,19 +104,7 @@ check "$backend: well within the 20 s timeout" test "$elapsed" -lt 20000
 # A late rank (gloo: the store can tell who did not come): a monitored_barrier and an
 # all_reduce time out, and the ranks that came name the one that did not.
 if [ "$backend" = gloo ]; then
-  port=$((20000 + RANDOM % 10000))
-  pids=()
-  for r in 0 1 2; do
-    RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port IDIST_TIMEOUT=2 timeout 60 "$matrix" --hang \
-      >"$scratch/hang.$r" 2>&1 &
-    pids+=($!)
-  done
-  codes=()
-  for p in "${pids[@]}"; do
-    wait "$p"
-    codes+=($?)
-  done
-  out=$(cat "$scratch"/hang.*)
+  IDIST_TIMEOUT=2 by_hand hang --hang
   echo "$out" | grep -v "named the late"
   check "monitored_barrier names the late rank, on all 3 ranks alike" equals \
     "$(count "$out" "monitored_barrier(gloo): rank 2 did not arrive within 1s")" 3
