@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "idist/launchers/program.hpp"
 #include "parse_whole.hpp"
 
 namespace idist::launchers {
@@ -55,7 +56,7 @@ PortReservation::PortReservation(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* list = nullptr;
   if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &list); rc != 0)
-    throw std::runtime_error("cannot resolve --master-addr '" + host + "': " + ::gai_strerror(rc));
+    throw UsageError("cannot resolve --master-addr '" + host + "': " + ::gai_strerror(rc));
   std::string error = "no address";
   for (auto* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
     const int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

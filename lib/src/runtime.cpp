@@ -1,7 +1,7 @@
 #include "runtime.hpp"
 
 #include <spdlog/fmt/fmt.h>
-#include <spdlog/spdlog.h>
+#include "log.hpp"
 #include <unistd.h>
 
 #include <algorithm>
@@ -386,7 +386,7 @@ void Runtime::finalize() {
     }
   } catch (const std::exception& e) {
     // finalize() must not hang or throw at exit; a peer that never arrived is worth a warning.
-    spdlog::warn("[idist rank {}/{}] finalize: not every rank arrived ({}); tearing down anyway", contract_.rank,
+    detail::log().warn("[idist rank {}/{}] finalize: not every rank arrived ({}); tearing down anyway", contract_.rank,
                  contract_.world_size, e.what());
   }
 }

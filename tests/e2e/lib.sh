@@ -33,25 +33,30 @@ no_leftovers() {
   return 1
 }
 
-# no_run_leftovers RUN_ID: no process (rank, or anything a rank started) still carries
-# IDIST_RUN_ID=RUN_ID in its environment, 2 s at most after the run. Kills what it finds.
-run_processes() {
+# no_env_leftovers NAME=VALUE: no process (rank, or anything a rank started) still carries
+# NAME=VALUE in its environment, 2 s at most after the run. Kills what it finds.
+env_processes() {
   local f
   for f in /proc/[0-9]*/environ; do
-    grep -qszx -- "IDIST_RUN_ID=$1" "$f" && echo "${f//[^0-9]/}"
+    grep -qszx -- "$1" "$f" && echo "${f//[^0-9]/}"
   done
 }
-no_run_leftovers() {
+no_env_leftovers() {
   local i left
-  [ -n "$1" ] || { echo "  no run id to look for"; return 1; }
   for i in $(seq 20); do
-    left=$(run_processes "$1")
+    left=$(env_processes "$1")
     [ -z "$left" ] && return 0
     sleep 0.1
   done
-  echo "  leftover processes of run $1:" $(for p in $left; do echo "$p($(cat /proc/$p/comm 2>/dev/null))"; done)
+  echo "  leftover processes with $1:" $(for p in $left; do echo "$p($(cat /proc/$p/comm 2>/dev/null))"; done)
   kill -KILL $left 2>/dev/null
   return 1
+}
+
+# no_run_leftovers RUN_ID: the same for a run's IDIST_RUN_ID.
+no_run_leftovers() {
+  [ -n "$1" ] || { echo "  no run id to look for"; return 1; }
+  no_env_leftovers "IDIST_RUN_ID=$1"
 }
 
 # run_id_in FILE: the run id that `idist-run -v` announced in FILE.

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "log.hpp"
 #include "store/tcp_store.hpp"
 #include "store/tcp_store_server.hpp"
 #include "store/wire.hpp"
@@ -112,13 +113,14 @@ void check_serves_promptly(const TcpStoreServer& server, const std::string& toke
   CHECK(std::chrono::steady_clock::now() - start < 1s);
 }
 
-// Routes spdlog to a ring buffer for the test's duration, to check what the server logged.
+// Routes the library's log to a ring buffer for the test's duration, to check what the
+// server logged.
 class LogCapture {
  public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)), previous_(spdlog::default_logger()) {
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink_));
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+    idist::detail::log_sinks().set_sinks({sink_});
   }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  ~LogCapture() { idist::detail::log_sinks().set_sinks({std::make_shared<spdlog::sinks::stderr_color_sink_mt>()}); }
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;
 
@@ -139,7 +141,6 @@ class LogCapture {
 
  private:
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> previous_;
 };
 
 long resident_kib() {

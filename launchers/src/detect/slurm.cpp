@@ -8,6 +8,14 @@
 #include "parse_whole.hpp"
 
 namespace idist::launchers {
+namespace {
+
+// "1 node", "3 nodes": messages quote counts that are often 1.
+std::string nodes(std::size_t n, const char* what = "node") {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+}  // namespace
 
 std::vector<int> expand_tasks_per_node(std::string_view variable, std::string_view text) {
   auto fail = [&](const std::string& why) -> void {
@@ -72,12 +80,11 @@ std::optional<Reading> read_slurm(const Vars& vars, std::vector<std::string>& no
       vars.fail(std::string(name) + "='" + *text + "' adds up to " + std::to_string(total) + " tasks but " +
                 r.world_size->from + "=" + std::to_string(r.world_size->value));
     if (r.nnodes && static_cast<int>(r.tasks_per_node.size()) != r.nnodes->value)
-      vars.fail(std::string(name) + "='" + *text + "' lists " + std::to_string(r.tasks_per_node.size()) +
-                " nodes but " + r.nnodes->from + "=" + std::to_string(r.nnodes->value));
+      vars.fail(std::string(name) + "='" + *text + "' lists " + nodes(r.tasks_per_node.size()) + " but " + r.nnodes->from + "=" + std::to_string(r.nnodes->value));
     if (!r.nnodes) r.nnodes = Sourced<int>{static_cast<int>(r.tasks_per_node.size()), std::string(name)};
     if (r.node_rank->value >= static_cast<int>(r.tasks_per_node.size()))
       vars.fail("SLURM_NODEID=" + std::to_string(r.node_rank->value) + " but " + std::string(name) + "='" + *text +
-                "' has only " + std::to_string(r.tasks_per_node.size()) + " nodes");
+                "' has only " + nodes(r.tasks_per_node.size()));
     r.local_world_size = Sourced<int>{r.tasks_per_node[static_cast<std::size_t>(r.node_rank->value)],
                                       std::string(name) + "[SLURM_NODEID]"};
     break;
@@ -95,7 +102,7 @@ std::optional<Reading> read_slurm(const Vars& vars, std::vector<std::string>& no
     }
     if (r.hosts.empty()) vars.fail(std::string(name) + "='" + *text + "' names no host");
     if (r.nnodes && static_cast<int>(r.hosts.size()) != r.nnodes->value)
-      vars.fail(std::string(name) + "='" + *text + "' has " + std::to_string(r.hosts.size()) + " hosts but " +
+      vars.fail(std::string(name) + "='" + *text + "' has " + nodes(r.hosts.size(), "host") + " but " +
                 r.nnodes->from + "=" + std::to_string(r.nnodes->value));
     // Task 0 runs on the step's first node under every distribution but arbitrary.
     r.master_addr = Sourced<std::string>{r.hosts.front(), "first host of " + std::string(name)};

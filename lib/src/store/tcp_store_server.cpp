@@ -1,7 +1,5 @@
 #include "store/tcp_store_server.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
@@ -12,6 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "log.hpp"
 #include "store/store.hpp"
 #include "store/wire.hpp"
 
@@ -98,7 +97,12 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto have = body_.size();
     const auto chunk = std::min<std::size_t>(body_length_ - have, kReadChunk);
     body_.resize(have + chunk);
-    asio::async_read(socket_, asio::buffer(body_.data() + have, chunk), [self = shared_from_this()](auto ec, std::size_t) {
+    asio::async_read(socket_, asio::buffer(body_.data() + have, chunk), [self = shared_from_this(), have](auto ec, std::size_t n) {
+      // A client that goes away between messages is just leaving; one that goes away inside
+      // a message is broken or hostile, and the log should say which peer it was.
+      if (ec && !self->closed_ && ec != asio::error::operation_aborted)
+        return self->close("closed in the middle of a message (" + std::to_string(have + n) + " of " +
+                           std::to_string(self->body_length_) + " bytes)");
       if (ec) return self->close();
       if (self->body_.size() < self->body_length_) return self->read_body();
       ++self->frame_generation_;
@@ -112,7 +116,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!authenticated_) {
       if (!parsed.request || parsed.request->op != wire::Op::hello) return close("no hello");
       if (!state_.options.token.empty() && parsed.request->token != state_.options.token) {
-        spdlog::warn("idist store: refused a client from {}: wrong or missing IDIST_JOB_TOKEN", peer_);
+        detail::log().warn("idist store: refused a client from {}: wrong or missing IDIST_JOB_TOKEN", peer_);
         closing_ = true;
         return send_error("wrong job token");
       }
@@ -122,7 +126,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (!parsed.request) {
       if (parsed.fatal) return close(parsed.error);
-      spdlog::warn("idist store: refused a request from {}: {}", peer_, parsed.error);
+      detail::log().warn("idist store: refused a request from {}: {}", peer_, parsed.error);
       return send_error(parsed.error);
     }
     const auto& r = *parsed.request;
@@ -185,7 +189,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // A well-formed request the store will not carry out: the client hears why and may go on.
   void refuse(const std::string& why) {
-    spdlog::warn("idist store: refused a request from {}: {}", peer_, why);
+    detail::log().warn("idist store: refused a request from {}: {}", peer_, why);
     send_error(why);
   }
 
@@ -206,7 +210,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close(const std::string& why) {
     if (closed_) return;
     closed_ = true;
-    if (!why.empty()) spdlog::warn("idist store: dropped client {}: {}", peer_, why);
+    if (!why.empty()) detail::log().warn("idist store: dropped client {}: {}", peer_, why);
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -288,7 +292,7 @@ struct TcpStoreServer::Impl {
       if (ec == asio::error::operation_aborted) return;
       if (ec) {
         // Out of descriptors (EMFILE) and the like: accepting again at once would spin.
-        spdlog::warn("idist store: accept failed: {}", ec.message());
+        detail::log().warn("idist store: accept failed: {}", ec.message());
         accept_retry.expires_after(std::chrono::milliseconds(50));
         accept_retry.async_wait([this](auto ec2) {
           if (!ec2) accept();
@@ -315,7 +319,7 @@ struct TcpStoreServer::Impl {
     if (now - last_refusal_log >= std::chrono::seconds(1)) {
       boost::system::error_code ec;
       const auto peer = socket.remote_endpoint(ec);
-      spdlog::warn("idist store: refused {} connection(s) (latest from {}): already {} open, the limit",
+      detail::log().warn("idist store: refused {} connection(s) (latest from {}): already {} open, the limit",
                    refused_since_log, ec ? std::string("?") : peer.address().to_string(), state.sessions.size());
       last_refusal_log = now;
       refused_since_log = 0;
@@ -367,7 +371,7 @@ TcpStoreServer::TcpStoreServer(const StoreServerOptions& options) : impl_(std::m
     try {
       impl->io.run();
     } catch (const std::exception& e) {
-      spdlog::error("idist store: server stopped: {}", e.what());
+      detail::log().error("idist store: server stopped: {}", e.what());
     }
   });
 }
