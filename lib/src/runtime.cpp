@@ -383,6 +383,19 @@ void Runtime::finalize() {
     store_->set(key + std::to_string(contract_.rank), {});
     if (contract_.rank == 0) {
       wait_all(*store_, numbered_keys(key, contract_.world_size), Clock::now() + contract_.timeout);
+      return;  // the caller tears the store down
+    }
+    // Leave only once rank 0's store is gone. A rank that returned earlier could call init()
+    // again and reach the old store while it shuts down (a reset mid-hello), or read the old
+    // rendezvous' keys; once it is gone, the new init's connects are refused and retried
+    // until rank 0's next store listens. Nobody sets this key: the wait ends when rank 0
+    // closes the connection (or after the timeout, when rank 0 is stuck).
+    try {
+      store_->get(key + "store_closed");
+    } catch (const TimeoutFailure&) {
+      throw;
+    } catch (const std::exception&) {
+      // The connection closed: what we waited for.
     }
   } catch (const std::exception& e) {
     // finalize() must not hang or throw at exit; a peer that never arrived is worth a warning.

@@ -65,8 +65,18 @@ int main() try {
          "broadcast string");
 
   idist::barrier();
-  std::printf("api_check rank %d/%d: %d checks, %d failed\n", r, n, checks, failures);
   idist::finalize();
+
+  // init() again after finalize(), in quick succession: every rank must reach rank 0's new
+  // store, never its dying old one (which used to reset the hello now and then).
+  for (int round = 1; round <= 10; ++round) {
+    idist::init();
+    std::vector<int> one = {1};
+    idist::all_reduce(one);
+    expect(one[0] == n, "all_reduce after init number " + std::to_string(round + 1));
+    idist::finalize();
+  }
+  std::printf("api_check rank %d/%d: %d checks, %d failed\n", r, n, checks, failures);
   return failures == 0 ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());

@@ -379,6 +379,11 @@ TcpStoreServer::TcpStoreServer(const StoreServerOptions& options) : impl_(std::m
 TcpStoreServer::~TcpStoreServer() {
   impl_->io.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  // The listening socket closes before the clients' connections do (when the io context's
+  // handlers are destroyed): a client that sees its connection close may connect again at
+  // once and must be refused, not greeted by this dying store. finalize() relies on it.
+  boost::system::error_code ignored;
+  impl_->acceptor.close(ignored);
 }
 
 int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }
