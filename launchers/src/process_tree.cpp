@@ -1,14 +1,19 @@
 #include "process_tree.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 
 namespace idist::launchers::detail {
 namespace {
@@ -59,6 +64,68 @@ std::size_t signal_descendants(int sig) {
   const auto pids = descendants_of(::getpid());
   for (const pid_t pid : pids) ::kill(pid, sig);
   return pids.size();
+}
+
+std::vector<pid_t> processes_with_env(const std::string& assignment) {
+  std::vector<pid_t> found;
+  DIR* dir = ::opendir("/proc");
+  if (dir == nullptr) return found;
+  while (const dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || pid == ::getpid()) continue;
+    std::ifstream in(std::string("/proc/") + entry->d_name + "/environ", std::ios::binary);
+    for (std::string var; std::getline(in, var, '\0');) {
+      if (var == assignment) {
+        found.push_back(static_cast<pid_t>(pid));
+        break;
+      }
+    }
+  }
+  ::closedir(dir);
+  return found;
+}
+
+void start_guardian(const std::string& run_id) {
+  if (run_id.empty()) return;
+  int fds[2];
+  // Close-on-exec: only idist-run holds the write end, so its exit is the guardian's EOF.
+  if (::pipe2(fds, O_CLOEXEC) != 0) return;
+  const std::string wanted = "IDIST_RUN_ID=" + run_id;
+  const pid_t middle = ::fork();
+  if (middle < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return;
+  }
+  if (middle == 0) {
+    if (::fork() != 0) ::_exit(0);  // the guardian is re-parented away from idist-run
+    ::setsid();                     // and a Ctrl-C on the terminal does not reach it
+    ::prctl(PR_SET_NAME, "idist-guardian");
+    ::close(fds[1]);
+    // Hold nothing of idist-run's open: not its console (a caller reading idist-run's output
+    // to EOF must not wait for us), not its reserved port.
+    ::dup2(fds[0], 3);
+    ::close_range(4, ~0U, 0);
+    if (const int null = ::open("/dev/null", O_RDWR); null >= 0) {
+      for (int fd = 0; fd <= 2; ++fd) ::dup2(null, fd);
+      if (null > 3) ::close(null);
+    }
+    char byte;
+    while (::read(3, &byte, 1) < 0 && errno == EINTR) {
+    }
+    // A helper may be mid-fork: scan until a round finds nothing (2 s at most).
+    for (int round = 0; round < 40; ++round) {
+      const auto pids = processes_with_env(wanted);
+      if (pids.empty()) break;
+      for (const pid_t pid : pids) ::kill(pid, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::_exit(0);
+  }
+  ::close(fds[0]);
+  ::waitpid(middle, nullptr, 0);
+  // fds[1] stays open, unused, for the rest of our life.
 }
 
 }  // namespace idist::launchers::detail

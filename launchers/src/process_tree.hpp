@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <string>
 #include <vector>
 
 namespace idist::launchers::detail {
@@ -19,5 +20,17 @@ std::vector<pid_t> descendants_of(pid_t root);
 
 // Sends `sig` to every descendant of ours; returns how many there were.
 std::size_t signal_descendants(int sig);
+
+// What outlives a SIGKILLed idist-run. PDEATHSIG takes the ranks down with it, but a helper
+// that a rank forked into its own session is re-parented to init, out of anyone's reach.
+// The guardian is a process outside our tree (double fork, started before we become a
+// subreaper, in its own session) that waits until we exit, however we exit, and then
+// SIGKILLs every process still carrying IDIST_RUN_ID=run_id in its environment: helpers
+// keep the environment they were forked with. After a normal exit the run has been cleaned
+// up already and the scan finds nothing. Call while idist-run is single-threaded.
+void start_guardian(const std::string& run_id);
+
+// Processes other than us whose environment holds `assignment` ("IDIST_RUN_ID=abc").
+std::vector<pid_t> processes_with_env(const std::string& assignment);
 
 }  // namespace idist::launchers::detail

@@ -87,6 +87,17 @@ wait $pid 2>/dev/null
 check "kill -9 of idist-run: every rank gone" no_leftovers
 check "kill -9 of idist-run: no process of the run left" no_run_leftovers "$(run_id_in "$TMP/out.kill")"
 
+# ... and what the ranks forked into sessions of their own: idist-run's guardian, a process
+# outside its tree, sees it die and kills whatever still carries the run's IDIST_RUN_ID.
+"$RUN" -v -n 2 "$RANKS/escape_then_sleep.sh" >"$TMP/out.kill2" 2>&1 &
+pid=$!
+wait_for_lines "$TMP/out.kill2" " up" 2
+sleep 0.2
+check "2 ranks and 2 escaped helpers are running before kill -9" equals "$(pgrep -fc "sleep 1000$MARKER")" 4
+kill -9 $pid
+wait $pid 2>/dev/null
+check "kill -9 of idist-run: escaped helpers gone too" no_run_leftovers "$(run_id_in "$TMP/out.kill2")"
+
 # --- the env contract each rank gets ----------------------------------------------------
 out=$("$RUN" -n 2 -- "$RANKS/print_env.sh" -n 5 --foo 2>&1)
 check "ranks get RANK 0 and 1 with WORLD_SIZE 2" \
