@@ -14,6 +14,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev         # a real mpirun for the detection tests; the mpi backend
   iproute2 jq                        # network namespaces for two-host tests; reading --dry-run's JSON
   clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for tests/fuzz (fuzz.all)
+  help2man                           # idist-run's man page, made from its --help
 )
 
 missing=()

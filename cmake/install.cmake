@@ -1,0 +1,46 @@
+# Installation: idist-run, libidist and its headers, a CMake package (find_package(idist
+# CONFIG) -> idist::idist), a pkg-config file, and the idist-run man page.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(IDIST_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/idist)
+
+install(TARGETS idist EXPORT idistTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/lib/include/idist DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.hpp")
+install(EXPORT idistTargets NAMESPACE idist:: DESTINATION ${IDIST_CMAKE_DIR})
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/idistConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/idistConfig.cmake
+  INSTALL_DESTINATION ${IDIST_CMAKE_DIR}
+  PATH_VARS CMAKE_INSTALL_BINDIR)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/idistConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)  # 0.x: minor versions may break the API
+install(FILES ${PROJECT_BINARY_DIR}/idistConfig.cmake ${PROJECT_BINARY_DIR}/idistConfigVersion.cmake
+  DESTINATION ${IDIST_CMAKE_DIR})
+
+file(RELATIVE_PATH IDIST_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+string(REGEX REPLACE "/$" "" IDIST_PC_TO_PREFIX "${IDIST_PC_TO_PREFIX}")
+configure_file(${PROJECT_SOURCE_DIR}/cmake/idist.pc.in ${PROJECT_BINARY_DIR}/idist.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/idist.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# idist-run does no collectives and does not link libidist: nothing to find at run time.
+install(TARGETS idist-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# The man page is idist-run --help, formatted by help2man, so the two never disagree.
+find_program(HELP2MAN help2man)
+if(HELP2MAN)
+  add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/idist-run.1
+    COMMAND ${HELP2MAN} --no-info --section=1
+            "--name=run a program as a distributed job (gloo, nccl, mpi)"
+            --output=${PROJECT_BINARY_DIR}/idist-run.1 $<TARGET_FILE:idist-run>
+    DEPENDS idist-run VERBATIM)
+  add_custom_target(idist-run-man ALL DEPENDS ${PROJECT_BINARY_DIR}/idist-run.1)
+  install(FILES ${PROJECT_BINARY_DIR}/idist-run.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+else()
+  message(STATUS "idist: help2man not found; the idist-run man page is not built")
+endif()
