@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -86,12 +87,19 @@ std::vector<pid_t> processes_with_env(const std::string& assignment) {
   return found;
 }
 
-void start_guardian(const std::string& run_id) {
-  if (run_id.empty()) return;
+const std::string& supervisor_marker() {
+  static const std::string marker = [] {
+    std::random_device random;
+    return "IDIST_SUPERVISOR=" + std::to_string(::getpid()) + "-" + std::to_string(random());
+  }();
+  return marker;
+}
+
+void start_guardian() {
   int fds[2];
   // Close-on-exec: only idist-run holds the write end, so its exit is the guardian's EOF.
   if (::pipe2(fds, O_CLOEXEC) != 0) return;
-  const std::string wanted = "IDIST_RUN_ID=" + run_id;
+  const std::string wanted = supervisor_marker();
   const pid_t middle = ::fork();
   if (middle < 0) {
     ::close(fds[0]);

@@ -21,14 +21,19 @@ std::vector<pid_t> descendants_of(pid_t root);
 // Sends `sig` to every descendant of ours; returns how many there were.
 std::size_t signal_descendants(int sig);
 
+// Every rank, and so everything it starts, carries this "IDIST_SUPERVISOR=<pid>-<nonce>"
+// in its environment: unique to this idist-run process, unlike IDIST_RUN_ID, which every
+// node of a job shares (and several "nodes" may share one host).
+const std::string& supervisor_marker();
+
 // What outlives a SIGKILLed idist-run. PDEATHSIG takes the ranks down with it, but a helper
 // that a rank forked into its own session is re-parented to init, out of anyone's reach.
 // The guardian is a process outside our tree (double fork, started before we become a
 // subreaper, in its own session) that waits until we exit, however we exit, and then
-// SIGKILLs every process still carrying IDIST_RUN_ID=run_id in its environment: helpers
+// SIGKILLs every process still carrying supervisor_marker() in its environment: helpers
 // keep the environment they were forked with. After a normal exit the run has been cleaned
 // up already and the scan finds nothing. Call while idist-run is single-threaded.
-void start_guardian(const std::string& run_id);
+void start_guardian();
 
 // Processes other than us whose environment holds `assignment` ("IDIST_RUN_ID=abc").
 std::vector<pid_t> processes_with_env(const std::string& assignment);

@@ -11,6 +11,8 @@
 #include <system_error>
 #include <vector>
 
+#include "process_tree.hpp"
+
 namespace idist::launchers::detail {
 namespace {
 
@@ -30,6 +32,7 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
   for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(const_cast<char*>(supervisor_marker().c_str()));  // what the guardian looks for
   envp.push_back(nullptr);
   const std::string exec_error = "idist-run: rank " + std::to_string(spec.rank) + ": cannot execute " + spec.path + ": ";
 

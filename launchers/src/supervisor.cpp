@@ -90,7 +90,7 @@ class Supervisor {
   int run() {
     // A rank's closed pipe must not kill us; and the console may go away before we finish.
     ::signal(SIGPIPE, SIG_IGN);
-    detail::start_guardian(options_.run_id);  // before become_subreaper: it must not be ours
+    detail::start_guardian();  // before become_subreaper: it must not be ours
     if (!detail::become_subreaper())
       spdlog::warn("cannot become a child subreaper ({}): processes the ranks leave behind may outlive the job",
                    std::strerror(errno));
