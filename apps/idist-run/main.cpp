@@ -1,18 +1,23 @@
 // idist-run: start a program as a distributed job.
 //
 // Parses the command line, asks launchers/ for a plan, and runs it. Everything that decides
-// who a rank is lives in launchers/; this file only turns argv into options and errors into
-// exit codes (2 for bad usage, as with most Unix tools).
+// who a rank is lives in launchers/; this file only turns argv (and, through
+// launchers/config, IDIST_* variables and a --config file) into options and errors into exit
+// codes (2 for bad usage, as with most Unix tools).
 
+#include <fmt/format.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
+#include "idist/launchers/config.hpp"
 #include "idist/launchers/exec.hpp"
 #include "idist/launchers/plan.hpp"
 #include "idist/launchers/program.hpp"
@@ -22,6 +27,7 @@ extern char** environ;
 
 namespace {
 
+namespace config = idist::launchers::config;
 using idist::launchers::UsageError;
 
 constexpr int kUsageExit = 2;
@@ -42,6 +48,9 @@ const char* const kExamples = R"(Examples:
   idist-run -n 4 --timeout 3600 --grace 30 ./train
                                             stop the job after an hour; SIGKILL 30 s after SIGTERM
   idist-run -n 2 -- ./app -n 5              '--' ends idist-run's options explicitly
+  idist-run --config config/single-node.json ./train
+                                            settings from a launch profile (see "Settings" below)
+  IDIST_NPROC_PER_NODE=4 idist-run ./train  the same from the environment
 
 Detection, first match wins: --nnodes/--node-rank > SLURM step (srun) > Open MPI > PMIx >
 MPICH/Intel MPI > MVAPICH > horovodrun > RANK/WORLD_SIZE already set > local spawn.
@@ -76,12 +85,33 @@ struct Cli {
   bool tag_output = false;
   bool verbose = false;
   double grace_seconds = 5;
-  std::optional<double> timeout_seconds;
+  std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
   std::string forward_signals = "USR1,USR2";
   std::string log_dir;
+  std::optional<std::string> config_file;
+  bool print_config_keys = false;
   std::vector<std::string> command;
+
+  // What came from the environment or the config file, by setting key ("program" included),
+  // so that errors about those values name where they came from.
+  std::map<std::string, config::Value, std::less<>> outside;
+  std::vector<config::Resolved> resolved;  // every setting's value and origin, for --dry-run
 };
+
+// Runs `check` on the value of setting `key`. When that value came from the environment or
+// the config file, the error (the same as for the command line) is prefixed with its origin:
+// "IDIST_NPROC_PER_NODE='0': --nproc-per-node 0 is out of range (1 to 4096)".
+template <class Check>
+auto checked(const Cli& cli, std::string_view key, Check&& check) {
+  try {
+    return check();
+  } catch (const UsageError& e) {
+    const auto it = cli.outside.find(key);
+    if (it == cli.outside.end()) throw;
+    throw UsageError(fmt::format("{}: {}", it->second.context, e.what()));
+  }
+}
 
 int parse_count(const std::string& option, const std::string& text, int max, const std::string& what) {
   int value = 0;
@@ -100,13 +130,20 @@ int parse_nnodes(const std::string& text) {
   return parse_count("--nnodes", text, 65536, "a number of nodes");
 }
 
+// --timeout: seconds, fractions allowed, above 0.
+double parse_timeout(const std::string& text) {
+  double value = 0;
+  const auto* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
+    throw UsageError("--timeout '" + text + "' is not a number of seconds");
+  if (value <= 0) throw UsageError("--timeout " + text + " is out of range (above 0 seconds)");
+  return value;
+}
+
 bool no_detect_from_env() {
   const char* value = std::getenv("IDIST_NO_DETECT");
-  if (value == nullptr) return false;
-  const std::string v = value;
-  if (v == "1" || v == "true" || v == "yes") return true;
-  if (v.empty() || v == "0" || v == "false" || v == "no") return false;
-  throw UsageError("IDIST_NO_DETECT='" + v + "': expected 1 or 0");
+  return value != nullptr && config::parse_env_flag("IDIST_NO_DETECT", value);
 }
 
 void setup_logging(bool verbose) {
@@ -128,36 +165,46 @@ int run(const Cli& cli) {
   namespace L = idist::launchers;
   L::LaunchOptions options;
   if (cli.nproc_per_node)
-    options.nproc_per_node = parse_count("--nproc-per-node", *cli.nproc_per_node, 4096, "a number of processes");
-  if (cli.nnodes) options.nnodes = parse_nnodes(*cli.nnodes);
+    options.nproc_per_node = checked(cli, "nproc_per_node", [&] {
+      return parse_count("--nproc-per-node", *cli.nproc_per_node, 4096, "a number of processes");
+    });
+  if (cli.nnodes) options.nnodes = checked(cli, "nnodes", [&] { return parse_nnodes(*cli.nnodes); });
   options.node_rank = cli.node_rank;
   options.master_addr = cli.master_addr;
   options.master_port = cli.master_port;
-  try {
-    options.port_range = L::parse_port_range("--port-range", cli.port_range);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  options.port_range = checked(cli, "port_range", [&] {
+    try {
+      return L::parse_port_range("--port-range", cli.port_range);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  });
   options.backend = cli.backend;
   options.launcher = cli.launcher;
   options.no_detect = no_detect_from_env();
   options.force_spawn = cli.force_spawn;
   options.dry_run = cli.dry_run;
   options.command = cli.command;
-  const std::string path = L::resolve_program(cli.command.front());
+  const std::string path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
 
   L::SuperviseOptions supervise;
-  try {
-    supervise.forward_signals = L::parse_signal_list(cli.forward_signals);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("--forward-signals: ") + e.what());
-  }
-  if (!cli.log_dir.empty()) check_log_dir(cli.log_dir);
+  supervise.forward_signals = checked(cli, "forward_signals", [&] {
+    try {
+      return L::parse_signal_list(cli.forward_signals);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--forward-signals: ") + e.what());
+    }
+  });
+  std::optional<double> timeout_seconds;
+  if (cli.timeout_seconds)
+    timeout_seconds = checked(cli, "timeout", [&] { return parse_timeout(*cli.timeout_seconds); });
+  if (!cli.log_dir.empty()) checked(cli, "log_dir", [&] { check_log_dir(cli.log_dir); });
 
   auto plan = L::make_plan(options);
   for (const auto& note : plan.notes) spdlog::info("{}", note);
   if (cli.dry_run) {
-    std::cout << L::dry_run_json(plan) << std::endl;
+    const auto program_from = cli.outside.contains("program") ? cli.outside.at("program").from : "command line";
+    std::cout << config::add_settings(L::dry_run_json(plan), cli.resolved, program_from) << std::endl;
     return 0;
   }
   spdlog::info("{} ({}): world size {}, {} here, MASTER_ADDR={} MASTER_PORT={} run id {}",
@@ -168,7 +215,7 @@ int run(const Cli& cli) {
     if (cli.tag_output)
       spdlog::warn("--tag-output does nothing when idist-run execs in place (one task per rank); "
                    "the outer launcher's own option does it (srun --label, mpirun --tag-output)");
-    if (cli.timeout_seconds || cli.max_restarts > 0 || !cli.log_dir.empty())
+    if (timeout_seconds || cli.max_restarts > 0 || !cli.log_dir.empty())
       spdlog::warn("--timeout, --max-restarts and --log-dir do nothing when idist-run execs in place (one task per "
                    "rank): there is no rank of ours to watch; the outer launcher's options do it");
     L::exec_in_place(plan, path, environ);
@@ -195,13 +242,72 @@ int run(const Cli& cli) {
 
   supervise.tag_output = cli.tag_output;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(cli.grace_seconds * 1000));
-  if (cli.timeout_seconds)
+  if (timeout_seconds)
     supervise.timeout =
-        std::chrono::milliseconds(std::max(1LL, static_cast<long long>(std::min(*cli.timeout_seconds, 1e9) * 1000)));
+        std::chrono::milliseconds(std::max(1LL, static_cast<long long>(std::min(*timeout_seconds, 1e9) * 1000)));
   supervise.max_restarts = cli.max_restarts;
   supervise.log_dir = cli.log_dir;
   supervise.run_id = plan.job.run_id;
   return L::supervise(make_attempt, supervise);
+}
+
+// The config file --config or IDIST_CONFIG names, if any.
+std::optional<config::File> load_config(const Cli& cli) {
+  if (cli.config_file) return config::read_file(*cli.config_file, fmt::format("--config '{}'", *cli.config_file));
+  const char* path = std::getenv(std::string(config::kConfigEnv).c_str());
+  if (path == nullptr || *path == '\0') return std::nullopt;
+  return config::read_file(path, fmt::format("{}='{}'", config::kConfigEnv, path));
+}
+
+// Gives every option the command line left unset its value from the environment, else from
+// the config file. The value goes through the option itself, so CLI11 converts and checks it
+// as it does on the command line; its errors then name where the value came from.
+void fill_in(CLI::App& app, Cli& cli, const std::optional<config::File>& file) {
+  for (const auto& setting : config::kSettings) {
+    CLI::Option* option = app.get_option(std::string(setting.option));
+    const bool on_command_line = option->count() > 0;
+    if (!on_command_line) {
+      auto value = config::from_env(setting);
+      if (!value && file) {
+        const auto it = file->values.find(setting.key);
+        if (it != file->values.end()) value = it->second;
+      }
+      if (value) {
+        try {
+          option->clear();
+          option->add_result(value->text);
+          option->run_callback();
+        } catch (const CLI::ParseError& e) {
+          throw UsageError(fmt::format("{}: {}", value->context, e.what()));
+        }
+        cli.outside.emplace(std::string(setting.key), std::move(*value));
+      }
+    }
+    config::Resolved resolved{&setting, std::nullopt, "default"};
+    if (option->count() > 0) {
+      resolved.text = setting.type == config::Type::boolean ? (option->as<bool>() ? "true" : "false")
+                                                             : option->as<std::string>();
+      resolved.from = on_command_line ? std::string(setting.option) : cli.outside.at(std::string(setting.key)).from;
+    } else if (setting.type == config::Type::boolean) {
+      resolved.text = "false";
+    } else if (!option->get_default_str().empty()) {
+      resolved.text = option->get_default_str();
+    }
+    cli.resolved.push_back(std::move(resolved));
+  }
+}
+
+// Every option has its variable and config key (config::kSettings), so neither can fall behind.
+void check_settings_cover(const CLI::App& app) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_lnames().empty()) continue;
+    const std::string name = "--" + option->get_lnames().front();
+    const bool known = std::any_of(std::begin(config::kSettings), std::end(config::kSettings),
+                                   [&](const config::Setting& s) { return s.option == name; });
+    if (!known && name != "--help" && name != "--version" && name != config::kConfigOption &&
+        name != "--print-config-keys")
+      throw std::logic_error(name + " has no entry in config::kSettings (its variable and config key)");
+  }
 }
 
 }  // namespace
@@ -210,7 +316,7 @@ int main(int argc, char** argv) {
   CLI::App app{"idist-run: run a program as a distributed job (local ranks over gloo, nccl or mpi)\n"
                "Usage: idist-run [OPTIONS] [--] PROGRAM [ARGS...]",
                "idist-run"};
-  app.footer(kExamples);
+  app.footer(std::string(kExamples) + "\n\n" + config::help_table());
   app.set_version_flag("--version", std::string("idist-run ") + IDIST_VERSION + " (backends: " + IDIST_BACKENDS + ")");
   Cli cli;
   app.add_option("-n,--nproc-per-node,--nproc_per_node", cli.nproc_per_node,
@@ -219,12 +325,12 @@ int main(int argc, char** argv) {
   app.add_option("--node-rank,--node_rank", cli.node_rank, "This node's index, 0 to --nnodes - 1")
       ->check(CLI::Range(0, 65535));
   app.add_option("--master-addr,--master_addr", cli.master_addr,
-                 "Address of rank 0's store (default: 127.0.0.1, or what the outer launcher says)");
+                 "Address of rank 0's store (default: 127.0.0.1, or what the outer launcher says)")
+      ->check(CLI::Validator([](const std::string& host) { return host.empty() ? "an empty address" : ""; }, ""));
   app.add_option("--master-port,--master_port", cli.master_port,
                  "Port of rank 0's store (default: a free one, or one derived from the job's id)")
       ->check(CLI::Range(1, 65535));
   app.add_option("--port-range", cli.port_range, "Range that ports derived from a job's id fall in (LO-HI)")
-      ->envname("IDIST_PORT_RANGE")
       ->capture_default_str();
   app.add_option("--launcher", cli.launcher, "Where the job's topology comes from (auto detects)")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(idist::launchers::kLauncherChoices),
@@ -234,15 +340,14 @@ int main(int argc, char** argv) {
                "Start -n ranks per task even when the outer launcher already runs several tasks on this node");
   app.add_flag("--dry-run", cli.dry_run, "Print the launch plan as JSON and start nothing");
   app.add_option("--backend", cli.backend, "Backend every rank uses, overriding the program's choice")
-      ->check(CLI::IsMember({"gloo", "nccl", "mpi"}))
-      ->envname("IDIST_BACKEND");
+      ->check(CLI::IsMember({"gloo", "nccl", "mpi"}));
   app.add_flag("--tag-output", cli.tag_output, "Prefix each output line with [rank N]");
   app.add_option("--grace", cli.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app.add_option("--timeout", cli.timeout_seconds,
-                 "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124")
-      ->check(CLI::PositiveNumber);
+                 "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 "
+                 "(variable: IDIST_JOB_TIMEOUT; IDIST_TIMEOUT is each collective's)");
   app.add_option("--max-restarts", cli.max_restarts,
                  "Restart every local rank after a failure, up to this many times (spawn mode; see below)")
       ->check(CLI::Range(0, 10000))
@@ -255,16 +360,34 @@ int main(int argc, char** argv) {
                  "Also write each rank's stdout and stderr to DIR/<run-id>/attempt_<k>/rank_<r>.{out,err}, "
                  "and DIR/<run-id>/summary.json at the end");
   app.add_flag("-v,--verbose", cli.verbose, "Say what idist-run decides and does");
+  app.add_option(std::string(config::kConfigOption), cli.config_file,
+                 "Take the settings this command line leaves unset from a JSON launch profile (see Settings below)");
+  app.add_flag("--print-config-keys", cli.print_config_keys, "Print the keys a --config file may hold, and exit");
   // The first word that is not one of our options starts the program's command line.
   app.prefix_command();
 
   try {
+    check_settings_cover(app);
     app.parse(argc, argv);
-    cli.command = app.remaining();
-    if (!cli.command.empty() && cli.command.front() == "--") cli.command.erase(cli.command.begin());
-    if (cli.command.empty()) throw UsageError("no program given (idist-run [OPTIONS] PROGRAM [ARGS...])");
-    if (cli.command.front().starts_with("-") && app.remaining().front() != "--")
+    if (cli.print_config_keys) {
+      for (const auto& key : config::accepted_keys()) std::cout << key << "\n";
+      return 0;
+    }
+    const auto file = load_config(cli);
+    fill_in(app, cli, file);
+    const auto& rest = app.remaining();
+    const bool after_dashes = !rest.empty() && rest.front() == "--";
+    cli.command.assign(rest.begin() + (after_dashes ? 1 : 0), rest.end());
+    if (cli.command.empty() && file && !file->program.empty()) {
+      cli.command = file->program;
+      cli.outside.emplace(std::string(config::kProgramKey),
+                          config::Value{cli.command.front(), file->from(config::kProgramKey),
+                                        file->context(config::kProgramKey)});
+    } else if (cli.command.empty()) {
+      throw UsageError("no program given (idist-run [OPTIONS] PROGRAM [ARGS...])");
+    } else if (cli.command.front().starts_with("-") && !after_dashes) {
       throw UsageError("unknown option '" + cli.command.front() + "' (see idist-run --help)");
+    }
     setup_logging(cli.verbose);
     return run(cli);
   } catch (const CLI::CallForHelp& e) {

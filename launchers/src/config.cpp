@@ -1,0 +1,276 @@
+// idist-run's settings from the environment and from a JSON launch profile (see config.hpp).
+#include "idist/launchers/config.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "idist/launchers/program.hpp"
+#include "parse_whole.hpp"
+
+namespace idist::launchers::config {
+namespace {
+
+using json = nlohmann::json;
+
+// A profile is a few lines; the bound keeps `--config /dev/zero` from eating the memory.
+constexpr std::size_t kMaxFileBytes = 1 << 20;
+
+std::string dashed(std::string_view key) {
+  std::string out(key);
+  std::replace(out.begin(), out.end(), '_', '-');
+  return out;
+}
+
+const Setting* find_setting(std::string_view key) {
+  const std::string canonical = [&] {
+    std::string out(key);
+    std::replace(out.begin(), out.end(), '-', '_');
+    return out;
+  }();
+  for (const auto& setting : kSettings)
+    if (setting.key == canonical) return &setting;
+  return nullptr;
+}
+
+std::string_view type_words(Type type) {
+  switch (type) {
+    case Type::integer: return "an integer";
+    case Type::number: return "a number";
+    case Type::string: return "a string";
+    case Type::boolean: return "true or false";
+  }
+  return "?";
+}
+
+// A JSON value as an error shows it: short, on one line.
+std::string shown(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return fmt::format("{} {}", value.type_name(), text);
+}
+
+// `value` as the option would read it on the command line, or nullopt when it is not of
+// `type`. An integral float (4.0) is an integer, as JSON Schema counts it.
+std::optional<std::string> as_text(const json& value, Type type) {
+  switch (type) {
+    case Type::integer:
+      if (value.is_number_integer()) return value.dump();
+      if (value.is_number_float()) {
+        const double d = value.get<double>();
+        if (std::isfinite(d) && d == std::floor(d) && std::abs(d) < 1e15)
+          return std::to_string(static_cast<long long>(d));
+      }
+      return std::nullopt;
+    case Type::number:
+      if (value.is_number()) return value.dump();
+      return std::nullopt;
+    case Type::string:
+      if (value.is_string()) return value.get<std::string>();
+      return std::nullopt;
+    case Type::boolean:
+      if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'node_rank'?)" for a near miss, else where the keys are listed.
+std::string suggestion(std::string_view key) {
+  std::string best;
+  std::size_t best_distance = 3;  // a typo or two, not another word
+  for (const auto& known : accepted_keys()) {
+    const auto d = edit_distance(key, known);
+    if (d < best_distance) best_distance = d, best = known;
+  }
+  if (!best.empty()) return fmt::format(" (did you mean '{}'?)", best);
+  return " (idist-run --print-config-keys lists them)";
+}
+
+std::string read_bounded(const std::string& path, const std::string& named_by) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw UsageError(fmt::format("{}: is a directory", named_by));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("{}: {}", named_by, std::strerror(errno)));
+  std::string text(kMaxFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw UsageError(fmt::format("{}: {}", named_by, std::strerror(errno)));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxFileBytes)
+    throw UsageError(fmt::format("{}: larger than {} bytes; a launch profile is a few lines", named_by, kMaxFileBytes));
+  return text;
+}
+
+// nlohmann's "[json.exception.parse_error.101] parse error at line 2, column 19: ...", less the tag.
+std::string parse_error_text(const json::parse_error& e) {
+  std::string text = e.what();
+  if (text.starts_with("[json.exception.")) {
+    const auto close = text.find("] ");
+    if (close != std::string::npos) text.erase(0, close + 2);
+  }
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+}  // namespace
+
+std::string File::context(std::string_view key) const { return fmt::format("{}: key '{}'", path, key); }
+
+std::string File::from(std::string_view key) const { return fmt::format("{} in {}", key, path); }
+
+File read_file(const std::string& path, const std::string& named_by) {
+  File file;
+  file.path = path;
+  const std::string text = read_bounded(path, named_by);
+
+  // nlohmann keeps the last of two equal keys; a profile that says two things is an error.
+  std::string twice;
+  const json::parser_callback_t note_duplicates = [&, seen = std::set<std::string>()](
+                                                      int depth, json::parse_event_t event, json& parsed) mutable {
+    if (event == json::parse_event_t::key && depth == 1 && twice.empty() && !seen.insert(parsed.get<std::string>()).second)
+      twice = parsed.get<std::string>();
+    return true;
+  };
+  json root;
+  try {
+    root = json::parse(text, note_duplicates);
+  } catch (const json::parse_error& e) {
+    throw UsageError(fmt::format("{}: invalid JSON: {}", path, parse_error_text(e)));
+  }
+  if (!root.is_object())
+    throw UsageError(fmt::format("{}: expected a JSON object of settings at the top level, not {}", path, shown(root)));
+  if (!twice.empty()) throw UsageError(fmt::format("{}: key '{}' is given twice", path, twice));
+
+  for (const auto& [key, value] : root.items()) {
+    if (key == kSchemaKey) continue;
+    if (key == kProgramKey) {
+      const bool words = value.is_array() && !value.empty() &&
+                         std::all_of(value.begin(), value.end(), [](const json& v) { return v.is_string(); });
+      if (!words)
+        throw UsageError(fmt::format("{}: expected a non-empty array of strings (the program and its arguments), not {}",
+                                     file.context(key), shown(value)));
+      file.program = value.get<std::vector<std::string>>();
+      continue;
+    }
+    const Setting* setting = find_setting(key);
+    if (setting == nullptr) throw UsageError(fmt::format("{}: unknown key '{}'{}", path, key, suggestion(key)));
+    if (file.values.contains(setting->key))
+      throw UsageError(fmt::format("{}: keys '{}' and '{}' are the same setting; give one", path, setting->key,
+                                   dashed(setting->key)));
+    auto value_text = as_text(value, setting->type);
+    if (!value_text)
+      throw UsageError(
+          fmt::format("{}: expected {}, not {}", file.context(key), type_words(setting->type), shown(value)));
+    file.values.emplace(std::string(setting->key), Value{std::move(*value_text), file.from(key), file.context(key)});
+  }
+  return file;
+}
+
+bool parse_env_flag(std::string_view name, std::string_view value) {
+  if (value == "1" || value == "true" || value == "yes") return true;
+  if (value.empty() || value == "0" || value == "false" || value == "no") return false;
+  throw UsageError(fmt::format("{}='{}': expected 1 or 0", name, value));
+}
+
+std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup) {
+  const auto text = lookup(setting.env);
+  // Empty counts as unset, so that a job script may export IDIST_LOG_DIR=${LOGS:-}.
+  if (!text || text->empty()) return std::nullopt;
+  Value value{*text, std::string(setting.env), fmt::format("{}='{}'", setting.env, *text)};
+  if (setting.type == Type::boolean) value.text = parse_env_flag(setting.env, *text) ? "true" : "false";
+  return value;
+}
+
+std::vector<std::string> accepted_keys() {
+  std::vector<std::string> keys = {std::string(kProgramKey), std::string(kSchemaKey)};
+  for (const auto& setting : kSettings) {
+    keys.emplace_back(setting.key);
+    if (setting.key.find('_') != std::string_view::npos) keys.push_back(dashed(setting.key));
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+std::string help_table() {
+  std::string out = "Settings: the command line wins over IDIST_* variables, which win over --config FILE.json\n"
+                    "(IDIST_CONFIG=FILE.json). Keys take '-' or '_'; flags are true/false in a file, 1/0 in a\n"
+                    "variable; \"program\": [\"./train\", \"--epochs\", \"10\"] in a file when none is given here.\n";
+  out += fmt::format("  {:<19} {:<23} {}\n", "option", "variable", "config key");
+  for (const auto& setting : kSettings) out += fmt::format("  {:<19} {:<23} {}\n", setting.option, setting.env, setting.key);
+  out += fmt::format("  {:<19} {:<23} {}", kConfigOption, kConfigEnv, "-");
+  return out;
+}
+
+std::string add_settings(const std::string& plan_json, const std::vector<Resolved>& settings,
+                         std::string_view program_from) {
+  using ordered = nlohmann::ordered_json;
+  auto plan = ordered::parse(plan_json);
+  ordered values = ordered::object();
+  ordered from = ordered::object();
+  for (const auto& r : settings) {
+    const std::string key(r.setting->key);
+    from[key] = r.from;
+    if (!r.text) continue;
+    const std::string& text = *r.text;
+    ordered value = text;
+    if (r.setting->type == Type::integer) {
+      if (auto n = parse_whole<long long>(text)) value = *n;
+    } else if (r.setting->type == Type::number) {
+      double d = 0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
+      if (ec == std::errc() && ptr == text.data() + text.size()) value = d;
+    } else if (r.setting->type == Type::boolean) {
+      value = text == "true";
+    }
+    values[key] = std::move(value);
+  }
+  from[std::string(kProgramKey)] = program_from;
+
+  // "--nnodes x --nproc-per-node" reads "IDIST_NNODES x nproc_per_node in job.json" when those
+  // gave the values: provenance says where each value came from, not which option carries it.
+  for (auto& [name, text] : plan["provenance"].items()) {
+    std::string s = text.get<std::string>();
+    for (const auto& r : settings) {
+      if (r.from == r.setting->option || r.from == "default") continue;
+      for (auto at = s.find(r.setting->option); at != std::string::npos; at = s.find(r.setting->option, at)) {
+        const auto end = at + r.setting->option.size();
+        if (end < s.size() && (std::isalnum(static_cast<unsigned char>(s[end])) || s[end] == '-')) {
+          at = end;
+          continue;
+        }
+        s.replace(at, r.setting->option.size(), r.from);
+        at += r.from.size();
+      }
+    }
+    text = s;
+  }
+  plan["settings"] = std::move(values);
+  plan["settings_from"] = std::move(from);
+  return plan.dump(2, ' ', false, ordered::error_handler_t::replace);
+}
+
+}  // namespace idist::launchers::config

@@ -1,0 +1,180 @@
+// idist-run's settings from IDIST_* variables and a JSON config file: the names (none may take
+// a name the env contract already gives ranks), the file's checks, and --dry-run's additions.
+// The command line's own checks on the values run in idist-run (tests/e2e/config.sh).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unistd.h>
+
+#include "idist/launchers/config.hpp"
+#include "idist/launchers/program.hpp"
+#include "launcher_envs.hpp"
+
+using namespace idist;
+using namespace idist::launchers;
+namespace config = idist::launchers::config;
+
+namespace {
+
+// A config file holding `text`, removed at the end of the test.
+class TempFile {
+ public:
+  explicit TempFile(std::string_view text) {
+    path_ = (std::filesystem::temp_directory_path() / ("idist-test-config-" + std::to_string(::getpid()) + ".json"))
+                .string();
+    std::ofstream(path_) << text;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// read_file's UsageError for `text`, less the file's name; "no error" when it reads.
+std::string file_error(std::string_view text) {
+  TempFile file(text);
+  try {
+    config::read_file(file.path(), "--config 'x'");
+  } catch (const UsageError& e) {
+    std::string message = e.what();
+    if (message.starts_with(file.path())) message.erase(0, file.path().size());
+    return message;
+  }
+  return "no error";
+}
+
+const config::Setting& setting(std::string_view key) {
+  return *std::find_if(std::begin(config::kSettings), std::end(config::kSettings),
+                       [&](const config::Setting& s) { return s.key == key; });
+}
+
+}  // namespace
+
+TEST_CASE("every setting's names follow one rule, and no variable means something else to a rank") {
+  const std::set<std::string_view> contract = {env::kRank,          env::kWorldSize,     env::kLocalRank,
+                                               env::kLocalWorldSize, env::kNodeRank,      env::kGroupRank,
+                                               env::kGroupWorldSize, env::kMasterAddr,    env::kMasterPort,
+                                               env::kLauncher,       env::kRunId,         env::kRestartCount,
+                                               env::kJobToken,       env::kTimeout,       env::kOmpNumThreads,
+                                               env::kStoreBindAll,   env::kDebug,         env::kGlooSocketIfname};
+  std::set<std::string_view> variables;
+  for (const auto& s : config::kSettings) {
+    CAPTURE(s.key);
+    std::string dashed(s.key);
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    CHECK(s.option == "--" + dashed);
+    CHECK(s.env.starts_with("IDIST_"));
+    CHECK_FALSE(contract.contains(s.env));  // IDIST_BACKEND is the exception: the same meaning
+    CHECK(variables.insert(s.env).second);
+  }
+  CHECK(setting("backend").env == env::kBackend);
+  CHECK(setting("timeout").env == "IDIST_JOB_TIMEOUT");
+  CHECK(setting("launcher").env == "IDIST_LAUNCHER_KIND");
+}
+
+TEST_CASE("from_env: the variable's text, flags as true/false, empty as unset") {
+  const auto lookup = test::from({{"IDIST_NPROC_PER_NODE", "4"},
+                                  {"IDIST_TAG_OUTPUT", "yes"},
+                                  {"IDIST_VERBOSE", "0"},
+                                  {"IDIST_LOG_DIR", ""},
+                                  {"IDIST_DRY_RUN", "maybe"}});
+  const auto n = config::from_env(setting("nproc_per_node"), lookup);
+  REQUIRE(n);
+  CHECK(n->text == "4");
+  CHECK(n->from == "IDIST_NPROC_PER_NODE");
+  CHECK(n->context == "IDIST_NPROC_PER_NODE='4'");
+  CHECK(config::from_env(setting("tag_output"), lookup)->text == "true");
+  CHECK(config::from_env(setting("verbose"), lookup)->text == "false");
+  CHECK_FALSE(config::from_env(setting("log_dir"), lookup));
+  CHECK_FALSE(config::from_env(setting("grace"), lookup));
+  CHECK_THROWS_WITH_AS(config::from_env(setting("dry_run"), lookup), "IDIST_DRY_RUN='maybe': expected 1 or 0",
+                       UsageError);
+}
+
+TEST_CASE("read_file: values as the command line would take them, program, both spellings") {
+  TempFile file(R"({"$schema": "./idist-run.schema.json", "nproc-per-node": 4, "grace": 0.5, "tag_output": false,
+                    "master_addr": "node0", "max_restarts": 2.0, "program": ["./train", "--epochs", "10"]})");
+  const auto f = config::read_file(file.path(), "--config 'x'");
+  CHECK(f.values.at("nproc_per_node").text == "4");
+  CHECK(f.values.at("nproc_per_node").from == "nproc-per-node in " + file.path());
+  CHECK(f.values.at("nproc_per_node").context == file.path() + ": key 'nproc-per-node'");
+  CHECK(f.values.at("grace").text == "0.5");
+  CHECK(f.values.at("tag_output").text == "false");
+  CHECK(f.values.at("master_addr").text == "node0");
+  CHECK(f.values.at("max_restarts").text == "2");  // an integral number is an integer, as in JSON Schema
+  CHECK(f.values.size() == 5);
+  CHECK(f.program == std::vector<std::string>{"./train", "--epochs", "10"});
+}
+
+TEST_CASE("read_file: one line naming the file and the key for every bad file") {
+  CHECK(file_error(R"({"nproc_per_node": 2, "bogus": 1})") ==
+        ": unknown key 'bogus' (idist-run --print-config-keys lists them)");
+  CHECK(file_error(R"({"nnode": 2})") == ": unknown key 'nnode' (did you mean 'nnodes'?)");
+  CHECK(file_error(R"({"nproc_per_node": "2"})") == ": key 'nproc_per_node': expected an integer, not string \"2\"");
+  CHECK(file_error(R"({"tag_output": [true]})") == ": key 'tag_output': expected true or false, not array [true]");
+  CHECK(file_error(R"({"grace": null})") == ": key 'grace': expected a number, not null null");
+  CHECK(file_error(R"({"grace": 1, "grace": 2})") == ": key 'grace' is given twice");
+  CHECK(file_error(R"({"log-dir": "a", "log_dir": "b"})") == ": keys 'log_dir' and 'log-dir' are the same setting; give one");
+  CHECK(file_error(R"({"program": []})") ==
+        ": key 'program': expected a non-empty array of strings (the program and its arguments), not array []");
+  CHECK(file_error("[1]") == ": expected a JSON object of settings at the top level, not array [1]");
+  CHECK(file_error("{\n  \"grace\": 1,\n}") ==
+        ": invalid JSON: parse error at line 3, column 1: syntax error while parsing object key - unexpected '}'; "
+        "expected string literal");
+  CHECK(file_error(R"({"nproc_per_node": 0})") == "no error");  // ranges are the option's to check
+  CHECK_THROWS_WITH_AS(config::read_file("/nonexistent/x.json", "--config '/nonexistent/x.json'"),
+                       "--config '/nonexistent/x.json': No such file or directory", UsageError);
+}
+
+TEST_CASE("accepted_keys: both spellings of every setting, program and $schema") {
+  const auto keys = config::accepted_keys();
+  CHECK(std::is_sorted(keys.begin(), keys.end()));
+  for (const auto& s : config::kSettings) {
+    std::string dashed(s.key);
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    CHECK(std::count(keys.begin(), keys.end(), std::string(s.key)) == 1);
+    CHECK(std::count(keys.begin(), keys.end(), dashed) == 1);
+  }
+  CHECK(std::count(keys.begin(), keys.end(), "program") == 1);
+  CHECK(std::count(keys.begin(), keys.end(), "$schema") == 1);
+}
+
+TEST_CASE("help_table names every option, variable and key") {
+  const auto table = config::help_table();
+  for (const auto& s : config::kSettings) {
+    CHECK(test::contains(table, s.option));
+    CHECK(test::contains(table, s.env));
+    CHECK(test::contains(table, s.key));
+  }
+  CHECK(test::contains(table, "IDIST_CONFIG"));
+}
+
+TEST_CASE("add_settings: typed settings, their origins, and provenance naming them") {
+  const std::string plan = R"({"launcher": "spawn", "provenance": {"world_size": "--nnodes x --nproc-per-node",
+                               "master_port": "--master-port", "rank": "--node-rank x --nproc-per-node + local index"}})";
+  std::vector<config::Resolved> settings = {
+      {&setting("nproc_per_node"), "4", "nproc_per_node in job.json"},
+      {&setting("nnodes"), "2", "--nnodes"},
+      {&setting("master_port"), "29500", "IDIST_MASTER_PORT"},
+      {&setting("grace"), "2.5", "default"},
+      {&setting("tag_output"), "true", "tag_output in job.json"},
+      {&setting("master_addr"), "node0", "--master-addr"},
+      {&setting("timeout"), std::nullopt, "default"},
+  };
+  const auto out = nlohmann::json::parse(config::add_settings(plan, settings, "command line"));
+  CHECK(out["settings"] == nlohmann::json::parse(R"({"nproc_per_node": 4, "nnodes": 2, "master_port": 29500,
+                                                     "grace": 2.5, "tag_output": true, "master_addr": "node0"})"));
+  CHECK(out["settings_from"]["master_port"] == "IDIST_MASTER_PORT");
+  CHECK(out["settings_from"]["timeout"] == "default");
+  CHECK(out["settings_from"]["program"] == "command line");
+  CHECK(out["provenance"]["world_size"] == "--nnodes x nproc_per_node in job.json");
+  CHECK(out["provenance"]["master_port"] == "IDIST_MASTER_PORT");
+  CHECK(out["provenance"]["rank"] == "--node-rank x nproc_per_node in job.json + local index");
+  CHECK(out["launcher"] == "spawn");
+}
