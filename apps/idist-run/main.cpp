@@ -84,6 +84,8 @@ struct Cli {
   std::string backend;
   bool tag_output = false;
   bool verbose = false;
+  bool module = false;     // -m: the program is a Python module
+  bool no_python = false;  // --no-python: a .py program runs directly
   double grace_seconds = 5;
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
@@ -297,6 +299,21 @@ void fill_in(CLI::App& app, Cli& cli, const std::optional<config::File>& file) {
   }
 }
 
+// torchrun runs its script under the Python that runs torchrun; idist-run runs any program,
+// so only a module (-m) or a program named *.py goes under the python3 in PATH, unless
+// --no-python. -u, as torchrun passes it: a rank's stdout is a pipe, and Python would hold
+// back its output until exit.
+void under_python(Cli& cli) {
+  if (cli.module && cli.no_python)
+    throw UsageError("--module and --no-python together: a module (-m) can only run under python3");
+  const bool script = !cli.no_python && cli.command.front().ends_with(".py");
+  if (!cli.module && !script) return;
+  std::vector<std::string> command = {"python3", "-u"};
+  if (cli.module) command.emplace_back("-m");
+  command.insert(command.end(), cli.command.begin(), cli.command.end());
+  cli.command = std::move(command);
+}
+
 // Every option has its variable and config key (config::kSettings), so neither can fall behind.
 void check_settings_cover(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options()) {
@@ -360,6 +377,10 @@ int main(int argc, char** argv) {
                  "Also write each rank's stdout and stderr to DIR/<run-id>/attempt_<k>/rank_<r>.{out,err}, "
                  "and DIR/<run-id>/summary.json at the end");
   app.add_flag("-v,--verbose", cli.verbose, "Say what idist-run decides and does");
+  app.add_flag("-m,--module", cli.module,
+               "The program is a Python module: run python3 -u -m MODULE ARGS... (as torchrun -m)");
+  app.add_flag("--no-python,--no_python", cli.no_python,
+               "Run a .py program directly (it needs #! and +x) rather than under python3 -u (as torchrun --no-python)");
   app.add_option(std::string(config::kConfigOption), cli.config_file,
                  "Take the settings this command line leaves unset from a JSON launch profile (see Settings below)");
   app.add_flag("--print-config-keys", cli.print_config_keys, "Print the keys a --config file may hold, and exit");
@@ -388,6 +409,7 @@ int main(int argc, char** argv) {
     } else if (cli.command.front().starts_with("-") && !after_dashes) {
       throw UsageError("unknown option '" + cli.command.front() + "' (see idist-run --help)");
     }
+    under_python(cli);
     setup_logging(cli.verbose);
     return run(cli);
   } catch (const CLI::CallForHelp& e) {

@@ -55,6 +55,15 @@ out=$("${SRUN[@]}" -n 4 "$RUN" "$EX/all_reduce" 2>&1)
 check "srun -n 4 idist-run all_reduce exits 0" equals $? 0
 expect_all_reduce "srun -n 4" "$out" 4
 
+# A torch.distributed script (env://, gloo) through idist-run, unchanged, one task per rank.
+if /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
+  out=$("${SRUN[@]}" -n 2 "$RUN" /usr/bin/python3 "$HERE/python/torch_all_reduce.py" 2>&1)
+  check "srun -n 2 idist-run python3 torch_all_reduce.py: both ranks right" equals "$(count "$out" " right")" 2 ||
+    echo "$out" | tail -5
+else
+  echo "# SKIP: srun with a PyTorch script: /usr/bin/python3 cannot import torch.distributed"
+fi
+
 out=$("${SRUN[@]}" -n 2 "$RUN" "$RANKS/print_env.sh" 2>&1)
 check "srun -n 2: two ranks" equals "$(count "$out" "RANK=")" 2
 r0=$(line_of_rank "$out" 0)

@@ -53,6 +53,8 @@ inline constexpr Setting kSettings[] = {
     {"forward_signals", "--forward-signals", "IDIST_FORWARD_SIGNALS", Type::string},
     {"log_dir", "--log-dir", "IDIST_LOG_DIR", Type::string},
     {"verbose", "--verbose", "IDIST_VERBOSE", Type::boolean},
+    {"module", "--module", "IDIST_MODULE", Type::boolean},
+    {"no_python", "--no-python", "IDIST_NO_PYTHON", Type::boolean},
 };
 
 inline constexpr std::string_view kConfigOption = "--config";
