@@ -93,6 +93,7 @@ struct Cli {
   std::string log_dir;
   std::optional<std::string> config_file;
   bool print_config_keys = false;
+  bool print_config = false;
   std::vector<std::string> command;
 
   // What came from the environment or the config file, by setting key ("program" included),
@@ -322,7 +323,7 @@ void check_settings_cover(const CLI::App& app) {
     const bool known = std::any_of(std::begin(config::kSettings), std::end(config::kSettings),
                                    [&](const config::Setting& s) { return s.option == name; });
     if (!known && name != "--help" && name != "--version" && name != config::kConfigOption &&
-        name != "--print-config-keys")
+        name != "--print-config-keys" && name != "--print-config")
       throw std::logic_error(name + " has no entry in config::kSettings (its variable and config key)");
   }
 }
@@ -384,6 +385,9 @@ int main(int argc, char** argv) {
   app.add_option(std::string(config::kConfigOption), cli.config_file,
                  "Take the settings this command line leaves unset from a JSON launch profile (see Settings below)");
   app.add_flag("--print-config-keys", cli.print_config_keys, "Print the keys a --config file may hold, and exit");
+  app.add_flag("--print-config", cli.print_config,
+               "Print every setting's effective value and where it came from (command line, variable, file, "
+               "default), and exit");
   // The first word that is not one of our options starts the program's command line.
   app.prefix_command();
 
@@ -399,6 +403,16 @@ int main(int argc, char** argv) {
     const auto& rest = app.remaining();
     const bool after_dashes = !rest.empty() && rest.front() == "--";
     cli.command.assign(rest.begin() + (after_dashes ? 1 : 0), rest.end());
+    if (cli.print_config) {
+      std::vector<std::string> program = cli.command;
+      std::string from = "command line";
+      if (program.empty() && file) {
+        program = file->program;
+        from = file->from(config::kProgramKey);
+      }
+      std::cout << config::effective_table(cli.resolved, program, from) << std::endl;
+      return 0;
+    }
     if (cli.command.empty() && file && !file->program.empty()) {
       cli.command = file->program;
       cli.outside.emplace(std::string(config::kProgramKey),

@@ -225,6 +225,18 @@ std::string help_table() {
   return out;
 }
 
+std::string effective_table(const std::vector<Resolved>& settings, const std::vector<std::string>& program,
+                            std::string_view program_from) {
+  std::string out = fmt::format("{:<16} {:<24} {}\n", "setting", "value", "from");
+  for (const auto& r : settings)
+    out += fmt::format("{:<16} {:<24} {}\n", r.setting->key, r.text ? *r.text : "(unset)", r.text ? r.from : "-");
+  std::string command;
+  for (const auto& word : program) command += (command.empty() ? "" : " ") + word;
+  out += fmt::format("{:<16} {:<24} {}", kProgramKey, program.empty() ? "(none)" : command,
+                     program.empty() ? "" : program_from);
+  return out;
+}
+
 std::string add_settings(const std::string& plan_json, const std::vector<Resolved>& settings,
                          std::string_view program_from) {
   using ordered = nlohmann::ordered_json;

@@ -306,4 +306,22 @@ else
   echo "# python3 jsonschema is not installed: the profiles were checked by idist-run only"
 fi
 
+echo "# --print-config: the effective settings and where each came from"
+json print '{"nproc_per_node": 4, "grace": 10, "program": ["./train", "--epochs", "3"]}'
+out=$(IDIST_GRACE=30 "$RUN" --config "$TMP/print.json" --tag-output --print-config 2>&1)
+check "--print-config exits 0 without running anything" equals $? 0
+row_of() { grep -E "^$1 " <<<"$out" | tr -s ' '; }
+check "a file value names its key and file: $(row_of nproc_per_node)" equals "$(row_of nproc_per_node)" \
+  "nproc_per_node 4 nproc_per_node in $TMP/print.json"
+check "a variable beats the file: $(row_of grace)" equals "$(row_of grace)" "grace 30 IDIST_GRACE"
+check "the command line: $(row_of tag_output)" equals "$(row_of tag_output)" "tag_output true --tag-output"
+check "a default: $(row_of max_restarts)" equals "$(row_of max_restarts)" "max_restarts 0 default"
+check "an unset one: $(row_of timeout)" equals "$(row_of timeout)" "timeout (unset) -"
+check "the file's program: $(row_of program)" equals "$(row_of program)" "program ./train --epochs 3 program in $TMP/print.json"
+settings=$("$RUN" --print-config-keys | grep -v -e - -e '^program$' -e '^\$schema$' | wc -l)
+check "one row per setting ($settings), plus a header and the program" equals "$(wc -l <<<"$out")" $((settings + 2))
+err=$(IDIST_GRACE=abc "$RUN" --print-config 2>&1 >/dev/null)
+rc=$?
+check "--print-config checks values too: exit 2 naming the variable: $err" eval '[ $rc = 2 ] && contains "$err" "IDIST_GRACE="'
+
 finish

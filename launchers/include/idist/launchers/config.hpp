@@ -108,6 +108,11 @@ struct Resolved {
   std::string from;                 // "--grace", "IDIST_GRACE", "grace in job.json", "default"
 };
 
+// --print-config: every setting's effective value and where it came from, one per line
+// ("grace  30  IDIST_GRACE"), then the program.
+std::string effective_table(const std::vector<Resolved>& settings, const std::vector<std::string>& program,
+                            std::string_view program_from);
+
 // --dry-run's plan (dry_run_json's output) with two objects added: `settings`, every value set
 // (defaults included), typed as a config file types it, and `settings_from`, where each came
 // from (`program_from` for the program). The options that `provenance` names are replaced by
