@@ -170,7 +170,8 @@ check "500 lines from each rank" equals "$(cut -c1-8 "$TMP/tag.out" | sort | uni
 check "--tag-output: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/tag.err")"
 
 # --- forwarded signals: USR1 by default, configurable ------------------------------------------------
-"$RUN" -v -n 2 "$RANKS/trap_signals.sh" 2 >"$TMP/usr.out" 2>"$TMP/usr.err" &
+# The ranks run 5 s: long enough under load that both signals land before they end.
+"$RUN" -v -n 2 "$RANKS/trap_signals.sh" 5 >"$TMP/usr.out" 2>"$TMP/usr.err" &
 pid=$!
 wait_for_lines "$TMP/usr.out" " up" 2
 kill -USR1 $pid
