@@ -21,6 +21,7 @@
 #include "idist/launchers/exec.hpp"
 #include "idist/launchers/plan.hpp"
 #include "idist/launchers/program.hpp"
+#include "idist/launchers/resources.hpp"
 #include "idist/launchers/supervisor.hpp"
 
 extern char** environ;
@@ -86,6 +87,7 @@ struct Cli {
   bool verbose = false;
   bool module = false;     // -m: the program is a Python module
   bool no_python = false;  // --no-python: a .py program runs directly
+  bool bind = false;       // --bind: pin each local rank to its share of the cores
   double grace_seconds = 5;
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
@@ -167,10 +169,18 @@ void check_log_dir(const std::string& dir) {
 int run(const Cli& cli) {
   namespace L = idist::launchers;
   L::LaunchOptions options;
-  if (cli.nproc_per_node)
+  if (cli.nproc_per_node == "auto") {
+    // One rank per GPU where there are GPUs (the nccl way), else one per core we may use.
+    const auto gpus = L::visible_gpus();
+    const auto cores = static_cast<int>(L::usable_cpus().size());
+    options.nproc_per_node = std::min(gpus.count > 0 ? gpus.count : cores, 4096);
+    spdlog::info("-n auto: {} rank(s): {}{}", *options.nproc_per_node, gpus.why,
+                 gpus.count > 0 ? "" : fmt::format(", so one per usable core ({})", cores));
+  } else if (cli.nproc_per_node) {
     options.nproc_per_node = checked(cli, "nproc_per_node", [&] {
-      return parse_count("--nproc-per-node", *cli.nproc_per_node, 4096, "a number of processes");
+      return parse_count("--nproc-per-node", *cli.nproc_per_node, 4096, "a number of processes or 'auto'");
     });
+  }
   if (cli.nnodes) options.nnodes = checked(cli, "nnodes", [&] { return parse_nnodes(*cli.nnodes); });
   options.node_rank = cli.node_rank;
   options.master_addr = cli.master_addr;
@@ -218,12 +228,24 @@ int run(const Cli& cli) {
     if (cli.tag_output)
       spdlog::warn("--tag-output does nothing when idist-run execs in place (one task per rank); "
                    "the outer launcher's own option does it (srun --label, mpirun --tag-output)");
+    if (cli.bind)
+      spdlog::warn("--bind does nothing when idist-run execs in place (one task per rank): the outer launcher "
+                   "binds its tasks (srun --cpu-bind, mpirun --bind-to)");
     if (timeout_seconds || cli.max_restarts > 0 || !cli.log_dir.empty())
       spdlog::warn("--timeout, --max-restarts and --log-dir do nothing when idist-run execs in place (one task per "
                    "rank): there is no rank of ours to watch; the outer launcher's options do it");
     L::exec_in_place(plan, path, environ);
   }
 
+  // --bind: each local rank gets its share of our cores, and OpenMP as many threads, unless
+  // the user chose OMP_NUM_THREADS.
+  std::vector<std::vector<int>> shares;
+  if (cli.bind) {
+    shares = L::cpu_shares(L::usable_cpus(), plan.local_count, L::numa_node_of_cpu());
+    for (std::size_t local = 0; local < shares.size(); ++local)
+      spdlog::info("--bind: local rank {} on cpu(s) {}", local, L::cpu_list(shares[local]));
+  }
+  const bool user_omp = std::getenv("OMP_NUM_THREADS") != nullptr;
   const L::MakeAttempt make_attempt = [&](int restart_count) {
     plan.job.restart_count = restart_count;
     // A restart gets a fresh port when we picked the first one: the old one may still be held
@@ -237,9 +259,17 @@ int run(const Cli& cli) {
     }
     L::Attempt attempt;
     attempt.master_port = plan.job.master_port;
-    for (int local = 0; local < plan.local_count; ++local)
-      attempt.processes.push_back(
-          {L::rank_contract(plan, local).rank, path, plan.command, L::rank_environment(plan, local, environ)});
+    for (int local = 0; local < plan.local_count; ++local) {
+      L::ProcessSpec spec{L::rank_contract(plan, local).rank, path, plan.command,
+                          L::rank_environment(plan, local, environ), {}};
+      if (!shares.empty()) {
+        spec.cpus = shares[static_cast<std::size_t>(local)];
+        if (!user_omp)
+          for (auto& var : spec.env)
+            if (var.starts_with("OMP_NUM_THREADS=")) var = "OMP_NUM_THREADS=" + std::to_string(spec.cpus.size());
+      }
+      attempt.processes.push_back(std::move(spec));
+    }
     return attempt;
   };
 
@@ -338,7 +368,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("idist-run ") + IDIST_VERSION + " (backends: " + IDIST_BACKENDS + ")");
   Cli cli;
   app.add_option("-n,--nproc-per-node,--nproc_per_node", cli.nproc_per_node,
-                 "Ranks to start on this node (1 to 4096; default 1, or one rank per task of an outer launcher)");
+                 "Ranks to start on this node (1 to 4096, or auto: one per visible GPU, else one per usable core; "
+                 "default 1, or one rank per task of an outer launcher)");
   app.add_option("--nnodes", cli.nnodes, "Nodes in a job without a scheduler (with --node-rank and --master-addr)");
   app.add_option("--node-rank,--node_rank", cli.node_rank, "This node's index, 0 to --nnodes - 1")
       ->check(CLI::Range(0, 65535));
@@ -380,6 +411,9 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", cli.verbose, "Say what idist-run decides and does");
   app.add_flag("-m,--module", cli.module,
                "The program is a Python module: run python3 -u -m MODULE ARGS... (as torchrun -m)");
+  app.add_flag("--bind", cli.bind,
+               "Pin each local rank to its share of the usable cores (whole NUMA nodes where the counts allow) and "
+               "set OMP_NUM_THREADS to match, unless it is set");
   app.add_flag("--no-python,--no_python", cli.no_python,
                "Run a .py program directly (it needs #! and +x) rather than under python3 -u (as torchrun --no-python)");
   app.add_option(std::string(config::kConfigOption), cli.config_file,

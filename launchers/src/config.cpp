@@ -45,6 +45,7 @@ const Setting* find_setting(std::string_view key) {
 std::string_view type_words(Type type) {
   switch (type) {
     case Type::integer: return "an integer";
+    case Type::count_or_auto: return "an integer or \"auto\"";
     case Type::number: return "a number";
     case Type::string: return "a string";
     case Type::boolean: return "true or false";
@@ -71,6 +72,9 @@ std::optional<std::string> as_text(const json& value, Type type) {
           return std::to_string(static_cast<long long>(d));
       }
       return std::nullopt;
+    case Type::count_or_auto:
+      if (value.is_string() && value.get<std::string>() == "auto") return "auto";
+      return as_text(value, Type::integer);
     case Type::number:
       if (value.is_number()) return value.dump();
       return std::nullopt;
@@ -249,7 +253,7 @@ std::string add_settings(const std::string& plan_json, const std::vector<Resolve
     if (!r.text) continue;
     const std::string& text = *r.text;
     ordered value = text;
-    if (r.setting->type == Type::integer) {
+    if (r.setting->type == Type::integer || r.setting->type == Type::count_or_auto) {
       if (auto n = parse_whole<long long>(text)) value = *n;
     } else if (r.setting->type == Type::number) {
       double d = 0;

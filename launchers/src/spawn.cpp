@@ -1,6 +1,7 @@
 #include "spawn.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -47,6 +48,11 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
   const bool give_stdin = spec.rank == 0 && !::isatty(STDIN_FILENO);
   const int devnull = give_stdin ? -1 : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 
+  cpu_set_t cpus;  // built here: the child may only make system calls
+  CPU_ZERO(&cpus);
+  for (const int cpu : spec.cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+
   // Block signals across fork so that no handler of ours runs in the child.
   sigset_t all, previous;
   ::sigfillset(&all);
@@ -62,6 +68,7 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);  // idist-run died before the prctl took hold
+    if (!spec.cpus.empty()) ::sched_setaffinity(0, sizeof(cpus), &cpus);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);

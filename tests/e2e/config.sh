@@ -236,7 +236,8 @@ cases=$(jq -r '
   .properties | to_entries[] | select(.value["$ref"] == null and .key != "$schema" and .key != "program")
   | .key as $k | .value as $p
   | if $p.enum then ($p.enum[] | ["good", $k, tojson]), ["bad", $k, ("not-" + $p.enum[0] | tojson)], ["bad", $k, "5"]
-    elif $p.type == "integer" then
+    elif $p.type == "integer" or $p.type == ["integer", "string"] then
+      (if ($p.type | type) == "array" then ["good", $k, "\"auto\""], ["bad", $k, "\"Auto\""] else empty end),
       (if $p.minimum != null then ["good", $k, ($p.minimum | tojson)], ["bad", $k, ($p.minimum - 1 | tojson)] else empty end),
       (if $p.maximum != null then ["good", $k, ($p.maximum | tojson)], ["bad", $k, ($p.maximum + 1 | tojson)] else empty end),
       ["bad", $k, "\"1\""], ["bad", $k, "1.5"]

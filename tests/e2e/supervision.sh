@@ -124,4 +124,27 @@ check "no line is mixed between ranks" \
 out=$("$RUN" -n 2 "$RANKS/chatty.sh" 2>&1)
 check "untagged: no line is mixed between ranks" equals "$(grep -cE '^(A{300}|B{300})$' <<<"$out")" 6000
 
+# --- -n auto and --bind ------------------------------------------------------------------
+cpus_of_rank() { grep "^RANK=$1 " <<<"$2" | grep -o 'CPUS=[^ ]*' | cut -d= -f2; }
+show='echo "RANK=$RANK WORLD_SIZE=$WORLD_SIZE CPUS=$(grep Cpus_allowed_list /proc/self/status | cut -f2) OMP=$OMP_NUM_THREADS"'
+out=$("$RUN" -n auto sh -c "$show" 2>&1)
+if [ -d /proc/driver/nvidia/gpus ]; then
+  echo "# -n auto on a machine with NVIDIA GPUs: one rank per GPU ($(grep -o 'WORLD_SIZE=[0-9]*' <<<"$out" | head -1))"
+else
+  check "-n auto without a GPU: one rank per usable core ($(nproc))" equals "$(grep -c '^RANK=' <<<"$out")" "$(nproc)"
+fi
+out=$("$RUN" -n 2 --bind sh -c "$show" 2>&1)
+check "--bind: ranks 0 and 1 on different cores ($(cpus_of_rank 0 "$out") and $(cpus_of_rank 1 "$out"))" \
+  test -n "$(cpus_of_rank 0 "$out")" -a "$(cpus_of_rank 0 "$out")" != "$(cpus_of_rank 1 "$out")"
+share=$(($(nproc) / 2))
+check "--bind: OMP_NUM_THREADS is the share's size ($share)" equals "$(grep -c "OMP=$share\$" <<<"$out")" 2
+out=$(OMP_NUM_THREADS=7 "$RUN" -n 2 --bind sh -c "$show" 2>&1)
+check "--bind keeps an OMP_NUM_THREADS the user set" equals "$(grep -c 'OMP=7$' <<<"$out")" 2
+out=$(taskset -c 0 "$RUN" -n 2 --bind sh -c "$show" 2>&1)
+check "--bind shares only the cores idist-run may use (taskset -c 0: both on 0)" \
+  equals "$(cpus_of_rank 0 "$out")/$(cpus_of_rank 1 "$out")" "0/0"
+out=$("$RUN" -n 2 sh -c "$show" 2>&1)
+check "without --bind, ranks keep every core ($(cpus_of_rank 0 "$out"))" \
+  equals "$(cpus_of_rank 0 "$out")" "$(grep Cpus_allowed_list /proc/self/status | cut -f2)"
+
 finish

@@ -116,7 +116,7 @@ TEST_CASE("read_file: one line naming the file and the key for every bad file") 
   CHECK(file_error(R"({"nproc_per_node": 2, "bogus": 1})") ==
         ": unknown key 'bogus' (idist-run --print-config-keys lists them)");
   CHECK(file_error(R"({"nnode": 2})") == ": unknown key 'nnode' (did you mean 'nnodes'?)");
-  CHECK(file_error(R"({"nproc_per_node": "2"})") == ": key 'nproc_per_node': expected an integer, not string \"2\"");
+  CHECK(file_error(R"({"nproc_per_node": "2"})") == ": key 'nproc_per_node': expected an integer or \"auto\", not string \"2\"");
   CHECK(file_error(R"({"tag_output": [true]})") == ": key 'tag_output': expected true or false, not array [true]");
   CHECK(file_error(R"({"grace": null})") == ": key 'grace': expected a number, not null null");
   CHECK(file_error(R"({"grace": 1, "grace": 2})") == ": key 'grace' is given twice");

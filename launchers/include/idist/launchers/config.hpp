@@ -20,7 +20,8 @@
 
 namespace idist::launchers::config {
 
-enum class Type { integer, number, string, boolean };
+// count_or_auto: an integer, or the string "auto" (-n auto).
+enum class Type { integer, count_or_auto, number, string, boolean };
 
 // One option of idist-run and its other two spellings.
 struct Setting {
@@ -36,7 +37,7 @@ struct Setting {
 // IDIST_LAUNCHER tells a rank where its topology came from; a nested idist-run must not take
 // either for its own option.
 inline constexpr Setting kSettings[] = {
-    {"nproc_per_node", "--nproc-per-node", "IDIST_NPROC_PER_NODE", Type::integer},
+    {"nproc_per_node", "--nproc-per-node", "IDIST_NPROC_PER_NODE", Type::count_or_auto},
     {"nnodes", "--nnodes", "IDIST_NNODES", Type::integer},
     {"node_rank", "--node-rank", "IDIST_NODE_RANK", Type::integer},
     {"master_addr", "--master-addr", "IDIST_MASTER_ADDR", Type::string},
@@ -55,6 +56,7 @@ inline constexpr Setting kSettings[] = {
     {"verbose", "--verbose", "IDIST_VERBOSE", Type::boolean},
     {"module", "--module", "IDIST_MODULE", Type::boolean},
     {"no_python", "--no-python", "IDIST_NO_PYTHON", Type::boolean},
+    {"bind", "--bind", "IDIST_BIND", Type::boolean},
 };
 
 inline constexpr std::string_view kConfigOption = "--config";

@@ -36,6 +36,7 @@ struct ProcessSpec {
   std::string path;               // resolved executable
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=value"
+  std::vector<int> cpus;          // --bind: the cores it may run on; empty: ours
 };
 
 // The processes of one attempt; attempt k > 0 is the k-th restart.

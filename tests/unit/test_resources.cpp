@@ -1,0 +1,95 @@
+// What -n auto and --bind read from the node: GPUs (driver entries narrowed by
+// CUDA_VISIBLE_DEVICES), NUMA nodes, and how cores are shared out among local ranks.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "idist/launchers/resources.hpp"
+
+namespace fs = std::filesystem;
+using idist::launchers::cpu_list;
+using idist::launchers::cpu_shares;
+using idist::launchers::numa_node_of_cpu;
+using idist::launchers::visible_gpus;
+
+namespace {
+
+// A fake /proc/driver/nvidia/gpus (or /sys/devices/system/node) in a temporary directory.
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("idist-resources-" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+idist::env::Lookup env_with(std::map<std::string, std::string> vars) {
+  return [vars](std::string_view name) -> std::optional<std::string> {
+    const auto it = vars.find(std::string(name));
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("visible GPUs: the driver's entries, narrowed by CUDA_VISIBLE_DEVICES as CUDA does") {
+  TempDir dir;
+  CHECK(visible_gpus(env_with({}), dir.path / "absent").count == 0);
+  CHECK(visible_gpus(env_with({{"CUDA_VISIBLE_DEVICES", "0,1"}}), dir.path).count == 0);  // no driver, no GPU
+  for (const char* bus : {"0000:01:00.0", "0000:41:00.0", "0000:81:00.0", "0000:c1:00.0"})
+    fs::create_directories(dir.path / bus);
+  CHECK(visible_gpus(env_with({}), dir.path).count == 4);
+  CHECK(visible_gpus(env_with({{"CUDA_VISIBLE_DEVICES", "2,3"}}), dir.path).count == 2);
+  CHECK(visible_gpus(env_with({{"CUDA_VISIBLE_DEVICES", ""}}), dir.path).count == 0);
+  CHECK(visible_gpus(env_with({{"CUDA_VISIBLE_DEVICES", "-1"}}), dir.path).count == 0);
+  CHECK(visible_gpus(env_with({{"CUDA_VISIBLE_DEVICES", "0,7,1"}}), dir.path).count == 1);  // 7: no such GPU, stop
+  CHECK(visible_gpus(env_with({{"CUDA_VISIBLE_DEVICES", "GPU-8f3a,GPU-11c2"}}), dir.path).count == 2);
+  const auto said = visible_gpus(env_with({{"CUDA_VISIBLE_DEVICES", "1"}}), dir.path);
+  CHECK(said.why == "1 GPU(s) (CUDA_VISIBLE_DEVICES=1)");
+}
+
+TEST_CASE("NUMA nodes from /sys/devices/system/node/node*/cpulist") {
+  TempDir dir;
+  fs::create_directories(dir.path / "node0");
+  fs::create_directories(dir.path / "node1");
+  fs::create_directories(dir.path / "power");  // not a node
+  std::ofstream(dir.path / "node0" / "cpulist") << "0-3,8-11\n";
+  std::ofstream(dir.path / "node1" / "cpulist") << "4-7,12-15\n";
+  const auto numa = numa_node_of_cpu(dir.path);
+  CHECK(numa.size() == 16);
+  CHECK(numa.at(9) == 0);
+  CHECK(numa.at(12) == 1);
+  CHECK(numa_node_of_cpu(dir.path / "absent").empty());
+}
+
+TEST_CASE("cores are shared out in contiguous shares that keep to one NUMA node where they can") {
+  const std::vector<int> eight = {0, 1, 2, 3, 4, 5, 6, 7};
+  CHECK(cpu_shares(eight, 2) == std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(cpu_shares(eight, 3) == std::vector<std::vector<int>>{{0, 1, 2}, {3, 4, 5}, {6, 7}});
+  CHECK(cpu_shares(eight, 1) == std::vector<std::vector<int>>{eight});
+  // Hyperthread-style numbering: even cores on node 0, odd on node 1. Two ranks get a node each.
+  std::map<int, int> interleaved;
+  for (int c : eight) interleaved[c] = c % 2;
+  CHECK(cpu_shares(eight, 2, interleaved) == std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}});
+  CHECK(cpu_shares(eight, 4, interleaved) == std::vector<std::vector<int>>{{0, 2}, {4, 6}, {1, 3}, {5, 7}});
+  // More ranks than cores: they take turns.
+  CHECK(cpu_shares({0, 1}, 5) == std::vector<std::vector<int>>{{0}, {1}, {0}, {1}, {0}});
+  // A restricted mask (a cgroup, an outer launcher's binding) is all there is to share.
+  CHECK(cpu_shares({2, 3, 6, 7}, 2) == std::vector<std::vector<int>>{{2, 3}, {6, 7}});
+  CHECK(cpu_shares({}, 2) == std::vector<std::vector<int>>{{}, {}});
+}
+
+TEST_CASE("cpu lists are written as the kernel writes them") {
+  CHECK(cpu_list({0, 1, 2, 3}) == "0-3");
+  CHECK(cpu_list({5, 0, 2, 1}) == "0-2,5");
+  CHECK(cpu_list({7}) == "7");
+  CHECK(cpu_list({}).empty());
+}
+
+TEST_CASE("usable cpus: this process's affinity mask, never empty") {
+  const auto cpus = idist::launchers::usable_cpus();
+  CHECK_FALSE(cpus.empty());
+  CHECK(std::is_sorted(cpus.begin(), cpus.end()));
+}
