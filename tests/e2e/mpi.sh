@@ -45,4 +45,13 @@ check "the refusal names OMPI_COMM_WORLD_LOCAL_SIZE and --force-spawn" \
 out=$("${MPIRUN[@]}" -np 2 "$RUN" --dry-run --launcher spawn -n 2 "$EX/all_reduce" 2>/dev/null | head -c 20000)
 check "--launcher spawn under mpirun ignores MPI's variables" contains "$out" '"launcher": "spawn"'
 
+# scripts/examples/mpirun.sh as a user runs it: idist-run from PATH, both backends.
+JOBS=$(cd "$(dirname "$0")/../../scripts/examples" && pwd)
+for backend in gloo mpi; do
+  out=$(PATH="$(dirname "$RUN"):$PATH" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NP=4 BACKEND=$backend \
+    PROGRAM="$EX/all_reduce" timeout 60 bash "$JOBS/mpirun.sh" 2>&1)
+  check "scripts/examples/mpirun.sh (BACKEND=$backend): 4 ranks get [16, 20]" \
+    equals "$(count "$out" "After performing all_reduce: [16, 20]")" 4
+done
+
 finish

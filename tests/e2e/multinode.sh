@@ -72,4 +72,17 @@ usage_error "elastic --nnodes 1:2" "elastic ranges" --nnodes 1:2
 usage_error "--nnodes 0" "--nnodes 0 is out of range" --nnodes 0
 usage_error "--nnodes with --launcher slurm" "do not go with --launcher slurm" --nnodes 2 --node-rank 0 --master-addr h --launcher slurm
 
+# scripts/examples/two_nodes_static.sh as a user runs it on two machines, here both on loopback.
+JOBS=$(cd "$(dirname "$0")/../../scripts/examples" && pwd)
+export PROGRAM="$EX/all_reduce" MASTER_PORT=$((port + 1)) PATH="$(dirname "$RUN"):$PATH"
+bash "$JOBS/two_nodes_static.sh" 1 127.0.0.1 >"$DIR/static1.out" 2>&1 &
+node1=$!
+out=$(bash "$JOBS/two_nodes_static.sh" 0 127.0.0.1 2>&1)
+rc0=$?
+wait $node1
+rc1=$?
+node1=
+check "scripts/examples/two_nodes_static.sh 0 and 1: both exit 0" equals "$rc0/$rc1" "0/0"
+check "... 4 ranks get [16, 20]" equals "$(count "$out$(printf '\n')$(cat "$DIR/static1.out")" "After performing all_reduce: [16, 20]")" 4
+
 finish

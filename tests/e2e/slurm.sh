@@ -171,4 +171,13 @@ check "sbatch --nodes=2 --ntasks-per-node=2 exits 0" equals $? 0
 expect_all_reduce "sbatch 2 nodes x 2 tasks" "$(cat job2.out)" 4
 check "the two-node batch script does not claim rank 0 of 4" equals "$(jq -r '.world_size' batch_plan2.json)" 1
 
+# The job scripts of scripts/examples/, as a user submits them: idist-run from PATH.
+JOBS=$(cd "$HERE/../../scripts/examples" && pwd)
+for script in sbatch_task_per_rank sbatch_task_per_node; do
+  PATH="$(dirname "$RUN"):$PATH" PROGRAM="$EX/all_reduce" timeout 60 sbatch --wait -o "$script.out" \
+    "$JOBS/$script.sh" >/dev/null
+  check "sbatch scripts/examples/$script.sh exits 0" equals $? 0
+  expect_all_reduce "scripts/examples/$script.sh" "$(cat "$script.out")" 4
+done
+
 finish
