@@ -110,4 +110,18 @@ done
 out=$("$EX/all_reduce" 2>&1)
 check "without idist-run: a world of one" contains "$out" "Rank 0, After performing all_reduce: [1, 2]"
 
+# CI smoke on CPU: a program that asks for nccl runs every collective over gloo when told to.
+for n in 2 3; do
+  out=$("$RUN" -n $n --backend gloo "$EX/smoke" 2>&1)
+  check "smoke (asks for nccl) under --backend gloo on $n ranks: exit 0" equals $? 0
+  check "... every rank's collectives right" equals "$(count "$out" "on gloo: every collective right")" $n
+  check "... and one notice of the override" equals "$(count "$out" "IDIST_BACKEND=gloo overrides the backend 'nccl'")" 1
+done
+if ! command -v nvidia-smi >/dev/null; then
+  out=$("$RUN" -n 2 "$EX/smoke" 2>&1)
+  rc=$?
+  check "smoke without --backend on a machine without a GPU: fails at init, saying nccl" \
+    eval '[ $rc -ne 0 ] && contains "$out" "init(nccl)"'
+fi
+
 finish
