@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "device_memory.hpp"
 #include "reduce/kernels.hpp"
 #include "work_state.hpp"
 
@@ -64,6 +65,10 @@ void ProcessGroup::check_root(std::string_view op, std::string_view role, int ro
 
 void ProcessGroup::check_buffer(std::string_view op, const void* data, std::size_t count) const {
   if (count > 0 && data == nullptr) throw Error(site(op), "null buffer with count > 0");
+  // gloo and mpi would read device memory as host memory: a crash, or silent garbage.
+  if (count > 0 && options_.site.backend != "nccl" && is_device_memory(data))
+    throw Error(site(op), "the buffer is GPU memory, which the " + options_.site.backend +
+                              " backend cannot read; use the nccl backend, or copy it to the host first");
 }
 
 void ProcessGroup::check_reduce(std::string_view op, DType dtype, ReduceOp reduce) const {

@@ -364,6 +364,22 @@ int main() {
     ++failures;
     std::printf("FAIL finalize: %s\n", e.what());
   }
+  // The same device buffer handed to gloo: refused with a clear error, not read as host memory.
+  run_case("gloo refuses a device buffer", [] {
+    idist::init({.backend = "gloo"});
+    float* device = nullptr;
+    check_cuda(cudaMalloc(&device, 4 * sizeof(float)), "cudaMalloc");
+    std::string why = "no error";
+    try {
+      idist::all_reduce(std::span<float>(device, 4));
+    } catch (const idist::Error& e) {
+      why = std::string(e.what()).find("GPU memory") != std::string::npos ? "" : e.what();
+    }
+    cudaFree(device);
+    idist::finalize();
+    return why;
+  });
+
   std::printf("nccl_check: %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }
