@@ -437,6 +437,8 @@ int main(int argc, char** argv) {
     const auto& rest = app.remaining();
     const bool after_dashes = !rest.empty() && rest.front() == "--";
     cli.command.assign(rest.begin() + (after_dashes ? 1 : 0), rest.end());
+    if (!cli.command.empty() && cli.command.front().starts_with("-") && !after_dashes)
+      throw UsageError("unknown option '" + cli.command.front() + "' (see idist-run --help)");
     if (cli.print_config) {
       std::vector<std::string> program = cli.command;
       std::string from = "command line";
@@ -454,8 +456,6 @@ int main(int argc, char** argv) {
                                         file->context(config::kProgramKey)});
     } else if (cli.command.empty()) {
       throw UsageError("no program given (idist-run [OPTIONS] PROGRAM [ARGS...])");
-    } else if (cli.command.front().starts_with("-") && !after_dashes) {
-      throw UsageError("unknown option '" + cli.command.front() + "' (see idist-run --help)");
     }
     under_python(cli);
     setup_logging(cli.verbose);

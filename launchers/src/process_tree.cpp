@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -110,11 +111,21 @@ void start_guardian() {
     if (::fork() != 0) ::_exit(0);  // the guardian is re-parented away from idist-run
     ::setsid();                     // and a Ctrl-C on the terminal does not reach it
     ::prctl(PR_SET_NAME, "idist-guardian");
+    // idist-run's signal handlers write to descriptors we close below: back to the defaults,
+    // so that a TERM ends us like any process.
+    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    [[maybe_unused]] const int moved = ::chdir("/");  // nor keep idist-run's directory busy
     ::close(fds[1]);
     // Hold nothing of idist-run's open: not its console (a caller reading idist-run's output
     // to EOF must not wait for us), not its reserved port.
     ::dup2(fds[0], 3);
-    ::close_range(4, ~0U, 0);
+    if (::close_range(4, ~0U, 0) != 0) {  // kernels before 5.9, or a seccomp filter that refuses it
+      const long limit = std::min(::sysconf(_SC_OPEN_MAX), 1L << 16);
+      for (int fd = 4; fd < limit; ++fd) ::close(fd);
+    }
     if (const int null = ::open("/dev/null", O_RDWR); null >= 0) {
       for (int fd = 0; fd <= 2; ++fd) ::dup2(null, fd);
       if (null > 3) ::close(null);

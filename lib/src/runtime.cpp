@@ -378,29 +378,35 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
 
 void Runtime::finalize() {
   if (!rendezvous_) return;
+  const std::string key = std::string(kWorldPrefix) + "finalized/";
   try {
-    const std::string key = std::string(kWorldPrefix) + "finalized/";
     store_->set(key + std::to_string(contract_.rank), {});
     if (contract_.rank == 0) {
       wait_all(*store_, numbered_keys(key, contract_.world_size), Clock::now() + contract_.timeout);
-      return;  // the caller tears the store down
-    }
-    // Leave only once rank 0's store is gone. A rank that returned earlier could call init()
-    // again and reach the old store while it shuts down (a reset mid-hello), or read the old
-    // rendezvous' keys; once it is gone, the new init's connects are refused and retried
-    // until rank 0's next store listens. Nobody sets this key: the wait ends when rank 0
-    // closes the connection (or after the timeout, when rank 0 is stuck).
-    try {
-      store_->get(key + "store_closed");
-    } catch (const TimeoutFailure&) {
-      throw;
-    } catch (const std::exception&) {
-      // The connection closed: what we waited for.
+      return;  // the caller tears down the groups, then the store
     }
   } catch (const std::exception& e) {
     // finalize() must not hang or throw at exit; a peer that never arrived is worth a warning.
     detail::log().warn("[idist rank {}/{}] finalize: not every rank arrived ({}); tearing down anyway", contract_.rank,
-                 contract_.world_size, e.what());
+                       contract_.world_size, e.what());
+    return;
+  }
+  // Our groups go first: a backend's teardown may need its peers (nccl's), and rank 0 tears its
+  // own down before its store closes.
+  groups_.clear();
+  world_.reset();
+  // Leave only once rank 0's store is gone. A rank that returned earlier could call init()
+  // again and reach the old store while it shuts down (a reset mid-hello), or read the old
+  // rendezvous' keys; once it is gone, the new init's connects are refused and retried until
+  // rank 0's next store listens. Nobody sets this key: the wait ends when rank 0 closes the
+  // connection (or after the timeout, when rank 0 is stuck).
+  try {
+    store_->get(key + "store_closed");
+  } catch (const TimeoutFailure& e) {
+    detail::log().warn("[idist rank {}/{}] finalize: rank 0's store did not close ({}); leaving anyway", contract_.rank,
+                       contract_.world_size, e.what());
+  } catch (const std::exception&) {
+    // The connection closed: what we waited for.
   }
 }
 

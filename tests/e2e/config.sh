@@ -301,7 +301,8 @@ schema = json.load(open(sys.argv[1]))
 jsonschema.Draft202012Validator.check_schema(schema)
 jsonschema.Draft202012Validator(schema).validate(json.load(open(sys.argv[2])))
 EOF
-    check "$(basename "$profile") is valid under the schema (python3 jsonschema)" equals $? 0
+    rc=$?
+    check "$(basename "$profile") is valid under the schema (python3 jsonschema)" equals $rc 0
   done
 else
   echo "# python3 jsonschema is not installed: the profiles were checked by idist-run only"

@@ -83,6 +83,6 @@ wait $node1
 rc1=$?
 node1=
 check "scripts/examples/two_nodes_static.sh 0 and 1: both exit 0" equals "$rc0/$rc1" "0/0"
-check "... 4 ranks get [16, 20]" equals "$(count "$out$(printf '\n')$(cat "$DIR/static1.out")" "After performing all_reduce: [16, 20]")" 4
+check "... 4 ranks get [16, 20]" equals "$(count "$(printf '%s\n%s' "$out" "$(cat "$DIR/static1.out")")" "After performing all_reduce: [16, 20]")" 4
 
 finish
