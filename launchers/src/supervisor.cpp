@@ -34,6 +34,17 @@ using detail::WallClock;
 // Lines of a failing rank's stderr shown in the summary.
 constexpr std::size_t kTailLines = 10;
 
+// Whether we have any child, exited or not, without reaping it. As a child subreaper we adopt
+// every orphan in our tree, so a process the ranks left behind is always a child of ours or
+// below one: without children there is nothing to look for, and the /proc scan that finds
+// descendants (a file read per process on the machine, a few milliseconds) can be skipped.
+// That scan ran twice at the end of every job, most of what `idist-run -n 1 /bin/true` cost
+// over `/bin/true` (docs/BENCHMARKS.md).
+bool has_children() {
+  siginfo_t info{};
+  return ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
 // How long output may keep coming once every rank and leftover is gone (a process outside our
 // tree may hold a pipe); after that we stop reading rather than wait forever.
 constexpr auto kDrainTime = std::chrono::seconds(2);
@@ -255,7 +266,7 @@ class Supervisor {
   void on_child_signal(const boost::system::error_code& ec) {
     if (ec) return;
     reap_children();
-    if (cleaning_ && detail::descendants_of(::getpid()).empty()) end_cleaning();
+    if (cleaning_ && (!has_children() || detail::descendants_of(::getpid()).empty())) end_cleaning();
     maybe_finish();
     if (!finished_) child_signal_.async_wait([this](auto e, int) { on_child_signal(e); });
   }
@@ -269,7 +280,7 @@ class Supervisor {
       return;
     a.ranks_gone = true;
     kill_timer_.cancel();
-    const auto left = detail::descendants_of(::getpid());
+    const auto left = has_children() ? detail::descendants_of(::getpid()) : std::vector<pid_t>();
     if (left.empty()) return start_drain();
     if (tearing_down_) {
       kill_leftovers_now();
@@ -298,6 +309,7 @@ class Supervisor {
   // Bounded, because a process stuck in the kernel (state D) cannot be hurried.
   void kill_leftovers_now() {
     for (int round = 0; round < 200; ++round) {
+      if (!has_children()) return;
       const auto n = detail::signal_descendants(SIGKILL);
       reap_children();
       if (n == 0) return;

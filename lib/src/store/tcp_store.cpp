@@ -66,8 +66,10 @@ TcpStore::~TcpStore() {
 void TcpStore::connect(Clock::time_point deadline) {
   const std::string where = options_.host + ":" + std::to_string(options_.port);
   std::string last_error = "no attempt";
-  auto backoff = std::chrono::milliseconds(10);
-  // Rank 0 may come up after us: retry refused connections until the deadline.
+  // Rank 0 may come up after us: retry refused connections until the deadline. Start at 1 ms
+  // and stay under 50 ms: at launch, ranks routinely beat rank 0's store by a few ms, and a
+  // long sleep then is most of the job's start-up (docs/BENCHMARKS.md).
+  auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -110,7 +112,7 @@ void TcpStore::connect(Clock::time_point deadline) {
       throw TimeoutFailure("could not reach the store at " + where + " within " + seconds_text(options_.timeout) +
                            " (" + last_error + "); is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?");
     std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(250));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
   }
 }
 

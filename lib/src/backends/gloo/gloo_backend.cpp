@@ -17,12 +17,17 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 #include <netdb.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "backends/gloo/gloo_store.hpp"
@@ -107,26 +112,155 @@ std::string local_address_towards(const std::string& host, int port) {
   return address;
 }
 
+// Point-to-point frames (see GlooBackend::send): the length of a message, then, for messages
+// of up to kInline bytes, the data.
+constexpr std::size_t kInline = 64 * 1024;
+constexpr std::size_t kLengthBytes = sizeof(std::uint64_t);
+constexpr std::size_t kFrameBytes = kLengthBytes + kInline;
+
+// A frame buffer and Gloo's UnboundBuffer over it, made once and reused for message after
+// message: destroying an UnboundBuffer spins (sched_yield) until Gloo's I/O thread has let go
+// of it, which happens only just after the waiting thread has woken up, so a buffer made and
+// destroyed per message cost a few context switches each time.
+struct Frame {
+  std::unique_ptr<char[]> bytes;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;  // after bytes: destroyed first
+  bool reusable = false;  // set once the transfer it served has completed
+};
+
+class FramePool : public std::enable_shared_from_this<FramePool> {
+ public:
+  explicit FramePool(std::shared_ptr<gloo::rendezvous::Context> context) : context_(std::move(context)) {}
+
+  // A frame for one message, back in the pool when the last handle goes, if its transfer
+  // completed (after a failure Gloo may still hold it: then it is destroyed, which waits).
+  std::shared_ptr<Frame> take() {
+    std::unique_ptr<Frame> frame;
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        frame = std::move(free_.back());
+        free_.pop_back();
+      }
+    }
+    if (!frame) {
+      frame = std::make_unique<Frame>();
+      frame->bytes.reset(new char[kFrameBytes]);
+      frame->buffer = context_->createUnboundBuffer(frame->bytes.get(), kFrameBytes);
+    }
+    return {frame.release(), [pool = shared_from_this()](Frame* f) { pool->give(std::unique_ptr<Frame>(f)); }};
+  }
+
+ private:
+  static constexpr std::size_t kKept = 64;  // 4 MiB at most, for as many messages in flight
+
+  void give(std::unique_ptr<Frame> frame) {
+    if (!frame->reusable) return;
+    frame->reusable = false;
+    std::lock_guard lock(mu_);
+    if (free_.size() < kKept) free_.push_back(std::move(frame));
+  }
+
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Frame>> free_;
+};
+
+// Gloo's TCP device runs an event loop on a thread of its own, which waits in epoll_wait with
+// a 10 ms timeout; closing a connection waits for the loop's next turn, and so does the end of
+// the loop's thread. Idle, that is up to 10 ms per peer whenever a group is torn down, and 10
+// more when the device goes: finalize() took 20-30 ms at 2 ranks and 80-120 ms at 8, most of a
+// short job's life (docs/BENCHMARKS.md). So the device comes with a bell: an eventfd
+// registered with its loop, level-triggered, readable only while rung. Rung, epoll_wait
+// returns at once, and the handler only yields the processor (on a busy machine a loop turning
+// for nothing must not take the core from the threads doing the teardown): the loop turns
+// without waiting for as long as a teardown lasts, then goes back to sleep. Launches of
+// init + barrier + exit took half the time with it, from 1 to 64 ranks.
+class TcpDevice {
+ public:
+  explicit TcpDevice(const gloo::transport::tcp::attr& attr)
+      : device_(gloo::transport::tcp::CreateDevice(attr)),
+        tcp_(dynamic_cast<gloo::transport::tcp::Device*>(device_.get())),
+        bell_fd_(tcp_ != nullptr ? ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1) {
+    if (bell_fd_ >= 0) tcp_->registerDescriptor(bell_fd_, EPOLLIN, &bell_);
+  }
+
+  ~TcpDevice() {
+    if (bell_fd_ < 0) return;
+    ring();  // the loop's thread ends at its next turn: now
+    // Still used elsewhere, its loop goes on after us: then the bell is taken away first.
+    if (device_.use_count() > 1) tcp_->unregisterDescriptor(bell_fd_, &bell_);
+    device_.reset();
+    ::close(bell_fd_);
+  }
+
+  TcpDevice(const TcpDevice&) = delete;
+  TcpDevice& operator=(const TcpDevice&) = delete;
+
+  std::shared_ptr<gloo::transport::Device>& device() { return device_; }
+
+  // Between ring() and silence(), the loop turns without waiting. Nested and concurrent
+  // teardowns (groups, the world) each ring once; the last silence() quiets it.
+  void ring() {
+    std::lock_guard lock(mu_);
+    if (bell_fd_ >= 0 && rings_++ == 0) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const auto n = ::write(bell_fd_, &one, sizeof(one));
+    }
+  }
+  void silence() {
+    std::lock_guard lock(mu_);
+    if (bell_fd_ >= 0 && --rings_ == 0) {
+      std::uint64_t count = 0;
+      [[maybe_unused]] const auto n = ::read(bell_fd_, &count, sizeof(count));
+    }
+  }
+
+ private:
+  struct Bell final : gloo::transport::tcp::Handler {
+    void handleEvents(int) override { std::this_thread::yield(); }
+  };
+
+  std::shared_ptr<gloo::transport::Device> device_;
+  gloo::transport::tcp::Device* tcp_;
+  Bell bell_;
+  int bell_fd_;
+  std::mutex mu_;
+  int rings_ = 0;
+};
+
 class GlooBackend final : public Backend {
  public:
   // Every group has its own context (its own connections and slots), all on one device.
-  GlooBackend(const BackendInit& init, std::shared_ptr<gloo::transport::Device> device)
+  GlooBackend(const BackendInit& init, std::shared_ptr<TcpDevice> device)
       : timeout_(init.timeout), device_(std::move(device)) {
     context_ = std::make_shared<gloo::rendezvous::Context>(init.rank, init.size);
     context_->setTimeout(timeout_);
     GlooStore adapter(init.store);
     gloo::rendezvous::PrefixStore prefixed(init.key_prefix + "gloo", adapter);
-    guard([&] { context_->connectFullMesh(prefixed, device_); });
+    guard([&] { context_->connectFullMesh(prefixed, device_->device()); });
+    frames_ = std::make_shared<FramePool>(context_);
   }
 
-  static std::shared_ptr<gloo::transport::Device> make_device(const env::Contract& contract) {
+  // The connections close with the device's event loop kept turning (see TcpDevice).
+  ~GlooBackend() override {
+    device_->ring();
+    frames_.reset();  // its buffers hold the connections too
+    context_.reset();
+    device_->silence();
+  }
+
+  GlooBackend(const GlooBackend&) = delete;
+  GlooBackend& operator=(const GlooBackend&) = delete;
+
+  static std::shared_ptr<TcpDevice> make_device(const env::Contract& contract) {
     gloo::transport::tcp::attr attr;
     if (!contract.gloo_socket_ifname.empty()) {
       attr.iface = contract.gloo_socket_ifname;
     } else {
       attr.hostname = local_address_towards(contract.master_addr, contract.master_port);
     }
-    return gloo::transport::tcp::CreateDevice(attr);
+    return std::make_shared<TcpDevice>(attr);
   }
 
   std::string_view name() const override { return "gloo"; }
@@ -145,13 +279,13 @@ class GlooBackend final : public Backend {
   }
 
   // Gloo's reduce uses its output as scratch space on every rank; a non-root rank's buffer is
-  // its input only, and it reduces into a copy, so the caller's data stays as it was.
+  // its input only, and it reduces into scratch space, so the caller's data stays as it was.
   void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override {
     gloo::ReduceOptions opts(context_);
-    std::vector<char> scratch(context_->rank == root ? 0 : count * dtype_size(dtype));
+    char* out = context_->rank == root ? static_cast<char*>(data) : scratch(count * dtype_size(dtype));
     with_bytes(dtype, [&]<class E>() {
       opts.setInput(static_cast<E*>(data), count);
-      opts.setOutput(scratch.empty() ? static_cast<E*>(data) : reinterpret_cast<E*>(scratch.data()), count);
+      opts.setOutput(reinterpret_cast<E*>(out), count);
     });
     opts.setRoot(root);
     opts.setReduceFunction(reducer(dtype, op));
@@ -163,9 +297,11 @@ class GlooBackend final : public Backend {
   // which must not share a context with it): all_reduce a copy, keep this rank's block.
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
     const auto block = count * dtype_size(dtype);
-    std::vector<char> all(static_cast<const char*>(in), static_cast<const char*>(in) + block * static_cast<std::size_t>(context_->size));
-    all_reduce(all.data(), count * static_cast<std::size_t>(context_->size), dtype, op);
-    std::memcpy(out, all.data() + block * static_cast<std::size_t>(context_->rank), block);
+    const auto size = static_cast<std::size_t>(context_->size);
+    char* all = scratch(block * size);
+    std::memcpy(all, in, block * size);
+    all_reduce(all, count * size, dtype, op);
+    std::memcpy(out, all + block * static_cast<std::size_t>(context_->rank), block);
   }
 
   void gather(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
@@ -226,44 +362,63 @@ class GlooBackend final : public Backend {
   }
 
   // Gloo's unbound buffers: posting never blocks; waiting does. A receive smaller than the
-  // message aborts the receiving process inside Gloo (an enforce on its I/O thread), so every
-  // message is preceded by its length, and the receiver posts the payload only once it knows
-  // it fits. Both travel on slots of their own, numbered per (peer, tag) in posting order, so
-  // that payloads posted later, from other threads, still land in the right buffers.
+  // message aborts the receiving process inside Gloo (an enforce on its I/O thread), so a
+  // receiver must never post less than what may come; and Gloo moves data only once the
+  // receiver has posted, so a transfer the receiver posts late costs two more trips (its
+  // "ready" to the sender, then the data). Hence every message starts with a frame that the
+  // receiver posts at once, sized for any frame: the message's length, followed, for messages
+  // of up to kInline bytes, by the data itself. A small message is one transfer into a buffer
+  // posted in advance, as with a raw Gloo send of known size (a separate payload transfer
+  // made it three trips: 3-4x raw Gloo's ping-pong time, docs/BENCHMARKS.md). A larger one
+  // follows on a payload slot, posted once the receiver knows it fits; a message of another
+  // length than the receive buffer is drained (into scratch space, or by not copying the
+  // inline data) so the channel stays in step. Frames and payloads travel on slots of their
+  // own, numbered per (peer, tag) in posting order, so that messages posted later, from
+  // other threads, still land in the right buffers.
   Completion send(const void* data, std::size_t bytes, int dst, std::uint32_t tag) override {
     const auto seq = next_sequence(send_sequence_, dst, tag);
-    auto length = std::make_shared<std::uint64_t>(bytes);
-    std::shared_ptr<gloo::transport::UnboundBuffer> header = context_->createUnboundBuffer(length.get(), sizeof(*length));
-    std::shared_ptr<gloo::transport::UnboundBuffer> payload =
-        context_->createUnboundBuffer(const_cast<void*>(data), bytes);
+    const bool inline_data = bytes <= kInline;
+    const auto frame_bytes = kLengthBytes + (inline_data ? bytes : 0);
+    auto frame = frames_->take();
+    const std::uint64_t length = bytes;
+    std::memcpy(frame->bytes.get(), &length, kLengthBytes);
+    if (inline_data) std::memcpy(frame->bytes.get() + kLengthBytes, data, bytes);
+    std::shared_ptr<gloo::transport::UnboundBuffer> payload;
+    if (!inline_data) payload = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
     guard([&] {
-      header->send(dst, p2p_slot(kHeaderSlot, tag, seq));
-      payload->send(dst, p2p_slot(kPayloadSlot, tag, seq));
+      frame->buffer->send(dst, p2p_slot(kHeaderSlot, tag, seq), 0, frame_bytes);
+      if (payload) payload->send(dst, p2p_slot(kPayloadSlot, tag, seq));
     });
-    return [length, header, payload, timeout = timeout_] {
+    return [frame, payload, timeout = timeout_] {
       guard([&] {
-        header->waitSend(timeout);
-        payload->waitSend(timeout);
+        frame->buffer->waitSend(timeout);
+        if (payload) payload->waitSend(timeout);
       });
+      frame->reusable = true;
     };
   }
 
   Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) override {
     const auto seq = next_sequence(recv_sequence_, src, tag);
-    auto length = std::make_shared<std::uint64_t>(0);
-    std::shared_ptr<gloo::transport::UnboundBuffer> header = context_->createUnboundBuffer(length.get(), sizeof(*length));
-    guard([&] { header->recv(src, p2p_slot(kHeaderSlot, tag, seq)); });
-    return [context = context_, length, header, data, bytes, src, tag, seq, timeout = timeout_] {
+    auto frame = frames_->take();
+    guard([&] { frame->buffer->recv(src, p2p_slot(kHeaderSlot, tag, seq)); });
+    return [context = context_, frame, data, bytes, src, tag, seq, timeout = timeout_] {
       guard([&] {
-        header->waitRecv(timeout);
-        const bool fits = *length == bytes;
-        // A mismatch is still received (into scratch space) so the channel stays in step.
-        std::vector<char> scratch(fits ? 0 : *length);
-        auto payload = context->createUnboundBuffer(fits ? data : scratch.data(), fits ? bytes : scratch.size());
-        payload->recv(src, p2p_slot(kPayloadSlot, tag, seq));
-        payload->waitRecv(timeout);
+        frame->buffer->waitRecv(timeout);
+        frame->reusable = true;
+        std::uint64_t length = 0;
+        std::memcpy(&length, frame->bytes.get(), kLengthBytes);
+        const bool fits = length == bytes;
+        if (length <= kInline) {
+          if (fits) std::memcpy(data, frame->bytes.get() + kLengthBytes, bytes);
+        } else {
+          std::vector<char> scratch(fits ? 0 : length);
+          auto payload = context->createUnboundBuffer(fits ? data : scratch.data(), fits ? bytes : scratch.size());
+          payload->recv(src, p2p_slot(kPayloadSlot, tag, seq));
+          payload->waitRecv(timeout);
+        }
         if (!fits)
-          throw std::invalid_argument("rank " + std::to_string(src) + " sent " + std::to_string(*length) +
+          throw std::invalid_argument("rank " + std::to_string(src) + " sent " + std::to_string(length) +
                                       " bytes (tag " + std::to_string(tag) + ") but the receive buffer holds " +
                                       std::to_string(bytes) + "; pass a buffer of the sender's length");
       });
@@ -285,6 +440,21 @@ class GlooBackend final : public Backend {
     }
   }
 
+  // Scratch space for reduce and reduce_scatter, kept between calls and grown to the largest
+  // asked for: a fresh buffer costs its page faults on every call (glibc maps blocks over
+  // 32 MiB afresh each time), and here a fresh 256 MiB copy took 130 ms more than a copy into
+  // memory already mapped, next to about 300 ms for the all_reduce itself. Collectives of a
+  // group run one at a time, so one buffer serves them all.
+  char* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) {
+      scratch_.clear();
+      scratch_.shrink_to_fit();  // the old contents are not needed: no copy on growing
+      scratch_.resize(bytes);
+    }
+    return scratch_.data();
+  }
+  std::vector<char> scratch_;
+
   // Slots: top byte a kind of our own (gloo's collectives use 0x01 to 0x08), then the tag, then
   // a 24-bit message number.
   static constexpr std::uint64_t kHeaderSlot = 0x70;
@@ -296,11 +466,12 @@ class GlooBackend final : public Backend {
   static std::uint32_t next_sequence(Sequences& sequences, int peer, std::uint32_t tag) {
     return sequences[{peer, tag}]++;
   }
+  std::shared_ptr<FramePool> frames_;
   Sequences send_sequence_;  // posted from the caller's thread only (calls are not thread-safe)
   Sequences recv_sequence_;
 
   std::chrono::milliseconds timeout_;
-  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<TcpDevice> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
 };
 
