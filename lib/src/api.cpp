@@ -152,6 +152,11 @@ void all_gather_v(const void* in, std::size_t count, const std::vector<std::size
   input_back(out, in, count * element_size);
 }
 
+void all_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group) {
+  if (auto t = target("all_gather", group); t.group) return t.group->all_gather(in, count, dtype, out);
+  input_back(out, in, count * dtype_size(dtype));
+}
+
 Work iall_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group) {
   if (auto t = target("all_gather", group); t.group) return t.group->iall_gather(in, count, dtype, out);
   input_back(out, in, count * dtype_size(dtype));

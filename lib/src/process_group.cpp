@@ -288,18 +288,29 @@ void ProcessGroup::all_gather_v(const void* in, std::size_t count, const std::ve
   run("all_gather", [&] { backend_->all_gather_v(in, out, bytes); });
 }
 
-Work ProcessGroup::iall_gather(const void* in, std::size_t count, DType dtype, void* out) {
+ProcessGroup::Call ProcessGroup::all_gather_call(const void* in, std::size_t count, DType dtype, void* out) {
   Call call{{"all_gather", dtype, count, ReduceOp::SUM, -1}, {}};
   validate(call.signature, [&] {
     check_buffer("all_gather", in, count);
     check_buffer("all_gather", out, count);
   });
   const auto bytes = count * dtype_size(dtype);
+  if (count > 0) call.body = [this, in, out, bytes] { backend_->all_gather(in, out, bytes); };
+  return call;
+}
+
+void ProcessGroup::all_gather(const void* in, std::size_t count, DType dtype, void* out) {
+  const auto call = all_gather_call(in, count, dtype, out);
+  if (alone()) return backend_->copy(out, in, count * dtype_size(dtype));
+  execute(call);
+}
+
+Work ProcessGroup::iall_gather(const void* in, std::size_t count, DType dtype, void* out) {
+  auto call = all_gather_call(in, count, dtype, out);
   if (alone()) {
-    backend_->copy(out, in, bytes);
+    backend_->copy(out, in, count * dtype_size(dtype));
     return Work();
   }
-  if (count > 0) call.body = [this, in, out, bytes] { backend_->all_gather(in, out, bytes); };
   return enqueue(std::move(call));
 }
 

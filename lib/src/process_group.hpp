@@ -71,6 +71,7 @@ class ProcessGroup {
   void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
                     std::size_t element_size);
   // Equal counts: out holds size * count elements.
+  void all_gather(const void* in, std::size_t count, DType dtype, void* out);
   Work iall_gather(const void* in, std::size_t count, DType dtype, void* out);
   std::vector<std::string> all_gather(const std::string& value);
   // Equal counts; out (size * count elements) is written on root only.
@@ -154,6 +155,7 @@ class ProcessGroup {
   Call all_reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op);
   Call reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
   Call broadcast_call(void* data, std::size_t count, DType dtype, int src);
+  Call all_gather_call(const void* in, std::size_t count, DType dtype, void* out);
   // Completes `completion` on its own thread; the Work rethrows its failure where it is waited for.
   Work start(std::string_view op, Backend::Completion completion);
   Work track(std::shared_future<void> done, ErrorSite site);

@@ -55,6 +55,25 @@ int main() try {
   const auto names = idist::all_gather("rank-" + std::to_string(r));
   for (int i = 0; i < n; ++i) expect(names.at(static_cast<std::size_t>(i)) == "rank-" + std::to_string(i), "all_gather string");
 
+  // all_gather into a buffer of the caller's: equal lengths, no lengths exchanged first.
+  const std::vector<std::int32_t> block = {r, 10 * r};
+  std::vector<std::int32_t> gathered(2 * static_cast<std::size_t>(n), -1);
+  idist::all_gather(std::span<const std::int32_t>(block), std::span<std::int32_t>(gathered));
+  std::vector<std::int32_t> blocks;
+  for (int i = 0; i < n; ++i) {
+    blocks.push_back(i);
+    blocks.push_back(10 * i);
+  }
+  expect(gathered == blocks, "all_gather into a buffer");
+  bool refused = false;
+  try {
+    std::vector<std::int32_t> small(1);
+    idist::all_gather(std::span<const std::int32_t>(block), std::span<std::int32_t>(small));
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  expect(refused, "all_gather into a buffer of the wrong size is refused");
+
   // broadcast from the last rank: buffer, scalar, string.
   const int src = n - 1;
   std::vector<float> b(4, static_cast<float>(r));

@@ -146,6 +146,7 @@ void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, c
 std::vector<std::size_t> all_gather_counts(std::size_t count, DType dtype, const Group& group);
 void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
                   std::size_t element_size, const Group& group);
+void all_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group);
 Work iall_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group);
 // Returns whether this rank received: it is dst, or outside the group (then out = in).
 bool gather(const void* in, std::size_t count, DType dtype, void* out, const GatherOptions& options);
@@ -264,6 +265,16 @@ template <Element T>
 [[nodiscard]] std::vector<std::byte> all_gather(std::span<const std::byte> data, const GroupOptions& options = {});
 // One string per rank.
 [[nodiscard]] std::vector<std::string> all_gather(const std::string& value, const GroupOptions& options = {});
+// Equal lengths, into the caller's buffer: out holds group size x in.size() elements (torch's
+// all_gather_into_tensor). Every rank passes the same in.size(), so no lengths travel first:
+// one collective per call rather than two, and no allocation, which is what a loop wants.
+template <Element T>
+void all_gather(std::span<const T> in, std::span<T> out, const GroupOptions& options = {}) {
+  if (out.size() != in.size() * static_cast<std::size_t>(detail::group_size(options.group)))
+    throw std::invalid_argument("all_gather: output holds " + std::to_string(out.size()) +
+                                " elements; expected group size x input (" + std::to_string(in.size()) + ")");
+  detail::all_gather(in.data(), in.size(), dtype_of<T>, out.data(), options.group);
+}
 // Async, equal lengths: out holds group size x in.size() elements.
 template <Element T>
 [[nodiscard]] Work iall_gather(std::span<const T> in, std::span<T> out, const GroupOptions& options = {}) {
