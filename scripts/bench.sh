@@ -1,0 +1,250 @@
+#!/bin/bash
+# The benchmark, end to end. Installs what is missing (apt-get), builds the programs it needs,
+# and measures on this machine, in one run:
+#   1. every collective, idist against the same calls made on Gloo and MPI directly
+#      (apps/idist-bench against bench/raw_gloo and bench/raw_mpi: one harness, so the same
+#      sweep, timing and checks), on 2 and 4 ranks, 8 B to 256 MiB, idist and its reference
+#      back to back, alternating, small sizes three times and large ones twice, as a 2-core
+#      machine is noisy; and idist's own CPU time per call on gloo (perf), which noise does not blur;
+#   2. launch cost: init + one barrier + exit under `idist-run -n N`, `mpirun -np N` and, where
+#      python3-torch is installed, torchrun, for N = 1 to 64; and `idist-run -n 1 /bin/true`
+#      against `/bin/true`;
+# then writes docs/BENCHMARKS.md (the machine, the targets met or missed, every figure; the
+# hand-written "What we found" at its end is kept) and the plots docs/bench-*.png (gnuplot).
+#
+#   bash scripts/bench.sh               the full run: about 20 minutes on 2 cores
+#   bash scripts/bench.sh --quick       a short sweep in about a minute, to try the script
+#   options: --build-dir DIR (default build-bench)   --out DIR (default docs)
+#            --keep DIR: also keep every run's own --json document and the launch timings there
+#
+# Run it on a quiet machine: on 2 cores anything else running shows in every figure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+MODE=full
+BUILD=build-bench
+OUT=docs
+KEEP=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) MODE=quick ;;
+    --build-dir) BUILD=$2; shift ;;
+    --out) OUT=$2; shift ;;
+    --keep) KEEP=$2; shift ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# --- what the build and the measurements need ---------------------------------------------------
+PACKAGES=(
+  g++ cmake make pkg-config
+  libgloo-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libboost1.81-dev
+  openmpi-bin libopenmpi-dev      # mpirun, the mpi backend, raw_mpi
+  doctest-dev                     # the configure step looks for it (the tests are not built here)
+  python3                         # bench/report.py
+  gnuplot-nox                     # the plots
+  linux-perf                      # idist's own CPU time per call
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bench: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+BUILD_TYPE=RelWithDebInfo  # -O2 and NDEBUG, as users build; -g for perf and callgrind
+echo "bench: building into $BUILD ($BUILD_TYPE)"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=$BUILD_TYPE -DIDIST_WITH_MPI=ON >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target idist-run idist-bench raw_gloo raw_mpi idist_barrier mpi_barrier wall_time \
+  >/dev/null
+
+B=$ROOT/$BUILD
+IDIST_RUN=$B/apps/idist-run/idist-run
+IDIST_BENCH=$B/apps/idist-bench/idist-bench
+RAW_GLOO=$B/bench/raw_gloo
+RAW_MPI=$B/bench/raw_mpi
+WALL_TIME=$B/bench/wall_time
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+# idist-run spawns here whatever environment the script runs in (an sbatch shell, say).
+export IDIST_NO_DETECT=1
+
+# On a 2-core machine one run differs from the next by more than idist's overhead (the
+# scheduler, a vCPU waking up, where memory lands): every size is measured several times, idist
+# and its reference alternating, and the report keeps each one's best median call. Small sizes
+# (latency, cheap) REPEAT times, large ones REPEAT_LARGE times.
+if [ "$MODE" = quick ]; then
+  BW_NS=(2)
+  SMALL=(-b 8 -e 32K -f 16 -w 1 -t 0.05)
+  LARGE=(-b 64K -e 1M -f 16 -w 1 -t 0.05)
+  REPEAT=2
+  REPEAT_LARGE=1
+  CPU_CALLS=1000
+  LAUNCH_NS=(1 2 4 8)
+  LAUNCH_REPS=3
+  TORCH_NS=(1 2)
+  TORCH_REPS=1
+  TRUE_REPS=10
+else
+  BW_NS=(2 4)
+  SMALL=(-b 8 -e 32K -f 2 -w 5 -t 0.1)
+  LARGE=(-b 64K -e 256M -f 2 -w 1 -t 0.1)
+  REPEAT=3
+  REPEAT_LARGE=2
+  CPU_CALLS=5000
+  LAUNCH_NS=(1 2 4 8 16 32 64)
+  LAUNCH_REPS=7
+  # torchrun takes 6 s and more per launch (its agent looks at the workers every 5 s), and
+  # python3 imports torch in every worker: up to 8 ranks, 3 runs each, keeps it to 2 minutes.
+  TORCH_NS=(1 2 4 8)
+  TORCH_REPS=3
+  TRUE_REPS=50
+fi
+COLLECTIVES=(all_reduce all_gather broadcast reduce_scatter reduce send_recv barrier)
+
+DATA=$(mktemp -d)
+trap 'rm -rf "$DATA"' EXIT
+mkdir -p "$DATA/bw"
+START=$(date +%s)
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- 1. collectives -------------------------------------------------------------------------------
+# Each program writes its --json document; a failed run is reported and left out of the tables.
+measure() {
+  local name=$1
+  shift
+  if ! "$@" --json >"$DATA/bw/$name.json" 2>"$DATA/bw/$name.err"; then
+    echo "bench: $name failed:" >&2
+    tail -3 "$DATA/bw/$name.err" >&2
+    rm -f "$DATA/bw/$name.json"
+  fi
+}
+# one BACKEND IMPL N NAME ARGS...: one run of idist-bench (IMPL idist) or its reference (raw).
+one() {
+  local backend=$1 impl=$2 n=$3 name=$4
+  shift 4
+  local program=$IDIST_BENCH
+  if [ "$backend" = gloo ]; then
+    [ "$impl" = raw ] && program=$RAW_GLOO
+    measure "gloo-$impl-n$n-$name" "$IDIST_RUN" -n "$n" "$program" "$@"
+  else
+    local extra=(--backend mpi)
+    [ "$impl" = raw ] && program=$RAW_MPI extra=()
+    measure "mpi-$impl-n$n-$name" "${MPIRUN[@]}" -np "$n" "$program" "${extra[@]}" "$@"
+  fi
+}
+# pair BACKEND N ROUND NAME ARGS...: idist and its reference back to back, the one first in odd
+# rounds, the other in even ones: whichever runs second inherits what the first left the
+# machine doing (freeing gigabytes, for one), and that should not always be the same one.
+pair() {
+  local backend=$1 n=$2 round=$3 name=$4
+  shift 4
+  if [ $((round % 2)) = 1 ]; then
+    one "$backend" idist "$n" "$name" "$@"
+    one "$backend" raw "$n" "$name" "$@"
+  else
+    one "$backend" raw "$n" "$name" "$@"
+    one "$backend" idist "$n" "$name" "$@"
+  fi
+}
+for n in "${BW_NS[@]}"; do
+  for c in "${COLLECTIVES[@]}"; do
+    echo "bench: $c on $n ranks: idist against raw Gloo and raw MPI"
+    for backend in gloo mpi; do
+      for r in $(seq "$REPEAT"); do pair $backend "$n" "$r" "$c-small$r" "${SMALL[@]}" "$c"; done
+      [ "$c" = barrier ] && continue
+      for r in $(seq "$REPEAT_LARGE"); do pair $backend "$n" "$r" "$c-large$r" "${LARGE[@]}" "$c"; done
+    done
+  done
+done
+
+# What idist's own code costs per call, which the wall clock of small calls (tens of
+# microseconds of scheduler noise) cannot show: perf samples the ranks at 10 kHz, and the
+# samples that fall in libidist, over the calls made, are its CPU time per call (gloo, 2
+# ranks, 8 B; one send_recv "call" is a round trip). Needs perf (linux-perf) and the right to
+# use it; skipped with a note otherwise.
+NOTES=()
+PERF_HZ=10000
+if command -v perf >/dev/null && perf record -q -o "$DATA/probe.data" -- true >/dev/null 2>&1; then
+  echo "bench: idist's own CPU time per call (perf), gloo, 2 ranks, 8 B"
+  for c in "${COLLECTIVES[@]}"; do
+    perf record -q -F $PERF_HZ -o "$DATA/perf.data" -- "$IDIST_RUN" -n 2 "$IDIST_BENCH" -b 8 -e 8 -w 0 -c 0 \
+      -n "$CPU_CALLS" "$c" >/dev/null 2>&1 || continue
+    # Samples of the ranks (kernel included), and of those the ones in libidist.
+    all=$(perf report -i "$DATA/perf.data" --sort comm -F sample,comm --stdio -g none 2>/dev/null |
+      awk '$2 == "idist-bench" {print $1}')
+    mine=$(perf report -i "$DATA/perf.data" --comm idist-bench --sort dso -F sample,dso --stdio -g none 2>/dev/null |
+      awk '$2 ~ /^libidist\.so/ {s += $1} END {print s + 0}')
+    awk -v c="$c" -v hz=$PERF_HZ -v calls="$((CPU_CALLS * 2))" -v all="${all:-0}" -v mine="$mine" \
+      'BEGIN {printf "{\"collective\": \"%s\", \"idist_us\": %.3f, \"all_us\": %.3f}\n", c,
+              mine / hz / calls * 1e6, all / hz / calls * 1e6}' >>"$DATA/cpu.jsonl"
+  done
+else
+  NOTES+=("idist's own CPU time per call was not measured: perf is missing or not allowed here (apt-get install linux-perf; kernel.perf_event_paranoid).")
+  echo "bench: NOTE: no perf; idist's own CPU time per call is left out"
+fi
+
+# --- 2. launch cost -------------------------------------------------------------------------------
+# launch KIND N REPS WARMUP COMMAND...: one line of launch.jsonl.
+launch() {
+  local kind=$1 n=$2 reps=$3 warmup=$4 result
+  shift 4
+  if result=$("$WALL_TIME" -r "$reps" -w "$warmup" -- "$@" 2>"$DATA/launch.err"); then
+    echo "{\"kind\": \"$kind\", \"n\": $n, \"result\": $result}" >>"$DATA/launch.jsonl"
+  else
+    echo "bench: $kind with $n ranks failed: $(tail -1 "$DATA/launch.err")" >&2
+  fi
+}
+TORCH=0
+if /usr/bin/python3 -c "import torch.distributed.run" 2>/dev/null; then
+  TORCH=1
+  NOTES+=("torchrun (Debian's python3-torch, default monitor interval) was measured up to ${TORCH_NS[-1]} ranks, ${TORCH_REPS} runs each without an untimed one: it takes seconds per launch.")
+else
+  NOTES+=("torchrun was not measured: python3-torch is not installed here (apt-get install python3-torch to include it).")
+  echo "bench: NOTE: python3-torch is not installed; torchrun is left out of the launch comparison"
+fi
+for n in "${LAUNCH_NS[@]}"; do
+  echo "bench: launching $n ranks: idist-run, mpirun"
+  launch idist-run "$n" "$LAUNCH_REPS" 1 "$IDIST_RUN" -n "$n" "$B/bench/idist_barrier"
+  launch mpirun "$n" "$LAUNCH_REPS" 1 "${MPIRUN[@]}" -np "$n" "$B/bench/mpi_barrier"
+done
+if [ $TORCH = 1 ]; then
+  for n in "${TORCH_NS[@]}"; do
+    echo "bench: launching $n ranks: torchrun"
+    # Debian's torch 1.13 under Python 3.11 cannot read its own default --redirects/--tee (0):
+    # Python 3.11 changed IntFlag. 1 (stdout only) it can.
+    launch torchrun "$n" "$TORCH_REPS" 0 /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
+      --redirects 1 --tee 1 --log_dir "$DATA/torch" "$ROOT/bench/launch/torch_barrier.py"
+  done
+fi
+echo "bench: /bin/true, alone and under idist-run -n 1"
+launch true 1 "$TRUE_REPS" 1 /bin/true
+launch idist-run-true 1 "$TRUE_REPS" 1 "$IDIST_RUN" -n 1 /bin/true
+
+# --- 3. the report --------------------------------------------------------------------------------
+ELAPSED=$(($(date +%s) - START))
+python3 - "$DATA/meta.json" <<EOF
+import json, sys
+json.dump({
+    "mode": "$MODE", "date": "$(date -u +%Y-%m-%dT%H:%MZ)", "elapsed_s": $ELAPSED, "load": "$LOAD",
+    "build_type": "$BUILD_TYPE", "small_options": "$(echo "${SMALL[@]}")", "large_options": "$(echo "${LARGE[@]}")",
+    "repeat": $REPEAT, "repeat_large": $REPEAT_LARGE, "cpu_calls": $CPU_CALLS,
+    "launch_ns": [$(IFS=,; echo "${LAUNCH_NS[*]}")], "launch_reps": $LAUNCH_REPS, "true_reps": $TRUE_REPS,
+    "notes": $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${NOTES[@]}"),
+}, open(sys.argv[1], "w"))
+EOF
+python3 bench/report.py --data "$DATA" --out "$OUT"
+if [ -n "$KEEP" ]; then
+  mkdir -p "$KEEP"
+  cp -r "$DATA"/. "$KEEP"/
+  rm -rf "$KEEP/torch" "$KEEP"/*.data
+  echo "bench: the raw results are in $KEEP (python3 bench/report.py --data $KEEP --out DIR redoes the report)"
+fi
+echo "bench: done in $((ELAPSED / 60)) min $((ELAPSED % 60)) s; see $OUT/BENCHMARKS.md"
