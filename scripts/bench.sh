@@ -48,17 +48,8 @@ PACKAGES=(
   gnuplot-nox                     # the plots
   linux-perf                      # idist's own CPU time per call
 )
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "bench: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/install_missing.sh
+install_missing bench "${PACKAGES[@]}"
 
 BUILD_TYPE=RelWithDebInfo  # -O2 and NDEBUG, as users build; -g for perf and callgrind
 echo "bench: building into $BUILD ($BUILD_TYPE)"

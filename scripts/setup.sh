@@ -18,17 +18,8 @@ PACKAGES=(
   python3-torch                      # PyTorch scripts under idist-run, unchanged (e2e.torch)
 )
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo=sudo
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/install_missing.sh
+install_missing setup "${PACKAGES[@]}"
 
 # The mpi backend is required here (its package is installed above), so CI tests it.
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDIST_WITH_MPI=ON >/dev/null

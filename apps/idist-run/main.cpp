@@ -197,6 +197,7 @@ int run(const Cli& cli) {
   options.no_detect = no_detect_from_env();
   options.force_spawn = cli.force_spawn;
   options.dry_run = cli.dry_run;
+  options.bind = cli.bind;
   options.command = cli.command;
   const std::string path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
 
@@ -237,15 +238,8 @@ int run(const Cli& cli) {
     L::exec_in_place(plan, path, environ);
   }
 
-  // --bind: each local rank gets its share of our cores, and OpenMP as many threads, unless
-  // the user chose OMP_NUM_THREADS.
-  std::vector<std::vector<int>> shares;
-  if (cli.bind) {
-    shares = L::cpu_shares(L::usable_cpus(), plan.local_count, L::numa_node_of_cpu());
-    for (std::size_t local = 0; local < shares.size(); ++local)
-      spdlog::info("--bind: local rank {} on cpu(s) {}", local, L::cpu_list(shares[local]));
-  }
-  const bool user_omp = std::getenv("OMP_NUM_THREADS") != nullptr;
+  for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)
+    spdlog::info("--bind: local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
   const L::MakeAttempt make_attempt = [&](int restart_count) {
     plan.job.restart_count = restart_count;
     // A restart gets a fresh port when we picked the first one: the old one may still be held
@@ -259,17 +253,10 @@ int run(const Cli& cli) {
     }
     L::Attempt attempt;
     attempt.master_port = plan.job.master_port;
-    for (int local = 0; local < plan.local_count; ++local) {
-      L::ProcessSpec spec{L::rank_contract(plan, local).rank, path, plan.command,
-                          L::rank_environment(plan, local, environ), {}};
-      if (!shares.empty()) {
-        spec.cpus = shares[static_cast<std::size_t>(local)];
-        if (!user_omp)
-          for (auto& var : spec.env)
-            if (var.starts_with("OMP_NUM_THREADS=")) var = "OMP_NUM_THREADS=" + std::to_string(spec.cpus.size());
-      }
-      attempt.processes.push_back(std::move(spec));
-    }
+    for (int local = 0; local < plan.local_count; ++local)
+      attempt.processes.push_back(
+          {L::rank_contract(plan, local).rank, path, plan.command, L::rank_environment(plan, local, environ),
+           plan.cpu_shares.empty() ? std::vector<int>() : plan.cpu_shares[static_cast<std::size_t>(local)]});
     return attempt;
   };
 

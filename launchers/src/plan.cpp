@@ -1,6 +1,5 @@
 #include "idist/launchers/plan.hpp"
 
-#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <thread>
 
 #include "idist/launchers/program.hpp"
+#include "idist/launchers/resources.hpp"
 
 namespace idist::launchers {
 namespace {
@@ -224,14 +224,6 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   return plan;
 }
 
-// Cores this process may run on (its affinity mask, which srun or numactl may have narrowed).
-unsigned usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 }  // namespace
 
 namespace {
@@ -249,7 +241,13 @@ LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env);
 
 }  // namespace
 
-LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) { return checked(unchecked_plan(o, env)); }
+LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
+  auto plan = checked(unchecked_plan(o, env));
+  // Only ranks we spawn: srun and mpirun bind the tasks they start themselves.
+  if (o.bind && plan.mode == Mode::spawn)
+    plan.cpu_shares = cpu_shares(usable_cpus(), plan.local_count, numa_node_of_cpu());
+  return plan;
+}
 
 namespace {
 
@@ -300,8 +298,11 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   for (const auto& name : plan.unset) vars.erase(name);
   for (auto& [name, value] : env::to_variables(rank_contract(plan, index))) vars[name] = value;
   // Ranks share the cores; without this every OpenMP runtime starts one thread per core.
-  if (!vars.count(std::string(env::kOmpNumThreads))) {
-    const unsigned mask = usable_cores();
+  if (!vars.count(std::string(env::kOmpNumThreads)) && !plan.cpu_shares.empty()) {
+    vars[std::string(env::kOmpNumThreads)] = std::to_string(plan.cpu_shares.at(static_cast<std::size_t>(index)).size());
+  } else if (!vars.count(std::string(env::kOmpNumThreads))) {
+    // The affinity mask, which srun or numactl may have narrowed.
+    const auto mask = static_cast<unsigned>(usable_cpus().size());
     const unsigned all = std::max(1u, std::thread::hardware_concurrency());
     // Spawned ranks share our cores. A task the outer launcher bound (a mask narrower than the
     // machine) already has its own share; an unbound one shares the machine with its node's tasks.

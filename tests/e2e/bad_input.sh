@@ -22,6 +22,19 @@ ROW=0
 # caller's shell (a SLURM allocation, a stale RANK) changes what it sees.
 clean_env() { env -i PATH="$PATH" HOME="${HOME:-/root}" IDIST_BAD_INPUT_ROW="$MARKER.$ROW" "$@"; }
 
+# verdict MS WHY PASSED FAILED: the checks every row ends with (under 5 s, nothing left of the
+# row), then one line: PASSED, or FAILED with every reason (WHY holds those found so far).
+verdict() {
+  local ms=$1 why=$2
+  [ "$ms" -lt 5000 ] || why+=" took ${ms} ms;"
+  no_env_leftovers "IDIST_BAD_INPUT_ROW=$MARKER.$ROW" || why+=" left processes behind;"
+  if [ -z "$why" ]; then
+    check "$3" true
+  else
+    check "${4/\{why\}/$why}" false
+  fi
+}
+
 # row KIND WHAT WANT_RC NEEDLE CMD...
 row() {
   local kind=$1 what=$2 want_rc=$3 needle=$4
@@ -40,13 +53,8 @@ row() {
   [ "$rc" = "$want_rc" ] || why+=" exit $rc, not $want_rc;"
   [ -n "$err" ] && [ "$(wc -l <<<"$err")" = 1 ] || why+=" stderr is not one line;"
   contains "$err" "$needle" || why+=" stderr does not name '$needle';"
-  [ "$ms" -lt 5000 ] || why+=" took ${ms} ms;"
-  no_env_leftovers "IDIST_BAD_INPUT_ROW=$MARKER.$ROW" || why+=" left processes behind;"
-  if [ -z "$why" ]; then
-    check "[$kind] $what -> $rc in ${ms} ms: $err" true
-  else
-    check "[$kind] $what:$why stderr was: $(head -c 400 <<<"$err" | tr '\n' '|')" false
-  fi
+  verdict "$ms" "$why" "[$kind] $what -> $rc in ${ms} ms: $err" \
+    "[$kind] $what:{why} stderr was: $(head -c 400 <<<"$err" | tr '\n' '|')"
 }
 
 # A launcher's row: idist-run under VARS..., exits 2.
@@ -192,13 +200,8 @@ store_row() {
   [ "$(wc -l <<<"$err0")" = 1 ] || why+=" the store logged $(wc -l <<<"$err0") lines;"
   contains "$err0" "127.0.0.1:" || why+=" the log does not name the peer;"
   contains "$(cat "$TMP/r0.out" "$TMP/r1.out")" "After performing all_reduce: [4, 6]" || why+=" wrong result;"
-  [ "$ms" -lt 5000 ] || why+=" took ${ms} ms;"
-  no_env_leftovers "IDIST_BAD_INPUT_ROW=$MARKER.$ROW" || why+=" left processes behind;"
-  if [ -z "$why" ]; then
-    check "[store] $what -> job completed in ${ms} ms; logged: ${err0#*] }" true
-  else
-    check "[store] $what:$why log was: $(tr '\n' '|' <<<"$err0")" false
-  fi
+  verdict "$ms" "$why" "[store] $what -> job completed in ${ms} ms; logged: ${err0#*] }" \
+    "[store] $what:{why} log was: $(tr '\n' '|' <<<"$err0")"
 }
 store_row "an HTTP request instead of a hello" 'GET / HTTP/1.0\r\n\r\n' "dropped client"
 store_row "a 2 GiB length prefix" '\xff\xff\xff\x7f' "dropped client"

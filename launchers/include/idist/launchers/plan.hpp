@@ -38,6 +38,7 @@ struct LaunchOptions {
   bool no_detect = false;             // IDIST_NO_DETECT=1
   bool force_spawn = false;           // spawn -n K even when the node already runs several tasks
   bool dry_run = false;               // reserve nothing
+  bool bind = false;                  // --bind: pin each spawned rank to its share of our cores
   std::vector<std::string> command;   // program (resolved) and its arguments
 };
 
@@ -54,6 +55,7 @@ struct LaunchPlan {
   std::string detected_by;                        // the detector's name, or "" in plain spawn mode
   std::vector<std::string> unset;                 // inherited variables the ranks must not see
   std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
+  std::vector<std::vector<int>> cpu_shares;  // --bind in spawn mode: local rank i's cores; else empty
 };
 
 // Throws UsageError for contradictory options and DetectError for a broken environment.
@@ -63,7 +65,8 @@ LaunchPlan make_plan(const LaunchOptions& options, const env::Lookup& env = env:
 env::Contract rank_contract(const LaunchPlan& plan, int index);
 
 // The environment of local process `index`: `base_environ` with the contract's variables set
-// (and OMP_NUM_THREADS only when unset), as "NAME=value" strings.
+// (and OMP_NUM_THREADS only when unset: the rank's share of the cores, its --bind share when
+// there is one), as "NAME=value" strings.
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
 
 // --dry-run's output: one JSON object (see README, "--dry-run").
