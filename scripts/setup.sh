@@ -12,6 +12,7 @@ PACKAGES=(
   procps                             # pgrep/pkill, used by the end-to-end tests
   slurm-client slurmctld slurmd munge  # a real local SLURM for the detection tests (scripts/slurm-local.sh)
   openmpi-bin libopenmpi-dev         # a real mpirun for the detection tests; the mpi backend
+  mpich                              # MPICH's Hydra (mpiexec.hydra) beside Open MPI, for e2e.hydra; Open MPI stays the default
   iproute2 jq                        # network namespaces for two-host tests; reading --dry-run's JSON
   clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for tests/fuzz (fuzz.all)
   help2man                           # idist-run's man page, made from its --help

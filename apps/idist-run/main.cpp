@@ -40,8 +40,9 @@ const char* const kExamples = R"(Examples:
   srun -n 8 idist-run ./train               one rank per SLURM task (also mpirun -np 8 idist-run ...)
   srun -N 2 --ntasks-per-node=1 idist-run -n 4 ./train
                                             one task per node, 4 ranks spawned on each
-  idist-run --nnodes 2 --node-rank 0 --master-addr node0 -n 4 ./train
-                                            node 0 of 2 without a scheduler (node 1: --node-rank 1)
+  idist-run --nnodes 2 --node-rank 0 --master-addr node0 --rdzv-id $ID -n 4 ./train
+                                            node 0 of 2 without a scheduler (node 1: --node-rank 1;
+                                            ID: the same secret on both, e.g. openssl rand -hex 8)
   idist-run --dry-run ./train               print the plan as JSON and start nothing
   idist-run -n 4 --max-restarts 3 --log-dir logs ./train
                                             restart every rank after a failure, up to 3 times;
@@ -78,6 +79,7 @@ struct Cli {
   std::optional<int> node_rank;
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
+  std::optional<std::string> rdzv_id;
   std::string port_range = "20000-32767";
   std::string launcher = "auto";
   bool force_spawn = false;
@@ -185,6 +187,7 @@ int run(const Cli& cli) {
   options.node_rank = cli.node_rank;
   options.master_addr = cli.master_addr;
   options.master_port = cli.master_port;
+  options.rdzv_id = cli.rdzv_id;
   options.port_range = checked(cli, "port_range", [&] {
     try {
       return L::parse_port_range("--port-range", cli.port_range);
@@ -366,6 +369,11 @@ int main(int argc, char** argv) {
   app.add_option("--master-port,--master_port", cli.master_port,
                  "Port of rank 0's store (default: a free one, or one derived from the job's id)")
       ->check(CLI::Range(1, 65535));
+  app.add_option("--rdzv-id,--rdzv_id", cli.rdzv_id,
+                 "The job's identity, the same on every node (as torchrun's): rank 0's port is derived from it where "
+                 "no launcher gives a job id, and only clients presenting it reach the store (needed by --nnodes > 1 "
+                 "unless IDIST_JOB_TOKEN is set)")
+      ->check(CLI::Validator([](const std::string& id) { return id.empty() ? "an empty id" : ""; }, ""));
   app.add_option("--port-range", cli.port_range, "Range that ports derived from a job's id fall in (LO-HI)")
       ->capture_default_str();
   app.add_option("--launcher", cli.launcher, "Where the job's topology comes from (auto detects)")

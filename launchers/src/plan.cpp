@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
@@ -34,6 +35,14 @@ std::string join_counts(const std::vector<int>& counts) {
 
 std::string count_text(int n, std::string_view what) {
   return std::to_string(n) + " " + std::string(what) + (n == 1 ? "" : "s");
+}
+
+// The run id of a job named by --rdzv-id: IDIST_RUN_ID goes into log directories and
+// summaries, so it carries a hash of the id (which is the job's secret), not the id itself.
+std::string rdzv_run_id(const std::string& rdzv_id) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(stable_hash(rdzv_id)));
+  return "rdzv-" + std::string(hex, 12);
 }
 
 // One node of a job without a scheduler: plain `-n K` (N = 1) or torchrun's static rendezvous.
@@ -88,19 +97,24 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
     from["world_size"] = k_from;
     from["node_rank"] = "default (one node)";
     from["nnodes"] = "default (one node)";
-    job.run_id = random_token(6);
+    job.run_id = o.rdzv_id ? rdzv_run_id(*o.rdzv_id) : random_token(6);
     job.job_token = random_token();
   } else {
     from["rank"] = "--node-rank x " + k_from + " + local index";
     from["world_size"] = "--nnodes x " + k_from;
     from["node_rank"] = "--node-rank";
     from["nnodes"] = "--nnodes";
-    // Every node must agree on these without talking first: they come from the environment.
-    job.run_id = env(env::kRunId).value_or("static-" + job.master_addr + "-" + std::to_string(job.master_port));
-    job.job_token = env(env::kJobToken).value_or("");
-    if (job.job_token.empty())
-      plan.notes.push_back("IDIST_JOB_TOKEN is not set: rank 0's store accepts any client that reaches it; export the "
-                           "same secret on every node to require it");
+    // Every node must agree on these without talking first. Without a shared secret, rank 0's
+    // store would take orders from any process that reaches it, so one is required.
+    const auto token = env(env::kJobToken);
+    if ((!token || token->empty()) && !o.rdzv_id)
+      throw UsageError("--nnodes " + std::to_string(nnodes) +
+                       " without a scheduler needs the job's identity on every node, so that no other process can "
+                       "join or end it: pass --rdzv-id ID (the same random id on every node, e.g. $(openssl rand -hex "
+                       "8)) or export IDIST_JOB_TOKEN");
+    job.job_token = token && !token->empty() ? *token : *o.rdzv_id;
+    job.run_id = env(env::kRunId).value_or(
+        o.rdzv_id ? rdzv_run_id(*o.rdzv_id) : "static-" + job.master_addr + "-" + std::to_string(job.master_port));
   }
   from["local_rank"] = "local index (0 to " + std::to_string(k - 1) + ")";
   from["local_world_size"] = k_from;
@@ -196,26 +210,48 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   } else if (d.master_port) {
     job.master_port = d.master_port->value;
     from["master_port"] = d.master_port->from;
-  } else if (!d.job_id.empty()) {
+  } else if (o.rdzv_id || !d.job_id.empty()) {
     // torchrun's agent store owns MASTER_PORT (torch_env.cpp): our ranks' MASTER_PORT is rank
     // 0's own store, which torch programs must then create rather than join.
     if (d.launcher == "env" && env("TORCHELASTIC_USE_AGENT_STORE")) plan.unset.push_back("TORCHELASTIC_USE_AGENT_STORE");
-    job.master_port = derived_port(d.job_id, d.step, o.port_range);
-    from["master_port"] = "derived from " + d.job_id_from + " into --port-range " + std::to_string(o.port_range.first) +
-                          "-" + std::to_string(o.port_range.last);
+    job.master_port = o.rdzv_id ? derived_port(*o.rdzv_id, 0, o.port_range) : derived_port(d.job_id, d.step, o.port_range);
+    from["master_port"] = "derived from " + (o.rdzv_id ? std::string("--rdzv-id") : d.job_id_from) +
+                          " into --port-range " + std::to_string(o.port_range.first) + "-" +
+                          std::to_string(o.port_range.last);
+  } else if (d.world_size.value == 1) {
+    // The job's only task: every rank is here, so any free port will do, held until rank 0 listens.
+    if (!o.dry_run) {
+      plan.port_reservation = std::make_shared<PortReservation>(job.master_addr);
+      job.master_port = plan.port_reservation->port();
+    }
+    from["master_port"] = "a free port on this host, reserved at launch (the job's only task)";
   } else {
-    job.master_port = kDefaultMasterPort;
-    from["master_port"] = "default (29500, as torchrun): " + d.source + " gives no job id to derive one from";
+    // A fixed default would be the same for every such job on a host: two of them would meet,
+    // and torch programs (which check no token) would mix their sums and exit 0.
+    throw UsageError(d.source + " gives nothing that identifies this job (" + describe(d.world_size) +
+                     "), so rank 0's port cannot be derived and two jobs on one host would meet: pass --master-port "
+                     "PORT or --rdzv-id ID, the same on every task and unique to this job");
   }
 
   // Every rank must agree on these without talking first, so they come from the job's identity.
-  if (!d.run_id.empty())
+  if (o.rdzv_id)
+    job.run_id = rdzv_run_id(*o.rdzv_id);
+  else if (!d.run_id.empty())
     job.run_id = d.launcher + "-" + d.run_id;
   else
     job.run_id = env(env::kRunId).value_or(d.launcher + "-" + job.master_addr + "-" + std::to_string(job.master_port));
   job.job_token = env(env::kJobToken).value_or("");
-  if (job.job_token.empty() && plan.mode == Mode::spawn && d.world_size.value == 1) {
+  if (job.job_token.empty() && o.rdzv_id) {
+    job.job_token = *o.rdzv_id;
+  } else if (job.job_token.empty() && plan.mode == Mode::spawn && d.world_size.value == 1) {
     job.job_token = random_token();  // the job's only task: every rank is our child, so we can make one up
+  } else if (job.job_token.empty() && !d.job_id.empty()) {
+    // Not a secret (anyone who knows the job id can compute it), but it keeps two jobs apart: a
+    // rank that reaches another job's store is refused at once instead of joining it.
+    job.job_token = "job-" + std::to_string(stable_hash(d.job_id + "." + std::to_string(d.step)));
+    plan.notes.push_back("IDIST_JOB_TOKEN is not set: rank 0's store admits clients that present this job's id ("
+                         "derived from " + d.job_id_from + "), which keeps jobs apart but is no secret; export a "
+                         "secret to the job (the same for every task) to require it");
   } else if (job.job_token.empty()) {
     plan.notes.push_back("IDIST_JOB_TOKEN is not set: rank 0's store accepts any client that reaches it; export a "
                          "secret to the job (the same for every task) to require it");
@@ -263,7 +299,9 @@ LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env) {
   if (o.launcher == "spawn" || (o.no_detect && o.launcher == "auto")) {
     notes.push_back(o.no_detect ? "detection off: IDIST_NO_DETECT=1" : "detection off: --launcher spawn");
   } else {
-    auto detection = detect(env, o.launcher);
+    auto detection = detect(env, {.launcher = o.launcher,
+                                  .job_id_needed = !o.master_port && !o.rdzv_id,
+                                  .pmi = o.pmi});
     notes = std::move(detection.notes);
     if (detection.found) {
       auto plan = outer_plan(o, *detection.found, env);

@@ -23,8 +23,9 @@ int parse_port(std::string_view what, std::string_view text, std::string_view wh
   return *value;
 }
 
-// FNV-1a: stable across builds and machines, which std::hash is not.
-std::uint64_t fnv1a(std::string_view text) {
+}  // namespace
+
+std::uint64_t stable_hash(std::string_view text) {
   std::uint64_t h = 14695981039346656037ull;
   for (unsigned char c : text) {
     h ^= c;
@@ -32,8 +33,6 @@ std::uint64_t fnv1a(std::string_view text) {
   }
   return h;
 }
-
-}  // namespace
 
 PortRange parse_port_range(std::string_view what, std::string_view text) {
   const auto dash = text.find('-');
@@ -47,7 +46,7 @@ PortRange parse_port_range(std::string_view what, std::string_view text) {
 
 int derived_port(std::string_view job, std::uint64_t step, PortRange range) {
   const auto span = static_cast<std::uint64_t>(range.last - range.first + 1);
-  return range.first + static_cast<int>((fnv1a(job) % span + step % span) % span);
+  return range.first + static_cast<int>((stable_hash(job) % span + step % span) % span);
 }
 
 PortReservation::PortReservation(const std::string& host) {

@@ -1,6 +1,7 @@
 #include "idist/env_contract.hpp"
 
 #include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -94,7 +95,11 @@ Contract read_contract(const Lookup& lookup) {
 
   const bool any_topology = env.get(kRank) || env.get(kWorldSize) || env.get(kLocalRank) ||
                             env.get(kLocalWorldSize) || env.get(kMasterAddr) || env.get(kMasterPort);
-  if (!any_topology) return c;  // nothing set: a world of one, no store
+  if (!any_topology) {  // nothing set: a world of one, no store
+    if (marks_describe_a_job(lookup))
+      for (const auto& mark : launcher_marks(lookup)) c.unread_launcher += (c.unread_launcher.empty() ? "" : ", ") + mark;
+    return c;
+  }
   c.from_env = true;
 
   // RANK and WORLD_SIZE are what torch's env:// demands too; the rest has safe defaults.
@@ -131,6 +136,30 @@ Contract read_contract(const Lookup& lookup) {
     if (auto v = env.get(kMasterPort)) c.master_port = parse_int(kMasterPort, *v, 0, 65535);
   }
   return c;
+}
+
+std::vector<std::string> launcher_marks(const Lookup& lookup) {
+  std::vector<std::string> out;
+  for (const auto& mark : kLauncherMarks)
+    if (auto v = lookup(mark.variable))
+      out.push_back(std::string(mark.variable) + "=" + *v + " (" + std::string(mark.launcher) + ")");
+  return out;
+}
+
+bool marks_describe_a_job(const Lookup& lookup) {
+  bool any = false;
+  std::optional<long long> size;
+  for (const auto& mark : kLauncherMarks) {
+    if (!lookup(mark.variable)) continue;
+    any = true;
+    if (mark.size.empty()) continue;
+    const auto v = lookup(mark.size);
+    if (!v) continue;
+    long long n = 0;
+    const auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (ec == std::errc() && ptr == v->data() + v->size()) size = std::max(size.value_or(0), n);
+  }
+  return any && (!size || *size > 1);
 }
 
 std::vector<std::pair<std::string, std::string>> to_variables(const Contract& c) {

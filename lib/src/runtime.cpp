@@ -184,6 +184,10 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     } catch (const std::exception& e) {
       throw Error(site, e.what());
     }
+    if (!native && !contract_.unread_launcher.empty())
+      throw Error(site, "started by an outer launcher (" + contract_.unread_launcher +
+                            ") without idist-run, so RANK and WORLD_SIZE are not set and every task would compute "
+                            "alone: start it as `<launcher> idist-run PROGRAM` (e.g. mpiexec -n 3 idist-run ./prog)");
     if (native) {
       adopt(*native, site);
       site.rank = contract_.rank;

@@ -201,6 +201,7 @@ for profile in "$CONFIG_DIR"/*.json; do
   name=$(basename "$profile")
   case $name in
     slurm.json) where=("${SLURM_TASK[@]}") ;;
+    two-nodes.json) where=(IDIST_RDZV_ID=profile-test) ;;
     *) where=() ;;
   esac
   out=$(run "${where[@]}" "$RUN" --config "$profile" --dry-run /bin/true)
@@ -213,15 +214,16 @@ check "there are example profiles ($profiles)" test "$profiles" -ge 3
 out=$(run "$RUN" --config "$CONFIG_DIR/single-node.json" --dry-run /bin/true)
 check "single-node.json: 4 ranks here, tagged" equals "$(q '[.world_size, .settings.tag_output] | map(tostring) | join(" ")' "$out")" \
   "4 true"
-out=$(run IDIST_NODE_RANK=1 "$RUN" --config "$CONFIG_DIR/two-nodes.json" --dry-run /bin/true)
+out=$(run IDIST_NODE_RANK=1 IDIST_RDZV_ID=exp7 "$RUN" --config "$CONFIG_DIR/two-nodes.json" --dry-run /bin/true)
 check "two-nodes.json with IDIST_NODE_RANK=1: ranks 4-7 of 8, rank 0 at 10.0.0.1:29500" equals \
   "$(q '[(.ranks | map(.rank) | join(",")), .world_size, .master_addr, .master_port] | map(tostring) | join(" ")' "$out")" \
   "4,5,6,7 8 10.0.0.1 29500"
-out=$(run "$RUN" --config "$CONFIG_DIR/two-nodes.json" --node-rank 1 --dry-run /bin/true)
+out=$(run "$RUN" --config "$CONFIG_DIR/two-nodes.json" --node-rank 1 --rdzv-id exp7 --dry-run /bin/true)
 check "two-nodes.json with --node-rank 1: node 1" equals "$(q .node_rank "$out")" 1
 out=$(run "${SLURM_TASK[@]}" "$RUN" --config "$CONFIG_DIR/slurm.json" --dry-run /bin/true)
 check "slurm.json in a SLURM step: node 1 of 2 spawns ranks 4-7" equals \
   "$(q '[.launcher, (.ranks | map(.rank) | join(",")), .world_size] | map(tostring) | join(" ")' "$out")" "slurm 4,5,6,7 8"
+bad "two-nodes.json without the job's secret" "--rdzv-id" -- run "$RUN" --config "$CONFIG_DIR/two-nodes.json" --dry-run /bin/true
 bad "slurm.json outside SLURM" "--launcher slurm" -- run "$RUN" --config "$CONFIG_DIR/slurm.json" /bin/true
 
 echo "# the schema agrees with idist-run"
@@ -231,7 +233,7 @@ check "the schema forbids other keys" equals "$(jq .additionalProperties "$SCHEM
 check "the schema is draft 2020-12" equals "$(jq -r '.["$schema"]' "$SCHEMA")" "https://json-schema.org/draft/2020-12/schema"
 # Values at and beyond each bound the schema states, of each type it names: idist-run must
 # take what the schema allows and refuse, naming the key, what it forbids.
-declare -A SAMPLE=([master_addr]=localhost [port_range]=1-65535 [forward_signals]=sigusr1,TERM [log_dir]=$TMP/logs)
+declare -A SAMPLE=([master_addr]=localhost [rdzv_id]=exp-1 [port_range]=1-65535 [forward_signals]=sigusr1,TERM [log_dir]=$TMP/logs)
 cases=$(jq -r '
   .properties | to_entries[] | select(.value["$ref"] == null and .key != "$schema" and .key != "program")
   | .key as $k | .value as $p

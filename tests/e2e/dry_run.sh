@@ -110,9 +110,11 @@ bad "tasks per node not adding up" "adds up to 4 tasks but SLURM_STEP_NUM_TASKS=
 bad "RANK without WORLD_SIZE" "RANK=2 is set but WORLD_SIZE is not" RANK=2
 bad "IDIST_NO_DETECT=maybe" "IDIST_NO_DETECT='maybe'" IDIST_NO_DETECT=maybe
 
-out=$(plan PMIX_RANK=0 PMIX_NAMESPACE=ns "$RUN" --dry-run /bin/true 2>&1)
-check "PMIx without a size (PMIx never exports one): not enough to place us, spawn" equals "$(q .launcher "$out")" spawn
-check "PMIx without a size: a note says why" contains "$(q '.notes[]' "$out")" "PMIX_RANK=0 is set but PMIX_SIZE is not"
+# An outer launcher's marks that give no complete topology: an error, never a world of one.
+bad "PMIx without a size (PMIx never exports one)" "PMIX_RANK=0 is set but PMIX_SIZE is not" PMIX_RANK=0 PMIX_NAMESPACE=ns
+bad "mpiexec -pmi-port's PMI_ID without PMI_PORT" "PMI_ID is set but PMI_PORT is not" PMI_ID=0
+out=$(plan PMIX_RANK=0 PMIX_NAMESPACE=ns "$RUN" --launcher spawn --dry-run /bin/true 2>&1)
+check "... --launcher spawn ignores them" equals "$(q .launcher "$out")" spawn
 
 out=$(plan "$RUN" --dry-run --launcher mpi /bin/true 2>&1)
 check "--launcher mpi with no MPI variables: exit 2" equals $? 2

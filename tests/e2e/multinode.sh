@@ -2,10 +2,11 @@
 # Multi-node without a scheduler (--nnodes/--node-rank/--master-addr, torchrun's static
 # rendezvous): two idist-run processes on 127.0.0.1 as nodes 0 and 1, a node that never
 # comes, and the options' errors.
-# usage: multinode.sh IDIST_RUN EXAMPLES_DIR
+# usage: multinode.sh IDIST_RUN EXAMPLES_DIR JOB_SUM
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
 EX=$(realpath "$2")
+JOB_SUM=$(realpath "$3")
 RANKS=$(cd "$(dirname "$0")" && pwd)/ranks
 DIR=$(mktemp -d /tmp/idist-multinode.XXXXXX)
 node1=
@@ -72,9 +73,40 @@ usage_error "elastic --nnodes 1:2" "elastic ranges" --nnodes 1:2
 usage_error "--nnodes 0" "--nnodes 0 is out of range" --nnodes 0
 usage_error "--nnodes with --launcher slurm" "do not go with --launcher slurm" --nnodes 2 --node-rank 0 --master-addr h --launcher slurm
 
+# Without the job's identity (--rdzv-id or IDIST_JOB_TOKEN) a static multi-node job is refused:
+# any process reaching rank 0's store could otherwise join or end it.
+out=$(env -u IDIST_JOB_TOKEN "$RUN" --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 -n 2 "$EX/all_reduce" 2>&1)
+rc=$?
+check "--nnodes 2 with neither --rdzv-id nor IDIST_JOB_TOKEN: exit 2, one line naming both ($out)" \
+  eval '[ $rc = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && contains "$out" "--rdzv-id" && contains "$out" "IDIST_JOB_TOKEN"'
+
+# A stranger that reaches the store while node 0 waits for node 1: its hello has no token and
+# its write (the join verdict every rank reads) would end the job. With --rdzv-id it is refused
+# and the job completes right.
+port=$((port + 1))
+rdzv=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
+snode() { env -u IDIST_JOB_TOKEN timeout 60 "$RUN" --nnodes 2 --node-rank "$1" --master-addr 127.0.0.1 \
+  --master-port "$port" --rdzv-id "$rdzv" -n 2 "$JOB_SUM" "${@:2}"; }
+snode 0 5 10 20 >"$DIR/s0.out" 2>&1 &
+node0=$!
+for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
+# hello(token ""), then set("idist/world/joined/result", "evil"): the frames of lib/src/store/wire.hpp.
+(trap '' PIPE; exec 3<>/dev/tcp/127.0.0.1/$port
+ printf '\x05\x00\x00\x00\x01\x00\x00\x00\x00\x26\x00\x00\x00\x02\x19\x00\x00\x00idist/world/joined/result\x04\x00\x00\x00evil' >&3
+ sleep 0.3) 2>/dev/null
+out1=$(snode 1 5 10 20 2>&1)
+rc1=$?
+wait $node0
+rc0=$?
+out0=$(cat "$DIR/s0.out")
+check "a stranger's tokenless write to the store of a --rdzv-id job: both nodes exit 0" equals "$rc0/$rc1" "0/0"
+check "... all 4 ranks sum 50 (5 x 4 x 5 / 2)" equals "$(count "$out0"$'\n'"$out1" "sum 50 right")" 4
+check "... and the store logged the stranger's refusal" contains "$out0" "wrong or missing IDIST_JOB_TOKEN"
+
 # scripts/examples/two_nodes_static.sh as a user runs it on two machines, here both on loopback.
 JOBS=$(cd "$(dirname "$0")/../../scripts/examples" && pwd)
 export PROGRAM="$EX/all_reduce" MASTER_PORT=$((port + 1)) PATH="$(dirname "$RUN"):$PATH"
+export RDZV_ID=$rdzv
 bash "$JOBS/two_nodes_static.sh" 1 127.0.0.1 >"$DIR/static1.out" 2>&1 &
 node1=$!
 out=$(bash "$JOBS/two_nodes_static.sh" 0 127.0.0.1 2>&1)

@@ -60,9 +60,9 @@ check "-m of a missing module: the job fails (exit $rc) naming the module" \
 
 # Two "nodes" on loopback, as torchrun's static rendezvous: 4 ranks, node-major.
 port=$((10000 + RANDOM % 10000))
-"$RUN" --nnodes 2 --node_rank 1 --master_addr 127.0.0.1 --master_port $port --nproc_per_node 2 plain.py >node1.out 2>&1 &
-out=$("$RUN" --nnodes 2 --node_rank 0 --master_addr 127.0.0.1 --master_port $port --nproc_per_node 2 plain.py 2>&1)
+"$RUN" --nnodes 2 --node_rank 1 --master_addr 127.0.0.1 --master_port $port --rdzv_id t$port --nproc_per_node 2 plain.py >node1.out 2>&1 &
+out=$("$RUN" --nnodes 2 --node_rank 0 --master_addr 127.0.0.1 --master_port $port --rdzv_id t$port --nproc_per_node 2 plain.py 2>&1)
 wait $!
-check "two nodes of 2 (--nnodes 2 --node_rank 0/1): every rank of 4 right" every_rank_right "$(printf '%s\n%s' "$out" "$(cat node1.out)")" 4
+check "two nodes of 2 (--nnodes 2 --node_rank 0/1 --rdzv_id): every rank of 4 right" every_rank_right "$(printf '%s\n%s' "$out" "$(cat node1.out)")" 4
 
 finish

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "idist/env_contract.hpp"
+#include "idist/launchers/pmi.hpp"
 
 namespace test {
 
@@ -22,6 +23,17 @@ inline idist::env::Lookup from(Env vars) {
     if (it == vars.end()) return std::nullopt;
     return it->second;
   };
+}
+
+// Hydra's PMI server as the recorded envs' PMI_FD/PMI_PORT would answer: the job's name, and
+// with PMI_PORT (mpiexec -pmi-port) rank 2 of 4. Tests never talk to a real descriptor.
+inline idist::launchers::PmiAnswer fake_pmi(const idist::launchers::PmiEndpoint& endpoint) {
+  idist::launchers::PmiAnswer answer{.kvsname = "kvs_4242_0_12345_hosta", .rank = std::nullopt, .size = std::nullopt};
+  if (endpoint.fd < 0) {
+    answer.rank = 2;
+    answer.size = 4;
+  }
+  return answer;
 }
 
 // `base` with `changes` set over it (a recorded env plus what a test adds or alters).

@@ -15,7 +15,7 @@ using namespace test;
 namespace {
 
 Detected detected(const Env& vars, std::string_view launcher = "auto") {
-  auto d = detect(from(vars), launcher);
+  auto d = detect(from(vars), {.launcher = launcher, .pmi = fake_pmi});
   REQUIRE(d.found);
   return *d.found;
 }
@@ -23,7 +23,7 @@ Detected detected(const Env& vars, std::string_view launcher = "auto") {
 // The DetectError's message, or "no error" (so a CHECK on it shows what was thrown).
 std::string detect_error(const Env& vars, std::string_view launcher = "auto") {
   try {
-    detect(from(vars), launcher);
+    detect(from(vars), {.launcher = launcher, .pmi = fake_pmi});
   } catch (const DetectError& e) {
     return e.what();
   }
@@ -133,7 +133,62 @@ TEST_CASE("MPICH/Hydra: the node index is derived, and says it assumes") {
   CHECK(contains(d.node_rank.from, "assumes"));
   CHECK(d.nnodes.value == 2);
   CHECK(contains(d.nnodes.from, "PMI_SIZE"));
-  CHECK(d.job_id.empty());
+  // The job's name comes from the PMI server (fake_pmi here): unique per mpiexec.
+  CHECK(d.job_id == "kvs_4242_0_12345_hosta");
+  CHECK(contains(d.job_id_from, "PMI_FD=5"));
+}
+
+TEST_CASE("MPICH/Hydra: the PMI server is asked only when something is missing") {
+  int asked = 0;
+  const PmiClient counting = [&](const PmiEndpoint& e) {
+    ++asked;
+    return fake_pmi(e);
+  };
+  // --master-port or --rdzv-id given: PMI_FD stays untouched for an MPICH program to use.
+  auto d = detect(from(kHydraRank2), {.job_id_needed = false, .pmi = counting});
+  CHECK(asked == 0);
+  CHECK(d.found->job_id.empty());
+  // A job script's MASTER_PORT says where rank 0 is: nothing to ask either.
+  detect(from(with(kHydraRank2, {{"MASTER_PORT", "29600"}})), {.pmi = counting});
+  CHECK(asked == 0);
+  detect(from(kHydraRank2), {.pmi = counting});
+  CHECK(asked == 1);
+}
+
+TEST_CASE("mpiexec -pmi-port: rank and size from the PMI server, never a world of one") {
+  const Env port_mode = {{"PMI_PORT", "hosta:36411"}, {"PMI_ID", "2"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}};
+  const auto d = detected(port_mode);
+  CHECK(d.rank.value == 2);
+  CHECK(d.world_size.value == 4);
+  CHECK(contains(d.rank.from, "PMI server"));
+  CHECK(d.node_rank.value == 1);
+  CHECK(d.job_id == "kvs_4242_0_12345_hosta");
+  // Even with the topology known, the job id is asked for (by a -pmi-port session, which an
+  // MPICH program can open again).
+  PmiEndpoint seen;
+  detect(from(port_mode), {.pmi = [&](const PmiEndpoint& e) {
+           seen = e;
+           return fake_pmi(e);
+         }});
+  CHECK(seen.host == "hosta");
+  CHECK(seen.port == 36411);
+  CHECK(seen.id == 2);
+  CHECK(contains(detect_error(with(port_mode, {{"PMI_PORT", "hosta"}})), "PMI_PORT='hosta' is not HOST:PORT"));
+  CHECK(contains(detect_error(without(port_mode, {"PMI_PORT"})), "PMI_ID is set but PMI_PORT is not"));
+  CHECK(contains(detect_error(with(port_mode, {{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}})), "disagree"));
+  // A server that cannot be reached is an error naming it, not a world of one.
+  const auto unreachable = [](const PmiEndpoint& e) -> PmiAnswer { throw DetectError(e.from + ": cannot connect"); };
+  CHECK_THROWS_WITH_AS(detect(from(port_mode), {.pmi = unreachable}), "PMI_PORT=hosta:36411 PMI_ID=2: cannot connect",
+                       DetectError);
+}
+
+TEST_CASE("an outer launcher's marks that no detector can complete are an error, never a world of one") {
+  const auto msg = detect_error({{"PMIX_RANK", "1"}, {"PMIX_NAMESPACE", "ns"}});
+  CHECK(contains(msg, "PMIX_RANK=1"));
+  CHECK(contains(msg, "PMIX_SIZE"));
+  // Configuration variables are no marks: plain `idist-run -n 2` keeps working with them set.
+  const auto d = detect(from({{"OMPI_MCA_btl", "self,vader"}, {"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"SLURM_JOB_ID", "7"}}));
+  CHECK_FALSE(d.found);
 }
 
 TEST_CASE("MVAPICH") {
@@ -170,12 +225,10 @@ TEST_CASE("PMIx alone") {
     CAPTURE(msg);
     CHECK(contains(msg, "PMIX_LOCAL_RANK"));
   }
-  SUBCASE("without any size: PMIx never exports one, so it is not enough to win, and a note says so") {
+  SUBCASE("without any size: PMIx never exports one, so it is not enough; alone it is an error, not a world of one") {
     const Env env = {{"PMIX_RANK", "1"}, {"PMIX_NAMESPACE", "ns"}};
-    const auto detection = detect(from(env));
-    CHECK_FALSE(detection.found.has_value());
-    CHECK(any_note(detection, "PMIX_RANK=1 is set but PMIX_SIZE is not"));
-    // Forced, it is an error saying what is missing.
+    CHECK(contains(detect_error(env), "PMIX_RANK=1 is set but PMIX_SIZE is not"));
+    // Forced, too, it is an error saying what is missing.
     const auto msg = detect_error(env, "mpi");
     CAPTURE(msg);
     CHECK(contains(msg, "PMIX_SIZE"));
@@ -254,7 +307,7 @@ TEST_CASE("a SLURM step wins over a container hook's RANK that agrees") {
 TEST_CASE("--launcher forces one kind, even against a disagreeing SLURM step") {
   // mpirun inside an allocation: the ranks inherit the env of the srun step that started orted.
   const auto env = with(kSrunCyclicTask1, kOmpiRank0);
-  const auto detection = detect(from(env), "mpi");
+  const auto detection = detect(from(env), {.launcher = "mpi"});
   REQUIRE(detection.found);
   CHECK(detection.found->source == "Open MPI");
   CHECK(detection.found->rank.value == 0);
@@ -421,7 +474,7 @@ TEST_CASE("torchrun's agent store owns MASTER_PORT: rank 0's store gets a port d
 TEST_CASE("a forced --launcher ignores another kind's variables, even broken ones") {
   const Env env = with(without(kSrunCyclicTask1, {"SLURM_PROCID"}), kOmpiRank1);
   CHECK(contains(detect_error(env), "SLURM_PROCID is not"));
-  const auto detection = detect(from(env), "mpi");
+  const auto detection = detect(from(env), {.launcher = "mpi"});
   REQUIRE(detection.found.has_value());
   CHECK(detection.found->launcher == "mpi");
   CHECK(any_note(detection, "ignoring SLURM step variables (--launcher mpi)"));

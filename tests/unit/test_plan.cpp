@@ -22,6 +22,7 @@ LaunchOptions options(std::optional<int> nproc = std::nullopt) {
   o.nproc_per_node = nproc;
   o.dry_run = true;
   o.command = {"/bin/true"};
+  o.pmi = fake_pmi;
   return o;
 }
 
@@ -103,6 +104,7 @@ TEST_CASE("static multi-node: node 1 of 2 runs ranks 4..7") {
   o.nnodes = 2;
   o.node_rank = 1;
   o.master_addr = "h0";
+  o.rdzv_id = "job-7f3a";
   const auto plan = make_plan(o, from({}));
   CHECK(plan.mode == Mode::spawn);
   CHECK(plan.job.launcher == "spawn");
@@ -122,13 +124,28 @@ TEST_CASE("static multi-node: node 1 of 2 runs ranks 4..7") {
     CHECK(c.world_size == 8);
     CHECK(c.local_world_size == 4);
   }
-  // Every node must name the job alike without talking: not a random id, and no made-up token.
-  CHECK(plan.job.run_id == "static-h0-29500");
-  CHECK(plan.job.job_token.empty());
-  CHECK(any_note(plan, "IDIST_JOB_TOKEN"));
+  // Every node must name the job alike without talking: from --rdzv-id, which is also the
+  // store's token; the run id (in logs and summaries) carries only its hash.
+  CHECK(plan.job.job_token == "job-7f3a");
+  CHECK(plan.job.run_id.starts_with("rdzv-"));
+  CHECK_FALSE(contains(plan.job.run_id, "7f3a"));
+  CHECK(make_plan(o, from({})).job.run_id == plan.job.run_id);
   const auto shared = make_plan(o, from({{"IDIST_JOB_TOKEN", "s3cret"}, {"IDIST_RUN_ID", "exp1"}}));
   CHECK(shared.job.job_token == "s3cret");
   CHECK(shared.job.run_id == "exp1");
+  o.rdzv_id.reset();
+  CHECK(make_plan(o, from({{"IDIST_JOB_TOKEN", "s3cret"}})).job.run_id == "static-h0-29500");
+}
+
+TEST_CASE("static multi-node without the job's identity is refused: a stranger could end the job") {
+  auto o = options(2);
+  o.nnodes = 2;
+  o.node_rank = 0;
+  o.master_addr = "h0";
+  const auto msg = usage_error(o);
+  CHECK(contains(msg, "--rdzv-id"));
+  CHECK(contains(msg, "IDIST_JOB_TOKEN"));
+  CHECK(contains(usage_error(o, {{"IDIST_JOB_TOKEN", ""}}), "--rdzv-id"));
 }
 
 TEST_CASE("contradictory static options are usage errors") {
@@ -161,6 +178,7 @@ TEST_CASE("static options win over a SLURM step") {
   o.nnodes = 2;
   o.node_rank = 0;
   o.master_addr = "h0";
+  o.rdzv_id = "r1";
   const auto plan = make_plan(o, from(kSrunCyclicTask1));
   CHECK(plan.job.launcher == "spawn");
   CHECK(plan.job.world_size == 4);
@@ -333,15 +351,48 @@ TEST_CASE("horovodrun across hosts needs --master-addr") {
   CHECK(contains(plan.provenance.at("master_port"), "HOROVOD_GLOO_RENDEZVOUS"));
 }
 
-TEST_CASE("MPICH/Hydra across hosts needs --master-addr; no job id means torch's default port") {
+TEST_CASE("MPICH/Hydra across hosts needs --master-addr; the port comes from the PMI server's job name") {
   CHECK(contains(usage_error(options(), kHydraRank2), "--master-addr"));
   auto o = options();
   o.master_addr = "h0";
   const auto plan = make_plan(o, from(kHydraRank2));
   CHECK(plan.job.node_rank == 1);
   CHECK(plan.job.nnodes == 2);
-  CHECK(plan.job.master_port == kDefaultMasterPort);
+  CHECK(plan.job.master_port == derived_port("kvs_4242_0_12345_hosta", 0, PortRange{}));
+  CHECK(contains(plan.provenance.at("master_port"), "PMI server"));
+  CHECK(plan.job.run_id == "mpi-kvs_4242_0_12345_hosta");
   CHECK(contains(plan.provenance.at("node_rank"), "assumes"));
+  // Two Hydra jobs: two names, two ports, two tokens.
+  auto other = o;
+  other.pmi = [](const PmiEndpoint&) { return PmiAnswer{.kvsname = "kvs_4243_0_999_hosta", .rank = {}, .size = {}}; };
+  const auto second = make_plan(other, from(kHydraRank2));
+  CHECK(second.job.master_port != plan.job.master_port);
+  CHECK(second.job.job_token != plan.job.job_token);
+  CHECK_FALSE(plan.job.job_token.empty());
+}
+
+TEST_CASE("a launcher that names no job: refused, never a fixed port two jobs would share") {
+  const Env mvapich = {{"MV2_COMM_WORLD_RANK", "1"}, {"MV2_COMM_WORLD_SIZE", "2"},
+                       {"MV2_COMM_WORLD_LOCAL_RANK", "1"}, {"MV2_COMM_WORLD_LOCAL_SIZE", "2"}};
+  const auto msg = usage_error(options(), mvapich);
+  CHECK(contains(msg, "--master-port"));
+  CHECK(contains(msg, "--rdzv-id"));
+  auto o = options();
+  o.rdzv_id = "exp-42";
+  const auto plan = make_plan(o, from(mvapich));
+  CHECK(plan.job.master_port == derived_port("exp-42", 0, PortRange{}));
+  CHECK(plan.job.job_token == "exp-42");
+  o.rdzv_id.reset();
+  o.master_port = 29611;
+  CHECK(make_plan(o, from(mvapich)).job.master_port == 29611);
+  // The job's only task spawning every rank itself: a free port here is unique.
+  const Env one_task = with(mvapich, {{"MV2_COMM_WORLD_RANK", "0"}, {"MV2_COMM_WORLD_SIZE", "1"},
+                                      {"MV2_COMM_WORLD_LOCAL_RANK", "0"}, {"MV2_COMM_WORLD_LOCAL_SIZE", "1"}});
+  auto spawn = options(3);
+  spawn.dry_run = false;
+  const auto local = make_plan(spawn, from(one_task));
+  CHECK(local.port_reservation);
+  CHECK(local.job.master_port == local.port_reservation->port());
 }
 
 TEST_CASE("torchrun's env: exec with its master address and port") {
@@ -523,9 +574,13 @@ TEST_CASE("per-node spawn under a one-task job makes its own token; several task
                                                    {"SLURM_STEP_TASKS_PER_NODE", "1"},
                                                    {"SLURM_STEP_NODELIST", "node1"}});
   CHECK(make_plan(options(3), from(one_task)).job.job_token.size() == 32);
+  // Several tasks: a token they all derive from the job's id, which keeps jobs apart.
   const auto two_nodes = make_plan(options(3), from(kSrunOnePerNodeTask1));
-  CHECK(two_nodes.job.job_token.empty());
+  CHECK(two_nodes.job.job_token.starts_with("job-"));
   CHECK(any_note(two_nodes, "IDIST_JOB_TOKEN is not set"));
+  auto other_job = kSrunOnePerNodeTask1;
+  other_job["SLURM_JOB_ID"] += "1";
+  CHECK(make_plan(options(3), from(other_job)).job.job_token != two_nodes.job.job_token);
   CHECK(make_plan(options(3), from(with(kSrunOnePerNodeTask1, {{"IDIST_JOB_TOKEN", "s3cret"}}))).job.job_token ==
         "s3cret");
 }

@@ -65,7 +65,7 @@ const std::vector<Detector>& all_detectors() {
       {"slurm", "SLURM step", [](auto& v, auto& notes) { return read_slurm(v, notes); }},
       {"mpi", kOpenMpi.source, [](auto& v, auto&) { return read_mpi(kOpenMpi, v); }},
       {"mpi", kPmix.source, [](auto& v, auto&) { return read_mpi(kPmix, v); }},
-      {"mpi", kMpich.source, [](auto& v, auto&) { return read_mpi(kMpich, v); }},
+      {"mpi", "MPICH/Intel MPI", [](auto& v, auto&) { return read_hydra(v); }},
       {"mpi", kMvapich.source, [](auto& v, auto&) { return read_mpi(kMvapich, v); }},
       {"horovod", "horovodrun", [](auto& v, auto&) { return read_horovod(v); }},
       {"env", "torchrun-style env", [](auto& v, auto&) { return read_torch_env(v); }},
@@ -179,7 +179,35 @@ std::string describe(const Sourced<int>& v) {
   return variable ? v.from + "=" + std::to_string(v.value) : std::to_string(v.value) + " (" + v.from + ")";
 }
 
-Detection detect(const env::Lookup& env, std::string_view launcher) {
+namespace {
+
+// Hydra keeps the job's name (and, with -pmi-port, rank and size) in its PMI server. Asked
+// only when something is missing, because under PMI_FD the question ends the PMI session that
+// an MPICH program would otherwise use itself (pmi.hpp).
+void ask_pmi(Reading& r, const DetectOptions& options) {
+  const bool topology_missing = !r.rank || !r.world_size;
+  const bool id_missing = options.job_id_needed && r.job_id.empty() && !r.master_port;
+  if (!topology_missing && !id_missing) return;
+  const auto answer = options.pmi(*r.pmi);
+  const auto take = [&](std::optional<Sourced<int>>& field, const std::optional<int>& value, const char* name) {
+    if (!value) return;
+    const Sourced<int> from_server{*value, "the PMI server (" + r.pmi->from + ")"};
+    if (field && field->value != *value)
+      throw DetectError(describe(*field) + " and " + name + " " + std::to_string(*value) + " from " + from_server.from +
+                        " disagree; unset the stale one");
+    if (!field) field = from_server;
+  };
+  take(r.rank, answer.rank, "rank");
+  take(r.world_size, answer.size, "size");
+  r.job_id = answer.kvsname;
+  r.run_id = answer.kvsname;
+  r.job_id_from = "the PMI server's job name (" + r.pmi->from + ")";
+}
+
+}  // namespace
+
+Detection detect(const env::Lookup& env, const DetectOptions& options) {
+  const std::string_view launcher = options.launcher;
   Detection out;
   const bool forced = launcher != "auto";
   std::vector<Reading> readings;
@@ -196,12 +224,12 @@ Detection detect(const env::Lookup& env, std::string_view launcher) {
   }
 
   // A source that cannot place this process alone (PMIx puts no size in the environment) still
-  // has to agree with the others, but does not win on its own.
-  const Reading* winner = nullptr;
+  // has to agree with the others, but does not win on its own. One with a PMI server can ask it.
+  Reading* winner = nullptr;
   const Reading* partial = nullptr;
-  for (const auto& r : readings) {
+  for (auto& r : readings) {
     if (forced && r.launcher != launcher) continue;
-    if (r.size_optional && !r.world_size) {
+    if (r.size_optional && !r.world_size && !r.pmi) {
       if (!partial) partial = &r;
       out.notes.push_back(r.source + ": " + describe(*r.rank) + " is set but " + r.size_variables +
                           " is not, which is not enough to place this process");
@@ -215,20 +243,29 @@ Detection detect(const env::Lookup& env, std::string_view launcher) {
     if (forced)
       throw DetectError("--launcher " + std::string(launcher) + ": no " + std::string(launcher) +
                         " variables in the environment");
-    return out;
-  }
-  for (const auto& r : readings) {
-    if (&r == winner) continue;
-    // A forced choice overrides the other kinds of launcher; sources of its own kind must still agree.
-    if (forced && r.launcher != winner->launcher) {
-      out.notes.push_back("ignoring " + r.source + " variables: --launcher " + std::string(launcher));
-      continue;
+    if (const auto marks = env::launcher_marks(env); !marks.empty() && !partial) {
+      std::string list;
+      for (const auto& m : marks) list += (list.empty() ? "" : ", ") + m;
+      throw DetectError("an outer launcher's variables are set (" + list +
+                        ") but do not say this process's rank and the world size; start idist-run the way that "
+                        "launcher starts tasks, or pass --launcher spawn (IDIST_NO_DETECT=1) to ignore them");
     }
-    check_agreement(*winner, r);
+    if (partial) complete(*partial);  // a world of one would be a silent wrong answer: say what is missing
+    return out;
   }
   Reading chosen = *winner;
   if (chosen.launcher != "env")  // the torchrun-style source reads them itself (torch_env.cpp)
     detectors::read_exported_master(Vars(env, chosen.source), chosen);
+  if (chosen.pmi) ask_pmi(chosen, options);
+  for (const auto& r : readings) {
+    if (&r == winner) continue;
+    // A forced choice overrides the other kinds of launcher; sources of its own kind must still agree.
+    if (forced && r.launcher != chosen.launcher) {
+      out.notes.push_back("ignoring " + r.source + " variables: --launcher " + std::string(launcher));
+      continue;
+    }
+    check_agreement(chosen, r);
+  }
   out.found = complete(std::move(chosen));
   return out;
 }

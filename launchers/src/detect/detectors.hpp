@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "idist/launchers/detect.hpp"
+#include "idist/launchers/pmi.hpp"
 
 namespace idist::launchers::detectors {
 
@@ -32,6 +33,7 @@ struct Reading {
   std::string local_variables;
   bool one_node_by_default = false;  // torch's rule: without LOCAL_* every rank is on one node
   bool size_optional = false;        // the launcher never exports a size: without one, not a winner
+  std::optional<PmiEndpoint> pmi;    // Hydra: a PMI server that knows the job's name (and rank and size)
 };
 
 // Reads launcher variables for one source; every error names the variable, its value and the source.
@@ -81,8 +83,6 @@ inline constexpr MpiFlavor kOpenMpi{"Open MPI",
                                     {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}};
 inline constexpr MpiFlavor kPmix{"PMIx", "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK", "PMIX_LOCAL_SIZE", "", false,
                                  {"PMIX_NAMESPACE"}};
-inline constexpr MpiFlavor kMpich{"MPICH/Intel MPI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "", true,
-                                  {"", ""}};
 inline constexpr MpiFlavor kMvapich{"MVAPICH",
                                     "MV2_COMM_WORLD_RANK",
                                     "MV2_COMM_WORLD_SIZE",
@@ -93,6 +93,9 @@ inline constexpr MpiFlavor kMvapich{"MVAPICH",
                                     {"", ""}};
 
 std::optional<Reading> read_mpi(const MpiFlavor& flavor, const Vars& vars);
+// MPICH's and Intel MPI's Hydra: PMI_RANK/PMI_SIZE and PMI_FD, or (mpiexec -pmi-port) only
+// PMI_PORT and PMI_ID; the job's name, and then rank and size, are the PMI server's.
+std::optional<Reading> read_hydra(const Vars& vars);
 std::optional<Reading> read_horovod(const Vars& vars);
 std::optional<Reading> read_torch_env(const Vars& vars);
 

@@ -64,6 +64,9 @@ struct Contract {
   bool debug = false;
   bool store_bind_all = false;
   bool from_env = false;  // false when no topology variable was set: a world of one
+  // With no topology set: an outer launcher's marks that describe a job of several tasks
+  // ("PMI_SIZE=3 (...)"), which init() refuses unless the backend reads its own world (mpi).
+  std::string unread_launcher;
 };
 
 // Looks a variable up; std::nullopt when unset. Injected so tests need not touch the process env.
@@ -80,6 +83,34 @@ Contract read_contract(const Lookup& lookup = process_env());
 // The variables a launcher exports for one rank, in a stable order. Optional values that are
 // empty (backend, token, run id) are left out so the rank's own choice stands.
 std::vector<std::pair<std::string, std::string>> to_variables(const Contract& contract);
+
+// Variables that only an outer launcher sets, with the variable that holds its job's size
+// where the environment has one. A process that carries one of them but no topology was
+// started by that launcher without idist-run: taken as a world of one, every task would
+// compute alone and exit 0, so idist-run and init() refuse instead.
+struct LauncherMark {
+  std::string_view variable;
+  std::string_view size;      // "": the size lives in the launcher's server, not the environment
+  std::string_view launcher;  // for messages
+};
+inline constexpr LauncherMark kLauncherMarks[] = {
+    {"SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "srun"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"},
+    {"PMIX_RANK", "", "a PMIx launcher"},
+    {"PMI_RANK", "PMI_SIZE", "MPICH/Intel MPI's mpiexec"},
+    {"PMI_FD", "PMI_SIZE", "MPICH/Intel MPI's mpiexec"},
+    {"PMI_ID", "", "mpiexec -pmi-port"},
+    {"PMI_PORT", "", "mpiexec -pmi-port"},
+    {"MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MVAPICH"},
+    {"HOROVOD_RANK", "HOROVOD_SIZE", "horovodrun"},
+};
+
+// The marks present, as "PMI_ID=0 (mpiexec -pmi-port)"; empty when there are none.
+std::vector<std::string> launcher_marks(const Lookup& lookup = process_env());
+
+// Whether the marks present describe a job of more than one task: a size above 1, or marks
+// whose launcher keeps the size to itself. False without marks, or when a size says 1.
+bool marks_describe_a_job(const Lookup& lookup = process_env());
 
 // Parses IDIST_TIMEOUT's format (seconds, fractions allowed, > 0); throws ContractError.
 std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view value);

@@ -42,6 +42,7 @@ inline constexpr Setting kSettings[] = {
     {"node_rank", "--node-rank", "IDIST_NODE_RANK", Type::integer},
     {"master_addr", "--master-addr", "IDIST_MASTER_ADDR", Type::string},
     {"master_port", "--master-port", "IDIST_MASTER_PORT", Type::integer},
+    {"rdzv_id", "--rdzv-id", "IDIST_RDZV_ID", Type::string},
     {"port_range", "--port-range", "IDIST_PORT_RANGE", Type::string},
     {"launcher", "--launcher", "IDIST_LAUNCHER_KIND", Type::string},
     {"force_spawn", "--force-spawn", "IDIST_FORCE_SPAWN", Type::boolean},

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "idist/env_contract.hpp"
+#include "idist/launchers/pmi.hpp"
 
 namespace idist::launchers {
 
@@ -60,10 +61,21 @@ struct Detection {
 // Launcher names --launcher accepts; "auto" detects, "spawn" skips detection.
 inline constexpr std::string_view kLauncherChoices[] = {"auto", "spawn", "slurm", "mpi", "horovod", "env"};
 
-// Runs the detectors in priority order. `launcher` is "auto" (first match wins) or one of
-// slurm|mpi|horovod|env (only that kind may win; DetectError when it finds nothing). Throws
-// DetectError for malformed values, incomplete sets, and sources that disagree.
-Detection detect(const env::Lookup& env, std::string_view launcher = "auto");
+struct DetectOptions {
+  // "auto" (first match wins) or one of slurm|mpi|horovod|env (only that kind may win;
+  // DetectError when it finds nothing).
+  std::string_view launcher = "auto";
+  // Whether the job's identity is needed (to derive rank 0's port and the run id). False when
+  // the user gave them (--master-port, --rdzv-id): then Hydra's PMI server is asked only for
+  // what the environment lacks, and under PMI_FD not at all, which leaves PMI_FD to the program.
+  bool job_id_needed = true;
+  PmiClient pmi = ask_pmi_server;
+};
+
+// Runs the detectors in priority order. Throws DetectError for malformed values, incomplete
+// sets, sources that disagree, and an outer launcher's marks (env::launcher_marks) that no
+// detector can turn into a complete topology: never a silent world of one.
+Detection detect(const env::Lookup& env, const DetectOptions& options = {});
 
 // SLURM_STEP_TASKS_PER_NODE's compressed form: "2(x3),1" -> {2, 2, 2, 1}. Throws DetectError
 // naming `variable`.

@@ -32,6 +32,10 @@ struct LaunchOptions {
   std::optional<int> node_rank;
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
+  // --rdzv-id: the job's identity, the same on every node (as torchrun's). Rank 0's port is
+  // derived from it where no launcher gives a job id, and the store admits only clients that
+  // present it (as IDIST_JOB_TOKEN, which wins when both are set).
+  std::optional<std::string> rdzv_id;
   PortRange port_range;               // where ports derived from a job id fall
   std::string backend;                // empty: the program's own choice
   std::string launcher = "auto";      // auto | spawn | slurm | mpi | horovod | env
@@ -40,6 +44,7 @@ struct LaunchOptions {
   bool dry_run = false;               // reserve nothing
   bool bind = false;                  // --bind: pin each spawned rank to its share of our cores
   std::vector<std::string> command;   // program (resolved) and its arguments
+  PmiClient pmi = ask_pmi_server;     // how detection asks Hydra's PMI server; tests pass a fake
 };
 
 enum class Mode { spawn, exec };

@@ -1,0 +1,46 @@
+// A job with its own input: every rank adds (rank + 1) * VALUE, ROUNDS times, with a pause
+// between rounds so that two jobs started together overlap. Each rank checks every sum
+// against the closed form VALUE * N (N + 1) / 2 and prints one line; a sum that mixes two
+// jobs' values is reported WRONG and the rank exits 3.
+// usage: job_sum VALUE [ROUNDS=20] [PAUSE_MS=25]
+#include <idist/idist.hpp>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+int main(int argc, char** argv) try {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: job_sum VALUE [ROUNDS] [PAUSE_MS]\n");
+    return 2;
+  }
+  const std::int64_t value = std::stoll(argv[1]);
+  const int rounds = argc > 2 ? std::stoi(argv[2]) : 20;
+  const int pause_ms = argc > 3 ? std::stoi(argv[3]) : 25;
+  idist::init();
+  const std::int64_t n = idist::get_world_size();
+  const int rank = idist::get_rank();
+  const std::int64_t want = value * n * (n + 1) / 2;
+  std::int64_t got = 0;
+  int wrong = 0;
+  for (int i = 0; i < rounds; ++i) {
+    std::vector<std::int64_t> x = {value * (rank + 1)};
+    idist::all_reduce(x);
+    got = x[0];
+    if (got != want) ++wrong;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+  }
+  const char* port = std::getenv("MASTER_PORT");
+  std::printf("job %" PRId64 " rank %d/%" PRId64 " port %s sum %" PRId64 " %s\n", value, rank, n, port ? port : "-", got,
+              wrong == 0 ? "right" : ("WRONG in " + std::to_string(wrong) + " rounds, want " + std::to_string(want)).c_str());
+  std::fflush(stdout);
+  idist::finalize();
+  return wrong == 0 ? 0 : 3;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
+}
