@@ -232,8 +232,10 @@ std::string help_table() {
 std::string effective_table(const std::vector<Resolved>& settings, const std::vector<std::string>& program,
                             std::string_view program_from) {
   std::string out = fmt::format("{:<16} {:<24} {}\n", "setting", "value", "from");
-  for (const auto& r : settings)
-    out += fmt::format("{:<16} {:<24} {}\n", r.setting->key, r.text ? *r.text : "(unset)", r.text ? r.from : "-");
+  for (const auto& r : settings) {
+    const std::string shown = !r.text ? "(unset)" : r.setting->secret ? std::string(kHidden) : *r.text;
+    out += fmt::format("{:<16} {:<24} {}\n", r.setting->key, shown, r.text ? r.from : "-");
+  }
   std::string command;
   for (const auto& word : program) command += (command.empty() ? "" : " ") + word;
   out += fmt::format("{:<16} {:<24} {}", kProgramKey, program.empty() ? "(none)" : command,
@@ -252,7 +254,7 @@ std::string add_settings(const std::string& plan_json, const std::vector<Resolve
     from[key] = r.from;
     if (!r.text) continue;
     const std::string& text = *r.text;
-    ordered value = text;
+    ordered value = r.setting->secret ? std::string(kHidden) : text;
     if (r.setting->type == Type::integer || r.setting->type == Type::count_or_auto) {
       if (auto n = parse_whole<long long>(text)) value = *n;
     } else if (r.setting->type == Type::number) {

@@ -163,3 +163,22 @@ TEST_CASE("to_variables round-trips through read_contract") {
   CHECK(back.run_id == "abc");
   CHECK(back.launcher == "spawn");
 }
+
+TEST_CASE("an outer launcher's marks without a topology are remembered, so init() can refuse a world of one") {
+  // mpiexec -n 3 ./prog, no idist-run: nothing of the contract, but PMI_SIZE says 3.
+  auto c = env::read_contract(from({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}, {"PMI_FD", "6"}}));
+  CHECK_FALSE(c.from_env);
+  CHECK(c.unread_launcher.find("PMI_RANK=1") != std::string::npos);
+  // A size the launcher keeps to itself (-pmi-port) counts as a job too.
+  CHECK_FALSE(env::read_contract(from({{"PMI_ID", "0"}, {"PMI_PORT", "h:1"}})).unread_launcher.empty());
+  // One task is a world of one, rightly; so is an sbatch script (no step) and plain config.
+  CHECK(env::read_contract(from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}, {"PMIX_RANK", "0"}}))
+            .unread_launcher.empty());
+  CHECK(env::read_contract(from({{"SLURM_JOB_ID", "5"}, {"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "0"}})).unread_launcher.empty());
+  CHECK(env::read_contract(from({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}})).unread_launcher.empty());
+  CHECK(env::read_contract(from({{"OMPI_MCA_btl", "self"}})).unread_launcher.empty());
+  // With the contract set (idist-run did its job), the marks do not matter.
+  CHECK(env::read_contract(from({{"PMI_SIZE", "3"}, {"PMI_RANK", "1"}, {"RANK", "1"}, {"WORLD_SIZE", "3"},
+                                 {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}}))
+            .unread_launcher.empty());
+}

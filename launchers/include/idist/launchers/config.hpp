@@ -29,6 +29,7 @@ struct Setting {
   std::string_view option;  // the long option on the command line
   std::string_view env;     // the variable
   Type type;                // the JSON type a config file gives it
+  bool secret = false;      // shown as "<hidden>" by --print-config and --dry-run (it is the store's password)
 };
 
 // Every option idist-run has, but --config itself. The variables are IDIST_ and the option in
@@ -42,7 +43,7 @@ inline constexpr Setting kSettings[] = {
     {"node_rank", "--node-rank", "IDIST_NODE_RANK", Type::integer},
     {"master_addr", "--master-addr", "IDIST_MASTER_ADDR", Type::string},
     {"master_port", "--master-port", "IDIST_MASTER_PORT", Type::integer},
-    {"rdzv_id", "--rdzv-id", "IDIST_RDZV_ID", Type::string},
+    {"rdzv_id", "--rdzv-id", "IDIST_RDZV_ID", Type::string, true},
     {"port_range", "--port-range", "IDIST_PORT_RANGE", Type::string},
     {"launcher", "--launcher", "IDIST_LAUNCHER_KIND", Type::string},
     {"force_spawn", "--force-spawn", "IDIST_FORCE_SPAWN", Type::boolean},
@@ -59,6 +60,9 @@ inline constexpr Setting kSettings[] = {
     {"no_python", "--no-python", "IDIST_NO_PYTHON", Type::boolean},
     {"bind", "--bind", "IDIST_BIND", Type::boolean},
 };
+
+// What --print-config and --dry-run show instead of a secret setting's value (and the token).
+inline constexpr std::string_view kHidden = "<hidden>";
 
 inline constexpr std::string_view kConfigOption = "--config";
 inline constexpr std::string_view kConfigEnv = "IDIST_CONFIG";  // the file, when --config is not given
