@@ -37,44 +37,16 @@ for mode in default -pmi-port; do
 done
 
 # Two jobs at once, each mode, same size: any mixing shows as a wrong sum or a failed job.
-two_jobs() {  # two_jobs NAME PROGRAM... ; the program gets the job's value as its last argument
-  local name=$1 start end
-  shift
-  start=$(now_ms)
-  "${HYDRA[@]}" "${MODE[@]}" -n 3 "$RUN" "$@" 1000 >"$TMP/a" 2>&1 &
-  local a=$!
-  "${HYDRA[@]}" "${MODE[@]}" -n 3 "$RUN" "$@" 7 >"$TMP/b" 2>&1 &
-  local b=$!
-  wait $a; local rca=$?
-  wait $b; local rcb=$?
-  end=$(now_ms)
-  local pa pb
-  pa=$(grep -o 'port [0-9]*' "$TMP/a" | sort -u | tr '\n' ' ')
-  pb=$(grep -o 'port [0-9]*' "$TMP/b" | sort -u | tr '\n' ' ')
-  echo "  $name: job 1000 on ${pa}, job 7 on ${pb}, both done in $((end - start)) ms"
-  check "$name: both jobs exit 0" equals "$rca $rcb" "0 0"
-  # Hydra forwards output in pieces, not lines ("...righttorch job..."): count matches, not lines.
-  check "$name: job 1000's 3 ranks each sum 6000" equals "$(grep -o "job 1000 rank [0-2]/3 port [0-9]* sum 6000 right" "$TMP/a" | sort -u | wc -l)" 3
-  check "$name: job 7's 3 ranks each sum 42" equals "$(grep -o "job 7 rank [0-2]/3 port [0-9]* sum 42 right" "$TMP/b" | sort -u | wc -l)" 3
-  check "$name: the two jobs' stores are on different ports" test "$pa" != "$pb"
-  [ "$(cat "$TMP/a" "$TMP/b" | grep -o " sum [0-9]* right" | wc -l)" = 6 ] ||
-    sed 's/^/  | /' "$TMP/a" "$TMP/b" | head -40
-}
-job_sum() { "$JOB_SUM" "$1" 40 25; }
 for mode in default -pmi-port; do
   MODE=(); [ $mode = default ] || MODE=(-pmi-port)
-  # job_sum's arguments: VALUE ROUNDS PAUSE_MS; two_jobs appends VALUE, so wrap it.
-  printf '#!/bin/bash\nexec "%s" "$1" 40 25\n' "$JOB_SUM" >"$TMP/job_sum.sh" && chmod +x "$TMP/job_sum.sh"
-  two_jobs "two Hydra jobs at once ($mode), libidist" "$TMP/job_sum.sh"
+  two_jobs "two Hydra jobs at once ($mode), libidist" "${HYDRA[@]}" "${MODE[@]}" -n 3 "$RUN" "$JOB_SUM" 40 25
+  if /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
+    two_jobs "two Hydra jobs at once ($mode), torch.distributed env://" "${HYDRA[@]}" "${MODE[@]}" -n 3 "$RUN" \
+      /usr/bin/python3 "$HERE/python/torch_job_sum.py"
+  else
+    echo "skipped: torch.distributed under two Hydra jobs ($mode): python3-torch missing"
+  fi
 done
-if /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
-  MODE=()
-  two_jobs "two Hydra jobs at once, torch.distributed env://" /usr/bin/python3 "$HERE/python/torch_job_sum.py"
-  MODE=(-pmi-port)
-  two_jobs "two Hydra jobs at once (-pmi-port), torch.distributed env://" /usr/bin/python3 "$HERE/python/torch_job_sum.py"
-else
-  echo "skipped: torch.distributed under two Hydra jobs (python3-torch missing)"
-fi
 
 # An MPICH program speaks PMI itself. With -pmi-port each connection is its own session, so
 # idist-run's question leaves nothing behind; under PMI_FD, --master-port (or --rdzv-id) keeps

@@ -2,7 +2,7 @@
 // between rounds so that two jobs started together overlap. Each rank checks every sum
 // against the closed form VALUE * N (N + 1) / 2 and prints one line; a sum that mixes two
 // jobs' values is reported WRONG and the rank exits 3.
-// usage: job_sum VALUE [ROUNDS=20] [PAUSE_MS=25]
+// usage: job_sum [ROUNDS=20 PAUSE_MS=25] VALUE   (the value last, so a test can append it)
 #include <idist/idist.hpp>
 
 #include <chrono>
@@ -14,13 +14,13 @@
 #include <thread>
 
 int main(int argc, char** argv) try {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: job_sum VALUE [ROUNDS] [PAUSE_MS]\n");
+  if (argc != 2 && argc != 4) {
+    std::fprintf(stderr, "usage: job_sum [ROUNDS PAUSE_MS] VALUE\n");
     return 2;
   }
-  const std::int64_t value = std::stoll(argv[1]);
-  const int rounds = argc > 2 ? std::stoi(argv[2]) : 20;
-  const int pause_ms = argc > 3 ? std::stoi(argv[3]) : 25;
+  const std::int64_t value = std::stoll(argv[argc - 1]);
+  const int rounds = argc == 4 ? std::stoi(argv[1]) : 20;
+  const int pause_ms = argc == 4 ? std::stoi(argv[2]) : 25;
   idist::init();
   const std::int64_t n = idist::get_world_size();
   const int rank = idist::get_rank();

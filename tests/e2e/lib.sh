@@ -76,6 +76,34 @@ wait_for_lines() {
   return 1
 }
 
+# two_jobs NAME CMD...: starts `CMD... 1000` and `CMD... 7` at once, each a job of 3 ranks
+# running job_sum or python/torch_job_sum.py (the value is their last argument), and checks
+# that each job got its own sums, on its own port. Two jobs that met would mix their values
+# (or fail): the sums, not the exit codes alone, are what shows it.
+two_jobs() {
+  local name=$1 dir start rca rcb pa pb
+  shift
+  dir=$(mktemp -d)
+  start=$(now_ms)
+  "$@" 1000 >"$dir/a" 2>&1 &
+  local a=$!
+  "$@" 7 >"$dir/b" 2>&1 &
+  wait $!; rcb=$?
+  wait $a; rca=$?
+  pa=$(grep -o 'port [0-9]*' "$dir/a" | sort -u | tr '\n' ' ')
+  pb=$(grep -o 'port [0-9]*' "$dir/b" | sort -u | tr '\n' ' ')
+  echo "  $name: job 1000 on ${pa}, job 7 on ${pb}, both done in $(($(now_ms) - start)) ms"
+  check "$name: both jobs exit 0" equals "$rca $rcb" "0 0"
+  # Hydra forwards output in pieces, not lines ("...righttorch job..."): count matches, not lines.
+  check "$name: job 1000's 3 ranks each sum 6000" \
+    equals "$(grep -o "job 1000 rank [0-2]/3 port [0-9]* sum 6000 right" "$dir/a" | sort -u | wc -l)" 3
+  check "$name: job 7's 3 ranks each sum 42" \
+    equals "$(grep -o "job 7 rank [0-2]/3 port [0-9]* sum 42 right" "$dir/b" | sort -u | wc -l)" 3
+  check "$name: the two jobs' stores are on different ports" test "$pa" != "$pb"
+  [ "$(cat "$dir/a" "$dir/b" | grep -o " sum [0-9]* right" | wc -l)" = 6 ] || sed 's/^/  | /' "$dir/a" "$dir/b" | head -40
+  rm -rf "$dir"
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]

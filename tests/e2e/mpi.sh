@@ -47,23 +47,7 @@ check "--launcher spawn under mpirun ignores MPI's variables" contains "$out" '"
 
 # Two mpirun jobs at once on this host, each with its own input: Open MPI's job id (a different
 # one per mpirun) gives each its own store port, so neither sees the other's values.
-JOB_SUM=$(realpath "$3")
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-start=$(now_ms)
-"${MPIRUN[@]}" -np 3 "$RUN" "$JOB_SUM" 1000 40 25 >"$TMP/a" 2>&1 &
-a=$!
-"${MPIRUN[@]}" -np 3 "$RUN" "$JOB_SUM" 7 40 25 >"$TMP/b" 2>&1 &
-b=$!
-wait $a; rca=$?
-wait $b; rcb=$?
-pa=$(grep -o 'port [0-9]*' "$TMP/a" | sort -u | tr '\n' ' ')
-pb=$(grep -o 'port [0-9]*' "$TMP/b" | sort -u | tr '\n' ' ')
-echo "  two mpirun jobs at once: job 1000 on ${pa}, job 7 on ${pb}, both done in $(($(now_ms) - start)) ms"
-check "two mpirun jobs at once: both exit 0" equals "$rca $rcb" "0 0"
-check "... job 1000's 3 ranks each sum 6000" equals "$(grep -o "job 1000 rank [0-2]/3 port [0-9]* sum 6000 right" "$TMP/a" | sort -u | wc -l)" 3
-check "... job 7's 3 ranks each sum 42" equals "$(grep -o "job 7 rank [0-2]/3 port [0-9]* sum 42 right" "$TMP/b" | sort -u | wc -l)" 3
-check "... on different ports" test "$pa" != "$pb"
+two_jobs "two mpirun jobs at once" "${MPIRUN[@]}" -np 3 "$RUN" "$(realpath "$3")" 40 25
 
 # scripts/examples/mpirun.sh as a user runs it: idist-run from PATH, both backends.
 JOBS=$(cd "$(dirname "$0")/../../scripts/examples" && pwd)

@@ -87,14 +87,14 @@ port=$((port + 1))
 rdzv=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
 snode() { env -u IDIST_JOB_TOKEN timeout 60 "$RUN" --nnodes 2 --node-rank "$1" --master-addr 127.0.0.1 \
   --master-port "$port" --rdzv-id "$rdzv" -n 2 "$JOB_SUM" "${@:2}"; }
-snode 0 5 10 20 >"$DIR/s0.out" 2>&1 &
+snode 0 10 20 5 >"$DIR/s0.out" 2>&1 &
 node0=$!
 for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
 # hello(token ""), then set("idist/world/joined/result", "evil"): the frames of lib/src/store/wire.hpp.
 (trap '' PIPE; exec 3<>/dev/tcp/127.0.0.1/$port
  printf '\x05\x00\x00\x00\x01\x00\x00\x00\x00\x26\x00\x00\x00\x02\x19\x00\x00\x00idist/world/joined/result\x04\x00\x00\x00evil' >&3
  sleep 0.3) 2>/dev/null
-out1=$(snode 1 5 10 20 2>&1)
+out1=$(snode 1 10 20 5 2>&1)
 rc1=$?
 wait $node0
 rc0=$?

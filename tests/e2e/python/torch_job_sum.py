@@ -2,7 +2,7 @@
 (rank + 1) * VALUE, ROUNDS times, pausing between rounds so that two jobs started together
 overlap. torch checks no job token, so this is the program that would mix two jobs' sums if
 they shared rank 0's store. Prints one line per rank; exits 3 on any wrong sum.
-usage: torch_job_sum.py VALUE [ROUNDS]"""
+usage: torch_job_sum.py [ROUNDS] VALUE   (the value last, so a test can append it)"""
 import os
 import sys
 import time
@@ -12,8 +12,8 @@ import torch.distributed as dist
 
 
 def main():
-    value = int(sys.argv[1])
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    value = int(sys.argv[-1])
+    rounds = int(sys.argv[1]) if len(sys.argv) > 2 else 10
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     want = value * world * (world + 1) // 2
