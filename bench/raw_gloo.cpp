@@ -117,7 +117,7 @@ class RawGloo {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     context_ = std::make_shared<gloo::rendezvous::Context>(c.rank, c.world_size);
     context_->setTimeout(timeout_);
-    detail::GlooStore adapter(*store_);
+    detail::GlooStore adapter(*store_, detail::GlooStore::Clock::now() + timeout_);
     gloo::rendezvous::PrefixStore prefixed("raw_gloo/", adapter);
     context_->connectFullMesh(prefixed, device);
   }

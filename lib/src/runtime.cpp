@@ -2,10 +2,12 @@
 
 #include <spdlog/fmt/fmt.h>
 #include "log.hpp"
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <iostream>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -171,8 +173,28 @@ void Runtime::adopt(const Layout& layout, const ErrorSite& site) {
   c.nnodes = layout.nnodes;
 }
 
+namespace {
+
+// A write to a peer that died (Gloo's writev, a store connection) raises SIGPIPE, whose default
+// action kills the process without a word: the survivors of a rank's crash then die "of
+// SIGPIPE" and the job's summary blames them. Ignored, the write fails with EPIPE and becomes
+// an error naming the peer. Only the default action is replaced: a program's own handler (or
+// its own SIG_IGN, as Python sets) stays. Process-wide, once, and documented in the README.
+void ignore_sigpipe_unless_handled() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+        (current.sa_flags & SA_SIGINFO) == 0)
+      ::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
+}  // namespace
+
 Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     : contract_(contract), id_(next_runtime_id()) {
+  ignore_sigpipe_unless_handled();
   // One deadline for the whole rendezvous: reaching the store and everyone joining.
   const auto deadline = Clock::now() + contract_.timeout;
   const std::string backend = choose_backend(contract_, options);

@@ -117,6 +117,8 @@ void TcpStore::connect(Clock::time_point deadline) {
 }
 
 std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadline, const std::string& what) {
+  // The time this request was given (a wait's own timeout, or the store's), for the message.
+  const auto given = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   std::lock_guard lock(mu_);
   const std::string where = options_.host + ":" + std::to_string(options_.port);
   if (fd_ < 0) throw std::runtime_error("the connection to the store at " + where + " was lost earlier");
@@ -129,7 +131,7 @@ std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadlin
   auto timed_out = [&] {
     ::close(fd_);
     fd_ = -1;
-    return TimeoutFailure("store " + what + " at " + where + " timed out after " + seconds_text(options_.timeout));
+    return TimeoutFailure("store " + what + " at " + where + " timed out after " + seconds_text(given));
   };
 
   std::size_t sent = 0;

@@ -13,6 +13,7 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
@@ -230,15 +231,35 @@ class TcpDevice {
 };
 
 class GlooBackend final : public Backend {
+  static constexpr int kConnectAttemptsInGloo = 5;  // tcp::Pair::waitUntil's "timeout_ * 5"
+
  public:
   // Every group has its own context (its own connections and slots), all on one device.
   GlooBackend(const BackendInit& init, std::shared_ptr<TcpDevice> device)
       : timeout_(init.timeout), device_(std::move(device)) {
+    // Connecting is bounded by the user's timeout, as every other wait. This Gloo waits for a
+    // pair's initial connection 5x its context's timeout (tcp/pair.h, waitUntil: 25 s at
+    // IDIST_TIMEOUT=5), and the pairs keep the timeout they were made with. So: half the
+    // timeout for the peers' addresses to appear in the store, pairs made with a tenth (5 x
+    // 1/10 = the other half), then the full timeout again for the collectives.
     context_ = std::make_shared<gloo::rendezvous::Context>(init.rank, init.size);
-    context_->setTimeout(timeout_);
-    GlooStore adapter(init.store);
+    context_->setTimeout(std::max(std::chrono::milliseconds(1), timeout_ / kConnectAttemptsInGloo / 2));
+    GlooStore adapter(init.store, GlooStore::Clock::now() + timeout_ / 2);
     gloo::rendezvous::PrefixStore prefixed(init.key_prefix + "gloo", adapter);
-    guard([&] { context_->connectFullMesh(prefixed, device_->device()); });
+    // Sub-groups number their members from 0; the error is wrapped with the group's name.
+    const auto name_peers = [&] {
+      peer_names_ = std::make_shared<const PeerNames>(
+          PeerNames{peer_ranks(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size),
+                    init.key_prefix.find("/group/") == std::string::npos ? "rank " : "group rank "});
+    };
+    try {
+      context_->connectFullMesh(prefixed, device_->device());
+    } catch (const gloo::IoException&) {
+      name_peers();  // the addresses read so far name the peer that did not connect
+      guard([] { throw; });
+    }
+    name_peers();
+    context_->setTimeout(timeout_);
     frames_ = std::make_shared<FramePool>(context_);
   }
 
@@ -389,8 +410,8 @@ class GlooBackend final : public Backend {
       frame->buffer->send(dst, p2p_slot(kHeaderSlot, tag, seq), 0, frame_bytes);
       if (payload) payload->send(dst, p2p_slot(kPayloadSlot, tag, seq));
     });
-    return [frame, payload, timeout = timeout_] {
-      guard([&] {
+    return [frame, payload, timeout = timeout_, names = peer_names_] {
+      guard_with(names.get(), [&] {
         frame->buffer->waitSend(timeout);
         if (payload) payload->waitSend(timeout);
       });
@@ -402,8 +423,8 @@ class GlooBackend final : public Backend {
     const auto seq = next_sequence(recv_sequence_, src, tag);
     auto frame = frames_->take();
     guard([&] { frame->buffer->recv(src, p2p_slot(kHeaderSlot, tag, seq)); });
-    return [context = context_, frame, data, bytes, src, tag, seq, timeout = timeout_] {
-      guard([&] {
+    return [context = context_, frame, data, bytes, src, tag, seq, timeout = timeout_, names = peer_names_] {
+      guard_with(names.get(), [&] {
         frame->buffer->waitRecv(timeout);
         frame->reusable = true;
         std::uint64_t length = 0;
@@ -429,15 +450,58 @@ class GlooBackend final : public Backend {
   // Gloo reports a timeout as an IoException whose text says so (there is no
   // TimeoutException in this version) and argument errors as EnforceNotMet, which is not a
   // gloo::Exception: catch std::exception and sort out timeouts by their text.
+  // A connection error names the peer's address ("Connection closed by peer
+  // [127.0.0.1]:20904"); the rank behind it is what a user can act on.
+  struct PeerNames {
+    std::vector<std::pair<std::string, int>> by_address;  // gloo's address of each peer -> its group rank
+    std::string word;                                      // "rank " or "group rank "
+  };
+
   template <class F>
-  static void guard(F&& f) {
+  static void guard_with(const PeerNames* names, F&& f) {
     try {
       f();
     } catch (const gloo::IoException& e) {
       if (std::strstr(e.what(), "Timed out") != nullptr || std::strstr(e.what(), "timed out") != nullptr)
         throw TimeoutFailure(e.what());
-      throw std::runtime_error(e.what());
+      const std::string what = e.what();
+      const bool connecting = what.find("Connect timeout") != std::string::npos;
+      std::string who = "a peer";
+      if (names != nullptr)
+        for (const auto& [address, peer] : names->by_address)
+          if (what.find(address) != std::string::npos) who = names->word + std::to_string(peer);
+      // The side that accepted a connection knows the peer by the port it connected from,
+      // which no store key holds: then "a peer", and the launcher's summary names who died.
+      throw std::runtime_error(connecting ? who + " did not complete its connection in time: stopped, or unreachable "
+                                                  "from here? (gloo: " + what + ")"
+                                          : "connection to " + who + " lost: did it exit or crash? (gloo: " + what + ")");
     }
+  }
+  template <class F>
+  void guard(F&& f) const {
+    guard_with(peer_names_.get(), std::forward<F>(f));
+  }
+
+  // Each peer's address for its connection to us, as gloo's connectFullMesh read it from the
+  // store: key "<prefix><peer>" holds the peer's addresses for its connections to every other
+  // rank in rank order, all of one size, ours at our index among them.
+  static std::vector<std::pair<std::string, int>> peer_ranks(const std::map<std::string, std::vector<char>>& got,
+                                                             const std::string& prefix, int rank, int size) {
+    std::vector<std::pair<std::string, int>> out;
+    for (int peer = 0; peer < size; ++peer) {
+      const auto it = got.find(prefix + std::to_string(peer));
+      if (peer == rank || it == got.end() || it->second.size() % static_cast<std::size_t>(size - 1) != 0) continue;
+      const auto one = it->second.size() / static_cast<std::size_t>(size - 1);
+      const auto index = static_cast<std::size_t>(rank < peer ? rank : rank - 1);
+      const auto begin = it->second.begin() + static_cast<long>(index * one);
+      try {
+        out.emplace_back(gloo::transport::tcp::Address(std::vector<char>(begin, begin + static_cast<long>(one))).str(),
+                         peer);
+      } catch (const std::exception&) {
+        // Another gloo's layout: errors then name the address alone.
+      }
+    }
+    return out;
   }
 
   // Scratch space for reduce and reduce_scatter, kept between calls and grown to the largest
@@ -472,6 +536,7 @@ class GlooBackend final : public Backend {
 
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TcpDevice> device_;
+  std::shared_ptr<const PeerNames> peer_names_;  // shared with completions, which may outlive us
   std::shared_ptr<gloo::rendezvous::Context> context_;
 };
 

@@ -1,0 +1,81 @@
+#!/bin/bash
+# A peer that dies or freezes, as the survivors see it through libidist:
+#  1. kill -9 of one rank among many small gloo all_reduces: no survivor dies of SIGPIPE (the
+#     library ignores it unless the program handles it), and a survivor's error names the
+#     dead rank ("connection to rank 2 lost") rather than only an address;
+#  2. a rank SIGSTOPped at every moment of start-up (joining the store, connecting gloo's
+#     pairs, the first collectives): the others fail within IDIST_TIMEOUT plus a small slack,
+#     never Gloo's 5x connect timeout, and name the stopped rank.
+# usage: peer_death.sh IDIST_RUN JOB_SUM
+source "$(dirname "$0")/lib.sh"
+RUN=$(realpath "$1")
+JOB_SUM=$(realpath "$2")
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+# pid_of_rank VALUE R: the job_sum process of rank R in the job summing VALUE.
+pid_of_rank() {
+  local p
+  for p in $(pgrep -f "$JOB_SUM 100000 0 $1\$"); do
+    grep -qzx "RANK=$2" /proc/$p/environ 2>/dev/null && { echo $p; return; }
+  done
+}
+
+runs=16 sigpipe=0 named=0 unnamed=0 wrong_rank=0 zero_exit=0
+for i in $(seq $runs); do
+  victim=$((i % 3))
+  value=$((500 + i))
+  "$RUN" -n 3 --tag-output "$JOB_SUM" 100000 0 $value >"$TMP/out" 2>&1 &
+  job=$!
+  sleep 0.8
+  pid=$(pid_of_rank $value $victim)
+  [ -n "$pid" ] && kill -KILL "$pid"
+  wait $job
+  [ $? = 0 ] && zero_exit=$((zero_exit + 1))
+  grep -q "SIGPIPE" "$TMP/out" && { sigpipe=$((sigpipe + 1)); sed 's/^/  | /' "$TMP/out" | tail -5; }
+  # Survivors that failed before idist-run stopped them: each names whom it lost.
+  while read -r line; do
+    case $line in
+      *"connection to rank $victim lost"*) named=$((named + 1)) ;;
+      *"connection to rank "*" lost"*) wrong_rank=$((wrong_rank + 1)) ;;  # a survivor that already failed: collateral
+      *"connection to a peer lost"*) unnamed=$((unnamed + 1)) ;;
+    esac
+  done < <(grep -o "\[idist rank [0-9]/3\] all_reduce(gloo): connection to [a-z0-9 ]* lost" "$TMP/out")
+done
+echo "  $runs jobs with a rank killed mid-run: survivors killed by SIGPIPE in $sigpipe; survivor errors naming the dead rank: $named, another (already failed) rank: $wrong_rank, only an address: $unnamed"
+check "kill -9 of a rank: no survivor dies of SIGPIPE ($sigpipe of $runs jobs)" equals $sigpipe 0
+check "kill -9 of a rank: every job exits non-zero" equals $zero_exit 0
+check "kill -9 of a rank: survivors' errors name the dead rank ($named named)" test $named -gt 0
+
+# Start-up: rank 2 stopped after DELAY s, for delays across joining, connecting and computing.
+T=2
+worst=0 late=0 silent=0 tried=0
+for delay in 0.01 0.02 0.03 0.04 0.05 0.06 0.08 0.1; do
+  port=$((21000 + RANDOM % 9000))
+  start=$(now_ms)
+  for r in 0 1 2; do
+    env -u IDIST_JOB_TOKEN RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port IDIST_TIMEOUT=$T \
+      "$JOB_SUM" 20 5 1 >"$TMP/r$r" 2>&1 &
+    eval "p$r=$!"
+  done
+  sleep $delay
+  kill -STOP $p2 2>/dev/null
+  wait $p0; rc0=$?; t0=$(($(now_ms) - start))
+  wait $p1; rc1=$?; t1=$(($(now_ms) - start))
+  kill -KILL $p2 2>/dev/null; wait $p2 2>/dev/null
+  [ $rc0 = 0 ] && [ $rc1 = 0 ] && continue  # rank 2 was already done: nothing to see
+  tried=$((tried + 1))
+  for t in $t0 $t1; do [ $t -gt $worst ] && worst=$t; done
+  [ $t0 -gt $((T * 1000 + 3000)) ] || [ $t1 -gt $((T * 1000 + 3000)) ] && late=$((late + 1))
+  # In init() the stopped rank must be named. Once collectives run, a survivor may time out
+  # first and take the blame of the others ("who did not arrive" is the flight recorder's job).
+  if grep -q "init(gloo)" "$TMP/r0" "$TMP/r1" && ! cat "$TMP/r0" "$TMP/r1" | grep -qE "rank 2\b|ranks [0-9, ]*2\b"; then
+    silent=$((silent + 1))
+    echo "  delay $delay: neither survivor names rank 2: $(tail -1 "$TMP/r0") / $(tail -1 "$TMP/r1")"
+  fi
+done
+echo "  rank 2 stopped during start-up at $tried moments: the others failed within $worst ms at IDIST_TIMEOUT=$T (Gloo alone: up to 5 x $T s to connect)"
+check "a stopped rank at start-up: the others fail within IDIST_TIMEOUT + 3 s every time ($late late of $tried)" equals $late 0
+check "... and, failing in init(), name rank 2 ($silent of $tried do not)" equals $silent 0
+check "... the stop landed in $tried runs" test $tried -gt 3
+finish
