@@ -1,8 +1,9 @@
 #!/bin/bash
 # idist-run under a real SLURM (slurmctld + slurmd started here, see scripts/slurm-local.sh):
 # srun with one task per rank (exec in place) and one task per node (spawn), sbatch job
-# scripts, block and cyclic distributions, one node and two emulated nodes; two clusters at
-# once (as two runs of this test on one machine) and concurrent jobs that must never meet.
+# scripts, block and cyclic distributions, one node and two emulated nodes; the SLURM
+# variables of spawned ranks against a real srun's and ignite's rule; two clusters at once
+# (as two runs of this test on one machine) and concurrent jobs that must never meet.
 # usage: slurm.sh IDIST_RUN EXAMPLES_DIR JOB_SUM      exits 77 (skipped) without SLURM's daemons or root
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -170,6 +171,59 @@ for dist in block cyclic; do
   done
   check "one task per node ($dist): ranks are spawned by idist-run" equals "$(field "$(line_of_rank "$out" 3)" PARENT)" idist-run
 done
+
+# ---------------------------------------------------------------- spawned ranks' SLURM variables
+# srun -N2 --ntasks-per-node=1 idist-run -n 2: each rank gets what srun -N2 --ntasks-per-node=2
+# would have given it as a task, so ignite.distributed and Lightning, which compare SLURM_PROCID,
+# SLURM_LOCALID and SLURM_NTASKS with RANK, LOCAL_RANK and WORLD_SIZE, accept it.
+rm -rf envs && mkdir envs
+"${SRUN[@]}" -N2 --ntasks-per-node=1 "$RUN" -n 2 bash -c 'env | grep "^SLURM" | sort >"$0.$RANK"' "$DIR/envs/idist" 2>&1
+check "srun -N2 --ntasks-per-node=1 idist-run -n 2 env: exits 0" equals $? 0
+"${SRUN[@]}" -N2 --ntasks-per-node=2 bash -c 'env | grep "^SLURM" | sort >"$0.$SLURM_PROCID"' "$DIR/envs/srun" 2>&1
+# The contract, in closed form: rank r is local rank r%2 on node r/2 of 2 nodes x 2 ranks.
+slurm_var() { grep "^$2=" "envs/idist.$1" | cut -d= -f2-; }
+for r in 0 1 2 3; do
+  got=""
+  for v in SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NPROCS SLURM_STEP_NUM_TASKS \
+    SLURM_TASKS_PER_NODE SLURM_STEP_TASKS_PER_NODE SLURM_NTASKS_PER_NODE SLURM_GTIDS; do
+    got+="$v=$(slurm_var $r $v) "
+  done
+  node=$((r / 2))
+  want="SLURM_PROCID=$r SLURM_LOCALID=$((r % 2)) SLURM_NODEID=$node SLURM_NTASKS=4 SLURM_NPROCS=4 SLURM_STEP_NUM_TASKS=4 "
+  want+="SLURM_TASKS_PER_NODE=2(x2) SLURM_STEP_TASKS_PER_NODE=2(x2) SLURM_NTASKS_PER_NODE=2 SLURM_GTIDS=$((2 * node)),$((2 * node + 1)) "
+  check "spawned rank $r: SLURM variables as a task of its own" equals "$got" "$want" || echo "  got:  $got"
+  # What differs from srun's own task r: the job, srun's ports, the task's pid (idist-run) and
+  # the CPUs (the ranks share their task's allocation); nothing else.
+  differ=$(diff <(grep -vE '^SLURM_(JOB_?ID|JOB_NAME|SRUN_COMM_PORT|STEP_LAUNCHER_PORT|TASK_PID|CPUS_ON_NODE|JOB_CPUS_PER_NODE)=' "envs/idist.$r") \
+    <(grep -vE '^SLURM_(JOB_?ID|JOB_NAME|SRUN_COMM_PORT|STEP_LAUNCHER_PORT|TASK_PID|CPUS_ON_NODE|JOB_CPUS_PER_NODE)=' "envs/srun.$r"))
+  check "spawned rank $r: every other SLURM variable equals real srun's task $r" equals "$differ" "" ||
+    echo "$differ" | head -10 | sed 's/^/  /'
+done
+
+RULE=$HERE/python/ignite_slurm_rule.py
+out=$("${SRUN[@]}" -N2 --ntasks-per-node=1 "$RUN" -n 2 /usr/bin/python3 "$RULE" 2>&1)
+check "spawned ranks pass ignite's SLURM rule (exit 0)" equals $? 0
+check "spawned ranks pass ignite's SLURM rule (4 ranks ok)" equals "$(count "$out" "SLURM rule: ok")" 4 || echo "$out" | head -5
+out=$("${SRUN[@]}" -N2 --ntasks-per-node=1 "$RUN" --keep-slurm-env -n 2 /usr/bin/python3 "$RULE" 2>&1)
+check "--keep-slurm-env: the task's variables, which ignite refuses" contains "$out" "inconsistent with equivalent SLURM env variable"
+out=$("${SRUN[@]}" -N2 --ntasks-per-node=1 --export=ALL,IDIST_KEEP_SLURM_ENV=1 "$RUN" -n 2 bash -c 'echo "RANK=$RANK SLURM_PROCID=$SLURM_PROCID"' 2>&1)
+check "IDIST_KEEP_SLURM_ENV=1 keeps them too (rank 1 sees its task's SLURM_PROCID=0)" contains "$out" "RANK=1 SLURM_PROCID=0"
+out=$("${SRUN[@]}" -N2 -n4 "$RUN" /usr/bin/python3 "$RULE" 2>&1)
+check "one task per rank (exec in place): srun's variables, which ignite accepts" equals "$(count "$out" "SLURM rule: ok")" 4
+# The real ignite, where this machine has it (not in CI): the same job, ignite's own check.
+if /usr/bin/python3 -c "import ignite.distributed" 2>/dev/null; then
+  out=$("${SRUN[@]}" -N2 --ntasks-per-node=1 "$RUN" -n 2 /usr/bin/python3 -c '
+import ignite.distributed as idist, torch
+def fn(_):
+    s = idist.all_reduce(torch.tensor([idist.get_rank() + 1]))
+    print(f"ignite rank {idist.get_rank()}/{idist.get_world_size()} sum {s.item()}", flush=True)
+with idist.Parallel(backend="gloo") as p:
+    p.run(fn)' 2>&1)
+  check "real ignite.distributed.Parallel under srun -N2 idist-run -n 2: 4 ranks sum 10" equals "$(count "$out" "/4 sum 10")" 4 ||
+    echo "$out" | tail -5
+else
+  echo "# SKIP: the real ignite.distributed: not importable here (tests/e2e/python/ignite_slurm_rule.py mirrors its rule)"
+fi
 
 cat >job2.sh <<EOF
 #!/bin/bash
