@@ -90,6 +90,7 @@ struct Cli {
   bool module = false;     // -m: the program is a Python module
   bool no_python = false;  // --no-python: a .py program runs directly
   bool bind = false;       // --bind: pin each local rank to its share of the cores
+  bool keep_slurm_env = false;  // --keep-slurm-env: spawned ranks keep their SLURM task's variables
   double grace_seconds = 5;
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
@@ -201,6 +202,7 @@ int run(const Cli& cli) {
   options.force_spawn = cli.force_spawn;
   options.dry_run = cli.dry_run;
   options.bind = cli.bind;
+  options.keep_slurm_env = cli.keep_slurm_env;
   options.command = cli.command;
   const std::string path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
 
@@ -409,6 +411,9 @@ int main(int argc, char** argv) {
   app.add_flag("--bind", cli.bind,
                "Pin each local rank to its share of the usable cores (whole NUMA nodes where the counts allow) and "
                "set OMP_NUM_THREADS to match, unless it is set");
+  app.add_flag("--keep-slurm-env", cli.keep_slurm_env,
+               "Ranks spawned inside a SLURM task keep the task's SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... "
+               "(by default each gets those srun would have given it as a task of its own)");
   app.add_flag("--no-python,--no_python", cli.no_python,
                "Run a .py program directly (it needs #! and +x) rather than under python3 -u (as torchrun --no-python)");
   app.add_option(std::string(config::kConfigOption), cli.config_file,

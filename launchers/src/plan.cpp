@@ -13,6 +13,7 @@
 
 #include "idist/launchers/program.hpp"
 #include "idist/launchers/resources.hpp"
+#include "parse_whole.hpp"
 
 namespace idist::launchers {
 namespace {
@@ -282,6 +283,7 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   // Only ranks we spawn: srun and mpirun bind the tasks they start themselves.
   if (o.bind && plan.mode == Mode::spawn)
     plan.cpu_shares = cpu_shares(usable_cpus(), plan.local_count, numa_node_of_cpu());
+  plan.keep_slurm_env = o.keep_slurm_env;
   return plan;
 }
 
@@ -323,6 +325,74 @@ env::Contract rank_contract(const LaunchPlan& plan, int index) {
   return c;
 }
 
+namespace {
+
+// SLURM's compressed tasks-per-node form, as srun writes it: {2, 2, 2, 1} -> "2(x3),1".
+std::string compress_tasks_per_node(const std::vector<int>& counts) {
+  std::string out;
+  for (std::size_t i = 0; i < counts.size();) {
+    std::size_t run = 1;
+    while (i + run < counts.size() && counts[i + run] == counts[i]) ++run;
+    out += (out.empty() ? "" : ",") + std::to_string(counts[i]) + (run > 1 ? "(x" + std::to_string(run) + ")" : "");
+    i += run;
+  }
+  return out;
+}
+
+// A rank idist-run spawns inside a SLURM task inherits the task's SLURM_PROCID, SLURM_LOCALID
+// and SLURM_NTASKS. ignite.distributed and Lightning check those against RANK, LOCAL_RANK and
+// WORLD_SIZE and refuse to start on more than one node when they differ. So each rank gets
+// what srun would have exported had it started the rank as a task of its own: the task
+// counts grow by the ranks each task spawns (node-major, as the contract numbers them), and
+// the per-task values become the rank's. Only variables the task has are rewritten. Left as
+// they are: SLURM_TASK_PID (the task is idist-run), SLURM_NODEID and the node's CPUs, and the
+// variables srun also reads as options (SLURM_DISTRIBUTION, SLURM_CPUS_PER_TASK), which a
+// nested srun would take up.
+void set_slurm_task_view(std::map<std::string, std::string>& vars, const LaunchPlan& plan, const env::Contract& rank) {
+  const auto set_if_present = [&](const char* name, const std::string& value) {
+    if (const auto it = vars.find(name); it != vars.end()) it->second = value;
+  };
+  const int per_task = plan.local_count;
+  set_if_present("SLURM_PROCID", std::to_string(rank.rank));
+  set_if_present("SLURM_LOCALID", std::to_string(rank.local_rank));
+  for (const char* name : {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS"})
+    set_if_present(name, std::to_string(rank.world_size));
+
+  // Global task ids on this node: contiguous, as the contract puts a node's ranks together.
+  std::string gtids;
+  const int first_on_node = rank.rank - rank.local_rank;
+  for (int i = 0; i < rank.local_world_size; ++i) gtids += (i ? "," : "") + std::to_string(first_on_node + i);
+  set_if_present("SLURM_GTIDS", gtids);
+
+  if (const auto it = vars.find("SLURM_NTASKS_PER_NODE"); it != vars.end()) {
+    if (const auto n = parse_whole<long long>(it->second); n && *n >= 1 && *n <= kMaxRanks)
+      it->second = std::to_string(*n * per_task);
+  }
+  // srun gives both the step's layout; detection read the first of them that is set.
+  for (const char* source : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    const auto it = vars.find(source);
+    if (it == vars.end()) continue;
+    std::optional<std::string> scaled;
+    try {
+      auto counts = expand_tasks_per_node(source, it->second);
+      for (auto& c : counts) c *= per_task;
+      scaled = compress_tasks_per_node(counts);
+    } catch (const DetectError&) {
+      // Detection refuses such a value, so only a base_environ other than what it read gets
+      // here; no layout is then better than the task's, which would be wrong.
+    }
+    for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+      if (scaled)
+        set_if_present(name, *scaled);
+      else
+        vars.erase(name);
+    }
+    break;
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ) {
   std::map<std::string, std::string> vars;
   for (char** e = base_environ; e != nullptr && *e != nullptr; ++e) {
@@ -335,6 +405,8 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   for (auto name : {env::kJobToken, env::kRunId, env::kLauncher}) vars.erase(std::string(name));
   for (const auto& name : plan.unset) vars.erase(name);
   for (auto& [name, value] : env::to_variables(rank_contract(plan, index))) vars[name] = value;
+  if (plan.mode == Mode::spawn && plan.job.launcher == "slurm" && !plan.keep_slurm_env)
+    set_slurm_task_view(vars, plan, rank_contract(plan, index));
   // Ranks share the cores; without this every OpenMP runtime starts one thread per core.
   if (!vars.count(std::string(env::kOmpNumThreads)) && !plan.cpu_shares.empty()) {
     vars[std::string(env::kOmpNumThreads)] = std::to_string(plan.cpu_shares.at(static_cast<std::size_t>(index)).size());

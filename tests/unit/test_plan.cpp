@@ -525,6 +525,109 @@ TEST_CASE("rank_environment sets the contract over what the outer job left") {
   CHECK(vars.at("X") == "1");
 }
 
+namespace {
+
+// A task's variables as its environ: the base that rank_environment starts from.
+std::vector<std::string> environ_of(const Env& vars) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : vars) out.push_back(name + "=" + value);
+  return out;
+}
+
+// Only the SLURM_* variables of an environment.
+Env slurm_part(const std::map<std::string, std::string>& vars) {
+  Env out;
+  for (const auto& [name, value] : vars)
+    if (name.starts_with("SLURM_")) out[name] = value;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ranks spawned under srun --ntasks-per-node=1 see the SLURM variables of tasks of their own") {
+  // srun -N2 --ntasks-per-node=1 idist-run -n 2, the task on node 1: it spawns ranks 2 and 3 of 4.
+  const Env task = with(kSrunOnePerNodeTask1, {{"SLURM_NPROCS", "2"},
+                                               {"SLURM_NTASKS_PER_NODE", "1"},
+                                               {"SLURM_GTIDS", "1"},
+                                               {"SLURM_TASK_PID", "4242"},
+                                               {"SLURM_JOB_NUM_NODES", "2"}});
+  const auto plan = make_plan(options(2), from(task));
+  REQUIRE(plan.mode == Mode::spawn);
+  for (int i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    const auto vars = environment_of(plan, i, environ_of(task));
+    // What ignite.distributed and Lightning compare, and what srun -N2 --ntasks-per-node=2 gives.
+    CHECK(vars.at("SLURM_PROCID") == vars.at("RANK"));
+    CHECK(vars.at("SLURM_PROCID") == std::to_string(2 + i));
+    CHECK(vars.at("SLURM_LOCALID") == vars.at("LOCAL_RANK"));
+    CHECK(vars.at("SLURM_LOCALID") == std::to_string(i));
+    for (const char* name : {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_NUM_TASKS"}) CHECK(vars.at(name) == "4");
+    CHECK(vars.at("WORLD_SIZE") == "4");
+    CHECK(vars.at("SLURM_STEP_TASKS_PER_NODE") == "2(x2)");
+    CHECK(vars.at("SLURM_TASKS_PER_NODE") == "2(x2)");
+    CHECK(vars.at("SLURM_NTASKS_PER_NODE") == "2");
+    CHECK(vars.at("SLURM_GTIDS") == "2,3");
+    // Per node or per job, or the task's own: as they were.
+    for (const char* name : {"SLURM_NODEID", "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES",
+                             "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NODELIST", "SLURM_TASK_PID"})
+      CHECK(vars.at(name) == task.at(name));
+    // Nothing the task did not have: no variable appears that srun did not set.
+    CHECK(slurm_part(vars).size() == task.size());
+  }
+}
+
+TEST_CASE("--force-spawn on uneven cyclic nodes: each rank's SLURM view is node-major, as its RANK") {
+  // srun -N2 -n5 --distribution=cyclic idist-run --force-spawn -n 2: tasks per node 3,2. Task 3
+  // (node 1, local 1) spawns ranks 8 and 9 of 10; node 1 holds ranks 6-9.
+  const Env task = {{"SLURM_JOB_ID", "9"},         {"SLURM_STEP_ID", "0"},         {"SLURM_PROCID", "3"},
+                    {"SLURM_NODEID", "1"},         {"SLURM_LOCALID", "1"},         {"SLURM_NTASKS", "5"},
+                    {"SLURM_STEP_NUM_TASKS", "5"}, {"SLURM_STEP_NUM_NODES", "2"},  {"SLURM_STEP_TASKS_PER_NODE", "3,2"},
+                    {"SLURM_TASKS_PER_NODE", "3,2"}, {"SLURM_STEP_NODELIST", "n[1-2]"}, {"SLURM_GTIDS", "1,3"},
+                    {"SLURM_DISTRIBUTION", "cyclic"}};
+  auto o = options(2);
+  o.force_spawn = true;
+  const auto plan = make_plan(o, from(task));
+  for (int i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    const auto vars = environment_of(plan, i, environ_of(task));
+    CHECK(vars.at("SLURM_PROCID") == std::to_string(8 + i));
+    CHECK(vars.at("SLURM_LOCALID") == std::to_string(2 + i));
+    CHECK(vars.at("LOCAL_RANK") == vars.at("SLURM_LOCALID"));
+    CHECK(vars.at("SLURM_NTASKS") == "10");
+    CHECK(vars.at("SLURM_STEP_TASKS_PER_NODE") == "6,4");
+    CHECK(vars.at("SLURM_TASKS_PER_NODE") == "6,4");
+    CHECK(vars.at("SLURM_GTIDS") == "6,7,8,9");
+    CHECK(vars.at("SLURM_DISTRIBUTION") == "cyclic");  // srun reads it as an option: a nested srun's
+  }
+}
+
+TEST_CASE("the rewritten tasks per node keep SLURM's compressed form") {
+  const Env task = {{"SLURM_JOB_ID", "3"},         {"SLURM_STEP_ID", "1"},        {"SLURM_PROCID", "0"},
+                    {"SLURM_NODEID", "0"},         {"SLURM_LOCALID", "0"},        {"SLURM_NTASKS", "4"},
+                    {"SLURM_STEP_NUM_NODES", "4"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x4)"},
+                    {"SLURM_STEP_NODELIST", "gpu[001-004]"}, {"SLURM_GTIDS", "0"}};
+  const auto vars = environment_of(make_plan(options(8), from(task)), 7, environ_of(task));
+  CHECK(vars.at("SLURM_STEP_TASKS_PER_NODE") == "8(x4)");
+  CHECK(vars.at("SLURM_NTASKS") == "32");
+  CHECK(vars.at("SLURM_GTIDS") == "0,1,2,3,4,5,6,7");
+  CHECK(vars.count("SLURM_TASKS_PER_NODE") == 0);
+}
+
+TEST_CASE("the SLURM variables stay the task's with --keep-slurm-env, in exec mode and without detection") {
+  const Env task = with(kSrunOnePerNodeTask1, {{"SLURM_GTIDS", "1"}});
+  auto keep = options(2);
+  keep.keep_slurm_env = true;
+  auto undetected = options(2);
+  undetected.launcher = "spawn";  // the user says these ranks are no SLURM tasks
+  for (const auto& o : {keep, options(), undetected}) {
+    const auto plan = make_plan(o, from(task));
+    CAPTURE(plan.job.launcher);
+    CAPTURE(plan.local_count);
+    const auto vars = environment_of(plan, plan.local_count - 1, environ_of(task));
+    CHECK(slurm_part(vars) == task);
+  }
+}
+
 // ---------------------------------------------------------------- uneven layouts and edge cases
 
 TEST_CASE("a doubled launch on uneven nodes is refused on every node, not only the busy one") {

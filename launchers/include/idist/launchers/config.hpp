@@ -59,6 +59,7 @@ inline constexpr Setting kSettings[] = {
     {"module", "--module", "IDIST_MODULE", Type::boolean},
     {"no_python", "--no-python", "IDIST_NO_PYTHON", Type::boolean},
     {"bind", "--bind", "IDIST_BIND", Type::boolean},
+    {"keep_slurm_env", "--keep-slurm-env", "IDIST_KEEP_SLURM_ENV", Type::boolean},
 };
 
 // What --print-config and --dry-run show instead of a secret setting's value (and the token).

@@ -43,6 +43,7 @@ struct LaunchOptions {
   bool force_spawn = false;           // spawn -n K even when the node already runs several tasks
   bool dry_run = false;               // reserve nothing
   bool bind = false;                  // --bind: pin each spawned rank to its share of our cores
+  bool keep_slurm_env = false;        // --keep-slurm-env: spawned ranks keep their task's SLURM_* values
   std::vector<std::string> command;   // program (resolved) and its arguments
   PmiClient pmi = ask_pmi_server;     // how detection asks Hydra's PMI server; tests pass a fake
 };
@@ -61,6 +62,7 @@ struct LaunchPlan {
   std::vector<std::string> unset;                 // inherited variables the ranks must not see
   std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
   std::vector<std::vector<int>> cpu_shares;  // --bind in spawn mode: local rank i's cores; else empty
+  bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
 };
 
 // Throws UsageError for contradictory options and DetectError for a broken environment.
@@ -71,7 +73,9 @@ env::Contract rank_contract(const LaunchPlan& plan, int index);
 
 // The environment of local process `index`: `base_environ` with the contract's variables set
 // (and OMP_NUM_THREADS only when unset: the rank's share of the cores, its --bind share when
-// there is one), as "NAME=value" strings.
+// there is one), as "NAME=value" strings. Ranks spawned inside a SLURM step also get the
+// SLURM_* task variables srun would have given them as tasks of their own (SLURM_PROCID =
+// RANK, SLURM_LOCALID = LOCAL_RANK, SLURM_NTASKS = WORLD_SIZE, ...), unless keep_slurm_env.
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
 
 // --dry-run's output: one JSON object (see README, "--dry-run").
