@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -75,14 +76,38 @@ struct Rank {
   const ProcessSpec* spec = nullptr;
   detail::RankRecord* record = nullptr;  // in the attempt's record, which does not move
   std::unique_ptr<Stream> out, err;
+  std::uint64_t signals_sent = 0;  // bit s: we sent it signal s (teardown, SIGKILL, forwarded)
   bool running() const { return record->pid > 0 && !record->status; }
 };
+
+// Who is to blame when ranks fail at about the same time. A rank killed by a signal that we
+// did not send (kill -9, the OOM killer) or that crashed (SIGSEGV, SIGBUS, SIGILL, SIGFPE) is a
+// root cause. A rank that exits non-zero, aborts or dies of SIGPIPE may be one too, but is
+// also what a survivor does moments after a peer's death: its collective sees the broken
+// connection and gives up. The survivor can even be reaped first, since a dead process's
+// sockets are closed before its parent hears of its death. So a rank that fails within
+// kBlameWindow of the first failure takes the blame from it if it weighs more; among equals
+// the first one seen keeps it. Ranks that end of a signal we sent are never to blame.
+enum class Blame { none, consequence, root_cause };
+constexpr auto kBlameWindow = std::chrono::milliseconds(500);
+
+Blame blame_of(int status, std::uint64_t signals_sent) {
+  if (detail::succeeded(status)) return Blame::none;
+  if (!WIFSIGNALED(status)) return Blame::consequence;
+  const int sig = WTERMSIG(status);
+  if (sig < 64 && (signals_sent >> sig & 1)) return Blame::none;
+  switch (sig) {
+    case SIGKILL: case SIGSEGV: case SIGBUS: case SIGILL: case SIGFPE: return Blame::root_cause;
+    default: return Blame::consequence;
+  }
+}
 
 struct LiveAttempt {
   Attempt attempt;
   AttemptRecord record;
   std::vector<Rank> ranks;
   bool ranks_gone = false;  // every rank reaped, leftovers dealt with
+  std::chrono::steady_clock::time_point first_failure_seen;
 };
 
 enum class Stop { none, interrupted, timed_out, spawn_error };
@@ -253,14 +278,35 @@ class Supervisor {
         spdlog::debug("reaped pid {}, left behind by a rank: {}", pid, detail::describe(status));
       }
     }
-    for (Rank* rank : exited) {
-      if (!detail::succeeded(*rank->record->status) && !tearing_down_) {
-        auto& a = current();
-        a.record.first_failure = static_cast<std::size_t>(rank - a.ranks.data());
-        teardown(SIGTERM);
-      }
-    }
+    // The heaviest of the batch first, so that its weight decides among exits seen together.
+    std::stable_sort(exited.begin(), exited.end(), [](const Rank* x, const Rank* y) {
+      return blame_of(*x->record->status, x->signals_sent) > blame_of(*y->record->status, y->signals_sent);
+    });
+    for (Rank* rank : exited) judge(*rank);
     check_ranks_gone();
+  }
+
+  // Makes `rank`, just reaped, the attempt's first failure if it is one (see Blame), and
+  // stops the others at the first.
+  void judge(Rank& rank) {
+    auto& a = current();
+    const Blame blame = blame_of(*rank.record->status, rank.signals_sent);
+    if (blame == Blame::none) return;
+    const auto now = std::chrono::steady_clock::now();
+    const auto index = static_cast<std::size_t>(&rank - a.ranks.data());
+    if (!a.record.first_failure) {
+      if (tearing_down_) return;  // stopped by a signal or the timeout: its end is not a failure of its own
+      a.record.first_failure = index;
+      a.first_failure_seen = now;
+      return teardown(SIGTERM);
+    }
+    const Rank& blamed = a.ranks[*a.record.first_failure];
+    if (now - a.first_failure_seen > kBlameWindow || blame <= blame_of(*blamed.record->status, blamed.signals_sent))
+      return;
+    spdlog::debug("rank {} {}: the cause of rank {}'s failure, not a consequence of it", rank.spec->rank,
+                  detail::describe(*rank.record->status), blamed.spec->rank);
+    a.record.first_failure = index;
+    rank.record->collateral = false;  // marked when we stopped the others, before we knew it had died
   }
 
   void on_child_signal(const boost::system::error_code& ec) {
@@ -346,7 +392,10 @@ class Supervisor {
   void signal_running(int sig) {
     if (attempts_.empty()) return;
     for (auto& r : current().ranks)
-      if (r.running()) ::kill(-r.record->pid, sig);
+      if (r.running()) {
+        if (sig < 64) r.signals_sent |= std::uint64_t{1} << sig;
+        ::kill(-r.record->pid, sig);
+      }
   }
 
   void on_teardown_signal(const boost::system::error_code& ec, int sig) {

@@ -9,6 +9,9 @@
 //  - The first rank to fail (non-zero exit or a signal) makes us SIGTERM the others, then
 //    SIGKILL them after the grace period. Exit code: that rank's code, or 128+signal. The
 //    summary names it (pid, host, how it ended), the ranks we stopped, and its last stderr lines.
+//    Ranks failing together are weighed: one killed or crashed by a signal we did not send is
+//    named before one that exited non-zero, aborted or died of SIGPIPE, which is what survivors
+//    do moments after a peer's death (Blame in supervisor.cpp).
 //  - With max_restarts, a failed attempt is followed by a new one: every local rank again,
 //    with IDIST_RESTART_COUNT incremented (the caller makes each attempt's processes). Restarts
 //    are local: on several nodes, each node restarts its own ranks without telling the others.
