@@ -65,6 +65,8 @@ kills at once); the --forward-signals go to every rank and the job goes on. What
 leaves behind (forked helpers, daemons) is killed when its attempt ends. --max-restarts
 restarts the ranks of this node only (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT when
 idist-run picked it); on several nodes each node restarts on its own.
+Ranks failing together: one killed or crashed by a signal idist-run did not send is named
+before one that exited non-zero, aborted or died of SIGPIPE (what survivors of a dead peer do).
 summary.json: run_id, host, exit_code, outcome, and per attempt its master_port, times,
 first_failure and ranks [{rank, pid, host, exit_code, signal, core_dumped, start, end,
 collateral, first_failure}] (times in UTC, ISO 8601).
