@@ -67,12 +67,14 @@ restarts the ranks of this node only (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT
 idist-run picked it); on several nodes each node restarts on its own.
 Ranks failing together: one killed or crashed by a signal idist-run did not send is named
 before one that exited non-zero, aborted or died of SIGPIPE (what survivors of a dead peer do).
-summary.json: run_id, host, exit_code, outcome, and per attempt its master_port, times,
-first_failure and ranks [{rank, pid, host, exit_code, signal, core_dumped, start, end,
-collateral, first_failure}] (times in UTC, ISO 8601).
+A --log-dir file that cannot take every byte (a full disk) is named with the bytes it lacks.
+summary.json: run_id, host, exit_code, outcome, log_bytes_lost, and per attempt its
+master_port, times, first_failure and ranks [{rank, pid, host, exit_code, signal,
+core_dumped, start, end, collateral, first_failure, log_bytes_lost {out, err}}] (times in
+UTC, ISO 8601).
 Exit status: 0 when every rank succeeds; else the first failing rank's code (128+signal
 when killed by a signal); 128+signal when idist-run itself is interrupted; 124 on --timeout;
-2 for bad usage.)";
+1 when every rank succeeded but --log-dir lost bytes or summary.json; 2 for bad usage.)";
 
 struct Cli {
   std::optional<std::string> nproc_per_node;

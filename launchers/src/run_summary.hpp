@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct RankRecord {
   std::optional<int> status;  // wait status once reaped
   bool collateral = false;    // stopped by us, not failed on its own
   WallClock::time_point start, end;
+  std::uint64_t out_log_lost = 0, err_log_lost = 0;  // bytes its --log-dir files could not take
 };
 
 struct AttemptRecord {
@@ -36,6 +38,7 @@ struct RunRecord {
   std::vector<AttemptRecord> attempts;
   std::string outcome;  // one line: "succeeded", "rank 1 exited with code 3", "timed out after 5s", ...
   int exit_code = 0;
+  std::uint64_t log_bytes_lost = 0;  // every attempt's, every rank's
 };
 
 std::string signal_name(int sig);                  // "SIGTERM"

@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <system_error>
@@ -64,8 +63,8 @@ std::string this_host() {
 
 // One rank's output stream (stdout or stderr) on its way to ours.
 struct Stream {
-  Stream(asio::io_context& io, int fd, int console_fd, std::string prefix, int log_fd, bool keep_tail)
-      : pipe(io, fd), output(console_fd, std::move(prefix), log_fd, keep_tail) {}
+  Stream(asio::io_context& io, int fd, int console_fd, std::string prefix, detail::LogFile log, bool keep_tail)
+      : pipe(io, fd), output(console_fd, std::move(prefix), std::move(log), keep_tail) {}
   asio::posix::stream_descriptor pipe;
   RankOutput output;
   std::array<char, 64 * 1024> buffer{};
@@ -191,40 +190,37 @@ class Supervisor {
     return dir.string();
   }
 
-  int open_log(const std::string& dir, int rank, const char* suffix) {
-    if (dir.empty()) return -1;
+  // The rank's log file; no file without --log-dir, or when it cannot be opened (said so).
+  detail::LogFile open_log(const std::string& dir, int rank, const char* suffix) {
+    if (dir.empty()) return {};
     const std::string path = dir + "/rank_" + std::to_string(rank) + suffix;
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) spdlog::error("--log-dir: cannot open {}: {}", path, std::strerror(errno));
-    return fd;
+    if (fd < 0) {
+      spdlog::error("--log-dir: cannot open {}: {}", path, std::strerror(errno));
+      return {};
+    }
+    return {fd, path};
   }
 
   void spawn(Rank& rank, const std::string& log_dir) {
     const ProcessSpec& spec = *rank.spec;
-    const int out_log = open_log(log_dir, spec.rank, ".out");
-    const int err_log = open_log(log_dir, spec.rank, ".err");
-    const auto close_logs = [&] {
-      if (out_log >= 0) ::close(out_log);
-      if (err_log >= 0) ::close(err_log);
-    };
-    if (!log_dir.empty() && (out_log < 0 || err_log < 0)) {
-      close_logs();
+    detail::LogFile out_log = open_log(log_dir, spec.rank, ".out");
+    detail::LogFile err_log = open_log(log_dir, spec.rank, ".err");
+    if (!log_dir.empty() && (out_log.path().empty() || err_log.path().empty()))
       return spawn_failed(spec, "cannot open its log files");
-    }
     detail::SpawnedRank spawned;
     rank.record->start = WallClock::now();
     try {
       spawned = detail::spawn_rank(spec);
     } catch (const std::system_error& e) {
-      close_logs();
       return spawn_failed(spec, e.what());
     }
     rank.record->pid = spawned.pid;
     spdlog::debug("started rank {} as pid {}", spec.rank, spawned.pid);
 
     const std::string prefix = options_.tag_output ? "[rank " + std::to_string(spec.rank) + "] " : "";
-    rank.out = std::make_unique<Stream>(io_, spawned.out_fd, STDOUT_FILENO, prefix, out_log, false);
-    rank.err = std::make_unique<Stream>(io_, spawned.err_fd, STDERR_FILENO, prefix, err_log, true);
+    rank.out = std::make_unique<Stream>(io_, spawned.out_fd, STDOUT_FILENO, prefix, std::move(out_log), false);
+    rank.err = std::make_unique<Stream>(io_, spawned.err_fd, STDERR_FILENO, prefix, std::move(err_log), true);
     read_more(*rank.out);
     read_more(*rank.err);
   }
@@ -440,6 +436,10 @@ class Supervisor {
   void finish_attempt() {
     auto& a = current();
     a.record.end = WallClock::now();
+    for (auto& r : a.ranks) {
+      if (r.out) r.record->out_log_lost = r.out->output.log().lost();
+      if (r.err) r.record->err_log_lost = r.err->output.log().lost();
+    }
     kill_timer_.cancel();
     drain_timer_.cancel();
     leftover_timer_.cancel();
@@ -502,20 +502,63 @@ class Supervisor {
       if (run.attempts.size() > 1)
         spdlog::warn("succeeded on attempt {} after {} restart(s)", last.index, run.attempts.size() - 1);
     }
+    report_log_loss(run);
     if (!options_.log_dir.empty()) write_summary(run);
     return run.exit_code;
   }
 
-  void write_summary(const detail::RunRecord& run) {
-    const auto dir = std::filesystem::path(options_.log_dir) / run_dir_name(options_.run_id);
-    const auto path = dir / "summary.json";
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    std::ofstream out(path);
-    out << detail::summary_json(run);
-    out.close();
-    if (!out) spdlog::error("--log-dir: cannot write {}", path.string());
-    else if (run.exit_code != 0) spdlog::error("logs and summary.json in {}", dir.string());
+  // A line for each log file that could not take every byte, and a job that succeeded
+  // otherwise does not exit 0 (kLogLossExit).
+  void report_log_loss(detail::RunRecord& run) {
+    for (const auto& a : attempts_)
+      for (const auto& r : a->ranks)
+        for (const Stream* stream : {r.out.get(), r.err.get()}) {
+          if (stream == nullptr || stream->output.log().lost() == 0) continue;
+          const auto& log = stream->output.log();
+          run.log_bytes_lost += log.lost();
+          spdlog::error("--log-dir: {}: {}: {} bytes lost (the file has the first {} of {})", log.path(),
+                        std::strerror(log.error()), log.lost(), log.written(), log.written() + log.lost());
+        }
+    if (run.log_bytes_lost == 0 || run.exit_code != 0) return;
+    run.exit_code = kLogLossExit;
+    run.outcome = fmt::format("every rank succeeded, but {} bytes of their output are missing from --log-dir",
+                              run.log_bytes_lost);
+    spdlog::error("exit status {}: every rank succeeded, but their logs under {} lack {} bytes; free space there "
+                  "(or pick another --log-dir) and run again",
+                  kLogLossExit, run_dir(), run.log_bytes_lost);
+  }
+
+  // DIR/<run-id>
+  std::string run_dir() const {
+    return (std::filesystem::path(options_.log_dir) / run_dir_name(options_.run_id)).string();
+  }
+
+  // summary.json, whole or not at all: written aside, then renamed. One that cannot be
+  // written is part of the logs lost: a job that succeeded otherwise does not exit 0.
+  void write_summary(detail::RunRecord& run) {
+    const std::string dir = run_dir();
+    const std::string path = dir + "/summary.json";
+    const std::string temporary = path + ".tmp";
+    std::error_code ignored;
+    std::filesystem::create_directories(dir, ignored);
+    const std::string text = detail::summary_json(run);
+    int error = 0;
+    if (const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); fd < 0) {
+      error = errno;
+    } else {
+      detail::LogFile file(fd, temporary);
+      file.write(text);
+      error = file.error();
+    }
+    if (error == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
+    if (error != 0) {
+      ::unlink(temporary.c_str());
+      const bool only_failure = run.exit_code == 0;
+      if (only_failure) run.exit_code = kLogLossExit;
+      return spdlog::error("--log-dir: cannot write {}: {}{}", path, std::strerror(error),
+                           only_failure ? fmt::format("; exit status {}, although every rank succeeded", kLogLossExit) : "");
+    }
+    if (run.exit_code != 0) spdlog::error("logs and summary.json in {}", dir);
   }
 
   const MakeAttempt& make_attempt_;

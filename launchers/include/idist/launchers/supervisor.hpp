@@ -23,6 +23,8 @@
 //  - A timeout for the whole job (all attempts) tears it down with exit code 124.
 //  - Output is forwarded line by line (see LineForwarder), optionally tagged "[rank N] ", and
 //    with a log directory also copied byte for byte to per-rank files, next to a summary.json.
+//    A log file that cannot take every byte (a full disk) is named with the bytes it lacks,
+//    and a job that succeeded otherwise exits kLogLossExit.
 
 #include <chrono>
 #include <csignal>
@@ -63,6 +65,11 @@ struct SuperviseOptions {
 };
 
 inline constexpr int kTimeoutExit = 124;  // as timeout(1)
+// Every rank succeeded, but --log-dir lost output (a full disk) or summary.json could not be
+// written: the record the user asked for is incomplete, so the run must not look like a clean
+// success. 1, idist-run's own failure as when it cannot start every rank; the lines before it
+// name each file and how many bytes it lacks.
+inline constexpr int kLogLossExit = 1;
 
 // Runs attempts until one succeeds, restarts run out, a signal or the timeout stops the job;
 // returns idist-run's exit code.
