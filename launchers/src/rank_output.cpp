@@ -59,7 +59,7 @@ void LogFile::close() {
 }
 
 void RankOutput::feed(const char* data, std::size_t size) {
-  // The file first: if the console blocks or is gone, the log still has everything.
+  // The file first: whatever the console does, the log has everything.
   log_.write({data, size});
   if (keep_tail_) tail_.feed({data, size});
   console_.feed(data, size);

@@ -54,8 +54,8 @@ class LogFile {
 
 class RankOutput {
  public:
-  RankOutput(int console_fd, std::string prefix, LogFile log, bool keep_tail)
-      : console_(console_fd, std::move(prefix)), log_(std::move(log)), keep_tail_(keep_tail) {}
+  RankOutput(Console& console, Channel channel, std::string prefix, LogFile log, bool keep_tail)
+      : console_(console, channel, std::move(prefix)), log_(std::move(log)), keep_tail_(keep_tail) {}
   RankOutput(const RankOutput&) = delete;
   RankOutput& operator=(const RankOutput&) = delete;
 

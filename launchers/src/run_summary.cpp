@@ -76,6 +76,8 @@ std::string summary_json(const RunRecord& run) {
   out["exit_code"] = run.exit_code;
   out["outcome"] = run.outcome;
   out["log_bytes_lost"] = run.log_bytes_lost;
+  out["console_dropped"] = {{"stdout", {{"lines", run.stdout_dropped.lines}, {"bytes", run.stdout_dropped.bytes}}},
+                            {"stderr", {{"lines", run.stderr_dropped.lines}, {"bytes", run.stderr_dropped.bytes}}}};
   out["attempts"] = json::array();
   for (const auto& a : run.attempts) {
     json attempt;

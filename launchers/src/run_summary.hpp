@@ -32,13 +32,19 @@ struct AttemptRecord {
   std::optional<std::size_t> first_failure;  // index into ranks
 };
 
+// Output the console did not show (it stalled, or its reader went away).
+struct Dropped {
+  std::uint64_t lines = 0, bytes = 0;
+};
+
 struct RunRecord {
   std::string run_id;
   std::string host;
   std::vector<AttemptRecord> attempts;
   std::string outcome;  // one line: "succeeded", "rank 1 exited with code 3", "timed out after 5s", ...
   int exit_code = 0;
-  std::uint64_t log_bytes_lost = 0;  // every attempt's, every rank's
+  std::uint64_t log_bytes_lost = 0;      // every attempt's, every rank's
+  Dropped stdout_dropped, stderr_dropped;  // by the console
 };
 
 std::string signal_name(int sig);                  // "SIGTERM"

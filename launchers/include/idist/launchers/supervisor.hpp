@@ -23,8 +23,11 @@
 //  - A timeout for the whole job (all attempts) tears it down with exit code 124.
 //  - Output is forwarded line by line (see LineForwarder), optionally tagged "[rank N] ", and
 //    with a log directory also copied byte for byte to per-rank files, next to a summary.json.
-//    A log file that cannot take every byte (a full disk) is named with the bytes it lacks,
-//    and a job that succeeded otherwise exits kLogLossExit.
+//    The console is written without ever blocking supervision (see Console): a slow reader
+//    holds the ranks back, a stalled or vanished one has lines dropped (told once at the end,
+//    recorded in summary.json; the exit status stays the job's). A log file that cannot take
+//    every byte (a full disk) is named with the bytes it lacks, and a job that succeeded
+//    otherwise exits kLogLossExit.
 
 #include <chrono>
 #include <csignal>
@@ -74,6 +77,11 @@ inline constexpr int kLogLossExit = 1;
 // Runs attempts until one succeeds, restarts run out, a signal or the timeout stops the job;
 // returns idist-run's exit code.
 int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options);
+
+// idist-run's own messages: spdlog's default logger, "<name>: message" on stderr. While
+// supervise() runs they take the ranks' stderr lines' way (queued in order with them, never
+// blocking on a stalled console); before and after, they are written at once.
+void setup_logging(const std::string& name, bool verbose);
 
 // Parses "USR1,USR2" (with or without SIG, any case; "none" for no signal) into signal
 // numbers; throws std::invalid_argument naming the bad entry and the choices.
