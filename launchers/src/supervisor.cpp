@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
-#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -80,7 +79,6 @@ struct Rank {
   const ProcessSpec* spec = nullptr;
   detail::RankRecord* record = nullptr;  // in the attempt's record, which does not move
   std::unique_ptr<Stream> out, err;
-  std::uint64_t signals_sent = 0;  // bit s: we sent it signal s (teardown, SIGKILL, forwarded)
   bool running() const { return record->pid > 0 && !record->status; }
 };
 
@@ -88,19 +86,17 @@ struct Rank {
 // did not send (kill -9, the OOM killer) or that crashed (SIGSEGV, SIGBUS, SIGILL, SIGFPE) is a
 // root cause. A rank that exits non-zero, aborts or dies of SIGPIPE may be one too, but is
 // also what a survivor does moments after a peer's death: its collective sees the broken
-// connection and gives up. The survivor can even be reaped first, since a dead process's
-// sockets are closed before its parent hears of its death. So a rank that fails within
-// kBlameWindow of the first failure takes the blame from it if it weighs more; among equals
-// the first one seen keeps it. Ranks that end of a signal we sent are never to blame.
+// connection and gives up. The survivor can even be reaped first: a dying process's sockets
+// close before its parent hears of its death. So when we stop the others at the first
+// failure, a rank already exiting is not one we stopped (teardown), and once reaped it takes
+// the blame if it weighs more; among equals the first one seen keeps it. A rank we began to
+// stop while it was alive (collateral) weighs nothing, whatever it then died of.
 enum class Blame { none, consequence, root_cause };
-constexpr auto kBlameWindow = std::chrono::milliseconds(500);
 
-Blame blame_of(int status, std::uint64_t signals_sent) {
-  if (detail::succeeded(status)) return Blame::none;
-  if (!WIFSIGNALED(status)) return Blame::consequence;
-  const int sig = WTERMSIG(status);
-  if (sig < 64 && (signals_sent >> sig & 1)) return Blame::none;
-  switch (sig) {
+Blame blame_of(const detail::RankRecord& r) {
+  if (!r.status || detail::succeeded(*r.status) || r.collateral) return Blame::none;
+  if (!WIFSIGNALED(*r.status)) return Blame::consequence;
+  switch (WTERMSIG(*r.status)) {
     case SIGKILL: case SIGSEGV: case SIGBUS: case SIGILL: case SIGFPE: return Blame::root_cause;
     default: return Blame::consequence;
   }
@@ -111,7 +107,6 @@ struct LiveAttempt {
   AttemptRecord record;
   std::vector<Rank> ranks;
   bool ranks_gone = false;  // every rank reaped, leftovers dealt with
-  std::chrono::steady_clock::time_point first_failure_seen;
 };
 
 enum class Stop { none, interrupted, timed_out, spawn_error };
@@ -297,9 +292,8 @@ class Supervisor {
       }
     }
     // The heaviest of the batch first, so that its weight decides among exits seen together.
-    std::stable_sort(exited.begin(), exited.end(), [](const Rank* x, const Rank* y) {
-      return blame_of(*x->record->status, x->signals_sent) > blame_of(*y->record->status, y->signals_sent);
-    });
+    std::stable_sort(exited.begin(), exited.end(),
+                     [](const Rank* x, const Rank* y) { return blame_of(*x->record) > blame_of(*y->record); });
     for (Rank* rank : exited) judge(*rank);
     check_ranks_gone();
   }
@@ -308,23 +302,19 @@ class Supervisor {
   // stops the others at the first.
   void judge(Rank& rank) {
     auto& a = current();
-    const Blame blame = blame_of(*rank.record->status, rank.signals_sent);
+    const Blame blame = blame_of(*rank.record);
     if (blame == Blame::none) return;
-    const auto now = std::chrono::steady_clock::now();
     const auto index = static_cast<std::size_t>(&rank - a.ranks.data());
     if (!a.record.first_failure) {
       if (tearing_down_) return;  // stopped by a signal or the timeout: its end is not a failure of its own
       a.record.first_failure = index;
-      a.first_failure_seen = now;
       return teardown(SIGTERM);
     }
     const Rank& blamed = a.ranks[*a.record.first_failure];
-    if (now - a.first_failure_seen > kBlameWindow || blame <= blame_of(*blamed.record->status, blamed.signals_sent))
-      return;
+    if (blame <= blame_of(*blamed.record)) return;
     spdlog::debug("rank {} {}: the cause of rank {}'s failure, not a consequence of it", rank.spec->rank,
                   detail::describe(*rank.record->status), blamed.spec->rank);
     a.record.first_failure = index;
-    rank.record->collateral = false;  // marked when we stopped the others, before we knew it had died
   }
 
   void on_child_signal(const boost::system::error_code& ec) {
@@ -405,18 +395,16 @@ class Supervisor {
         if (!ec && generation == attempts_.size()) signal_running(SIGKILL);
       });
     }
+    // A rank already exiting (not yet reaped) ends of its own accord, not of ours: see Blame.
     for (auto& r : current().ranks)
-      if (r.running()) r.record->collateral = true;
+      if (r.running() && !detail::is_exiting(r.record->pid)) r.record->collateral = true;
     signal_running(sig);
   }
 
   void signal_running(int sig) {
     if (attempts_.empty()) return;
     for (auto& r : current().ranks)
-      if (r.running()) {
-        if (sig < 64) r.signals_sent |= std::uint64_t{1} << sig;
-        ::kill(-r.record->pid, sig);
-      }
+      if (r.running()) ::kill(-r.record->pid, sig);
   }
 
   void on_teardown_signal(const boost::system::error_code& ec, int sig) {

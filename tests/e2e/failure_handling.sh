@@ -211,6 +211,18 @@ check "USR1 not in the list: summary" contains "$(cat "$TMP/nofwd.err")" "interr
 check "USR1 not in the list: not forwarded" equals "$(grep -c 'got USR1' "$TMP/nofwd.out")" 0
 check "USR1 not in the list: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/nofwd.err")"
 
+# A forwarded signal that the ranks do not handle kills them: a failure, never exit 0.
+"$RUN" -v -n 2 "$RANKS/sleep_forever.sh" >"$TMP/usr1kill.out" 2>"$TMP/usr1kill.err" &
+pid=$!
+wait_for_lines "$TMP/usr1kill.out" " up" 2
+kill -USR1 $pid
+wait $pid
+rc=$?
+check "ranks killed by a forwarded USR1: exit 128+10" equals $rc 138
+check "ranks killed by a forwarded USR1: the summary says so" \
+  grep -qE '^idist-run: rank [01] \(pid [0-9]+ on .*\) was killed by SIGUSR1' "$TMP/usr1kill.err"
+check "ranks killed by a forwarded USR1: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/usr1kill.err")"
+
 # --- a second Ctrl-C kills at once -------------------------------------------------------------------
 "$RUN" -v -n 2 --grace 30 "$RANKS/deaf.sh" >"$TMP/twice.out" 2>"$TMP/twice.err" &
 pid=$!
