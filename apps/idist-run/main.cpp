@@ -6,7 +6,6 @@
 // codes (2 for bad usage, as with most Unix tools).
 
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -66,12 +65,20 @@ kills at once); the --forward-signals go to every rank and the job goes on. What
 leaves behind (forked helpers, daemons) is killed when its attempt ends. --max-restarts
 restarts the ranks of this node only (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT when
 idist-run picked it); on several nodes each node restarts on its own.
-summary.json: run_id, host, exit_code, outcome, and per attempt its master_port, times,
-first_failure and ranks [{rank, pid, host, exit_code, signal, core_dumped, start, end,
-collateral, first_failure}] (times in UTC, ISO 8601).
+Ranks failing together: one killed or crashed by a signal idist-run did not send is named
+before one that exited non-zero, aborted or died of SIGPIPE (what survivors of a dead peer do).
+The console never holds up supervision: a slow reader holds the ranks back, one that stops
+reading for 2 s or goes away (| head) has lines dropped, told in one line per stream at the
+end; --log-dir files keep every byte. A log file that cannot take every byte (a full disk)
+is named with the bytes it lacks.
+summary.json: run_id, host, exit_code, outcome, log_bytes_lost, console_dropped {stdout,
+stderr: {lines, bytes}}, and per attempt its master_port, times, first_failure and ranks
+[{rank, pid, host, exit_code, signal, core_dumped, start, end, collateral, first_failure,
+log_bytes_lost {out, err}}] (times in UTC, ISO 8601).
 Exit status: 0 when every rank succeeds; else the first failing rank's code (128+signal
 when killed by a signal); 128+signal when idist-run itself is interrupted; 124 on --timeout;
-2 for bad usage.)";
+1 when every rank succeeded but --log-dir lost bytes or summary.json; 2 for bad usage.
+Console output dropped leaves the exit status as it is.)";
 
 struct Cli {
   std::optional<std::string> nproc_per_node;
@@ -152,13 +159,6 @@ double parse_timeout(const std::string& text) {
 bool no_detect_from_env() {
   const char* value = std::getenv("IDIST_NO_DETECT");
   return value != nullptr && config::parse_env_flag("IDIST_NO_DETECT", value);
-}
-
-void setup_logging(bool verbose) {
-  auto logger = spdlog::stderr_logger_st("idist-run");
-  logger->set_pattern("idist-run: %v");
-  logger->set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
-  spdlog::set_default_logger(logger);
 }
 
 // --log-dir must be a directory we can write to, checked before any rank starts.
@@ -458,7 +458,7 @@ int main(int argc, char** argv) {
       throw UsageError("no program given (idist-run [OPTIONS] PROGRAM [ARGS...])");
     }
     under_python(cli);
-    setup_logging(cli.verbose);
+    idist::launchers::setup_logging("idist-run", cli.verbose);
     return run(cli);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -1,14 +1,19 @@
 #pragma once
-// Forwards one rank's stdout or stderr to ours, a whole line per write(2), so that lines of
-// different ranks never interleave mid-line (idist-run is the only writer, single-threaded).
+// Forwards one rank's stdout or stderr to ours a whole line at a time, so that lines of
+// different ranks never interleave mid-line: the console queues and writes whole lines
+// (idist-run is the only writer, single-threaded).
 
 #include <string>
+#include <string_view>
+
+#include "console.hpp"
 
 namespace idist::launchers {
 
 class LineForwarder {
  public:
-  LineForwarder(int out_fd, std::string prefix) : out_fd_(out_fd), prefix_(std::move(prefix)) {}
+  LineForwarder(detail::Console& console, detail::Channel channel, std::string prefix)
+      : console_(console), channel_(channel), prefix_(std::move(prefix)) {}
 
   // Writes every complete line in data; keeps the rest for the next call.
   void feed(const char* data, std::size_t size);
@@ -22,13 +27,10 @@ class LineForwarder {
  private:
   void emit(std::string_view line);
 
-  int out_fd_;
+  detail::Console& console_;
+  detail::Channel channel_;
   std::string prefix_;
   std::string pending_;
 };
-
-// write(2) until everything is written; gives up silently when the reader is gone (EPIPE):
-// a closed console must not kill the supervisor.
-void write_all(int fd, std::string_view data);
 
 }  // namespace idist::launchers

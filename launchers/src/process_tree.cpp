@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -33,6 +34,23 @@ pid_t parent_of(pid_t pid) {
 }
 
 }  // namespace
+
+bool is_exiting(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  // After the command name: state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
+  if (stat[close + 2] == 'Z' || stat[close + 2] == 'X') return true;
+  const char* field = stat.c_str() + close + 2;
+  for (int i = 0; i < 6 && field != nullptr; ++i) {
+    field = std::strchr(field, ' ');
+    if (field != nullptr) ++field;
+  }
+  constexpr unsigned long kPfExiting = 0x4;  // PF_EXITING, include/linux/sched.h
+  return field != nullptr && (std::strtoul(field, nullptr, 10) & kPfExiting) != 0;
+}
 
 bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }
 

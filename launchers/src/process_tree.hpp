@@ -18,6 +18,10 @@ bool become_subreaper();
 // Every process below `root` in the process tree, zombies included.
 std::vector<pid_t> descendants_of(pid_t root);
 
+// Whether `pid` has begun to exit (PF_EXITING: its fatal signal or exit() is being carried
+// out, its files being closed) or is a zombie; false when /proc cannot tell.
+bool is_exiting(pid_t pid);
+
 // Sends `sig` to every descendant of ours; returns how many there were.
 std::size_t signal_descendants(int sig);
 

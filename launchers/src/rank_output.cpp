@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <utility>
+
 namespace idist::launchers::detail {
 
 void OutputTail::feed(std::string_view data) {
@@ -28,13 +31,36 @@ std::vector<std::string> OutputTail::last_lines(std::size_t max_lines, std::size
   return {lines.rbegin(), lines.rend()};
 }
 
-RankOutput::~RankOutput() {
-  if (log_fd_ >= 0) ::close(log_fd_);
+LogFile::LogFile(LogFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)), written_(other.written_), lost_(other.lost_),
+      error_(other.error_) {}
+
+void LogFile::write(std::string_view data) {
+  if (fd_ < 0 || error_ != 0) {
+    if (error_ != 0) lost_ += data.size();
+    return;
+  }
+  while (!data.empty()) {
+    const auto n = ::write(fd_, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error_ = n < 0 ? errno : ENOSPC;  // a regular file takes nothing only when it has no room
+      lost_ += data.size();
+      return;
+    }
+    written_ += static_cast<std::uint64_t>(n);
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+void LogFile::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 void RankOutput::feed(const char* data, std::size_t size) {
-  // The file first: if the console blocks or is gone, the log still has everything.
-  if (log_fd_ >= 0) write_all(log_fd_, {data, size});
+  // The file first: whatever the console does, the log has everything.
+  log_.write({data, size});
   if (keep_tail_) tail_.feed({data, size});
   console_.feed(data, size);
 }
@@ -43,8 +69,7 @@ void RankOutput::finish() {
   console_.finish();
   // Closed now rather than at destruction: a job with many restarts keeps every attempt's
   // records until the end, but must not keep their files open.
-  if (log_fd_ >= 0) ::close(log_fd_);
-  log_fd_ = -1;
+  log_.close();
 }
 
 }  // namespace idist::launchers::detail

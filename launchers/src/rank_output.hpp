@@ -3,6 +3,7 @@
 // rank's log file under --log-dir (every byte as written, untagged), and for stderr a short
 // tail kept for the failure summary.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,24 +26,49 @@ class OutputTail {
   std::string kept_;
 };
 
+// A rank's log file under --log-dir. It gets every byte, unless a write fails (a full disk):
+// then the file ends there, a clean prefix of the stream, and what follows is counted as lost.
+// Writing on once space is freed would leave a hole in the middle of a file that looks whole.
+class LogFile {
+ public:
+  LogFile() = default;  // no file
+  LogFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~LogFile() { close(); }
+  LogFile(LogFile&& other) noexcept;
+  LogFile& operator=(LogFile&&) = delete;
+
+  void write(std::string_view data);
+  void close();
+
+  const std::string& path() const { return path_; }
+  std::uint64_t written() const { return written_; }
+  std::uint64_t lost() const { return lost_; }
+  int error() const { return error_; }  // errno of the write that failed, 0 if none
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+  std::uint64_t written_ = 0, lost_ = 0;
+  int error_ = 0;
+};
+
 class RankOutput {
  public:
-  // log_fd < 0: no file. The file is closed at destruction.
-  RankOutput(int console_fd, std::string prefix, int log_fd, bool keep_tail)
-      : console_(console_fd, std::move(prefix)), log_fd_(log_fd), keep_tail_(keep_tail) {}
-  ~RankOutput();
+  RankOutput(Console& console, Channel channel, std::string prefix, LogFile log, bool keep_tail)
+      : console_(console, channel, std::move(prefix)), log_(std::move(log)), keep_tail_(keep_tail) {}
   RankOutput(const RankOutput&) = delete;
   RankOutput& operator=(const RankOutput&) = delete;
 
   void feed(const char* data, std::size_t size);
   // End of stream: the console gets the last partial line (with a newline added); the file
-  // already has every byte, and is closed.
+  // has had every byte it could take, and is closed.
   void finish();
   const OutputTail& tail() const { return tail_; }
+  const LogFile& log() const { return log_; }
 
  private:
   LineForwarder console_;
-  int log_fd_;
+  LogFile log_;
   bool keep_tail_;
   OutputTail tail_;
 };

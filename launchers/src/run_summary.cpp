@@ -63,6 +63,7 @@ json rank_json(const RankRecord& r, const std::string& host, bool first_failure)
   out["end"] = r.status ? json(iso8601(r.end)) : json(nullptr);
   out["collateral"] = r.collateral;
   out["first_failure"] = first_failure;
+  out["log_bytes_lost"] = {{"out", r.out_log_lost}, {"err", r.err_log_lost}};
   return out;
 }
 
@@ -74,6 +75,9 @@ std::string summary_json(const RunRecord& run) {
   out["host"] = run.host;
   out["exit_code"] = run.exit_code;
   out["outcome"] = run.outcome;
+  out["log_bytes_lost"] = run.log_bytes_lost;
+  out["console_dropped"] = {{"stdout", {{"lines", run.stdout_dropped.lines}, {"bytes", run.stdout_dropped.bytes}}},
+                            {"stderr", {{"lines", run.stderr_dropped.lines}, {"bytes", run.stderr_dropped.bytes}}}};
   out["attempts"] = json::array();
   for (const auto& a : run.attempts) {
     json attempt;

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct RankRecord {
   std::optional<int> status;  // wait status once reaped
   bool collateral = false;    // stopped by us, not failed on its own
   WallClock::time_point start, end;
+  std::uint64_t out_log_lost = 0, err_log_lost = 0;  // bytes its --log-dir files could not take
 };
 
 struct AttemptRecord {
@@ -30,12 +32,19 @@ struct AttemptRecord {
   std::optional<std::size_t> first_failure;  // index into ranks
 };
 
+// Output the console did not show (it stalled, or its reader went away).
+struct Dropped {
+  std::uint64_t lines = 0, bytes = 0;
+};
+
 struct RunRecord {
   std::string run_id;
   std::string host;
   std::vector<AttemptRecord> attempts;
   std::string outcome;  // one line: "succeeded", "rank 1 exited with code 3", "timed out after 5s", ...
   int exit_code = 0;
+  std::uint64_t log_bytes_lost = 0;      // every attempt's, every rank's
+  Dropped stdout_dropped, stderr_dropped;  // by the console
 };
 
 std::string signal_name(int sig);                  // "SIGTERM"

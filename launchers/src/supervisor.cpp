@@ -12,11 +12,11 @@
 #include <boost/asio.hpp>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <system_error>
 
+#include "console.hpp"
 #include "process_tree.hpp"
 #include "rank_output.hpp"
 #include "run_summary.hpp"
@@ -28,6 +28,7 @@ namespace {
 
 namespace asio = boost::asio;
 using detail::AttemptRecord;
+using detail::Channel;
 using detail::RankOutput;
 using detail::WallClock;
 
@@ -63,12 +64,15 @@ std::string this_host() {
 
 // One rank's output stream (stdout or stderr) on its way to ours.
 struct Stream {
-  Stream(asio::io_context& io, int fd, int console_fd, std::string prefix, int log_fd, bool keep_tail)
-      : pipe(io, fd), output(console_fd, std::move(prefix), log_fd, keep_tail) {}
+  Stream(asio::io_context& io, int fd, detail::Console& console, Channel channel, std::string prefix,
+         detail::LogFile log, bool keep_tail)
+      : pipe(io, fd), channel(channel), output(console, channel, std::move(prefix), std::move(log), keep_tail) {}
   asio::posix::stream_descriptor pipe;
+  Channel channel;
   RankOutput output;
   std::array<char, 64 * 1024> buffer{};
   bool open = true;
+  bool held = false;  // not read while the console holds all it may for a slow reader
 };
 
 struct Rank {
@@ -77,6 +81,26 @@ struct Rank {
   std::unique_ptr<Stream> out, err;
   bool running() const { return record->pid > 0 && !record->status; }
 };
+
+// Who is to blame when ranks fail at about the same time. A rank killed by a signal that we
+// did not send (kill -9, the OOM killer) or that crashed (SIGSEGV, SIGBUS, SIGILL, SIGFPE) is a
+// root cause. A rank that exits non-zero, aborts or dies of SIGPIPE may be one too, but is
+// also what a survivor does moments after a peer's death: its collective sees the broken
+// connection and gives up. The survivor can even be reaped first: a dying process's sockets
+// close before its parent hears of its death. So when we stop the others at the first
+// failure, a rank already exiting is not one we stopped (teardown), and once reaped it takes
+// the blame if it weighs more; among equals the first one seen keeps it. A rank we began to
+// stop while it was alive (collateral) weighs nothing, whatever it then died of.
+enum class Blame { none, consequence, root_cause };
+
+Blame blame_of(const detail::RankRecord& r) {
+  if (!r.status || detail::succeeded(*r.status) || r.collateral) return Blame::none;
+  if (!WIFSIGNALED(*r.status)) return Blame::consequence;
+  switch (WTERMSIG(*r.status)) {
+    case SIGKILL: case SIGSEGV: case SIGBUS: case SIGILL: case SIGFPE: return Blame::root_cause;
+    default: return Blame::consequence;
+  }
+}
 
 struct LiveAttempt {
   Attempt attempt;
@@ -96,7 +120,11 @@ class Supervisor {
       if (std::find(options_.forward_signals.begin(), options_.forward_signals.end(), sig) ==
           options_.forward_signals.end())
         teardown_signals_.add(sig);
+    detail::attach_log(&console_);
   }
+  ~Supervisor() { detail::attach_log(nullptr); }
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
 
   int run() {
     // A rank's closed pipe must not kill us; and the console may go away before we finish.
@@ -113,9 +141,10 @@ class Supervisor {
       timeout_timer_.async_wait([this](auto ec) { on_timeout(ec); });
     }
     start_attempt(0);
-    io_.run();
+    io_.run();             // the job, then the console's last lines (see finish_attempt)
     kill_leftovers_now();  // normally none: each attempt cleaned up after itself
-    return conclude();
+    finish_run();
+    return run_.exit_code;
   }
 
  private:
@@ -166,40 +195,37 @@ class Supervisor {
     return dir.string();
   }
 
-  int open_log(const std::string& dir, int rank, const char* suffix) {
-    if (dir.empty()) return -1;
+  // The rank's log file; no file without --log-dir, or when it cannot be opened (said so).
+  detail::LogFile open_log(const std::string& dir, int rank, const char* suffix) {
+    if (dir.empty()) return {};
     const std::string path = dir + "/rank_" + std::to_string(rank) + suffix;
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) spdlog::error("--log-dir: cannot open {}: {}", path, std::strerror(errno));
-    return fd;
+    if (fd < 0) {
+      spdlog::error("--log-dir: cannot open {}: {}", path, std::strerror(errno));
+      return {};
+    }
+    return {fd, path};
   }
 
   void spawn(Rank& rank, const std::string& log_dir) {
     const ProcessSpec& spec = *rank.spec;
-    const int out_log = open_log(log_dir, spec.rank, ".out");
-    const int err_log = open_log(log_dir, spec.rank, ".err");
-    const auto close_logs = [&] {
-      if (out_log >= 0) ::close(out_log);
-      if (err_log >= 0) ::close(err_log);
-    };
-    if (!log_dir.empty() && (out_log < 0 || err_log < 0)) {
-      close_logs();
+    detail::LogFile out_log = open_log(log_dir, spec.rank, ".out");
+    detail::LogFile err_log = open_log(log_dir, spec.rank, ".err");
+    if (!log_dir.empty() && (out_log.path().empty() || err_log.path().empty()))
       return spawn_failed(spec, "cannot open its log files");
-    }
     detail::SpawnedRank spawned;
     rank.record->start = WallClock::now();
     try {
       spawned = detail::spawn_rank(spec);
     } catch (const std::system_error& e) {
-      close_logs();
       return spawn_failed(spec, e.what());
     }
     rank.record->pid = spawned.pid;
     spdlog::debug("started rank {} as pid {}", spec.rank, spawned.pid);
 
     const std::string prefix = options_.tag_output ? "[rank " + std::to_string(spec.rank) + "] " : "";
-    rank.out = std::make_unique<Stream>(io_, spawned.out_fd, STDOUT_FILENO, prefix, out_log, false);
-    rank.err = std::make_unique<Stream>(io_, spawned.err_fd, STDERR_FILENO, prefix, err_log, true);
+    rank.out = std::make_unique<Stream>(io_, spawned.out_fd, console_, Channel::out, prefix, std::move(out_log), false);
+    rank.err = std::make_unique<Stream>(io_, spawned.err_fd, console_, Channel::err, prefix, std::move(err_log), true);
     read_more(*rank.out);
     read_more(*rank.err);
   }
@@ -213,9 +239,21 @@ class Supervisor {
   void read_more(Stream& stream) {
     stream.pipe.async_read_some(asio::buffer(stream.buffer), [this, &stream](auto ec, std::size_t n) {
       if (n > 0) stream.output.feed(stream.buffer.data(), n);
-      if (!ec) return read_more(stream);
+      if (!ec) return read_when_accepted(stream);
       close_stream(stream);
       maybe_finish();
+    });
+  }
+
+  // Reads on, unless the console holds all it may for a reader that is slow but reading: then
+  // the rank waits, blocked on its own write as with a blocking console, and no byte is lost.
+  // A console that stalls accepts again at once (it drops what it cannot hold).
+  void read_when_accepted(Stream& stream) {
+    if (console_.accepting(stream.channel)) return read_more(stream);
+    stream.held = true;
+    console_.when_accepting(stream.channel, [this, &stream] {
+      stream.held = false;
+      if (stream.open) read_more(stream);
     });
   }
 
@@ -253,14 +291,30 @@ class Supervisor {
         spdlog::debug("reaped pid {}, left behind by a rank: {}", pid, detail::describe(status));
       }
     }
-    for (Rank* rank : exited) {
-      if (!detail::succeeded(*rank->record->status) && !tearing_down_) {
-        auto& a = current();
-        a.record.first_failure = static_cast<std::size_t>(rank - a.ranks.data());
-        teardown(SIGTERM);
-      }
-    }
+    // The heaviest of the batch first, so that its weight decides among exits seen together.
+    std::stable_sort(exited.begin(), exited.end(),
+                     [](const Rank* x, const Rank* y) { return blame_of(*x->record) > blame_of(*y->record); });
+    for (Rank* rank : exited) judge(*rank);
     check_ranks_gone();
+  }
+
+  // Makes `rank`, just reaped, the attempt's first failure if it is one (see Blame), and
+  // stops the others at the first.
+  void judge(Rank& rank) {
+    auto& a = current();
+    const Blame blame = blame_of(*rank.record);
+    if (blame == Blame::none) return;
+    const auto index = static_cast<std::size_t>(&rank - a.ranks.data());
+    if (!a.record.first_failure) {
+      if (tearing_down_) return;  // stopped by a signal or the timeout: its end is not a failure of its own
+      a.record.first_failure = index;
+      return teardown(SIGTERM);
+    }
+    const Rank& blamed = a.ranks[*a.record.first_failure];
+    if (blame <= blame_of(*blamed.record)) return;
+    spdlog::debug("rank {} {}: the cause of rank {}'s failure, not a consequence of it", rank.spec->rank,
+                  detail::describe(*rank.record->status), blamed.spec->rank);
+    a.record.first_failure = index;
   }
 
   void on_child_signal(const boost::system::error_code& ec) {
@@ -322,6 +376,9 @@ class Supervisor {
     drain_timer_.expires_after(kDrainTime);
     drain_timer_.async_wait([this, generation = attempts_.size()](auto ec) {
       if (ec || generation != attempts_.size()) return;
+      // A stream held back for a slow console has output left, not an EOF that never comes.
+      const auto held = [](const Rank& r) { return (r.out && r.out->held) || (r.err && r.err->held); };
+      if (std::any_of(current().ranks.begin(), current().ranks.end(), held)) return start_drain();
       for (auto& r : current().ranks) {
         if (r.out) close_stream(*r.out);
         if (r.err) close_stream(*r.err);
@@ -338,8 +395,9 @@ class Supervisor {
         if (!ec && generation == attempts_.size()) signal_running(SIGKILL);
       });
     }
+    // A rank already exiting (not yet reaped) ends of its own accord, not of ours: see Blame.
     for (auto& r : current().ranks)
-      if (r.running()) r.record->collateral = true;
+      if (r.running() && !detail::is_exiting(r.record->pid)) r.record->collateral = true;
     signal_running(sig);
   }
 
@@ -351,6 +409,7 @@ class Supervisor {
 
   void on_teardown_signal(const boost::system::error_code& ec, int sig) {
     if (ec) return;
+    if (finished_) return console_.abandon();  // the job is over: stop waiting for the console
     if (interrupted_by_) {
       spdlog::warn("{} again: killing every rank now", detail::signal_name(sig));
       signal_running(SIGKILL);
@@ -391,6 +450,10 @@ class Supervisor {
   void finish_attempt() {
     auto& a = current();
     a.record.end = WallClock::now();
+    for (auto& r : a.ranks) {
+      if (r.out) r.record->out_log_lost = r.out->output.log().lost();
+      if (r.err) r.record->err_log_lost = r.err->output.log().lost();
+    }
     kill_timer_.cancel();
     drain_timer_.cancel();
     leftover_timer_.cancel();
@@ -400,9 +463,15 @@ class Supervisor {
     finished_ = true;
     boost::system::error_code ignored;
     child_signal_.cancel(ignored);
-    teardown_signals_.cancel(ignored);
     forward_signals_.cancel(ignored);
     timeout_timer_.cancel();
+    conclude();
+    // The console gets what it still holds, the summary included, while it keeps taking bytes;
+    // a teardown signal meanwhile stops the wait. Then the event loop has nothing left to do.
+    console_.close([this] {
+      boost::system::error_code e;
+      teardown_signals_.cancel(e);
+    });
   }
 
   void report_failure(const LiveAttempt& a, bool restart) {
@@ -424,55 +493,124 @@ class Supervisor {
     for (const auto& line : lines) spdlog::error("  | {}", line);
   }
 
-  int conclude() {
-    detail::RunRecord run;
-    run.run_id = options_.run_id;
-    run.host = host_;
-    for (const auto& a : attempts_) run.attempts.push_back(a->record);
-    const AttemptRecord& last = run.attempts.back();
+  // The outcome, its exit code and its summary lines, at the end of the last attempt: the
+  // lines queue behind the ranks' output.
+  void conclude() {
+    run_.run_id = options_.run_id;
+    run_.host = host_;
+    for (const auto& a : attempts_) run_.attempts.push_back(a->record);
+    const AttemptRecord& last = run_.attempts.back();
     const std::string stopped = detail::collateral_list(last);
     const double timeout_s = options_.timeout ? static_cast<double>(options_.timeout->count()) / 1000 : 0;
     if (last.first_failure) {
       const auto& r = last.ranks[*last.first_failure];
-      run.exit_code = detail::exit_code_of(*r.status);
-      run.outcome = "rank " + std::to_string(r.rank) + " " + detail::describe(*r.status);
+      run_.exit_code = detail::exit_code_of(*r.status);
+      run_.outcome = "rank " + std::to_string(r.rank) + " " + detail::describe(*r.status);
       if (stop_ == Stop::timed_out) spdlog::error("timed out after {:g}s while stopping the ranks", timeout_s);
     } else if (stop_ == Stop::timed_out) {
-      run.exit_code = kTimeoutExit;
-      run.outcome = fmt::format("timed out after {:g}s", timeout_s);
-      spdlog::error("{}{}", run.outcome, stopped);
+      run_.exit_code = kTimeoutExit;
+      run_.outcome = fmt::format("timed out after {:g}s", timeout_s);
+      spdlog::error("{}{}", run_.outcome, stopped);
     } else if (stop_ == Stop::interrupted) {
-      run.exit_code = 128 + *interrupted_by_;
-      run.outcome = "interrupted by " + detail::signal_name(*interrupted_by_);
-      spdlog::error("{}{}", run.outcome, stopped);
+      run_.exit_code = 128 + *interrupted_by_;
+      run_.outcome = "interrupted by " + detail::signal_name(*interrupted_by_);
+      spdlog::error("{}{}", run_.outcome, stopped);
     } else if (stop_ == Stop::spawn_error) {
-      run.exit_code = 1;
-      run.outcome = "could not start every rank";
+      run_.exit_code = 1;
+      run_.outcome = "could not start every rank";
     } else {
-      run.outcome = "succeeded";
-      if (run.attempts.size() > 1)
-        spdlog::warn("succeeded on attempt {} after {} restart(s)", last.index, run.attempts.size() - 1);
+      run_.outcome = "succeeded";
+      if (run_.attempts.size() > 1)
+        spdlog::warn("succeeded on attempt {} after {} restart(s)", last.index, run_.attempts.size() - 1);
     }
-    if (!options_.log_dir.empty()) write_summary(run);
-    return run.exit_code;
+    report_log_loss();
   }
 
-  void write_summary(const detail::RunRecord& run) {
-    const auto dir = std::filesystem::path(options_.log_dir) / run_dir_name(options_.run_id);
-    const auto path = dir / "summary.json";
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    std::ofstream out(path);
-    out << detail::summary_json(run);
-    out.close();
-    if (!out) spdlog::error("--log-dir: cannot write {}", path.string());
-    else if (run.exit_code != 0) spdlog::error("logs and summary.json in {}", dir.string());
+  // A line for each log file that could not take every byte, and a job that succeeded
+  // otherwise does not exit 0 (kLogLossExit).
+  void report_log_loss() {
+    for (const auto& a : attempts_)
+      for (const auto& r : a->ranks)
+        for (const Stream* stream : {r.out.get(), r.err.get()}) {
+          if (stream == nullptr || stream->output.log().lost() == 0) continue;
+          const auto& log = stream->output.log();
+          run_.log_bytes_lost += log.lost();
+          spdlog::error("--log-dir: {}: {}: {} bytes lost (the file has the first {} of {})", log.path(),
+                        std::strerror(log.error()), log.lost(), log.written(), log.written() + log.lost());
+        }
+    if (run_.log_bytes_lost == 0 || run_.exit_code != 0) return;
+    run_.exit_code = kLogLossExit;
+    run_.outcome = fmt::format("every rank succeeded, but {} bytes of their output are missing from --log-dir",
+                               run_.log_bytes_lost);
+    spdlog::error("exit status {}: every rank succeeded, but their logs under {} lack {} bytes; free space there "
+                  "(or pick another --log-dir) and run again",
+                  kLogLossExit, run_dir(), run_.log_bytes_lost);
+  }
+
+  // After the console is done with: what it dropped, then summary.json, which records it.
+  void finish_run() {
+    run_.stdout_dropped = console_.dropped(Channel::out);
+    run_.stderr_dropped = console_.dropped(Channel::err);
+    report_dropped(Channel::out);
+    report_dropped(Channel::err);
+    if (!options_.log_dir.empty()) write_summary();
+  }
+
+  // One line per console stream that dropped output. The exit status stays the job's: the
+  // console is a view of the output that its reader chose (a `| head`, a pager left alone),
+  // the ranks' answer is not wrong for it, and a `| head` must not turn a good run into a
+  // failed one for a scheduler or a restart loop. With --log-dir nothing is lost: the files
+  // have every byte. The line says where they are, or that --log-dir keeps them.
+  void report_dropped(Channel channel) {
+    const detail::Dropped& d = console_.dropped(channel);
+    if (d.bytes == 0) return;
+    const char* suffix = channel == Channel::out ? "out" : "err";
+    const std::string where =
+        options_.log_dir.empty() ? std::string("run with --log-dir to keep every byte")
+        : run_.log_bytes_lost == 0 ? fmt::format("every byte is in {}/attempt_*/rank_*.{}", run_dir(), suffix)
+                                  : fmt::format("{}/attempt_*/rank_*.{} have what the disk took", run_dir(), suffix);
+    spdlog::warn("{}: {} line(s), {} bytes not shown: {}; {}", detail::channel_name(channel), d.lines, d.bytes,
+                 console_.why_dropped(channel), where);
+  }
+
+  // DIR/<run-id>
+  std::string run_dir() const {
+    return (std::filesystem::path(options_.log_dir) / run_dir_name(options_.run_id)).string();
+  }
+
+  // summary.json, whole or not at all: written aside, then renamed. One that cannot be
+  // written is part of the logs lost: a job that succeeded otherwise does not exit 0.
+  void write_summary() {
+    const std::string dir = run_dir();
+    const std::string path = dir + "/summary.json";
+    const std::string temporary = path + ".tmp";
+    std::error_code ignored;
+    std::filesystem::create_directories(dir, ignored);
+    const std::string text = detail::summary_json(run_);
+    int error = 0;
+    if (const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); fd < 0) {
+      error = errno;
+    } else {
+      detail::LogFile file(fd, temporary);
+      file.write(text);
+      error = file.error();
+    }
+    if (error == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
+    if (error != 0) {
+      ::unlink(temporary.c_str());
+      const bool only_failure = run_.exit_code == 0;
+      if (only_failure) run_.exit_code = kLogLossExit;
+      return spdlog::error("--log-dir: cannot write {}: {}{}", path, std::strerror(error),
+                           only_failure ? fmt::format("; exit status {}, although every rank succeeded", kLogLossExit) : "");
+    }
+    if (run_.exit_code != 0) spdlog::error("logs and summary.json in {}", dir);
   }
 
   const MakeAttempt& make_attempt_;
   SuperviseOptions options_;
   std::string host_;
   asio::io_context io_;  // first, so that it outlives every object that uses it
+  detail::Console console_{io_};  // before the attempts: their output goes to it
   asio::signal_set child_signal_{io_, SIGCHLD};
   asio::signal_set teardown_signals_{io_};
   asio::signal_set forward_signals_{io_};
@@ -487,6 +625,7 @@ class Supervisor {
   bool finished_ = false;
   Stop stop_ = Stop::none;
   std::optional<int> interrupted_by_;
+  detail::RunRecord run_;  // by conclude()
 };
 
 }  // namespace

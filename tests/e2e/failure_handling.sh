@@ -170,8 +170,9 @@ check "500 lines from each rank" equals "$(cut -c1-8 "$TMP/tag.out" | sort | uni
 check "--tag-output: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/tag.err")"
 
 # --- forwarded signals: USR1 by default, configurable ------------------------------------------------
-# The ranks run 5 s: long enough under load that both signals land before they end.
-"$RUN" -v -n 2 "$RANKS/trap_signals.sh" 5 >"$TMP/usr.out" 2>"$TMP/usr.err" &
+# The ranks go on until they got both signals (30 s at most), never a fixed time that a loaded
+# machine could run out before the second signal lands.
+"$RUN" -v -n 2 "$RANKS/trap_signals.sh" 30 USR1 USR2 >"$TMP/usr.out" 2>"$TMP/usr.err" &
 pid=$!
 wait_for_lines "$TMP/usr.out" " up" 2
 kill -USR1 $pid
@@ -185,7 +186,7 @@ check "both ranks got USR2" equals "$(grep -c 'got USR2' "$TMP/usr.out")" 2
 check "both ranks went on to the end" equals "$(grep -c ' done$' "$TMP/usr.out")" 2
 check "forwarded signals: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/usr.err")"
 
-"$RUN" -v -n 2 --forward-signals term,SIGUSR2 "$RANKS/trap_signals.sh" 2 >"$TMP/fwd.out" 2>"$TMP/fwd.err" &
+"$RUN" -v -n 2 --forward-signals term,SIGUSR2 "$RANKS/trap_signals.sh" 30 TERM USR2 >"$TMP/fwd.out" 2>"$TMP/fwd.err" &
 pid=$!
 wait_for_lines "$TMP/fwd.out" " up" 2
 kill -TERM $pid
@@ -196,6 +197,7 @@ rc=$?
 check "--forward-signals term,SIGUSR2: SIGTERM forwarded, job goes on" equals $rc 0
 check "--forward-signals: both ranks got TERM" equals "$(grep -c 'got TERM' "$TMP/fwd.out")" 2
 check "--forward-signals: both ranks got USR2" equals "$(grep -c 'got USR2' "$TMP/fwd.out")" 2
+check "--forward-signals: both ranks went on to the end" equals "$(grep -c ' done$' "$TMP/fwd.out")" 2
 check "--forward-signals: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/fwd.err")"
 
 "$RUN" -v -n 2 --forward-signals USR2 "$RANKS/trap_signals.sh" 20 >"$TMP/nofwd.out" 2>"$TMP/nofwd.err" &
@@ -208,6 +210,18 @@ check "USR1 not in the list: it stops the job, 128+10" equals $rc 138
 check "USR1 not in the list: summary" contains "$(cat "$TMP/nofwd.err")" "interrupted by SIGUSR1; stopped rank(s) 0, 1"
 check "USR1 not in the list: not forwarded" equals "$(grep -c 'got USR1' "$TMP/nofwd.out")" 0
 check "USR1 not in the list: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/nofwd.err")"
+
+# A forwarded signal that the ranks do not handle kills them: a failure, never exit 0.
+"$RUN" -v -n 2 "$RANKS/sleep_forever.sh" >"$TMP/usr1kill.out" 2>"$TMP/usr1kill.err" &
+pid=$!
+wait_for_lines "$TMP/usr1kill.out" " up" 2
+kill -USR1 $pid
+wait $pid
+rc=$?
+check "ranks killed by a forwarded USR1: exit 128+10" equals $rc 138
+check "ranks killed by a forwarded USR1: the summary says so" \
+  grep -qE '^idist-run: rank [01] \(pid [0-9]+ on .*\) was killed by SIGUSR1' "$TMP/usr1kill.err"
+check "ranks killed by a forwarded USR1: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/usr1kill.err")"
 
 # --- a second Ctrl-C kills at once -------------------------------------------------------------------
 "$RUN" -v -n 2 --grace 30 "$RANKS/deaf.sh" >"$TMP/twice.out" 2>"$TMP/twice.err" &

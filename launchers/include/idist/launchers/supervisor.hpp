@@ -9,6 +9,9 @@
 //  - The first rank to fail (non-zero exit or a signal) makes us SIGTERM the others, then
 //    SIGKILL them after the grace period. Exit code: that rank's code, or 128+signal. The
 //    summary names it (pid, host, how it ended), the ranks we stopped, and its last stderr lines.
+//    Ranks failing together are weighed: one killed or crashed by a signal we did not send is
+//    named before one that exited non-zero, aborted or died of SIGPIPE, which is what survivors
+//    do moments after a peer's death (Blame in supervisor.cpp).
 //  - With max_restarts, a failed attempt is followed by a new one: every local rank again,
 //    with IDIST_RESTART_COUNT incremented (the caller makes each attempt's processes). Restarts
 //    are local: on several nodes, each node restarts its own ranks without telling the others.
@@ -20,6 +23,11 @@
 //  - A timeout for the whole job (all attempts) tears it down with exit code 124.
 //  - Output is forwarded line by line (see LineForwarder), optionally tagged "[rank N] ", and
 //    with a log directory also copied byte for byte to per-rank files, next to a summary.json.
+//    The console is written without ever blocking supervision (see Console): a slow reader
+//    holds the ranks back, a stalled or vanished one has lines dropped (told once at the end,
+//    recorded in summary.json; the exit status stays the job's). A log file that cannot take
+//    every byte (a full disk) is named with the bytes it lacks, and a job that succeeded
+//    otherwise exits kLogLossExit.
 
 #include <chrono>
 #include <csignal>
@@ -60,10 +68,20 @@ struct SuperviseOptions {
 };
 
 inline constexpr int kTimeoutExit = 124;  // as timeout(1)
+// Every rank succeeded, but --log-dir lost output (a full disk) or summary.json could not be
+// written: the record the user asked for is incomplete, so the run must not look like a clean
+// success. 1, idist-run's own failure as when it cannot start every rank; the lines before it
+// name each file and how many bytes it lacks.
+inline constexpr int kLogLossExit = 1;
 
 // Runs attempts until one succeeds, restarts run out, a signal or the timeout stops the job;
 // returns idist-run's exit code.
 int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options);
+
+// idist-run's own messages: spdlog's default logger, "<name>: message" on stderr. While
+// supervise() runs they take the ranks' stderr lines' way (queued in order with them, never
+// blocking on a stalled console); before and after, they are written at once.
+void setup_logging(const std::string& name, bool verbose);
 
 // Parses "USR1,USR2" (with or without SIG, any case; "none" for no signal) into signal
 // numbers; throws std::invalid_argument naming the bad entry and the choices.
