@@ -23,7 +23,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -259,6 +261,12 @@ class GlooBackend final : public Backend {
       guard([] { throw; });
     }
     name_peers();
+    auto accepted = accepted_peers(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size);
+    if (!accepted.empty()) {
+      auto names = *peer_names_;
+      names.by_address.insert(names.by_address.end(), accepted.begin(), accepted.end());
+      peer_names_ = std::make_shared<const PeerNames>(std::move(names));
+    }
     context_->setTimeout(timeout_);
     frames_ = std::make_shared<FramePool>(context_);
   }
@@ -470,8 +478,8 @@ class GlooBackend final : public Backend {
       if (names != nullptr)
         for (const auto& [address, peer] : names->by_address)
           if (what.find(address) != std::string::npos) who = names->word + std::to_string(peer);
-      // The side that accepted a connection knows the peer by the port it connected from,
-      // which no store key holds: then "a peer", and the launcher's summary names who died.
+      // Not found (a gloo whose keys look otherwise, IPv6): "a peer", and the launcher's
+      // summary names who died.
       throw std::runtime_error(connecting ? who + " did not complete its connection in time: stopped, or unreachable "
                                                   "from here? (gloo: " + what + ")"
                                           : "connection to " + who + " lost: did it exit or crash? (gloo: " + what + ")");
@@ -480,6 +488,50 @@ class GlooBackend final : public Backend {
   template <class F>
   void guard(F&& f) const {
     guard_with(peer_names_.get(), std::forward<F>(f));
+  }
+
+  // The pairs that accepted their connection know the peer by the port it connected from,
+  // which no store key holds. The kernel knows: an established socket whose local end is our
+  // pair's listening address for peer p (our own key, at p's index) has p's port as its
+  // remote end. Read once, after connecting, from /proc/net/tcp (IPv4; gloo binds IPv4 here).
+  static std::vector<std::pair<std::string, int>> accepted_peers(const std::map<std::string, std::vector<char>>& got,
+                                                                 const std::string& prefix, int rank, int size) {
+    std::vector<std::pair<std::string, int>> out;
+    const auto own = got.find(prefix + std::to_string(rank));
+    if (size < 2 || own == got.end() || own->second.size() % static_cast<std::size_t>(size - 1) != 0) return out;
+    const auto one = own->second.size() / static_cast<std::size_t>(size - 1);
+    std::map<std::pair<std::uint32_t, int>, int> listening;  // (address as /proc writes it, port) -> peer
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      const auto begin = own->second.begin() + static_cast<long>(static_cast<std::size_t>(peer < rank ? peer : peer - 1) * one);
+      try {
+        const gloo::transport::tcp::Address address(std::vector<char>(begin, begin + static_cast<long>(one)));
+        const auto& ss = address.getSockaddr();
+        if (ss.ss_family != AF_INET) continue;
+        const auto& in = reinterpret_cast<const sockaddr_in&>(ss);
+        listening[{in.sin_addr.s_addr, ntohs(in.sin_port)}] = peer;
+      } catch (const std::exception&) {
+        return out;
+      }
+    }
+    std::ifstream table("/proc/net/tcp");
+    std::string line;
+    std::getline(table, line);  // the header
+    while (std::getline(table, line)) {
+      unsigned slot = 0, local_ip = 0, local_port = 0, remote_ip = 0, remote_port = 0, state = 0;
+      if (std::sscanf(line.c_str(), " %u: %8X:%4X %8X:%4X %2X", &slot, &local_ip, &local_port, &remote_ip, &remote_port,
+                      &state) != 6 || state != 1 /* ESTABLISHED */)
+        continue;
+      // /proc writes the address as the host reads the network-order word.
+      const auto it = listening.find({local_ip, static_cast<int>(local_port)});
+      if (it == listening.end()) continue;
+      in_addr remote{};
+      remote.s_addr = remote_ip;
+      char text[INET_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET, &remote, text, sizeof(text));
+      out.emplace_back("[" + std::string(text) + "]:" + std::to_string(remote_port), it->second);
+    }
+    return out;
   }
 
   // Each peer's address for its connection to us, as gloo's connectFullMesh read it from the

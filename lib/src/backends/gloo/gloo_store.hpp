@@ -21,10 +21,13 @@ class GlooStore final : public gloo::rendezvous::Store {
   // Every wait ends by `deadline`, whatever timeout gloo passes.
   GlooStore(detail::Store& store, Clock::time_point deadline) : store_(store), deadline_(deadline) {}
 
-  void set(const std::string& key, const std::vector<char>& data) override { store_.set(key, data); }
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(key, data);
+    got_[key] = data;  // our own addresses too (gloo_backend.cpp, accepted_peers())
+  }
   // Gloo requires get() to block until the key exists; ours does, bounded by the timeout.
-  // What it got is kept: the peers' addresses it connected to, so that an error naming an
-  // address can name the rank behind it (gloo_backend.cpp, peer_ranks()).
+  // What it set and got is kept: every rank's addresses, so that an error naming an address
+  // can name the rank behind it (gloo_backend.cpp, peer_ranks()).
   std::vector<char> get(const std::string& key) override {
     auto value = store_.get(key);
     got_[key] = value;
