@@ -46,6 +46,7 @@ echo "  $runs jobs with a rank killed mid-run: survivors killed by SIGPIPE in $s
 check "kill -9 of a rank: no survivor dies of SIGPIPE ($sigpipe of $runs jobs)" equals $sigpipe 0
 check "kill -9 of a rank: every job exits non-zero" equals $zero_exit 0
 check "kill -9 of a rank: survivors' errors name the dead rank ($named named)" test $named -gt 0
+check "kill -9 of a rank: no survivor's error names only an address ($unnamed do)" equals $unnamed 0
 
 # Start-up: rank 2 stopped after DELAY s, for delays across joining, connecting and computing.
 T=2

@@ -525,11 +525,14 @@ class GlooBackend final : public Backend {
       // /proc writes the address as the host reads the network-order word.
       const auto it = listening.find({local_ip, static_cast<int>(local_port)});
       if (it == listening.end()) continue;
-      in_addr remote{};
-      remote.s_addr = remote_ip;
-      char text[INET_ADDRSTRLEN] = {};
-      ::inet_ntop(AF_INET, &remote, text, sizeof(text));
-      out.emplace_back("[" + std::string(text) + "]:" + std::to_string(remote_port), it->second);
+      // Written by gloo's own Address::str(), whatever its quirks, so that it matches gloo's
+      // messages character for character.
+      sockaddr_in remote{};
+      remote.sin_family = AF_INET;
+      remote.sin_addr.s_addr = remote_ip;
+      remote.sin_port = htons(static_cast<std::uint16_t>(remote_port));
+      out.emplace_back(
+          gloo::transport::tcp::Address(reinterpret_cast<const sockaddr*>(&remote), sizeof(remote)).str(), it->second);
     }
     return out;
   }
