@@ -98,6 +98,7 @@ struct Cli {
   bool no_python = false;  // --no-python: a .py program runs directly
   bool bind = false;       // --bind: pin each local rank to its share of the cores
   bool keep_slurm_env = false;  // --keep-slurm-env: spawned ranks keep their SLURM task's variables
+  bool local_rank_arg = false;  // --local-rank-arg: each rank's arguments end with --local_rank=N
   double grace_seconds = 5;
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
@@ -107,6 +108,7 @@ struct Cli {
   bool print_config_keys = false;
   bool print_config = false;
   std::vector<std::string> command;
+  std::size_t program_words = 1;  // leading words of command that start the program (under_python adds some)
 
   // What came from the environment or the config file, by setting key ("program" included),
   // so that errors about those values name where they came from.
@@ -203,7 +205,9 @@ int run(const Cli& cli) {
   options.dry_run = cli.dry_run;
   options.bind = cli.bind;
   options.keep_slurm_env = cli.keep_slurm_env;
+  options.local_rank_arg = cli.local_rank_arg;
   options.command = cli.command;
+  options.program_words = cli.program_words;
   const std::string path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
 
   L::SuperviseOptions supervise;
@@ -246,23 +250,7 @@ int run(const Cli& cli) {
   for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)
     spdlog::info("--bind: local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
   const L::MakeAttempt make_attempt = [&](int restart_count) {
-    plan.job.restart_count = restart_count;
-    // A restart gets a fresh port when we picked the first one: the old one may still be held
-    // by a straggler of the failed attempt or sit in TIME_WAIT. The new reservation is taken
-    // while the old is still held, so the two differ. A port the user or an outer launcher
-    // chose is every node's to agree on, so it stays.
-    if (restart_count > 0 && plan.port_reservation) {
-      auto fresh = std::make_shared<L::PortReservation>(plan.job.master_addr);
-      plan.job.master_port = fresh->port();
-      plan.port_reservation = std::move(fresh);
-    }
-    L::Attempt attempt;
-    attempt.master_port = plan.job.master_port;
-    for (int local = 0; local < plan.local_count; ++local)
-      attempt.processes.push_back(
-          {L::rank_contract(plan, local).rank, path, plan.command, L::rank_environment(plan, local, environ),
-           plan.cpu_shares.empty() ? std::vector<int>() : plan.cpu_shares[static_cast<std::size_t>(local)]});
-    return attempt;
+    return L::attempt_of(plan, path, restart_count, environ);
   };
 
   supervise.tag_output = cli.tag_output;
@@ -333,6 +321,7 @@ void under_python(Cli& cli) {
   if (!cli.module && !script) return;
   std::vector<std::string> command = {"python3", "-u"};
   if (cli.module) command.emplace_back("-m");
+  cli.program_words = command.size() + 1;
   command.insert(command.end(), cli.command.begin(), cli.command.end());
   cli.command = std::move(command);
 }
@@ -414,6 +403,9 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-slurm-env", cli.keep_slurm_env,
                "Ranks spawned inside a SLURM task keep the task's SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... "
                "(by default each gets those srun would have given it as a task of its own)");
+  app.add_flag("--local-rank-arg", cli.local_rank_arg,
+               "Append --local_rank=N (the rank's LOCAL_RANK) to each rank's arguments, as torch.distributed.launch "
+               "without --use-env and DeepSpeed's launcher do, for scripts that read it with argparse");
   app.add_flag("--no-python,--no_python", cli.no_python,
                "Run a .py program directly (it needs #! and +x) rather than under python3 -u (as torchrun --no-python)");
   app.add_option(std::string(config::kConfigOption), cli.config_file,

@@ -36,7 +36,9 @@ std::string dry_run_json(const LaunchPlan& plan) {
       else
         vars[name] = value;
     }
-    ranks.push_back({{"rank", contract.rank}, {"local_rank", contract.local_rank}, {"env", std::move(vars)}});
+    json rank = {{"rank", contract.rank}, {"local_rank", contract.local_rank}, {"env", std::move(vars)}};
+    if (plan.local_rank_arg) rank["command"] = rank_command(plan, i);
+    ranks.push_back(std::move(rank));
   }
   out["ranks"] = std::move(ranks);
   // Arguments need not be UTF-8; replace what is not rather than fail.

@@ -13,7 +13,7 @@ void exec_in_place(const LaunchPlan& plan, const std::string& path, char** base_
   std::vector<char*> envp;
   for (auto& entry : env) envp.push_back(entry.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = plan.command;
+  std::vector<std::string> args = rank_command(plan, 0);
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

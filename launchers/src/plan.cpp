@@ -284,6 +284,8 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   if (o.bind && plan.mode == Mode::spawn)
     plan.cpu_shares = cpu_shares(usable_cpus(), plan.local_count, numa_node_of_cpu());
   plan.keep_slurm_env = o.keep_slurm_env;
+  plan.local_rank_arg = o.local_rank_arg;
+  plan.program_words = o.program_words;
   return plan;
 }
 
@@ -425,6 +427,36 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   out.reserve(vars.size());
   for (auto& [name, value] : vars) out.push_back(name + "=" + value);
   return out;
+}
+
+std::vector<std::string> rank_command(const LaunchPlan& plan, int index) {
+  auto command = plan.command;
+  if (plan.local_rank_arg)
+    command.insert(command.begin() + static_cast<long>(std::min(plan.program_words, command.size())),
+                   "--local_rank=" + std::to_string(rank_contract(plan, index).local_rank));
+  return command;
+}
+
+Attempt attempt_of(LaunchPlan& plan, const std::string& path, int restart_count, char** base_environ) {
+  plan.job.restart_count = restart_count;
+  if (restart_count > 0 && plan.port_reservation) {
+    // Taken while the old reservation is still held, so the two differ.
+    auto fresh = std::make_shared<PortReservation>(plan.job.master_addr);
+    plan.job.master_port = fresh->port();
+    plan.port_reservation = std::move(fresh);
+  }
+  Attempt attempt;
+  attempt.master_port = plan.job.master_port;
+  for (int local = 0; local < plan.local_count; ++local) {
+    ProcessSpec process;
+    process.rank = rank_contract(plan, local).rank;
+    process.path = path;
+    process.argv = rank_command(plan, local);
+    process.env = rank_environment(plan, local, base_environ);
+    if (!plan.cpu_shares.empty()) process.cpus = plan.cpu_shares[static_cast<std::size_t>(local)];
+    attempt.processes.push_back(std::move(process));
+  }
+  return attempt;
 }
 
 std::string random_token(std::size_t bytes) {

@@ -115,6 +115,11 @@ const std::string& supervisor_marker() {
 }
 
 void start_guardian() {
+  // One per process: the marker is the process's, and a program that supervises several
+  // jobs in turn (idist::spawn twice) needs no second one.
+  static bool started = false;
+  if (started) return;
+  started = true;
   int fds[2];
   // Close-on-exec: only idist-run holds the write end, so its exit is the guardian's EOF.
   if (::pipe2(fds, O_CLOEXEC) != 0) return;

@@ -1,5 +1,6 @@
 #include "spawn.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -7,11 +8,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include "console.hpp"
 #include "process_tree.hpp"
 
 namespace idist::launchers::detail {
@@ -24,6 +28,46 @@ void close_all(std::initializer_list<int> fds) {
   for (const int fd : fds)
     if (fd >= 0) ::close(fd);
   errno = saved;
+}
+
+// Closes what an exec would have: every close-on-exec descriptor (the supervisor's pipes and
+// event loop, the guardian's pipe, a reserved port), keeping those the program left open on
+// purpose. A forked rank holding the guardian's pipe would keep it from ever acting.
+void close_as_exec_would() {
+  std::vector<int> fds;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const int fd = std::atoi(entry->d_name);
+      if (entry->d_name[0] != '.' && fd > STDERR_FILENO && fd != ::dirfd(dir)) fds.push_back(fd);
+    }
+    ::closedir(dir);
+  }
+  for (const int fd : fds)
+    if (const int flags = ::fcntl(fd, F_GETFD); flags >= 0 && (flags & FD_CLOEXEC) != 0) ::close(fd);
+}
+
+// The child of a rank with an entry (ProcessSpec::entry), after the common set-up. The caller
+// was single-threaded at fork, so this copy of it may allocate and use stdio.
+[[noreturn]] void run_entry(const ProcessSpec& spec) {
+  close_as_exec_would();
+  attach_log(nullptr);  // our messages: straight to stderr, not to the parent's console queue
+  ::clearenv();
+  for (const auto& e : spec.env) ::putenv(const_cast<char*>(e.c_str()));
+  ::putenv(const_cast<char*>(supervisor_marker().c_str()));
+  // stdout is now a pipe: line-buffered, as `python3 -u` is for torchrun, so that lines
+  // reach the console as they are written and are not lost to a signal.
+  ::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+  int code = 1;
+  try {
+    code = spec.entry();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: uncaught exception: %s\n", spec.rank, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "rank %d: uncaught exception (not a std::exception)\n", spec.rank);
+  }
+  std::fflush(nullptr);
+  // Not exit(): the static objects and atexit handlers are the parent's, which goes on.
+  ::_exit(code);
 }
 
 }  // namespace
@@ -60,7 +104,8 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
-    // Child: only async-signal-safe calls from here to exec.
+    // Child: only async-signal-safe calls from here to exec (or to run_entry, whose caller
+    // had no other thread).
     for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
     sigset_t none;
     ::sigemptyset(&none);
@@ -72,6 +117,7 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (spec.entry) run_entry(spec);
     ::execve(spec.path.c_str(), argv.data(), envp.data());
     const char* why = ::strerror(errno);
     [[maybe_unused]] auto a = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());

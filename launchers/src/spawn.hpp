@@ -15,7 +15,8 @@ struct SpawnedRank {
 };
 
 // Starts `spec` in its own process group with PR_SET_PDEATHSIG (SIGKILL), stdout and stderr
-// on fresh pipes, stdin from ours for rank 0 when that is not a terminal, else /dev/null.
+// on fresh pipes, stdin from ours for rank 0 when that is not a terminal, else /dev/null;
+// then execs it, or calls its entry in the forked child (ProcessSpec::entry).
 // Throws std::system_error naming the call that failed; nothing is left open then.
 SpawnedRank spawn_rank(const ProcessSpec& spec);
 

@@ -4,12 +4,15 @@
 #include <signal.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -45,6 +48,10 @@ bool has_children() {
   siginfo_t info{};
   return ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
 }
+
+// How long the other ranks may take to end on their own after a first failure that may be a
+// consequence (a non-zero exit) before they are stopped; see judge().
+constexpr auto kSettleTime = std::chrono::milliseconds(250);
 
 // How long output may keep coming once every rank and leftover is gone (a process outside our
 // tree may hold a pipe); after that we stop reading rather than wait forever.
@@ -102,6 +109,22 @@ Blame blame_of(const detail::RankRecord& r) {
   }
 }
 
+// The rank that `lines` (a failed rank's last stderr lines) say it lost its connection to, in
+// libidist's words ("connection to rank 2 lost: did it exit or crash?").
+std::optional<int> lost_peer(const std::vector<std::string>& lines) {
+  static constexpr std::string_view kWords = "connection to rank ";
+  for (auto line = lines.rbegin(); line != lines.rend(); ++line) {
+    const auto at = line->find(kWords);
+    if (at == std::string::npos) continue;
+    const char* digits = line->c_str() + at + kWords.size();
+    char* end = nullptr;
+    const long peer = std::strtol(digits, &end, 10);
+    if (end != digits && std::string_view(end).starts_with(" lost") && peer >= 0 && peer <= INT32_MAX)
+      return static_cast<int>(peer);
+  }
+  return std::nullopt;
+}
+
 struct LiveAttempt {
   Attempt attempt;
   AttemptRecord record;
@@ -126,7 +149,7 @@ class Supervisor {
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  int run() {
+  JobResult run() {
     // A rank's closed pipe must not kill us; and the console may go away before we finish.
     ::signal(SIGPIPE, SIG_IGN);
     detail::start_guardian();  // before become_subreaper: it must not be ours
@@ -144,7 +167,9 @@ class Supervisor {
     io_.run();             // the job, then the console's last lines (see finish_attempt)
     kill_leftovers_now();  // normally none: each attempt cleaned up after itself
     finish_run();
-    return run_.exit_code;
+    result_.exit_code = run_.exit_code;
+    result_.outcome = run_.outcome;
+    return result_;
   }
 
  private:
@@ -308,7 +333,16 @@ class Supervisor {
     if (!a.record.first_failure) {
       if (tearing_down_) return;  // stopped by a signal or the timeout: its end is not a failure of its own
       a.record.first_failure = index;
-      return teardown(SIGTERM);
+      if (blame == Blame::root_cause) return teardown(SIGTERM);
+      // A non-zero exit may be a survivor's answer to a peer that is still on its way out: a
+      // rank in exit() closes its connections in static destructors, then runs the rest of
+      // them. Stopped now, that peer would count as collateral and its own exit code be lost,
+      // so it gets a moment to end of its own accord (those that only wait are stopped after).
+      settle_timer_.expires_after(kSettleTime);
+      settle_timer_.async_wait([this, generation = attempts_.size()](auto ec) {
+        if (!ec && generation == attempts_.size() && !tearing_down_ && !finished_) teardown(SIGTERM);
+      });
+      return;
     }
     const Rank& blamed = a.ranks[*a.record.first_failure];
     if (blame <= blame_of(*blamed.record)) return;
@@ -455,10 +489,12 @@ class Supervisor {
       if (r.err) r.record->err_log_lost = r.err->output.log().lost();
     }
     kill_timer_.cancel();
+    settle_timer_.cancel();
     drain_timer_.cancel();
     leftover_timer_.cancel();
+    if (a.record.first_failure) follow_lost_connections(a);
     const bool restart = a.record.first_failure && stop_ == Stop::none && a.record.index < options_.max_restarts;
-    if (a.record.first_failure) report_failure(a, restart);
+    if (a.record.first_failure && options_.report_failure) report_failure(a, restart);
     if (restart) return start_attempt(a.record.index + 1);
     finished_ = true;
     boost::system::error_code ignored;
@@ -472,6 +508,26 @@ class Supervisor {
       boost::system::error_code e;
       teardown_signals_.cancel(e);
     });
+  }
+
+  // Two ranks that both exit non-zero weigh the same (Blame), and the reaping order cannot
+  // tell which went first: a dying process's sockets close before its parent hears of its
+  // death, and children reaped together come oldest first. A rank that failed because it
+  // lost its connection to another says so on stderr (libidist names the rank); once every
+  // rank's output is in, the blame follows that, to a rank that failed on its own.
+  void follow_lost_connections(LiveAttempt& a) {
+    for (std::size_t hop = 0; hop < a.ranks.size(); ++hop) {
+      const Rank& blamed = a.ranks[*a.record.first_failure];
+      if (!blamed.err) return;
+      const auto peer = lost_peer(blamed.err->output.tail().last_lines(kTailLines));
+      if (!peer) return;
+      const auto cause = std::find_if(a.ranks.begin(), a.ranks.end(),
+                                      [&](const Rank& r) { return r.spec->rank == *peer && blame_of(*r.record) != Blame::none; });
+      if (cause == a.ranks.end() || cause->spec->rank == blamed.spec->rank) return;
+      spdlog::debug("rank {} lost its connection to rank {}, which failed on its own: blaming rank {}",
+                    blamed.spec->rank, *peer, *peer);
+      a.record.first_failure = static_cast<std::size_t>(cause - a.ranks.begin());
+    }
   }
 
   void report_failure(const LiveAttempt& a, bool restart) {
@@ -506,6 +562,7 @@ class Supervisor {
       const auto& r = last.ranks[*last.first_failure];
       run_.exit_code = detail::exit_code_of(*r.status);
       run_.outcome = "rank " + std::to_string(r.rank) + " " + detail::describe(*r.status);
+      record_failure(*attempts_.back());
       if (stop_ == Stop::timed_out) spdlog::error("timed out after {:g}s while stopping the ranks", timeout_s);
     } else if (stop_ == Stop::timed_out) {
       run_.exit_code = kTimeoutExit;
@@ -524,6 +581,23 @@ class Supervisor {
         spdlog::warn("succeeded on attempt {} after {} restart(s)", last.index, run_.attempts.size() - 1);
     }
     report_log_loss();
+  }
+
+  // The first failure of the last attempt, for supervise_job's caller.
+  void record_failure(const LiveAttempt& a) {
+    const auto i = *a.record.first_failure;
+    const auto& r = a.record.ranks[i];
+    JobResult::Failure f;
+    f.rank = r.rank;
+    f.pid = r.pid;
+    f.host = host_;
+    if (WIFEXITED(*r.status)) f.exit_code = WEXITSTATUS(*r.status);
+    if (WIFSIGNALED(*r.status)) f.signal = WTERMSIG(*r.status);
+    f.how = detail::describe(*r.status);
+    for (const auto& other : a.record.ranks)
+      if (other.collateral) f.stopped.push_back(other.rank);
+    if (a.ranks[i].err) f.last_stderr = a.ranks[i].err->output.tail().last_lines(kTailLines);
+    result_.first_failure = std::move(f);
   }
 
   // A line for each log file that could not take every byte, and a job that succeeded
@@ -615,6 +689,7 @@ class Supervisor {
   asio::signal_set teardown_signals_{io_};
   asio::signal_set forward_signals_{io_};
   asio::steady_timer kill_timer_{io_};      // SIGTERM -> SIGKILL
+  asio::steady_timer settle_timer_{io_};    // first failure a non-zero exit -> SIGTERM
   asio::steady_timer leftover_timer_{io_};  // leftovers: SIGTERM -> SIGKILL
   asio::steady_timer drain_timer_{io_};
   asio::steady_timer timeout_timer_{io_};
@@ -626,12 +701,42 @@ class Supervisor {
   Stop stop_ = Stop::none;
   std::optional<int> interrupted_by_;
   detail::RunRecord run_;  // by conclude()
+  JobResult result_;
+};
+
+// What supervision changes in the process and puts back afterwards: every signal's
+// disposition (Asio's signal sets leave SIG_DFL behind, not what was there) and the
+// child-subreaper flag.
+class ProcessState {
+ public:
+  ProcessState() {
+    for (int sig = 1; sig < NSIG; ++sig) saved_[sig] = ::sigaction(sig, nullptr, &actions_[sig]) == 0;
+    int flag = 0;
+    if (::prctl(PR_GET_CHILD_SUBREAPER, &flag) == 0) subreaper_ = flag != 0;
+  }
+  ~ProcessState() {
+    for (int sig = 1; sig < NSIG; ++sig)
+      if (saved_[sig] && sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &actions_[sig], nullptr);
+    if (subreaper_) ::prctl(PR_SET_CHILD_SUBREAPER, *subreaper_ ? 1 : 0);
+  }
+  ProcessState(const ProcessState&) = delete;
+  ProcessState& operator=(const ProcessState&) = delete;
+
+ private:
+  std::array<struct sigaction, NSIG> actions_{};
+  std::array<bool, NSIG> saved_{};
+  std::optional<bool> subreaper_;
 };
 
 }  // namespace
 
-int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options) {
+JobResult supervise_job(const MakeAttempt& make_attempt, const SuperviseOptions& options) {
+  const ProcessState restored_at_return;
   return Supervisor(make_attempt, options).run();
+}
+
+int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options) {
+  return supervise_job(make_attempt, options).exit_code;
 }
 
 }  // namespace idist::launchers

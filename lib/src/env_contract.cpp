@@ -1,8 +1,9 @@
 #include "idist/env_contract.hpp"
 
-#include <charconv>
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -182,6 +183,11 @@ std::vector<std::pair<std::string, std::string>> to_variables(const Contract& c)
   add_if(kLauncher, c.launcher);
   add_if(kRunId, c.run_id);
   add_if(kJobToken, c.job_token);
+  if (c.timeout != kDefaultTimeout) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.3f", static_cast<double>(c.timeout.count()) / 1000);
+    vars.emplace_back(std::string(kTimeout), seconds);
+  }
   return vars;
 }
 

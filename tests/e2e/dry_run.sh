@@ -22,6 +22,11 @@ check "spawn: provenance covers rank, world_size, local_rank, node_rank, master_
 check "spawn: the job token is not printed" equals "$(q '.ranks[0].env.IDIST_JOB_TOKEN' "$out")" "<hidden>"
 check "spawn: hosts is this host" equals "$(q '.hosts[0]' "$out")" "$(hostname)"
 check "spawn: --backend shows" equals "$(q .backend "$(plan "$RUN" --dry-run --backend gloo /bin/true)")" gloo
+out=$(plan "$RUN" --dry-run --local-rank-arg -n 2 ./train.py --epochs 3)
+check "--local-rank-arg: --local_rank=N between the script and its arguments (as torch.distributed.launch)" \
+  equals "$(q '.ranks[1].command | join(" ")' "$out")" "python3 -u ./train.py --local_rank=1 --epochs 3"
+out=$(plan "$RUN" --dry-run --local-rank-arg -n 2 /bin/echo a -- b)
+check "--local-rank-arg: a program's '--' does not swallow it" equals "$(q '.ranks[0].command | join(" ")' "$out")" "/bin/echo --local_rank=0 a -- b"
 
 # A task of `srun -N2 -n3 --distribution=cyclic` (recorded).
 SLURM_TASK=(SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_LOCALID=0 SLURM_NODEID=1 SLURM_NTASKS=3

@@ -58,6 +58,24 @@ rc=$?
 check "-m of a missing module: the job fails (exit $rc) naming the module" \
   eval '[ $rc -ne 0 ] && contains "$out" "No module named no_such_module_xyz"'
 
+# A script written for torch.distributed.launch without --use-env (argparse --local_rank),
+# unchanged: --local-rank-arg passes --local_rank=N between the script and its arguments, as
+# torch 1.13's launcher does (torch/distributed/run.py); Debian's launcher itself fails here
+# under Python 3.11, so the reference is its code, not a run.
+cp "$(dirname "$SCRIPT")/torch_local_rank_arg.py" lr.py
+out=$("$RUN" --local-rank-arg -n 2 lr.py --epochs 3 2>&1)
+check "--local-rank-arg -n 2 lr.py --epochs 3: exit 0" equals $? 0
+check "... rank 0 is told --local_rank=0" contains "$out" "rank 0: --local_rank=0 epochs=3"
+check "... rank 1 is told --local_rank=1" contains "$out" "rank 1: --local_rank=1 epochs=3"
+check "... both sum 1 + 2" equals "$(count "$out" "local ranks + 1: 3")" 2 || echo "$out" | tail -4
+out=$("$RUN" -n 2 lr.py 2>&1)
+check "without --local-rank-arg both ranks take the default 0 (what the option is for)" \
+  equals "$(count "$out" "local ranks + 1: 2")" 2
+mkdir -p pkg_lr && cp lr.py pkg_lr/train.py && touch pkg_lr/__init__.py
+out=$(IDIST_LOCAL_RANK_ARG=1 "$RUN" -n 2 -m pkg_lr.train --epochs 2 2>&1)
+check "IDIST_LOCAL_RANK_ARG=1 with -m pkg.train: --local_rank=N after the module" \
+  equals "$(count "$out" "epochs=2 sum of local ranks + 1: 3")" 2
+
 # Two "nodes" on loopback, as torchrun's static rendezvous: 4 ranks, node-major.
 port=$((10000 + RANDOM % 10000))
 "$RUN" --nnodes 2 --node_rank 1 --master_addr 127.0.0.1 --master_port $port --rdzv_id t$port --nproc_per_node 2 plain.py >node1.out 2>&1 &

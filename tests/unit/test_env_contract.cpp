@@ -147,6 +147,11 @@ TEST_CASE("to_variables round-trips through read_contract") {
   c.launcher = "spawn";
   std::map<std::string, std::string> vars;
   for (auto& [k, v] : env::to_variables(c)) vars[k] = v;
+  CHECK(vars.count("IDIST_TIMEOUT") == 0);  // the default: what the rank inherits stands
+  c.timeout = std::chrono::milliseconds(2500);
+  for (auto& [k, v] : env::to_variables(c)) vars[k] = v;
+  CHECK(vars.at("IDIST_TIMEOUT") == "2.500");
+  CHECK(env::read_contract(from(vars)).timeout == std::chrono::milliseconds(2500));
   CHECK(vars.at("GROUP_RANK") == "1");
   CHECK(vars.at("GROUP_WORLD_SIZE") == "2");
   const auto back = env::read_contract(from(vars));

@@ -718,3 +718,35 @@ TEST_CASE("dry_run_json survives arguments that are not UTF-8") {
   o.command = {"/bin/echo", "\xff\xfe"};
   CHECK_NOTHROW(nlohmann::json::parse(dry_run_json(make_plan(o, from({})))));
 }
+
+TEST_CASE("--local-rank-arg puts --local_rank=N between the program and its arguments") {
+  auto o = options(2);
+  o.command = {"python3", "-u", "train.py", "--epochs", "3"};
+  o.program_words = 3;
+  o.local_rank_arg = true;
+  const auto plan = make_plan(o, from({}));
+  CHECK(rank_command(plan, 1) == std::vector<std::string>{"python3", "-u", "train.py", "--local_rank=1", "--epochs", "3"});
+  o.local_rank_arg = false;
+  CHECK(rank_command(make_plan(o, from({})), 1) == o.command);
+  // Under an outer launcher (exec in place) N is the task's local rank.
+  auto task = options();
+  task.command = {"./prog"};
+  task.local_rank_arg = true;
+  CHECK(rank_command(make_plan(task, from(kSrunCyclicTask2)), 0).back() ==
+        "--local_rank=" + std::to_string(make_plan(task, from(kSrunCyclicTask2)).job.local_rank));
+}
+
+TEST_CASE("attempt_of gives every local rank its command, environment and a fresh reserved port on restarts") {
+  auto o = options(3);
+  o.dry_run = false;  // a real reservation, as idist-run and idist::spawn hold
+  auto plan = make_plan(o, from({}));
+  char* no_env[] = {nullptr};
+  const auto first = attempt_of(plan, "/bin/true", 0, no_env);
+  REQUIRE(first.processes.size() == 3);
+  CHECK(first.processes[2].rank == 2);
+  CHECK(std::find(first.processes[2].env.begin(), first.processes[2].env.end(), "LOCAL_RANK=2") != first.processes[2].env.end());
+  const auto second = attempt_of(plan, "/bin/true", 1, no_env);
+  CHECK(second.master_port != first.master_port);
+  CHECK(std::find(second.processes[0].env.begin(), second.processes[0].env.end(), "IDIST_RESTART_COUNT=1") !=
+        second.processes[0].env.end());
+}

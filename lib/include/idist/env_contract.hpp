@@ -81,7 +81,8 @@ Lookup process_env();
 Contract read_contract(const Lookup& lookup = process_env());
 
 // The variables a launcher exports for one rank, in a stable order. Optional values that are
-// empty (backend, token, run id) are left out so the rank's own choice stands.
+// empty (backend, token, run id) or the default (timeout) are left out so the rank's own
+// choice, or what it inherits, stands.
 std::vector<std::pair<std::string, std::string>> to_variables(const Contract& contract);
 
 // Variables that only an outer launcher sets, with the variable that holds its job's size

@@ -60,6 +60,7 @@ inline constexpr Setting kSettings[] = {
     {"no_python", "--no-python", "IDIST_NO_PYTHON", Type::boolean},
     {"bind", "--bind", "IDIST_BIND", Type::boolean},
     {"keep_slurm_env", "--keep-slurm-env", "IDIST_KEEP_SLURM_ENV", Type::boolean},
+    {"local_rank_arg", "--local-rank-arg", "IDIST_LOCAL_RANK_ARG", Type::boolean},
 };
 
 // What --print-config and --dry-run show instead of a secret setting's value (and the token).

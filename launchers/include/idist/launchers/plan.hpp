@@ -23,6 +23,7 @@
 #include "idist/env_contract.hpp"
 #include "idist/launchers/detect.hpp"
 #include "idist/launchers/ports.hpp"
+#include "idist/launchers/supervisor.hpp"
 
 namespace idist::launchers {
 
@@ -44,7 +45,9 @@ struct LaunchOptions {
   bool dry_run = false;               // reserve nothing
   bool bind = false;                  // --bind: pin each spawned rank to its share of our cores
   bool keep_slurm_env = false;        // --keep-slurm-env: spawned ranks keep their task's SLURM_* values
+  bool local_rank_arg = false;        // --local-rank-arg: --local_rank=N follows the program in each rank's command
   std::vector<std::string> command;   // program (resolved) and its arguments
+  std::size_t program_words = 1;      // leading words of command that start the program ("python3 -u x.py": 3)
   PmiClient pmi = ask_pmi_server;     // how detection asks Hydra's PMI server; tests pass a fake
 };
 
@@ -63,6 +66,8 @@ struct LaunchPlan {
   std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
   std::vector<std::vector<int>> cpu_shares;  // --bind in spawn mode: local rank i's cores; else empty
   bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
+  bool local_rank_arg = false;  // rank_command inserts --local_rank=N after the program_words
+  std::size_t program_words = 1;
 };
 
 // Throws UsageError for contradictory options and DetectError for a broken environment.
@@ -77,6 +82,20 @@ env::Contract rank_contract(const LaunchPlan& plan, int index);
 // SLURM_* task variables srun would have given them as tasks of their own (SLURM_PROCID =
 // RANK, SLURM_LOCALID = LOCAL_RANK, SLURM_NTASKS = WORLD_SIZE, ...), unless keep_slurm_env.
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
+
+// The command line of local process `index`: plan.command, and with local_rank_arg
+// "--local_rank=N" (N its LOCAL_RANK) between the program and its own arguments, where
+// torch.distributed.launch without --use-env and DeepSpeed's launcher put it for scripts that
+// take it from argparse (before the script's arguments, so that a "--" or a subcommand among
+// them does not swallow it).
+std::vector<std::string> rank_command(const LaunchPlan& plan, int index);
+
+// Attempt `restart_count` of a spawn-mode plan: every local process runs `path` with its
+// rank_command and rank_environment (and its --bind cores). A restart gets a fresh port when
+// the first was one reserved here: the old one may still be held by a straggler of the failed
+// attempt or sit in TIME_WAIT. A port the user or an outer launcher chose is every node's to
+// agree on, so it stays.
+Attempt attempt_of(LaunchPlan& plan, const std::string& path, int restart_count, char** base_environ);
 
 // --dry-run's output: one JSON object (see README, "--dry-run").
 std::string dry_run_json(const LaunchPlan& plan);

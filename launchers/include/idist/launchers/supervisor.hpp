@@ -29,6 +29,8 @@
 //    every byte (a full disk) is named with the bytes it lacks, and a job that succeeded
 //    otherwise exits kLogLossExit.
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <csignal>
 #include <functional>
@@ -45,6 +47,12 @@ struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=value"
   std::vector<int> cpus;          // --bind: the cores it may run on; empty: ours
+  // Set: the rank is this process forked, not `path` executed. The child, with `env` as its
+  // environment and the descriptors exec would have closed closed, calls `entry` and exits
+  // with what it returns (1, with the message on stderr, if it throws); it never returns
+  // into the caller's stack. Only for a caller that is single-threaded when supervise()
+  // starts: a fork copies every lock another thread holds (idist::spawn checks it).
+  std::function<int()> entry;
 };
 
 // The processes of one attempt; attempt k > 0 is the k-th restart.
@@ -65,6 +73,26 @@ struct SuperviseOptions {
   // Non-empty: DIR/<run_id>/attempt_<k>/rank_<r>.{out,err} and DIR/<run_id>/summary.json.
   std::string log_dir;
   std::string run_id;
+  // Print the first failure and its last stderr lines (idist-run does). idist::spawn puts
+  // them in the exception it throws instead.
+  bool report_failure = true;
+};
+
+// How a job ended, for a caller that reports it itself.
+struct JobResult {
+  int exit_code = 0;    // idist-run's exit code for it (see supervise)
+  std::string outcome;  // one line: "succeeded", "rank 1 exited with code 3", "timed out after 5s"
+  struct Failure {
+    int rank = 0;
+    pid_t pid = -1;
+    std::string host;
+    std::optional<int> exit_code;  // it exited with this code
+    std::optional<int> signal;     // it was killed by this signal
+    std::string how;               // "exited with code 3", "was killed by SIGSEGV (core dumped)"
+    std::vector<int> stopped;      // the ranks stopped because of it
+    std::vector<std::string> last_stderr;  // its last stderr lines, oldest first
+  };
+  std::optional<Failure> first_failure;  // of the last attempt
 };
 
 inline constexpr int kTimeoutExit = 124;  // as timeout(1)
@@ -75,8 +103,11 @@ inline constexpr int kTimeoutExit = 124;  // as timeout(1)
 inline constexpr int kLogLossExit = 1;
 
 // Runs attempts until one succeeds, restarts run out, a signal or the timeout stops the job;
-// returns idist-run's exit code.
+// returns idist-run's exit code. The process's signal dispositions and child-subreaper flag
+// are as they were before when it returns, so a program may supervise jobs of its own
+// (idist::spawn) and go on.
 int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options);
+JobResult supervise_job(const MakeAttempt& make_attempt, const SuperviseOptions& options);
 
 // idist-run's own messages: spdlog's default logger, "<name>: message" on stderr. While
 // supervise() runs they take the ranks' stderr lines' way (queued in order with them, never
