@@ -1,17 +1,17 @@
-# Installation: idist-run, libidist and its headers, a CMake package (find_package(idist
-# CONFIG) -> idist::idist), a pkg-config file, and the idist-run man page.
+# Installation: idist-run, libidist and its headers, libidist-launch (idist::spawn), a CMake
+# package (find_package(idist CONFIG) -> idist::idist, idist::launch), a pkg-config file, and the idist-run man page.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(IDIST_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/idist)
 
-install(TARGETS idist EXPORT idistTargets
+install(TARGETS idist idist_launch EXPORT idistTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/lib/include/idist DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.hpp")
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/lib/include/idist ${PROJECT_SOURCE_DIR}/launch/include/idist
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp")
 install(EXPORT idistTargets NAMESPACE idist:: DESTINATION ${IDIST_CMAKE_DIR})
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/idistConfig.cmake.in
@@ -26,7 +26,8 @@ install(FILES ${PROJECT_BINARY_DIR}/idistConfig.cmake ${PROJECT_BINARY_DIR}/idis
 file(RELATIVE_PATH IDIST_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" IDIST_PC_TO_PREFIX "${IDIST_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/idist.pc.in ${PROJECT_BINARY_DIR}/idist.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/idist.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/idist-launch.pc.in ${PROJECT_BINARY_DIR}/idist-launch.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/idist.pc ${PROJECT_BINARY_DIR}/idist-launch.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 # idist-run does no collectives and does not link libidist: nothing to find at run time.
 install(TARGETS idist-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

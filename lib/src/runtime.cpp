@@ -209,7 +209,8 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     if (!native && !contract_.unread_launcher.empty())
       throw Error(site, "started by an outer launcher (" + contract_.unread_launcher +
                             ") without idist-run, so RANK and WORLD_SIZE are not set and every task would compute "
-                            "alone: start it as `<launcher> idist-run PROGRAM` (e.g. mpiexec -n 3 idist-run ./prog)");
+                            "alone: start it as `<launcher> idist-run PROGRAM` (e.g. mpiexec -n 3 idist-run ./prog), or "
+                            "initialise through idist::Parallel, which reads the launcher (<idist/launch.hpp>)");
     if (native) {
       adopt(*native, site);
       site.rank = contract_.rank;

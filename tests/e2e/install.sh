@@ -12,7 +12,8 @@ PREFIX=$TMP/prefix
 
 cmake --install "$BUILD" --prefix "$PREFIX" >"$TMP/install.log" 2>&1
 check "cmake --install into a fresh prefix" equals $? 0
-for f in bin/idist-run lib/libidist.so include/idist/idist.hpp include/idist/helpers.hpp \
+for f in bin/idist-run lib/libidist.so lib/libidist-launch.so include/idist/idist.hpp include/idist/helpers.hpp \
+  include/idist/launch.hpp lib/pkgconfig/idist-launch.pc \
   lib/cmake/idist/idistConfig.cmake lib/cmake/idist/idistConfigVersion.cmake lib/pkgconfig/idist.pc; do
   check "installed: $f" test -e "$PREFIX/$f"
 done
@@ -38,6 +39,8 @@ cmake -S "$SRC/tests/e2e/consumer" -B "$TMP/consumer" -DCMAKE_PREFIX_PATH="$PREF
 check "a CMake project builds with find_package(idist CONFIG)" equals $? 0 || tail -20 "$TMP/cmake.log"
 out=$("$PREFIX/bin/idist-run" -n 3 "$TMP/consumer/consumer" 2>&1)
 check "... and runs on 3 ranks under the installed idist-run: $out" contains "$out" "consumer: 3 ranks, all_reduce right"
+out=$(timeout 60 "$TMP/consumer/spawn_consumer" 2>&1)
+check "... and idist::launch's spawn starts its own ranks, run plainly: $out" contains "$out" "spawn consumer: 2 ranks, all_reduce right"
 out=$(ctest --test-dir "$TMP/consumer" 2>&1)
 check "... and its add_test with IDIST_RUN from the package passes" contains "$out" "100% tests passed"
 
@@ -50,5 +53,11 @@ g++ -std=c++20 "$SRC/tests/e2e/consumer/main.cpp" -o "$TMP/pc_consumer" $flags -
 check "a program builds with \$(pkg-config --cflags --libs idist)" equals $? 0 || cat "$TMP/gcc.log"
 out=$("$PREFIX/bin/idist-run" -n 2 "$TMP/pc_consumer" 2>&1)
 check "... and runs on 2 ranks: $out" contains "$out" "consumer: 2 ranks, all_reduce right"
+flags=$(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --cflags --libs idist-launch)
+# shellcheck disable=SC2086
+g++ -std=c++20 "$SRC/tests/e2e/consumer/spawn_main.cpp" -o "$TMP/pc_spawn" $flags -Wl,-rpath,"$PREFIX/lib" 2>"$TMP/gcc.log"
+check "a spawning program builds with \$(pkg-config --cflags --libs idist-launch)" equals $? 0 || cat "$TMP/gcc.log"
+out=$(timeout 60 "$TMP/pc_spawn" 2>&1)
+check "... and starts its 2 ranks: $out" contains "$out" "spawn consumer: 2 ranks, all_reduce right"
 
 finish

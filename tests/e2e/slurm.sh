@@ -98,6 +98,20 @@ out=$("${SRUN[@]}" -n 1 "$RUN" -n 3 "$EX/all_reduce" 2>&1)
 check "srun -n 1 idist-run -n 3 (spawn under a one-task step) exits 0" equals $? 0
 expect_all_reduce "srun -n 1 idist-run -n 3" "$out" 3
 
+# idist::spawn and idist::Parallel under srun without idist-run: the program reads the step
+# itself and starts no ranks of its own where srun started them (tests/e2e/spawn.sh: the rest).
+SPAWN_CHECK=$(dirname "$JOB_SUM")/spawn_check
+out=$("${SRUN[@]}" -n 3 "$EX/all_reduce_spawn" 2>&1)
+check "srun -n 3 all_reduce_spawn exits 0" equals $? 0
+expect_all_reduce "srun -n 3 all_reduce_spawn" "$out" 3
+check "srun -n 3 all_reduce_spawn: 3 ranks, no second spawn" equals "$(count "$out" "After performing")" 3
+out=$("${SRUN[@]}" -n 1 "$EX/all_reduce_spawn" 2>&1)
+expect_all_reduce "srun -n 1 all_reduce_spawn (the task starts 3)" "$out" 3
+out=$("${SRUN[@]}" -n 3 "$SPAWN_CHECK" parallel 2>&1)
+check "srun -n 3 Parallel: fn in each task's own process" equals "$(count "$out" "caller's process: yes")" 3
+check "srun -n 3 Parallel: collectives right over 3" equals "$(count "$out" "/3: collectives ok")" 3 ||
+  echo "$out" | tail -5
+
 out=$("${SRUN[@]}" -n 2 --export=ALL,RANK=5,WORLD_SIZE=2 "$RUN" "$EX/all_reduce" 2>&1)
 check "RANK=5 disagreeing with SLURM_PROCID is refused" contains "$out" "disagree"
 check "the refusal names SLURM_PROCID and RANK" contains "$out" "(SLURM step) and RANK=5"
