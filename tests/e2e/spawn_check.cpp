@@ -8,6 +8,8 @@
 //   spawn_check threads            spawn from a process with a second thread is refused
 //   spawn_check parallel [N]       Parallel, with nproc_per_node N when given; fn says whether
 //                                  it ran in the caller's process
+//   spawn_check node R PORT ID [T] node R of 2 (2 ranks each) without a scheduler, rank 0's store
+//                                  at 127.0.0.1:PORT, rdzv_id ID, timeout T seconds
 //
 // Prints "... ok" lines and exits 0 when every check holds; else says what differs, exits 1.
 #include <idist/launch.hpp>
@@ -178,6 +180,14 @@ int main(int argc, char** argv) try {
         },
         {.nproc_per_node = n});
     std::printf("spawn %d: ok\n", n);
+    return 0;
+  }
+  if (mode == "node" && argc > 4) {  // node R of 2 without a scheduler: node R PORT ID [TIMEOUT_S]
+    idist::SpawnOptions options{.nproc_per_node = 2, .nnodes = 2, .node_rank = std::atoi(argv[2]),
+                                .master_addr = "127.0.0.1", .master_port = std::atoi(argv[3]), .rdzv_id = argv[4]};
+    if (argc > 5) options.timeout = std::chrono::seconds(std::atoi(argv[5]));
+    idist::spawn([](int lr) { collectives(lr, "node " + std::to_string(idist::get_node_rank())); }, options);
+    std::printf("node %s: ok\n", argv[2]);
     return 0;
   }
   if (mode == "twice") return twice();
