@@ -110,6 +110,19 @@ out=$(timeout 60 "$RUN" -n 2 "$CHECK" parallel 2 2>&1)
 check "idist-run -n 2 Parallel(nproc_per_node=2) is refused (as ignite's)" test $? -ne 0
 check "the refusal says the launcher decides" contains "$out" "are the launcher's to decide"
 
+# torchrun's environment, set by hand: Debian's torchrun itself fails under Python 3.11 before
+# starting anything (its Std enum, torch/distributed/elastic/multiprocessing/api.py).
+port=$((20000 + RANDOM % 10000))
+torchrun_env() { env RANK=$1 WORLD_SIZE=2 LOCAL_RANK=$1 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 \
+  MASTER_PORT=$port TORCHELASTIC_RUN_ID=t$port "${@:2}"; }
+torchrun_env 1 timeout 60 "$CHECK" parallel >rank1.out 2>&1 &
+rank1=$!
+out=$(torchrun_env 0 timeout 60 "$CHECK" parallel 2>&1)
+wait $rank1
+out=$(printf '%s\n%s' "$out" "$(cat rank1.out)")
+check "torchrun's env: Parallel initialises in place on both ranks" equals "$(count "$out" "caller's process: yes")" 2
+check "torchrun's env: collectives right over 2" equals "$(count "$out" "/2: collectives ok")" 2 || echo "$out" | tail -4
+
 # ---------------------------------------------------------------- real MPI launchers, no idist-run
 if command -v mpirun >/dev/null; then
   MPIRUN=(timeout 60 mpirun --allow-run-as-root --oversubscribe)
