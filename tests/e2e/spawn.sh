@@ -57,6 +57,14 @@ for n in 1 2 3; do
     echo "$out" | tail -5 | sed 's/^/  | /'
 done
 
+# Two spawning programs at once on this host, of different sizes: a mix would break the sums.
+timeout 60 "$CHECK" spawn 2 >two.out 2>&1 &
+other=$!
+out=$(timeout 60 "$CHECK" spawn 3 2>&1)
+wait $other
+check "two spawning programs at once (2 and 3 ranks) never meet" \
+  eval '[ "$(count "$out" "/3: collectives ok")" = 3 ] && [ "$(count "$(cat two.out)" "/2: collectives ok")" = 2 ]'
+
 out=$(timeout 60 "$CHECK" twice 2>&1)
 check "spawn twice in a row (2, then 3 with an argument, then 1): exits 0" equals $? 0 || echo "$out" | tail -5
 check "spawn twice: 2 + 3 + 1 ranks right" equals "$(count "$out" "collectives ok")" 6
