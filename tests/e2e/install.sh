@@ -49,13 +49,13 @@ flags=$(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --cflags --libs idist
 rc=$?
 check "pkg-config knows idist $(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --modversion idist)" equals $rc 0
 # shellcheck disable=SC2086
-g++ -std=c++20 "$SRC/tests/e2e/consumer/main.cpp" -o "$TMP/pc_consumer" $flags -Wl,-rpath,"$PREFIX/lib" 2>"$TMP/gcc.log"
+g++ "$SRC/tests/e2e/consumer/main.cpp" -o "$TMP/pc_consumer" $flags -Wl,-rpath,"$PREFIX/lib" 2>"$TMP/gcc.log"
 check "a program builds with \$(pkg-config --cflags --libs idist)" equals $? 0 || cat "$TMP/gcc.log"
 out=$("$PREFIX/bin/idist-run" -n 2 "$TMP/pc_consumer" 2>&1)
 check "... and runs on 2 ranks: $out" contains "$out" "consumer: 2 ranks, all_reduce right"
 flags=$(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --cflags --libs idist-launch)
 # shellcheck disable=SC2086
-g++ -std=c++20 "$SRC/tests/e2e/consumer/spawn_main.cpp" -o "$TMP/pc_spawn" $flags -Wl,-rpath,"$PREFIX/lib" 2>"$TMP/gcc.log"
+g++ "$SRC/tests/e2e/consumer/spawn_main.cpp" -o "$TMP/pc_spawn" $flags -Wl,-rpath,"$PREFIX/lib" 2>"$TMP/gcc.log"
 check "a spawning program builds with \$(pkg-config --cflags --libs idist-launch)" equals $? 0 || cat "$TMP/gcc.log"
 out=$(timeout 60 "$TMP/pc_spawn" 2>&1)
 check "... and starts its 2 ranks: $out" contains "$out" "spawn consumer: 2 ranks, all_reduce right"
