@@ -158,11 +158,6 @@ double parse_timeout(const std::string& text) {
   return value;
 }
 
-bool no_detect_from_env() {
-  const char* value = std::getenv("IDIST_NO_DETECT");
-  return value != nullptr && config::parse_env_flag("IDIST_NO_DETECT", value);
-}
-
 // --log-dir must be a directory we can write to, checked before any rank starts.
 void check_log_dir(const std::string& dir) {
   std::error_code ec;
@@ -200,7 +195,7 @@ int run(const Cli& cli) {
   });
   options.backend = cli.backend;
   options.launcher = cli.launcher;
-  options.no_detect = no_detect_from_env();
+  options.no_detect = config::no_detect_from_env();
   options.force_spawn = cli.force_spawn;
   options.dry_run = cli.dry_run;
   options.bind = cli.bind;

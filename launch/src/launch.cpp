@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "idist/env_contract.hpp"
+#include "idist/launchers/config.hpp"
 #include "idist/launchers/detect.hpp"
 #include "idist/launchers/plan.hpp"
 #include "idist/launchers/program.hpp"
@@ -77,8 +78,11 @@ L::LaunchOptions launch_options(const std::string& op, const SpawnOptions& o) {
   l.master_port = o.master_port;
   if (!o.rdzv_id.empty()) l.rdzv_id = o.rdzv_id;
   l.backend = o.backend;
-  const char* no_detect = std::getenv("IDIST_NO_DETECT");
-  l.no_detect = no_detect != nullptr && (std::string_view(no_detect) == "1" || std::string_view(no_detect) == "true");
+  try {
+    l.no_detect = L::config::no_detect_from_env();
+  } catch (const L::UsageError& e) {
+    fail(op, o, e.what());
+  }
   return l;
 }
 

@@ -195,9 +195,16 @@ File read_file(const std::string& path, const std::string& named_by) {
 }
 
 bool parse_env_flag(std::string_view name, std::string_view value) {
-  if (value == "1" || value == "true" || value == "yes") return true;
-  if (value.empty() || value == "0" || value == "false" || value == "no") return false;
-  throw UsageError(fmt::format("{}='{}': expected 1 or 0", name, value));
+  try {
+    return env::parse_flag(name, value);
+  } catch (const env::ContractError& e) {
+    throw UsageError(e.what());
+  }
+}
+
+bool no_detect_from_env(const env::Lookup& lookup) {
+  const auto value = lookup(kNoDetectEnv);
+  return value && parse_env_flag(kNoDetectEnv, *value);
 }
 
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup) {

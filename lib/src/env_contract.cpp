@@ -1,6 +1,7 @@
 #include "idist/env_contract.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -67,6 +68,14 @@ std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view 
   return std::chrono::milliseconds(std::max<long long>(1, std::llround(seconds * 1000)));
 }
 
+bool parse_flag(std::string_view name, std::string_view value) {
+  std::string lower(value);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "1" || lower == "true" || lower == "yes") return true;
+  if (lower.empty() || lower == "0" || lower == "false" || lower == "no") return false;
+  throw ContractError(std::string(name) + "='" + std::string(value) + "': expected 1 or 0 (also true/false, yes/no)");
+}
+
 Contract read_contract(const Lookup& lookup) {
   const Reader env{lookup};
   Contract c;
@@ -82,13 +91,7 @@ Contract read_contract(const Lookup& lookup) {
   if (auto v = env.get(kLauncher)) c.launcher = *v;
   if (auto v = env.get(kGlooSocketIfname)) c.gloo_socket_ifname = *v;
   auto flag = [&](std::string_view name, bool& out) {
-    const auto v = env.get(name);
-    if (!v) return;
-    if (*v == "1" || *v == "true") {
-      out = true;
-    } else if (!v->empty() && *v != "0" && *v != "false") {
-      fail(name, *v, "expected 1 or 0");
-    }
+    if (const auto v = env.get(name)) out = parse_flag(name, *v);
   };
   flag(kDebug, c.debug);
   flag(kStoreBindAll, c.store_bind_all);

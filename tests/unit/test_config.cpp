@@ -93,7 +93,7 @@ TEST_CASE("from_env: the variable's text, flags as true/false, empty as unset") 
   CHECK(config::from_env(setting("verbose"), lookup)->text == "false");
   CHECK_FALSE(config::from_env(setting("log_dir"), lookup));
   CHECK_FALSE(config::from_env(setting("grace"), lookup));
-  CHECK_THROWS_WITH_AS(config::from_env(setting("dry_run"), lookup), "IDIST_DRY_RUN='maybe': expected 1 or 0",
+  CHECK_THROWS_WITH_AS(config::from_env(setting("dry_run"), lookup), "IDIST_DRY_RUN='maybe': expected 1 or 0 (also true/false, yes/no)",
                        UsageError);
 }
 

@@ -187,3 +187,17 @@ TEST_CASE("an outer launcher's marks without a topology are remembered, so init(
                                  {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}}))
             .unread_launcher.empty());
 }
+
+TEST_CASE("every yes/no variable reads alike: 1/true/yes, 0/false/no, any case; else one error naming it") {
+  for (const char* yes : {"1", "true", "yes", "YES", "True"}) {
+    CAPTURE(yes);
+    CHECK(env::read_contract(from({{"IDIST_DEBUG", yes}})).debug);
+    CHECK(env::read_contract(from({{"IDIST_STORE_BIND_ALL", yes}})).store_bind_all);
+  }
+  for (const char* no : {"", "0", "false", "no", "NO"}) {
+    CAPTURE(no);
+    CHECK_FALSE(env::read_contract(from({{"IDIST_DEBUG", no}})).debug);
+  }
+  CHECK_THROWS_WITH_AS(env::read_contract(from({{"IDIST_DEBUG", "maybe"}})),
+                       "IDIST_DEBUG='maybe': expected 1 or 0 (also true/false, yes/no)", env::ContractError);
+}

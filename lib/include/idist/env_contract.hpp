@@ -113,6 +113,11 @@ std::vector<std::string> launcher_marks(const Lookup& lookup = process_env());
 // whose launcher keeps the size to itself. False without marks, or when a size says 1.
 bool marks_describe_a_job(const Lookup& lookup = process_env());
 
+// Every yes/no variable of idist's (IDIST_DEBUG, IDIST_STORE_BIND_ALL, idist-run's
+// IDIST_VERBOSE, IDIST_NO_DETECT, ...): 1/true/yes or 0/false/no, any case, or empty (no).
+// Anything else is a ContractError naming the variable and its value.
+bool parse_flag(std::string_view name, std::string_view value);
+
 // Parses IDIST_TIMEOUT's format (seconds, fractions allowed, > 0); throws ContractError.
 std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view value);
 

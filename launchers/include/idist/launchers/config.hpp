@@ -99,9 +99,12 @@ File read_file(const std::string& path, const std::string& named_by);
 // takes 1/true/yes or 0/false/no; anything else is a UsageError naming the variable.
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup = env::process_env());
 
-// A yes/no variable: 1/true/yes, 0/false/no or empty (no); anything else is a UsageError
-// naming the variable and its value.
+// A yes/no variable, as env::parse_flag reads every one; its error as a UsageError.
 bool parse_env_flag(std::string_view name, std::string_view value);
+
+// IDIST_NO_DETECT=1: no outer launcher is looked for (idist-run, idist::spawn alike).
+inline constexpr std::string_view kNoDetectEnv = "IDIST_NO_DETECT";
+bool no_detect_from_env(const env::Lookup& lookup = env::process_env());
 
 // Every key a config file may hold, sorted: each setting's key in both spellings, "program"
 // and "$schema". The schema (config/idist-run.schema.json) lists exactly these.
