@@ -370,7 +370,8 @@ int main(int argc, char** argv) {
                "Start -n ranks per task even when the outer launcher already runs several tasks on this node");
   app.add_flag("--dry-run", cli.dry_run, "Print the launch plan as JSON and start nothing");
   app.add_option("--backend", cli.backend, "Backend every rank uses, overriding the program's choice")
-      ->check(CLI::IsMember({"gloo", "nccl", "mpi"}));
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(idist::env::kBackendNames),
+                                                     std::end(idist::env::kBackendNames))));
   app.add_flag("--tag-output", cli.tag_output, "Prefix each output line with [rank N]");
   app.add_option("--grace", cli.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->check(CLI::Range(0.0, 3600.0))

@@ -68,6 +68,18 @@ std::chrono::milliseconds parse_timeout(std::string_view name, std::string_view 
   return std::chrono::milliseconds(std::max<long long>(1, std::llround(seconds * 1000)));
 }
 
+bool is_backend_name(std::string_view name) {
+  return std::find(std::begin(kBackendNames), std::end(kBackendNames), name) != std::end(kBackendNames);
+}
+
+std::string backend_choices() {
+  std::string out;
+  const auto n = std::size(kBackendNames);
+  for (std::size_t i = 0; i < n; ++i)
+    out += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + std::string(kBackendNames[i]);
+  return out;
+}
+
 bool parse_flag(std::string_view name, std::string_view value) {
   std::string lower(value);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -83,7 +95,7 @@ Contract read_contract(const Lookup& lookup) {
   // Settings that apply even to a world of one.
   if (auto v = env.get(kTimeout)) c.timeout = parse_timeout(kTimeout, *v);
   if (auto v = env.get(kBackend)) {
-    if (*v != "gloo" && *v != "nccl" && *v != "mpi") fail(kBackend, *v, "expected gloo, nccl or mpi");
+    if (!is_backend_name(*v)) fail(kBackend, *v, "expected " + backend_choices());
     c.backend = *v;
   }
   if (auto v = env.get(kJobToken)) c.job_token = *v;

@@ -38,6 +38,12 @@ inline constexpr std::string_view kGlooSocketIfname = "GLOO_SOCKET_IFNAME";  // 
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
 
+// The backends idist knows, as IDIST_BACKEND, idist-run --backend and init() name them
+// (whether this build has each is the library's registry's to say).
+inline constexpr std::string_view kBackendNames[] = {"gloo", "nccl", "mpi"};
+bool is_backend_name(std::string_view name);
+std::string backend_choices();  // "gloo, nccl or mpi", for messages
+
 // A missing or malformed variable. The message names the variable and its value.
 class ContractError : public std::invalid_argument {
  public:

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend.hpp"
+#include "idist/env_contract.hpp"
 #include "backends/gloo/gloo_backend.hpp"
 #ifdef IDIST_WITH_MPI
 #include "backends/mpi/mpi_backend.hpp"
@@ -61,7 +62,7 @@ std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& 
     not_built(name);
 #endif
   }
-  throw std::runtime_error("unknown backend '" + std::string(name) + "' (expected gloo, nccl or mpi)");
+  throw std::runtime_error("unknown backend '" + std::string(name) + "' (expected " + env::backend_choices() + ")");
 }
 
 }  // namespace idist::detail
