@@ -59,7 +59,8 @@ Force one with --launcher; IDIST_NO_DETECT=1 turns detection off.
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
 MASTER_PORT and friends, as torch.distributed's env:// expects.
 Supervision (when idist-run spawns the ranks): the first rank to fail stops the others
-(SIGTERM, then SIGKILL after --grace); the summary names it, the ranks stopped as collateral
+(SIGTERM, then SIGKILL after --grace; 250 ms later when it exited non-zero, so that a peer
+already exiting keeps its own exit code); the summary names it, the ranks stopped as collateral
 and its last stderr lines. SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the job (a second one
 kills at once); the --forward-signals go to every rank and the job goes on. Whatever a rank
 leaves behind (forked helpers, daemons) is killed when its attempt ends. --max-restarts

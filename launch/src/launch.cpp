@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <string_view>
@@ -31,15 +33,29 @@ namespace L = idist::launchers;
   throw Error({-1, 0, op, o.backend}, why);
 }
 
-// Threads of this process, from /proc/self/task.
-int thread_count() {
-  int n = 0;
-  if (DIR* dir = ::opendir("/proc/self/task")) {
+// The numeric entries of a /proc directory (/proc/self/task, /proc/self/fd).
+std::vector<int> entries_of(const char* path) {
+  std::vector<int> out;
+  if (DIR* dir = ::opendir(path)) {
     while (const dirent* entry = ::readdir(dir))
-      if (entry->d_name[0] != '.') ++n;
+      if (entry->d_name[0] != '.' && std::atoi(entry->d_name) != ::dirfd(dir)) out.push_back(std::atoi(entry->d_name));
     ::closedir(dir);
   }
-  return n;
+  return out;
+}
+
+// This process's children, running or not yet reaped (their parent field, from /proc).
+std::vector<int> our_children() {
+  std::vector<int> found;
+  for (const int pid : entries_of("/proc")) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    std::getline(in, stat);
+    const auto close = stat.rfind(')');
+    if (close != std::string::npos && close + 4 < stat.size() && std::atoi(stat.c_str() + close + 4) == ::getpid())
+      found.push_back(pid);
+  }
+  return found;
 }
 
 // The options as launchers/ takes them, checked under the names the caller used.
@@ -211,19 +227,33 @@ std::string last_lines_text(const std::vector<std::string>& lines) {
 
 void start_ranks(const std::function<void(int)>& fn, const SpawnOptions& o, L::LaunchPlan plan) {
   const std::string op = "spawn";
-  if (const int threads = thread_count(); threads > 1)
+  if (const auto threads = entries_of("/proc/self/task").size(); threads > 1)
     fail(op, o,
          "this process runs " + std::to_string(threads) +
              " threads; ranks are forked, and a fork copies locks that other threads hold and never release: call "
              "idist::spawn before starting threads (or start the ranks with idist-run)");
+  // Supervision reaps every child and ends what is left below us: the caller's own would go too.
+  if (const auto children = our_children(); !children.empty()) {
+    std::string pids;
+    for (const int pid : children) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
+    fail(op, o,
+         "this process has child processes of its own (pid " + pids +
+             "), which supervising the ranks would reap and stop: wait for them before idist::spawn, or start the "
+             "ranks with idist-run");
+  }
   if (o.timeout) plan.job.timeout = *o.timeout;
   const std::string backend = o.backend;
+  const auto callers_fds = entries_of("/proc/self/fd");
+  const auto callers_logger = spdlog::default_logger();  // the ranks log as the caller does, not as supervision
   std::string self = "/proc/self/exe";
-  if (char path[4096]; ::readlink("/proc/self/exe", path, sizeof(path) - 1) > 0) self = path;
+  char path[4096];
+  if (const auto n = ::readlink("/proc/self/exe", path, sizeof(path)); n > 0) self.assign(path, static_cast<std::size_t>(n));
   const L::MakeAttempt make_attempt = [&](int restart_count) {
     auto attempt = L::attempt_of(plan, self, restart_count, environ);
     for (auto& process : attempt.processes) {
-      process.entry = [&fn, backend] {
+      process.inherited_fds = callers_fds;
+      process.entry = [&fn, backend, callers_logger] {
+        spdlog::set_default_logger(callers_logger);
         init({.backend = backend});
         fn(get_local_rank());
         finalize();
@@ -237,6 +267,8 @@ void start_ranks(const std::function<void(int)>& fn, const SpawnOptions& o, L::L
   supervise.report_failure = false;  // the exception says it
   // What the caller has buffered must not be written again by every rank.
   std::cout.flush();
+  std::cerr.flush();
+  std::clog.flush();
   std::fflush(nullptr);
   L::JobResult result;
   {
@@ -256,9 +288,15 @@ void start_ranks(const std::function<void(int)>& fn, const SpawnOptions& o, L::L
   throw SpawnError({-1, plan.job.world_size, op, backend}, result.outcome, std::nullopt, std::nullopt, {});
 }
 
-void init_here(const std::string& backend, Situation& s) {
+void init_here(const SpawnOptions& o, Situation& s) {
   if (s.adopt) adopt(*s.adopt);
-  init({.backend = backend});
+  if (o.timeout) {  // the launcher's contract has none of its own: ours, as spawned ranks get it
+    env::Contract with_timeout;
+    with_timeout.timeout = *o.timeout;
+    for (const auto& [name, value] : env::to_variables(with_timeout))
+      if (name == env::kTimeout) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  init({.backend = o.backend});
 }
 
 }  // namespace
@@ -272,13 +310,10 @@ void spawn(const std::function<void(int)>& fn, const SpawnOptions& o) {
   auto s = look_around(op, o, true);
   if (s.spawn) return start_ranks(fn, o, std::move(*s.spawn));
   check_local_ranks(op, o, s);
-  init_here(o.backend, s);
-  try {
-    fn(get_local_rank());
-  } catch (...) {
-    finalize();
-    throw;
-  }
+  init_here(o, s);
+  // No finalize() when fn throws: it waits for every rank, which the others, blocked in a
+  // collective with this one, never reach; the exception would surface only after the timeout.
+  fn(get_local_rank());
   finalize();
 }
 
@@ -295,7 +330,7 @@ Parallel::Parallel(SpawnOptions options) : options_(std::move(options)) {
            s.launcher + " already started this process as a rank, so nproc_per_node, nnodes, node_rank, master_addr "
            "and master_port are the launcher's to decide: leave them unset (as ignite's Parallel wants under a "
            "launcher), or run the program without a launcher to have it spawn");
-    init_here(options_.backend, s);
+    init_here(options_, s);
     initialized_ = true;
     return;
   }
@@ -308,7 +343,9 @@ Parallel::Parallel(SpawnOptions options) : options_(std::move(options)) {
 }
 
 Parallel::~Parallel() {
-  if (!initialized_) return;
+  // Unwinding from an exception (fn's, say): no finalize, which would wait for ranks that are
+  // blocked in a collective with this one until the timeout.
+  if (!initialized_ || std::uncaught_exceptions() > uncaught_at_start_) return;
   try {
     finalize();
   } catch (const std::exception& e) {

@@ -7,10 +7,12 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -30,10 +32,10 @@ void close_all(std::initializer_list<int> fds) {
   errno = saved;
 }
 
-// Closes what an exec would have: every close-on-exec descriptor (the supervisor's pipes and
-// event loop, the guardian's pipe, a reserved port), keeping those the program left open on
-// purpose. A forked rank holding the guardian's pipe would keep it from ever acting.
-void close_as_exec_would() {
+// Closes what an exec would have of the supervisor's: every close-on-exec descriptor (its
+// pipes and event loop, the guardian's pipe, a reserved port) but the caller's own, which the
+// entry may use. A forked rank holding the guardian's pipe would keep it from ever acting.
+void close_as_exec_would(const std::vector<int>& keep) {
   std::vector<int> fds;
   if (DIR* dir = ::opendir("/proc/self/fd")) {
     while (const dirent* entry = ::readdir(dir)) {
@@ -43,13 +45,15 @@ void close_as_exec_would() {
     ::closedir(dir);
   }
   for (const int fd : fds)
-    if (const int flags = ::fcntl(fd, F_GETFD); flags >= 0 && (flags & FD_CLOEXEC) != 0) ::close(fd);
+    if (const int flags = ::fcntl(fd, F_GETFD);
+        flags >= 0 && (flags & FD_CLOEXEC) != 0 && std::find(keep.begin(), keep.end(), fd) == keep.end())
+      ::close(fd);
 }
 
 // The child of a rank with an entry (ProcessSpec::entry), after the common set-up. The caller
 // was single-threaded at fork, so this copy of it may allocate and use stdio.
 [[noreturn]] void run_entry(const ProcessSpec& spec) {
-  close_as_exec_would();
+  close_as_exec_would(spec.inherited_fds);
   attach_log(nullptr);  // our messages: straight to stderr, not to the parent's console queue
   ::clearenv();
   for (const auto& e : spec.env) ::putenv(const_cast<char*>(e.c_str()));
@@ -65,6 +69,10 @@ void close_as_exec_would() {
   } catch (...) {
     std::fprintf(stderr, "rank %d: uncaught exception (not a std::exception)\n", spec.rank);
   }
+  // std::cout & co. buffer apart from stdio when the program turned sync_with_stdio off.
+  std::cout.flush();
+  std::cerr.flush();
+  std::clog.flush();
   std::fflush(nullptr);
   // Not exit(): the static objects and atexit handlers are the parent's, which goes on.
   ::_exit(code);

@@ -516,14 +516,17 @@ class Supervisor {
   // lost its connection to another says so on stderr (libidist names the rank); once every
   // rank's output is in, the blame follows that, to a rank that failed on its own.
   void follow_lost_connections(LiveAttempt& a) {
-    for (std::size_t hop = 0; hop < a.ranks.size(); ++hop) {
+    std::vector<bool> visited(a.ranks.size());
+    for (;;) {
+      visited[*a.record.first_failure] = true;
       const Rank& blamed = a.ranks[*a.record.first_failure];
       if (!blamed.err) return;
       const auto peer = lost_peer(blamed.err->output.tail().last_lines(kTailLines));
       if (!peer) return;
       const auto cause = std::find_if(a.ranks.begin(), a.ranks.end(),
                                       [&](const Rank& r) { return r.spec->rank == *peer && blame_of(*r.record) != Blame::none; });
-      if (cause == a.ranks.end() || cause->spec->rank == blamed.spec->rank) return;
+      // Two ranks that each say they lost the other: the first seen keeps the blame.
+      if (cause == a.ranks.end() || visited[static_cast<std::size_t>(cause - a.ranks.begin())]) return;
       spdlog::debug("rank {} lost its connection to rank {}, which failed on its own: blaming rank {}",
                     blamed.spec->rank, *peer, *peer);
       a.record.first_failure = static_cast<std::size_t>(cause - a.ranks.begin());

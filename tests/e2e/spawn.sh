@@ -77,6 +77,15 @@ for how in throw exit3 signal; do
   echo "$out" | grep '^caught' | sed 's/^/# /'
 done
 
+out=$(timeout 60 "$CHECK" fds 2>&1)
+check "fn writes through a close-on-exec descriptor the caller opened" contains "$out" "fds: 2 lines"
+out=$(timeout 60 "$CHECK" nosync 2>&1)
+check "std::cout with sync_with_stdio(false), never flushed by fn: both ranks' lines arrive" \
+  eval '[ "$(count "$out" " says hi")" = 2 ]'
+out=$(timeout 60 "$CHECK" children 2>&1)
+check "spawn with a child of the caller's running is refused, and the child left alone" equals $? 0
+check "... naming it" contains "$out" "this process has child processes of its own (pid "
+
 out=$(timeout 60 "$CHECK" threads 2>&1)
 check "spawn with a second thread running is refused, naming why" contains "$out" "this process runs 2 threads"
 
@@ -107,6 +116,20 @@ for n in 2 3; do
   check "Parallel nproc_per_node=$n: spawns $n ranks, every collective right" equals "$(count "$out" "collectives ok")" $n
   check "Parallel nproc_per_node=$n: fn runs in the ranks, not the caller" equals "$(count "$out" "caller's process: no")" $n
 done
+
+out=$(timeout 60 "$CHECK" parallel-doc 2>&1)
+check "Parallel p({.backend = \"gloo\", .nproc_per_node = 2}) (the README's form) spawns 2" \
+  equals "$(count "$out" "/2: collectives ok")" 2
+
+# fn throws on rank 0 while rank 1 waits in a collective: the exception reaches main at once,
+# not after IDIST_TIMEOUT (finalize, which waits for every rank, is skipped when unwinding).
+start=$(date +%s%N)
+out=$(IDIST_TIMEOUT=20 timeout 60 "$RUN" -n 2 "$CHECK" parallel-throw 2>&1)
+rc=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+check "Parallel, fn throws under idist-run: the job fails (exit $rc) in $ms ms, well before IDIST_TIMEOUT=20" \
+  eval '[ $rc -ne 0 ] && [ $ms -lt 8000 ]'
+check "... main caught rank 0's exception" contains "$out" "caught: rank 0 gives up"
 
 out=$(timeout 60 "$RUN" -n 3 "$CHECK" parallel 2>&1)
 check "idist-run -n 3 Parallel: exits 0" equals $? 0

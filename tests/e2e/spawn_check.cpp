@@ -17,12 +17,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <iostream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -191,6 +194,63 @@ int main(int argc, char** argv) try {
     return 0;
   }
   if (mode == "twice") return twice();
+  if (mode == "fds") {  // a descriptor of the caller's, close-on-exec, used from fn
+    const std::string path = "spawn_check_fds." + std::to_string(::getpid());
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    idist::spawn([fd](int) {
+      const std::string line = "rank " + std::to_string(idist::get_rank()) + "\n";
+      if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) throw std::runtime_error("write");
+    }, {.nproc_per_node = 2});
+    ::close(fd);
+    std::ifstream in(path);
+    int lines = 0;
+    for (std::string l; std::getline(in, l);) ++lines;
+    std::remove(path.c_str());
+    std::printf("fds: %d lines written through the caller's descriptor\n", lines);
+    return lines == 2 ? 0 : 1;
+  }
+  if (mode == "nosync") {  // std::cout apart from stdio, never flushed by fn
+    std::ios::sync_with_stdio(false);
+    idist::spawn([](int) { std::cout << "rank " << idist::get_rank() << " says hi\n"; }, {.nproc_per_node = 2});
+    return 0;
+  }
+  if (mode == "children") {  // a child of the caller's own, still running
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    int rc = 1;
+    try {
+      idist::spawn([](int) {}, {.nproc_per_node = 2});
+      std::printf("not ok - spawn went ahead with a child of the caller's running\n");
+    } catch (const idist::Error& e) {
+      std::printf("refused: %s\n", e.what());
+      rc = ::kill(child, 0) == 0 ? 0 : 1;  // and left alone
+    }
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    return rc;
+  }
+  if (mode == "parallel-doc") {  // the README's form, braced options straight into the constructor
+    idist::Parallel parallel({.backend = "gloo", .nproc_per_node = 2});
+    parallel.run([](int lr) { collectives(lr, "parallel-doc"); });
+    return 0;
+  }
+  if (mode == "parallel-throw") {  // under a launcher: rank 0's fn throws, the others wait in a collective
+    try {
+      idist::Parallel parallel("gloo");
+      parallel.run([](int) {
+        if (idist::get_rank() == 0) throw std::runtime_error("rank 0 gives up");
+        std::vector<int> t = {1};
+        idist::all_reduce(t);
+      });
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "caught: %s\n", e.what());
+      return 3;
+    }
+    return 0;
+  }
   if (mode == "fail" && argc > 2) return fail_mode(argv[2]);
   if (mode == "threads") {
     std::thread waiting([] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); });

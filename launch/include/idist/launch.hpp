@@ -21,6 +21,8 @@
 // Link idist::launch (it brings idist::idist).
 
 #include <chrono>
+#include <concepts>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -69,7 +71,7 @@ namespace detail {
 void spawn(const std::function<void(int)>& fn, const SpawnOptions& options);
 }
 
-// Runs fn(local_rank, args...) on nproc_per_node ranks of this host, each initialised with
+// Runs fn(local_rank, args...) (args as lvalues) on nproc_per_node ranks of this host, each initialised with
 // options.backend and finalised after fn, and returns when every rank is done. Throws
 // SpawnError when a rank fails, idist::Error for bad options or a broken environment.
 // Under a launcher that already started this process as a rank (idist-run, srun, mpirun,
@@ -93,7 +95,11 @@ void spawn(Fn&& fn, const SpawnOptions& options = {}, Args&&... args) {
 class Parallel {
  public:
   explicit Parallel(SpawnOptions options = {});
-  explicit Parallel(std::string backend) : Parallel(SpawnOptions{.backend = std::move(backend)}) {}
+  // A template, so that a braced list ({.backend = "gloo", .nproc_per_node = 2}) is never
+  // taken for a std::string (GCC 12 finds that ambiguous otherwise).
+  template <class S>
+    requires std::convertible_to<S, std::string>
+  explicit Parallel(S&& backend) : Parallel(SpawnOptions{.backend = std::string(std::forward<S>(backend))}) {}
   ~Parallel();
   Parallel(const Parallel&) = delete;
   Parallel& operator=(const Parallel&) = delete;
@@ -111,6 +117,7 @@ class Parallel {
   SpawnOptions options_;
   bool spawns_ = false;
   bool initialized_ = false;
+  int uncaught_at_start_ = std::uncaught_exceptions();
 };
 
 }  // namespace idist

@@ -53,6 +53,9 @@ struct ProcessSpec {
   // into the caller's stack. Only for a caller that is single-threaded when supervise()
   // starts: a fork copies every lock another thread holds (idist::spawn checks it).
   std::function<int()> entry;
+  // With an entry: the caller's own descriptors, which stay open in the rank even when
+  // close-on-exec (an entry may use what it captured); every other close-on-exec one closes.
+  std::vector<int> inherited_fds;
 };
 
 // The processes of one attempt; attempt k > 0 is the k-th restart.
