@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <string_view>
@@ -42,20 +41,6 @@ std::vector<int> entries_of(const char* path) {
     ::closedir(dir);
   }
   return out;
-}
-
-// This process's children, running or not yet reaped (their parent field, from /proc).
-std::vector<int> our_children() {
-  std::vector<int> found;
-  for (const int pid : entries_of("/proc")) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-    std::string stat;
-    std::getline(in, stat);
-    const auto close = stat.rfind(')');
-    if (close != std::string::npos && close + 4 < stat.size() && std::atoi(stat.c_str() + close + 4) == ::getpid())
-      found.push_back(pid);
-  }
-  return found;
 }
 
 // The options as launchers/ takes them, checked under the names the caller used.
@@ -233,7 +218,7 @@ void start_ranks(const std::function<void(int)>& fn, const SpawnOptions& o, L::L
              " threads; ranks are forked, and a fork copies locks that other threads hold and never release: call "
              "idist::spawn before starting threads (or start the ranks with idist-run)");
   // Supervision reaps every child and ends what is left below us: the caller's own would go too.
-  if (const auto children = our_children(); !children.empty()) {
+  if (const auto children = L::processes_below_us(); !children.empty()) {
     std::string pids;
     for (const int pid : children) pids += (pids.empty() ? "" : ", ") + std::to_string(pid);
     fail(op, o,

@@ -738,6 +738,8 @@ JobResult supervise_job(const MakeAttempt& make_attempt, const SuperviseOptions&
   return Supervisor(make_attempt, options).run();
 }
 
+std::vector<pid_t> processes_below_us() { return detail::descendants_of(::getpid()); }
+
 int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options) {
   return supervise_job(make_attempt, options).exit_code;
 }

@@ -112,6 +112,10 @@ inline constexpr int kLogLossExit = 1;
 int supervise(const MakeAttempt& make_attempt, const SuperviseOptions& options);
 JobResult supervise_job(const MakeAttempt& make_attempt, const SuperviseOptions& options);
 
+// Every process below this one, zombies included: what supervise() would reap and stop as left
+// behind by the ranks. A caller with processes of its own checks this first (idist::spawn).
+std::vector<pid_t> processes_below_us();
+
 // idist-run's own messages: spdlog's default logger, "<name>: message" on stderr. While
 // supervise() runs they take the ranks' stderr lines' way (queued in order with them, never
 // blocking on a stalled console); before and after, they are written at once.
