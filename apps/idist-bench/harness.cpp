@@ -1,5 +1,7 @@
 #include "harness.hpp"
 
+#include "idist/common/host.hpp"
+
 #include <CLI/CLI.hpp>
 #include <spdlog/fmt/fmt.h>
 #include <unistd.h>
@@ -84,11 +86,7 @@ std::string human_bytes(std::uint64_t bytes) {
   return fmt::format("{} {}", bytes, units[u]);
 }
 
-std::string host_name() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-  return name;
-}
+std::string host_name() { return common::host_name("unknown"); }
 
 std::string now_utc() {
   const auto t = std::time(nullptr);

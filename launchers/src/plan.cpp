@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "idist/common/hash.hpp"
+#include "idist/common/host.hpp"
 #include "idist/launchers/program.hpp"
 #include "idist/launchers/resources.hpp"
 #include "parse_whole.hpp"
@@ -18,11 +20,7 @@
 namespace idist::launchers {
 namespace {
 
-std::string this_host() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
-}
+std::string this_host() { return common::host_name("localhost"); }
 
 // What the env contract accepts (env_contract.cpp).
 constexpr int kMaxRanks = 1 << 24;
@@ -42,7 +40,7 @@ std::string count_text(int n, std::string_view what) {
 // summaries, so it carries a hash of the id (which is the job's secret), not the id itself.
 std::string rdzv_run_id(const std::string& rdzv_id) {
   char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(stable_hash(rdzv_id)));
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(common::fnv1a(rdzv_id)));
   return "rdzv-" + std::string(hex, 12);
 }
 
@@ -249,7 +247,7 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   } else if (job.job_token.empty() && !d.job_id.empty()) {
     // Not a secret (anyone who knows the job id can compute it), but it keeps two jobs apart: a
     // rank that reaches another job's store is refused at once instead of joining it.
-    job.job_token = "job-" + std::to_string(stable_hash(d.job_id + "." + std::to_string(d.step)));
+    job.job_token = "job-" + std::to_string(common::fnv1a(d.job_id + "." + std::to_string(d.step)));
     plan.notes.push_back("IDIST_JOB_TOKEN is not set: rank 0's store admits clients that present this job's id ("
                          "derived from " + d.job_id_from + "), which keeps jobs apart but is no secret; export a "
                          "secret to the job (the same for every task) to require it");

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "idist/common/addresses.hpp"
+#include "idist/common/hash.hpp"
 #include "idist/launchers/program.hpp"
 #include "parse_whole.hpp"
 
@@ -25,15 +27,6 @@ int parse_port(std::string_view what, std::string_view text, std::string_view wh
 
 }  // namespace
 
-std::uint64_t stable_hash(std::string_view text) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 PortRange parse_port_range(std::string_view what, std::string_view text) {
   const auto dash = text.find('-');
   if (dash == std::string_view::npos)
@@ -46,36 +39,29 @@ PortRange parse_port_range(std::string_view what, std::string_view text) {
 
 int derived_port(std::string_view job, std::uint64_t step, PortRange range) {
   const auto span = static_cast<std::uint64_t>(range.last - range.first + 1);
-  return range.first + static_cast<int>((stable_hash(job) % span + step % span) % span);
+  return range.first + static_cast<int>((common::fnv1a(job) % span + step % span) % span);
 }
 
 PortReservation::PortReservation(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &list); rc != 0)
-    throw UsageError("cannot resolve --master-addr '" + host + "': " + ::gai_strerror(rc));
-  std::string error = "no address";
-  for (auto* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
+  const auto tried = common::try_addresses(host, "0", SOCK_STREAM, [&](const addrinfo& ai, std::string& why) {
+    const int fd = ::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
-      port_ = ntohs(bound.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
-                                               : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
-      fd_ = fd;
-    } else {
-      error = std::strerror(errno);
+    if (::bind(fd, ai.ai_addr, ai.ai_addrlen) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+      why = std::strerror(errno);
       ::close(fd);
+      return false;
     }
-  }
-  ::freeaddrinfo(list);
-  if (fd_ < 0) throw std::runtime_error("cannot reserve a port on '" + host + "': " + error);
+    port_ = ntohs(bound.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
+                                             : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+    fd_ = fd;
+    return true;
+  });
+  if (!tried.resolved) throw UsageError("cannot resolve --master-addr '" + host + "': " + tried.error);
+  if (!tried.ok) throw std::runtime_error("cannot reserve a port on '" + host + "': " + tried.error);
 }
 
 PortReservation::~PortReservation() {

@@ -20,6 +20,7 @@
 #include <system_error>
 
 #include "console.hpp"
+#include "idist/common/host.hpp"
 #include "process_tree.hpp"
 #include "rank_output.hpp"
 #include "run_summary.hpp"
@@ -63,11 +64,7 @@ std::string run_dir_name(std::string id) {
   return id.empty() || id == "." || id == ".." ? "run" : id;
 }
 
-std::string this_host() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "localhost";
-  return name;
-}
+std::string this_host() { return common::host_name("localhost"); }
 
 // One rank's output stream (stdout or stderr) on its way to ours.
 struct Stream {

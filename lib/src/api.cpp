@@ -10,6 +10,7 @@
 #include <numeric>
 #include <iostream>
 
+#include "idist/common/host.hpp"
 #include "idist/idist.hpp"
 #include "runtime.hpp"
 
@@ -36,11 +37,7 @@ std::string backend() {
   return rt != nullptr ? std::string(rt->world().backend_name()) : std::string();
 }
 
-std::string hostname() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-  return name;
-}
+std::string hostname() { return common::host_name("unknown"); }
 
 void show_config(std::ostream& out) {
   const auto b = backend();

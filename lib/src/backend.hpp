@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "idist/env_contract.hpp"
+#include "idist/export.hpp"
 #include "idist/types.hpp"
 #include "store/store.hpp"
 
@@ -38,7 +39,8 @@ struct GroupInit {
   BackendInit init;
 };
 
-class Backend {
+// Exported (IDIST_API) for the backend plugins, which derive from it (backends/plugin.hpp).
+class IDIST_API Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
@@ -99,10 +101,9 @@ struct Layout {
 // contract and the store.
 std::optional<Layout> native_layout(std::string_view name);
 
-// The backends built into this library, by name.
-std::string_view built_in_backends();
-// Creates the backend named `name` ("gloo", "mpi", "nccl") for the world; throws
-// std::runtime_error for a backend that is unknown or not built in, naming the ones that are.
+// Creates the backend named `name` ("gloo", "mpi", "nccl") for the world, loading its plugin
+// for all but gloo; throws std::runtime_error for a backend that is unknown or whose plugin or
+// libraries are missing, naming what is.
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init);
 
 }  // namespace idist::detail

@@ -53,7 +53,7 @@ struct SpawnOptions {
 // A spawned rank failed: it exited non-zero, was killed by a signal, or fn threw (exit code 1,
 // the exception's message on its stderr). The others were stopped. rank() is the rank that
 // failed; the message names it, how it ended, the ranks stopped, and its last stderr lines.
-class SpawnError : public Error {
+class IDIST_API SpawnError : public Error {
  public:
   SpawnError(ErrorSite site, const std::string& detail, std::optional<int> exit_code, std::optional<int> signal,
              std::vector<std::string> last_stderr)
@@ -68,7 +68,7 @@ class SpawnError : public Error {
 };
 
 namespace detail {
-void spawn(const std::function<void(int)>& fn, const SpawnOptions& options);
+IDIST_API void spawn(const std::function<void(int)>& fn, const SpawnOptions& options);
 }
 
 // Runs fn(local_rank, args...) (args as lvalues) on nproc_per_node ranks of this host, each initialised with
@@ -92,7 +92,7 @@ void spawn(Fn&& fn, const SpawnOptions& options = {}, Args&&... args) {
 //  - no launcher, and nproc_per_node > 1 or nnodes > 1: run() spawns (idist::spawn).
 //  - otherwise: a world of one in this process.
 // The destructor finalises what the constructor initialised.
-class Parallel {
+class IDIST_API Parallel {
  public:
   explicit Parallel(SpawnOptions options = {});
   // A template, so that a braced list ({.backend = "gloo", .nproc_per_node = 2}) is never

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string_view>
 
+#include "idist/common/addresses.hpp"
 #include "idist/launchers/detect.hpp"
 #include "parse_whole.hpp"
 
@@ -100,27 +101,21 @@ class Session {
 };
 
 int connect_to(const PmiEndpoint& endpoint) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  const std::string port = std::to_string(endpoint.port);
-  if (const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list); rc != 0)
-    throw DetectError("MPICH Hydra (PMI-1): " + endpoint.from + ": cannot resolve '" + endpoint.host +
-                      "': " + ::gai_strerror(rc));
-  std::string error = "no address";
   int fd = -1;
-  for (auto* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      error = std::strerror(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(list);
-  if (fd < 0) throw DetectError("MPICH Hydra (PMI-1): " + endpoint.from + ": cannot connect: " + error);
+  const auto tried = common::try_addresses(
+      endpoint.host, std::to_string(endpoint.port), SOCK_STREAM, [&](const addrinfo& ai, std::string& why) {
+        fd = ::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return false;
+        if (::connect(fd, ai.ai_addr, ai.ai_addrlen) == 0) return true;
+        why = std::strerror(errno);
+        ::close(fd);
+        fd = -1;
+        return false;
+      });
+  if (!tried.resolved)
+    throw DetectError("MPICH Hydra (PMI-1): " + endpoint.from + ": cannot resolve '" + endpoint.host +
+                      "': " + tried.error);
+  if (!tried.ok) throw DetectError("MPICH Hydra (PMI-1): " + endpoint.from + ": cannot connect: " + tried.error);
   return fd;
 }
 

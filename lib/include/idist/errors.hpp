@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "idist/export.hpp"
+
 namespace idist {
 
 // Where an error happened. rank is -1 before the rank is known (bad environment).
@@ -16,7 +18,7 @@ struct ErrorSite {
   std::string backend;  // "gloo", ... or empty before init picked one
 };
 
-class Error : public std::runtime_error {
+class IDIST_API Error : public std::runtime_error {
  public:
   Error(ErrorSite site, const std::string& detail);
   const ErrorSite& site() const noexcept { return site_; }
@@ -34,7 +36,7 @@ class Error : public std::runtime_error {
 // A peer or the store did not answer within the timeout (IDIST_TIMEOUT). After a timeout
 // inside a collective the backend's connections are in an unknown state: later collectives
 // raise Error rather than risk a silent mismatch.
-class TimeoutError : public Error {
+class IDIST_API TimeoutError : public Error {
  public:
   using Error::Error;
 };

@@ -37,7 +37,7 @@ struct OneRankOnlyOptions {
 
 namespace detail {
 // Throws std::invalid_argument unless 0 <= rank < size; `what` names the caller.
-void check_rank_in_range(const char* what, int rank, int size, const char* size_name);
+IDIST_API void check_rank_in_range(const char* what, int rank, int size, const char* size_name);
 }  // namespace detail
 
 // ignite's @one_rank_only(rank, with_barrier): runs fn on one rank and returns its result
@@ -124,7 +124,7 @@ struct DistributedSamplerOptions {
 // num_replicas-th index from position r, so all ranks get the same number of samples, and
 // the first k samples of every rank together are the first k x num_replicas of the
 // permutation: a global batch split exactly into per-rank batches.
-class DistributedSampler {
+class IDIST_API DistributedSampler {
  public:
   explicit DistributedSampler(const DistributedSamplerOptions& options);
 
@@ -152,15 +152,15 @@ class DistributedSampler {
 
 // The permutation of 0..n-1 that DistributedSampler uses for a seed (seed + epoch): the same
 // on every platform.
-std::vector<std::size_t> permutation(std::size_t n, std::uint64_t seed);
+IDIST_API std::vector<std::size_t> permutation(std::size_t n, std::uint64_t seed);
 
 // ignite's auto_dataloader divides the batch size by the world size, so that a batch size
 // written for one process stays the global batch: each rank loads global_batch / world_size
 // samples (rounded down, as ignite does; the global batch is then that x world_size).
 // Throws std::invalid_argument when global_batch < world_size, where ignite would silently
 // give every rank the whole global batch instead.
-std::size_t per_rank_batch_size(std::size_t global_batch, int world_size);
-std::size_t per_rank_batch_size(std::size_t global_batch);  // over get_world_size()
+IDIST_API std::size_t per_rank_batch_size(std::size_t global_batch, int world_size);
+IDIST_API std::size_t per_rank_batch_size(std::size_t global_batch);  // over get_world_size()
 
 // --- GradientAverager ---------------------------------------------------------------------
 
@@ -176,7 +176,7 @@ struct Bucket {
 // bucket takes the next buffer while its total stays within cap_bytes. A buffer larger than
 // the cap gets a bucket of its own, and a cap of 0 gives one bucket per buffer (the
 // tutorial's average_gradients); empty buffers ride along with their neighbours.
-std::vector<Bucket> plan_buckets(std::span<const std::size_t> byte_sizes, std::size_t cap_bytes);
+IDIST_API std::vector<Bucket> plan_buckets(std::span<const std::size_t> byte_sizes, std::size_t cap_bytes);
 
 template <class T>
 concept GradientElement =
@@ -201,7 +201,7 @@ struct GradientAveragerOptions {
 // precision buffers are summed in float by the backends and rounded once, then divided.
 // Buffers are host memory, with every backend: buckets are packed and divided on the CPU,
 // so device pointers (which nccl's collectives accept) are not supported here.
-class GradientAverager {
+class IDIST_API GradientAverager {
  public:
   explicit GradientAverager(GradientAveragerOptions options = {});
 

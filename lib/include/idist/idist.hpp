@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "idist/errors.hpp"
+#include "idist/export.hpp"
 #include "idist/types.hpp"
 #include "idist/work.hpp"
 
@@ -52,7 +53,7 @@ struct GroupAccess;
 // A set of ranks, made by new_group(); a default-constructed Group is the whole world.
 // Handles are cheap to copy; the group belongs to the runtime: after finalize() a handle is
 // stale, and using it is an error.
-class Group {
+class IDIST_API Group {
  public:
   Group() = default;
   bool is_world() const { return state_ == nullptr; }
@@ -73,7 +74,7 @@ class Group {
 // Makes a group of the given global ranks (distinct, in range; the order gives group ranks).
 // Every rank of the world calls it, members or not, with the same list, in the same order
 // relative to other new_group calls: it is a collective over the world.
-Group new_group(const std::vector<int>& ranks);
+IDIST_API Group new_group(const std::vector<int>& ranks);
 
 struct InitOptions {
   // The backend the program asks for: "gloo" (CPU, default), "nccl" or "mpi". IDIST_BACKEND,
@@ -87,22 +88,22 @@ struct InitOptions {
 // set, runs as a world of one. With the mpi backend the world is MPI's (the processes
 // mpirun started, with or without idist-run in between), and no store is needed. Throws
 // Error naming the variable when the environment is bad.
-void init(const InitOptions& options = {});
+IDIST_API void init(const InitOptions& options = {});
 // Waits for every rank to arrive (bounded by the timeout), then tears down. Safe to call twice.
-void finalize();
-bool is_initialized();
+IDIST_API void finalize();
+IDIST_API bool is_initialized();
 
-int get_rank();
-int get_world_size();
-int get_local_rank();
-int get_nproc_per_node();  // ranks on this node (LOCAL_WORLD_SIZE)
-int get_nnodes();
-int get_node_rank();
-std::string backend();  // "gloo", "mpi", "nccl"
-std::string hostname();
+IDIST_API int get_rank();
+IDIST_API int get_world_size();
+IDIST_API int get_local_rank();
+IDIST_API int get_nproc_per_node();  // ranks on this node (LOCAL_WORLD_SIZE)
+IDIST_API int get_nnodes();
+IDIST_API int get_node_rank();
+IDIST_API std::string backend();  // "gloo", "mpi", "nccl"
+IDIST_API std::string hostname();
 // Prints backend, hostname, world size, ranks and node layout, one "key: value" per line.
-void show_config(std::ostream& out);
-void show_config();
+IDIST_API void show_config(std::ostream& out);
+IDIST_API void show_config();
 
 // --- options -------------------------------------------------------------------------------
 
@@ -138,29 +139,29 @@ struct GroupOptions {
 namespace detail {
 // Type-erased entry points behind the templates below; they translate roots to group ranks,
 // validate and dispatch. Non-members return at once.
-void all_reduce(void* data, std::size_t count, DType dtype, const AllReduceOptions& options);
-Work iall_reduce(void* data, std::size_t count, DType dtype, const AllReduceOptions& options);
-void reduce(void* data, std::size_t count, DType dtype, const ReduceOptions& options);
-Work ireduce(void* data, std::size_t count, DType dtype, const ReduceOptions& options);
-void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, const AllReduceOptions& options);
-std::vector<std::size_t> all_gather_counts(std::size_t count, DType dtype, const Group& group);
-void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
+IDIST_API void all_reduce(void* data, std::size_t count, DType dtype, const AllReduceOptions& options);
+IDIST_API Work iall_reduce(void* data, std::size_t count, DType dtype, const AllReduceOptions& options);
+IDIST_API void reduce(void* data, std::size_t count, DType dtype, const ReduceOptions& options);
+IDIST_API Work ireduce(void* data, std::size_t count, DType dtype, const ReduceOptions& options);
+IDIST_API void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, const AllReduceOptions& options);
+IDIST_API std::vector<std::size_t> all_gather_counts(std::size_t count, DType dtype, const Group& group);
+IDIST_API void all_gather_v(const void* in, std::size_t count, const std::vector<std::size_t>& counts, void* out,
                   std::size_t element_size, const Group& group);
-void all_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group);
-Work iall_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group);
+IDIST_API void all_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group);
+IDIST_API Work iall_gather(const void* in, std::size_t count, DType dtype, void* out, const Group& group);
 // Returns whether this rank received: it is dst, or outside the group (then out = in).
-bool gather(const void* in, std::size_t count, DType dtype, void* out, const GatherOptions& options);
+IDIST_API bool gather(const void* in, std::size_t count, DType dtype, void* out, const GatherOptions& options);
 // `in_count` is read on src only, where it must be the group size x `count`.
-void scatter(const void* in, std::size_t in_count, void* out, std::size_t count, DType dtype,
+IDIST_API void scatter(const void* in, std::size_t in_count, void* out, std::size_t count, DType dtype,
              const ScatterOptions& options);
-void broadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options);
-Work ibroadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options);
-void send(const void* data, std::size_t bytes, int dst, int tag);
-void recv(void* data, std::size_t bytes, int src, int tag);
-Work isend(const void* data, std::size_t bytes, int dst, int tag);
-Work irecv(void* data, std::size_t bytes, int src, int tag);
+IDIST_API void broadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options);
+IDIST_API Work ibroadcast(void* data, std::size_t count, DType dtype, const BroadcastOptions& options);
+IDIST_API void send(const void* data, std::size_t bytes, int dst, int tag);
+IDIST_API void recv(void* data, std::size_t bytes, int src, int tag);
+IDIST_API Work isend(const void* data, std::size_t bytes, int dst, int tag);
+IDIST_API Work irecv(void* data, std::size_t bytes, int src, int tag);
 // The size of `group` as seen from this rank: 1 outside it (a non-member is alone).
-int group_size(const Group& group);
+IDIST_API int group_size(const Group& group);
 }  // namespace detail
 
 // --- all_reduce: every rank ends with op applied across ranks, element-wise. --------------
@@ -262,9 +263,9 @@ template <Element T>
   return all_gather(std::span<const T>(&value, 1), options);
 }
 // Raw bytes, of any length per rank.
-[[nodiscard]] std::vector<std::byte> all_gather(std::span<const std::byte> data, const GroupOptions& options = {});
+[[nodiscard]] IDIST_API std::vector<std::byte> all_gather(std::span<const std::byte> data, const GroupOptions& options = {});
 // One string per rank.
-[[nodiscard]] std::vector<std::string> all_gather(const std::string& value, const GroupOptions& options = {});
+[[nodiscard]] IDIST_API std::vector<std::string> all_gather(const std::string& value, const GroupOptions& options = {});
 // Equal lengths, into the caller's buffer: out holds group size x in.size() elements (torch's
 // all_gather_into_tensor). Every rank passes the same in.size(), so no lengths travel first:
 // one collective per call rather than two, and no allocation, which is what a loop wants.
@@ -342,12 +343,12 @@ template <Element T>
   return broadcast(value, BroadcastOptions{.src = src});
 }
 // Strings may differ in length: the length travels first.
-[[nodiscard]] std::string broadcast(const std::string& value, const BroadcastOptions& options);
-[[nodiscard]] std::string broadcast(const std::string& value, int src = 0);
+[[nodiscard]] IDIST_API std::string broadcast(const std::string& value, const BroadcastOptions& options);
+[[nodiscard]] IDIST_API std::string broadcast(const std::string& value, int src = 0);
 // ignite's safe_mode: ranks other than src pass std::nullopt, knowing neither the length
 // nor (for Tensor) the type; src's metadata travels first. A src without a value makes
 // every rank raise.
-[[nodiscard]] Tensor broadcast(const std::optional<Tensor>& value, const BroadcastOptions& options = {});
+[[nodiscard]] IDIST_API Tensor broadcast(const std::optional<Tensor>& value, const BroadcastOptions& options = {});
 template <Element T>
 [[nodiscard]] std::vector<T> broadcast(const std::optional<std::vector<T>>& value, const BroadcastOptions& options = {}) {
   std::optional<Tensor> t;
@@ -364,8 +365,8 @@ template <Element T>
 }
 
 // --- barrier: returns once every rank (of the group) has entered it. -----------------------
-void barrier(const GroupOptions& options = {});
-[[nodiscard]] Work ibarrier(const GroupOptions& options = {});
+IDIST_API void barrier(const GroupOptions& options = {});
+[[nodiscard]] IDIST_API Work ibarrier(const GroupOptions& options = {});
 
 struct MonitoredBarrierOptions {
   std::optional<std::chrono::milliseconds> timeout;  // default: IDIST_TIMEOUT
@@ -376,7 +377,7 @@ struct MonitoredBarrierOptions {
 // not arrive within 10s"). Rank 0 of the group collects the arrivals in the rendezvous
 // store; slower than barrier(), for finding where a job hangs. With the mpi backend (no
 // store) it is a plain barrier.
-void monitored_barrier(const MonitoredBarrierOptions& options = {});
+IDIST_API void monitored_barrier(const MonitoredBarrierOptions& options = {});
 
 // --- point-to-point: one rank's buffer to another's (global ranks). ------------------------
 // The receiver passes a buffer of the sender's length. Between two ranks, transfers with the

@@ -11,12 +11,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "idist/export.hpp"
+
 namespace idist {
 
 // IEEE 754 half precision and bfloat16, as 16 bits. C++20 has no such type (std::float16_t
 // is C++23), so these are storage types: arithmetic goes through float, and every backend
 // reduces them as floats (widen, reduce, round to nearest even), never as integers.
-struct float16 {
+struct IDIST_API float16 {
   std::uint16_t bits = 0;
   float16() = default;
   explicit float16(float value);
@@ -24,7 +26,7 @@ struct float16 {
   friend bool operator==(float16 a, float16 b) { return a.bits == b.bits; }
 };
 
-struct bfloat16 {
+struct IDIST_API bfloat16 {
   std::uint16_t bits = 0;
   bfloat16() = default;
   explicit bfloat16(float value) {
@@ -61,15 +63,15 @@ inline constexpr DType dtype_of = std::is_same_v<T, std::int8_t>    ? DType::int
                                   : std::is_same_v<T, float>        ? DType::float32
                                                                     : DType::float64;
 
-std::size_t dtype_size(DType dtype);
-bool is_integer(DType dtype);
-bool is_bitwise(ReduceOp op);
-std::string_view to_string(DType dtype);
-std::string_view to_string(ReduceOp op);
+IDIST_API std::size_t dtype_size(DType dtype);
+IDIST_API bool is_integer(DType dtype);
+IDIST_API bool is_bitwise(ReduceOp op);
+IDIST_API std::string_view to_string(DType dtype);
+IDIST_API std::string_view to_string(ReduceOp op);
 
 // A buffer whose element type is known only at run time: what a rank that does not know
 // the type receives from broadcast(..., {.safe_mode = true}).
-struct Tensor {
+struct IDIST_API Tensor {
   DType dtype = DType::uint8;
   std::vector<std::byte> bytes;
 

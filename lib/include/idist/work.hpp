@@ -5,12 +5,14 @@
 #include <chrono>
 #include <memory>
 
+#include "idist/export.hpp"
+
 namespace idist {
 namespace detail {
 struct WorkState;
 }
 
-class Work {
+class IDIST_API Work {
  public:
   Work() = default;  // an operation that is already complete
   explicit Work(std::shared_ptr<detail::WorkState> state);

@@ -1,17 +1,13 @@
-// The registry of backends compiled into this library. A backend that is known but not built
-// fails at init with a clear message, never at link time.
+// The registry of backends: gloo is built into libidist; the others are plugins
+// (backends/plugins.cpp), loaded on first use, so that libidist itself never needs MPI or
+// CUDA at load time.
 
 #include <cstring>
 
 #include "backend.hpp"
-#include "idist/env_contract.hpp"
 #include "backends/gloo/gloo_backend.hpp"
-#ifdef IDIST_WITH_MPI
-#include "backends/mpi/mpi_backend.hpp"
-#endif
-#ifdef IDIST_WITH_NCCL
-#include "backends/nccl/nccl_backend.hpp"
-#endif
+#include "backends/plugins.hpp"
+#include "idist/env_contract.hpp"
 
 namespace idist::detail {
 
@@ -19,50 +15,25 @@ void Backend::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
-std::string_view built_in_backends() {
-  return "gloo"
-#ifdef IDIST_WITH_MPI
-         ", mpi"
-#endif
-#ifdef IDIST_WITH_NCCL
-         ", nccl"
-#endif
-      ;
-}
-
 namespace {
-[[noreturn, maybe_unused]] void not_built(std::string_view name) {
-  throw std::runtime_error("backend '" + std::string(name) + "' is not built into this libidist (built in: " +
-                           std::string(built_in_backends()) + ")");
+void check_known(std::string_view name) {
+  if (!env::is_backend_name(name))
+    throw std::runtime_error("unknown backend '" + std::string(name) + "' (expected " + env::backend_choices() + ")");
 }
 }  // namespace
 
 std::optional<Layout> native_layout(std::string_view name) {
-#ifdef IDIST_WITH_MPI
-  if (name == "mpi") return mpi_layout();
-#else
-  (void)name;
-#endif
-  return std::nullopt;
+  check_known(name);
+  if (name == "gloo") return std::nullopt;
+  const auto& plugin = load_plugin(name);
+  if (plugin.native_layout == nullptr) return std::nullopt;
+  return plugin.native_layout();
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init) {
+  check_known(name);
   if (name == "gloo") return make_gloo_backend(init);
-  if (name == "mpi") {
-#ifdef IDIST_WITH_MPI
-    return make_mpi_backend(init);
-#else
-    not_built(name);
-#endif
-  }
-  if (name == "nccl") {
-#ifdef IDIST_WITH_NCCL
-    return make_nccl_backend(init);
-#else
-    not_built(name);
-#endif
-  }
-  throw std::runtime_error("unknown backend '" + std::string(name) + "' (expected " + env::backend_choices() + ")");
+  return load_plugin(name).make(init);
 }
 
 }  // namespace idist::detail

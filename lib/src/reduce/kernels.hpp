@@ -1,11 +1,13 @@
 #pragma once
 // Element-wise reduction kernels for every (DType, ReduceOp): out[i] = a[i] op b[i]. Backends
 // whose library lacks an operation borrow these (Gloo takes a function pointer; MPI wraps them
-// in a user-defined MPI_Op for the 16-bit floats), and tests use them as the host reference.
+// in a user-defined MPI_Op for the 16-bit floats, hence exported), and tests use them as the
+// host reference.
 // 16-bit floats are widened to float, combined, and rounded back to nearest even.
 
 #include <cstddef>
 
+#include "idist/export.hpp"
 #include "idist/types.hpp"
 
 namespace idist::detail {
@@ -14,9 +16,9 @@ namespace idist::detail {
 using ReduceFn = void (*)(void* out, const void* a, const void* b, std::size_t count);
 
 // Throws std::invalid_argument for a bitwise op on a floating dtype.
-ReduceFn reduce_kernel(DType dtype, ReduceOp op);
+IDIST_API ReduceFn reduce_kernel(DType dtype, ReduceOp op);
 
 // The argument check every backend shares: bitwise ops on integers only.
-void check_reduce_op(DType dtype, ReduceOp op);
+IDIST_API void check_reduce_op(DType dtype, ReduceOp op);
 
 }  // namespace idist::detail

@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "idist/export.hpp"
+
 namespace idist::detail {
 
 // Raised by stores and backends when a deadline passes; the API boundary turns it into
-// idist::TimeoutError with rank, op and backend.
-class TimeoutFailure : public std::runtime_error {
+// idist::TimeoutError with rank, op and backend. Exported: plugins throw it.
+class IDIST_API TimeoutFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "idist/common/addresses.hpp"
 #include "store/wire.hpp"
 
 namespace idist::detail {
@@ -71,42 +72,35 @@ void TcpStore::connect(Clock::time_point deadline) {
   // long sleep then is most of the job's start-up (docs/BENCHMARKS.md).
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* list = nullptr;
-    const int gai = ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
-    if (gai != 0) {
-      last_error = std::string("cannot resolve host: ") + ::gai_strerror(gai);
-    } else {
-      for (auto* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
-        int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-        if (fd < 0) continue;
-        int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-        if (rc != 0 && errno == EINPROGRESS) {
-          // Bounded per attempt so that a silently dropped SYN does not eat the whole budget.
-          const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-          if (wait_fd(fd, POLLOUT, attempt_deadline)) {
-            int err = 0;
-            socklen_t len = sizeof(err);
-            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-            rc = err == 0 ? 0 : -1;
-            errno = err;
-          } else {
-            errno = ETIMEDOUT;
+    const auto tried = common::try_addresses(
+        options_.host, std::to_string(options_.port), SOCK_STREAM, [&](const addrinfo& ai, std::string& why) {
+          int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai.ai_protocol);
+          if (fd < 0) return false;
+          int rc = ::connect(fd, ai.ai_addr, ai.ai_addrlen);
+          if (rc != 0 && errno == EINPROGRESS) {
+            // Bounded per attempt so that a silently dropped SYN does not eat the whole budget.
+            const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+            if (wait_fd(fd, POLLOUT, attempt_deadline)) {
+              int err = 0;
+              socklen_t len = sizeof(err);
+              ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+              rc = err == 0 ? 0 : -1;
+              errno = err;
+            } else {
+              errno = ETIMEDOUT;
+            }
           }
-        }
-        if (rc == 0) {
+          if (rc != 0) {
+            why = std::strerror(errno);
+            ::close(fd);
+            return false;
+          }
           int one = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
           fd_ = fd;
-        } else {
-          last_error = std::strerror(errno);
-          ::close(fd);
-        }
-      }
-      ::freeaddrinfo(list);
-    }
+          return true;
+        });
+    if (!tried.ok) last_error = tried.resolved ? tried.error : "cannot resolve host: " + tried.error;
     if (fd_ >= 0) return;
     if (Clock::now() + backoff >= deadline)
       throw TimeoutFailure("could not reach the store at " + where + " within " + seconds_text(options_.timeout) +

@@ -21,10 +21,6 @@ struct PortRange {
 // Parses "LO-HI" (1 <= LO <= HI <= 65535); throws std::invalid_argument naming `what`.
 PortRange parse_port_range(std::string_view what, std::string_view text);
 
-// FNV-1a of `text`: stable across builds and machines, which std::hash is not, so every
-// rank of a job computes the same value from the same identity.
-std::uint64_t stable_hash(std::string_view text);
-
 // A port in `range` that every rank derives alike from the job's identity. Steps of one job
 // (same `job`, consecutive `step`) get consecutive ports, so they never collide with each
 // other; different jobs are spread by a hash of `job`. (ignite and Lightning use 15000 + the

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "backends/gloo/gloo_store.hpp"
+#include "idist/common/addresses.hpp"
 #include "reduce/kernels.hpp"
 
 namespace idist::detail {
@@ -88,30 +89,26 @@ void with_bytes(DType dtype, F&& f) {
 // reach us at. On one node (MASTER_ADDR=127.0.0.1) that is loopback. A UDP connect sends
 // nothing; it only asks the kernel for a route.
 std::string local_address_towards(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* list = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list) != 0)
-    throw std::runtime_error("cannot resolve MASTER_ADDR '" + host + "'");
   std::string address;
-  for (auto* ai = list; ai != nullptr && address.empty(); ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char text[INET6_ADDRSTRLEN] = {};
-      const void* raw = local.ss_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-      if (::inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(list);
-  if (address.empty()) throw std::runtime_error("no route from this host to MASTER_ADDR '" + host + "'");
+  const auto tried =
+      common::try_addresses(host, std::to_string(port), SOCK_DGRAM, [&](const addrinfo& ai, std::string&) {
+        const int fd = ::socket(ai.ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return false;
+        sockaddr_storage local{};
+        socklen_t len = sizeof(local);
+        if (::connect(fd, ai.ai_addr, ai.ai_addrlen) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+          char text[INET6_ADDRSTRLEN] = {};
+          const void* raw = local.ss_family == AF_INET
+                                ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                                : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+          if (::inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
+        }
+        ::close(fd);
+        return !address.empty();
+      });
+  if (!tried.resolved) throw std::runtime_error("cannot resolve MASTER_ADDR '" + host + "'");
+  if (!tried.ok) throw std::runtime_error("no route from this host to MASTER_ADDR '" + host + "'");
   return address;
 }
 

@@ -6,6 +6,7 @@
 // code becomes an exception carrying MPI's own text.
 
 #include "backends/mpi/mpi_backend.hpp"
+#include "backends/plugin.hpp"
 
 // The C API only: mpi.h would otherwise pull in Open MPI's C++ bindings, which need libmpi_cxx.
 #define OMPI_SKIP_MPICXX 1
@@ -22,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "idist/common/hash.hpp"
 #include "reduce/kernels.hpp"
 
 namespace idist::detail {
@@ -499,11 +501,9 @@ class MpiBackend final : public Backend {
     return static_cast<int>(tag);
   }
 
-  // FNV-1a: stable across processes, unlike std::hash.
+  // Stable across processes, unlike std::hash.
   int group_tag(std::string_view key_prefix) const {
-    std::uint64_t hash = 0xcbf29ce484222325u;
-    for (unsigned char c : key_prefix) hash = (hash ^ c) * 0x100000001b3u;
-    return static_cast<int>(hash % (static_cast<std::uint64_t>(tag_ub_) + 1));
+    return static_cast<int>(common::fnv1a(key_prefix) % (static_cast<std::uint64_t>(tag_ub_) + 1));
   }
 
   void release() { free_comm(comm_); }
@@ -618,3 +618,5 @@ std::unique_ptr<Backend> make_mpi_backend(const BackendInit& init) {
 }
 
 }  // namespace idist::detail
+
+IDIST_BACKEND_PLUGIN(mpi, idist::detail::make_mpi_backend, idist::detail::mpi_layout)

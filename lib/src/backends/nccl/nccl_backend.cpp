@@ -1,4 +1,5 @@
 #include "backends/nccl/nccl_backend.hpp"
+#include "backends/plugin.hpp"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -708,3 +709,5 @@ std::unique_ptr<Backend> make_nccl_backend(const BackendInit& init) {
 }
 
 }  // namespace idist::detail
+
+IDIST_BACKEND_PLUGIN(nccl, idist::detail::make_nccl_backend, nullptr)

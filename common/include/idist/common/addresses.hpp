@@ -1,0 +1,26 @@
+#pragma once
+// The one loop over getaddrinfo's answers: the rendezvous store's client, Gloo's route
+// lookup, the PMI client and idist-run's port reservation each try the addresses of
+// host:port in order until one works.
+
+#include <netdb.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace idist::common {
+
+struct AddressesTried {
+  bool ok = false;        // an attempt succeeded
+  bool resolved = false;  // getaddrinfo answered; when false, `error` is its message
+  std::string error;      // why not: the resolver's message, or the last attempt's reason
+};
+
+// Resolves host:service for `socktype` (SOCK_STREAM, SOCK_DGRAM; any family) and calls
+// `attempt` on each answer in turn until one returns true. A failing attempt closes what it
+// opened and may set `why`, which is kept as the error when no address works.
+AddressesTried try_addresses(std::string_view host, std::string_view service, int socktype,
+                             const std::function<bool(const addrinfo& address, std::string& why)>& attempt);
+
+}  // namespace idist::common

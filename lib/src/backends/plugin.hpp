@@ -1,0 +1,39 @@
+#pragma once
+// The interface between libidist and a backend plugin, libidist-backend-NAME.so (the mpi and
+// nccl backends): one entry point with C linkage, idist_backend_plugin_NAME, returning a
+// BackendPlugin. Plugins are built from this tree against this libidist, so C++ types cross
+// the boundary as they are; what libidist exports for them is marked IDIST_API in
+// backend.hpp, store.hpp and reduce/kernels.hpp. Loading, searching and the messages when a
+// plugin or its libraries are missing live in plugins.cpp.
+
+#include <memory>
+#include <optional>
+
+#include "backend.hpp"
+#include "idist/export.hpp"
+
+namespace idist::detail {
+
+// Raised with every change to Backend, BackendInit, Layout, Store or BackendPlugin: a plugin
+// built against another value (or another idist version) is refused, naming both.
+inline constexpr int kPluginAbi = 1;
+
+struct BackendPlugin {
+  int abi = kPluginAbi;
+  const char* idist_version = nullptr;  // IDIST_VERSION of the build that made the plugin
+  std::unique_ptr<Backend> (*make)(const BackendInit&) = nullptr;
+  // For a backend that brings its own world (mpi): starts it and says where this process
+  // sits. nullptr for backends that bootstrap from the env contract and the store.
+  Layout (*native_layout)() = nullptr;
+};
+
+}  // namespace idist::detail
+
+// Defines the plugin's entry point, idist_backend_plugin_NAME; the rest of the plugin stays
+// hidden.
+#define IDIST_BACKEND_PLUGIN(NAME, MAKE, NATIVE_LAYOUT)                                             \
+  extern "C" IDIST_API const ::idist::detail::BackendPlugin* idist_backend_plugin_##NAME() {       \
+    static const ::idist::detail::BackendPlugin plugin{::idist::detail::kPluginAbi, IDIST_VERSION, \
+                                                       (MAKE), (NATIVE_LAYOUT)};                   \
+    return &plugin;                                                                                \
+  }

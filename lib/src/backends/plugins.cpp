@@ -1,0 +1,114 @@
+// Loading backend plugins, the way Open MPI loads its components: dlopen from the install's
+// own directory, found from where libidist itself lies, so that a relocated install (cmake
+// --install --prefix P, a .deb) needs no configuration; IDIST_PLUGIN_PATH adds directories.
+
+#include "backends/plugins.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+namespace idist::detail {
+
+namespace {
+
+std::string plugin_file(std::string_view name) {
+  return "libidist-backend-" + std::string(name) + IDIST_PLUGIN_SUFFIX;
+}
+
+// The directory of the file this code was loaded from: libidist.so, or the executable when a
+// test links the objects statically.
+std::string own_dir() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&own_dir), &info) == 0 || info.dli_fname == nullptr) return {};
+  std::error_code ec;
+  auto path = std::filesystem::canonical(info.dli_fname, ec);
+  if (ec) path = info.dli_fname;
+  return path.parent_path().string();
+}
+
+// The loader's last message, which names the missing library ("libmpi.so.40: cannot open
+// shared object file: No such file or directory") or symbol, less the plugin's own path when
+// it starts with it (the message names it already).
+std::string loader_error(const std::string& path) {
+  const char* text = ::dlerror();
+  std::string error = text != nullptr ? text : "unknown dlopen error";
+  if (error.starts_with(path + ": ")) error.erase(0, path.size() + 2);
+  return error;
+}
+
+std::string joined(const std::vector<std::string>& dirs) {
+  std::string out;
+  for (const auto& d : dirs) out += (out.empty() ? "" : ", ") + d;
+  return out.empty() ? "(no directory)" : out;
+}
+
+const BackendPlugin& open_plugin(std::string_view name) {
+  const auto file = plugin_file(name);
+  const auto dirs = plugin_dirs();
+  std::string path;
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::path(dir) / file, ec)) {
+      path = (std::filesystem::path(dir) / file).string();
+      break;
+    }
+  }
+  const std::string what = "backend '" + std::string(name) + "'";
+  if (path.empty())
+    throw std::runtime_error(what + " is not installed: no " + file + " in " + joined(dirs) + " (install idist-backend-" +
+                             std::string(name) + ", build idist with it, or add its directory to " +
+                             std::string(kPluginPathEnv) + ")");
+  // RTLD_GLOBAL: MPI libraries load components of their own that expect libmpi's symbols to be
+  // global. Never closed: MPI and CUDA keep state and handlers past any point we could.
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (handle == nullptr)
+    throw std::runtime_error(what + ": cannot load " + path + ": " + loader_error(path) +
+                             " (install what the backend needs, or use --backend gloo)");
+  const auto symbol = "idist_backend_plugin_" + std::string(name);
+  using Entry = const BackendPlugin* (*)();
+  auto entry = reinterpret_cast<Entry>(::dlsym(handle, symbol.c_str()));
+  if (entry == nullptr) throw std::runtime_error(what + ": " + path + " has no " + symbol + ": not an idist plugin");
+  const BackendPlugin* plugin = entry();
+  if (plugin == nullptr || plugin->abi != kPluginAbi || plugin->idist_version == nullptr ||
+      std::string_view(plugin->idist_version) != IDIST_VERSION || plugin->make == nullptr)
+    throw std::runtime_error(what + ": " + path + " was built for idist " +
+                             (plugin != nullptr && plugin->idist_version != nullptr ? plugin->idist_version : "?") +
+                             " (plugin ABI " + std::to_string(plugin != nullptr ? plugin->abi : 0) +
+                             "), this libidist is " + IDIST_VERSION + " (ABI " + std::to_string(kPluginAbi) +
+                             "): install matching versions");
+  return *plugin;
+}
+
+}  // namespace
+
+std::vector<std::string> plugin_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* extra = std::getenv(std::string(kPluginPathEnv).c_str())) {
+    std::string_view rest(extra);
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      const auto dir = rest.substr(0, colon);
+      if (!dir.empty()) dirs.emplace_back(dir);
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    }
+  }
+  if (const auto own = own_dir(); !own.empty()) dirs.push_back(own + "/idist");
+  return dirs;
+}
+
+const BackendPlugin& load_plugin(std::string_view name) {
+  static std::mutex mu;
+  static std::map<std::string, const BackendPlugin*, std::less<>> loaded;
+  const std::lock_guard lock(mu);
+  if (const auto it = loaded.find(name); it != loaded.end()) return *it->second;
+  const BackendPlugin& plugin = open_plugin(name);
+  loaded.emplace(std::string(name), &plugin);
+  return plugin;
+}
+
+}  // namespace idist::detail
