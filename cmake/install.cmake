@@ -1,18 +1,22 @@
 # Installation: idist-run, libidist and its headers, libidist-launch (idist::spawn), a CMake
 # package (find_package(idist CONFIG) -> idist::idist, idist::launch), a pkg-config file, and the idist-run man page.
+# The backend plugins install themselves (lib/CMakeLists.txt, idist_backend_plugin). Each file
+# belongs to a component, which cmake/package.cmake turns into a Debian package:
+#   runtime  libidist.so.0, libidist-launch.so.0, idist-run, its man page   -> idist
+#   dev      headers, the .so links, the CMake package, the pkg-config files  -> idist-dev
+#   backend-NAME  <libdir>/idist/libidist-backend-NAME.so                    -> idist-backend-NAME
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(IDIST_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/idist)
 
 install(TARGETS idist idist_launch EXPORT idistTargets
-  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/lib/include/idist ${PROJECT_SOURCE_DIR}/launch/include/idist
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp")
-install(EXPORT idistTargets NAMESPACE idist:: DESTINATION ${IDIST_CMAKE_DIR})
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev FILES_MATCHING PATTERN "*.hpp"
+  PATTERN env_contract.hpp EXCLUDE)  # shared by idist-run and libidist, not part of the API
+install(EXPORT idistTargets NAMESPACE idist:: DESTINATION ${IDIST_CMAKE_DIR} COMPONENT dev)
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/idistConfig.cmake.in
   ${PROJECT_BINARY_DIR}/idistConfig.cmake
@@ -21,16 +25,17 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/idistConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/idistConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)  # 0.x: minor versions may break the API
 install(FILES ${PROJECT_BINARY_DIR}/idistConfig.cmake ${PROJECT_BINARY_DIR}/idistConfigVersion.cmake
-  DESTINATION ${IDIST_CMAKE_DIR})
+  DESTINATION ${IDIST_CMAKE_DIR} COMPONENT dev)
 
 file(RELATIVE_PATH IDIST_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 string(REGEX REPLACE "/$" "" IDIST_PC_TO_PREFIX "${IDIST_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/idist.pc.in ${PROJECT_BINARY_DIR}/idist.pc @ONLY)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/idist-launch.pc.in ${PROJECT_BINARY_DIR}/idist-launch.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/idist.pc ${PROJECT_BINARY_DIR}/idist-launch.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+install(FILES ${PROJECT_BINARY_DIR}/idist.pc ${PROJECT_BINARY_DIR}/idist-launch.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 
 # idist-run does no collectives and does not link libidist: nothing to find at run time.
-install(TARGETS idist-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS idist-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 
 # The man page is idist-run --help, formatted by help2man, so the two never disagree.
 find_program(HELP2MAN help2man)
@@ -41,7 +46,7 @@ if(HELP2MAN)
             --output=${PROJECT_BINARY_DIR}/idist-run.1 $<TARGET_FILE:idist-run>
     DEPENDS idist-run VERBATIM)
   add_custom_target(idist-run-man ALL DEPENDS ${PROJECT_BINARY_DIR}/idist-run.1)
-  install(FILES ${PROJECT_BINARY_DIR}/idist-run.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+  install(FILES ${PROJECT_BINARY_DIR}/idist-run.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT runtime)
 else()
   message(STATUS "idist: help2man not found; the idist-run man page is not built")
 endif()

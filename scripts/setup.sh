@@ -16,6 +16,7 @@ PACKAGES=(
   iproute2 jq                        # network namespaces for two-host tests; reading --dry-run's JSON
   clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for tests/fuzz (fuzz.all)
   help2man                           # idist-run's man page, made from its --help
+  dpkg-dev                           # dpkg-shlibdeps: the Depends of the .deb packages (cpack, e2e.deb)
   python3-torch                      # PyTorch scripts under idist-run, unchanged (e2e.torch)
 )
 

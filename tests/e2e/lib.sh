@@ -15,6 +15,7 @@ check() {
   else
     FAILED=$((FAILED + 1))
     echo "not ok - $what"
+    return 1  # so that `check ... || show_details` shows them on failure only
   fi
 }
 
