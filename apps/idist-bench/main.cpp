@@ -8,6 +8,7 @@
 //
 // It uses the public API only; the measuring is harness.hpp's, shared with the raw Gloo and
 // MPI references in bench/, so the three can be compared line by line.
+#include <idist/env_contract.hpp>
 #include <idist/idist.hpp>
 
 #include <CLI/CLI.hpp>
@@ -105,8 +106,8 @@ int main(int argc, char** argv) {
   std::string backend = "gloo";
   std::string memory = "auto";
   CLI::App app("nccl-tests style benchmark of libidist's collectives, with a check of every result", "idist-bench");
-  app.add_option("--backend", backend, "gloo, mpi or nccl (IDIST_BACKEND, set by idist-run --backend, wins)")
-      ->check(CLI::IsMember({"gloo", "mpi", "nccl"}))
+  app.add_option("--backend", backend, idist::env::backend_choices() + " (IDIST_BACKEND, set by idist-run --backend, wins)")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(idist::env::kBackendNames), std::end(idist::env::kBackendNames))))
       ->capture_default_str();
   app.add_option("--memory", memory,
                  "Where the buffers live: host, device (GPU memory, nccl only), or auto (device for nccl where this "
