@@ -38,6 +38,7 @@
 #include <map>
 
 #include "backends/gloo/gloo_store.hpp"
+#include "idist/common/addresses.hpp"
 #include "harness.hpp"
 #include "store/memory_store.hpp"
 #include "store/tcp_store.hpp"
@@ -53,27 +54,9 @@ namespace {
 // The address of the interface that routes towards MASTER_ADDR (a UDP connect sends nothing),
 // as libidist picks it; 127.0.0.1 on one host.
 std::string local_address_towards(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* list = nullptr;
-  if (::getaddrinfo(host.c_str(), "9", &hints, &list) != 0) throw std::runtime_error("cannot resolve " + host);
-  std::string address;
-  for (auto* ai = list; ai != nullptr && address.empty(); ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    char text[INET6_ADDRSTRLEN] = {};
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      const void* raw = local.ss_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-      if (::inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(list);
+  idist::common::AddressesTried tried;
+  auto address = idist::common::local_address_towards(host, 9, tried);
+  if (!tried.resolved) throw std::runtime_error("cannot resolve " + host);
   if (address.empty()) throw std::runtime_error("no route to " + host);
   return address;
 }

@@ -1,7 +1,9 @@
 # Debian packages from the install components (cmake/install.cmake): `cpack -G DEB` in the
 # build directory writes idist_<version>_<arch>.deb (runtime + launcher), idist-dev (headers,
 # CMake package, pkg-config) and one idist-backend-NAME per plugin built. Files go under /usr,
-# where a consumer's compiler, pkg-config and find_package look without being told.
+# where a consumer's compiler, pkg-config and find_package look without being told. Configure
+# with -DCMAKE_INSTALL_PREFIX=/usr for Debian's multiarch libdir (lib/x86_64-linux-gnu);
+# otherwise the libraries go to /usr/lib, which works as well.
 # dpkg-shlibdeps (dpkg-dev) computes the Depends on Debian's libraries (libgloo0, libopenmpi3...);
 # the packages' Depends on one another pin the exact version, since plugins and libidist must match.
 
@@ -31,8 +33,9 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME idist)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION net)
-# shlibs and the ldconfig trigger, as Debian's own library packages have.
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_GENERATE_SHLIBS ON)
+# A shlibs file, so that dpkg-shlibdeps of a program linking libidist.so.0 finds its package
+# (a global setting: CMake 3.25 has no per-component one; the plugins have no SONAME to list).
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_COMPONENT_RUNTIME_DESCRIPTION
   "idist-run, the launcher (SLURM, mpirun, torchrun-style variables, or its own ranks), libidist (collectives; gloo built in) and libidist-launch (idist::spawn)")
 

@@ -45,7 +45,10 @@ int derived_port(std::string_view job, std::uint64_t step, PortRange range) {
 PortReservation::PortReservation(const std::string& host) {
   const auto tried = common::try_addresses(host, "0", SOCK_STREAM, [&](const addrinfo& ai, std::string& why) {
     const int fd = ::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return false;
+    if (fd < 0) {
+      why = std::strerror(errno);
+      return false;
+    }
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_storage bound{};

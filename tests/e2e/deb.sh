@@ -12,9 +12,13 @@ for tool in dpkg cpack dpkg-shlibdeps; do
   command -v $tool >/dev/null || skip "no $tool (scripts/setup.sh installs dpkg-dev)"
 done
 ours="idist idist-dev idist-backend-mpi idist-backend-nccl"
+# Someone's own installation is never touched: a package of ours, or files put in /usr by hand
+# (cmake --install --prefix /usr), which dpkg -i would overwrite and --purge delete.
 for pkg in $ours; do
-  # Someone's own installation is never touched.
   dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'install ok' && skip "$pkg is already installed on this machine"
+done
+for f in /usr/bin/idist-run /usr/include/idist /usr/lib/libidist.so.0 /usr/lib/*/libidist.so.0 /usr/lib/cmake/idist; do
+  [ -e "$f" ] && skip "$f exists already (an idist installed by hand): not touching it"
 done
 TMP=$(mktemp -d)
 cleanup() {
@@ -36,6 +40,8 @@ done
 check "idist depends on Debian's gloo, spdlog and fmt (dpkg-shlibdeps)" \
   bash -c "grep -q libgloo0 <<<'$(field idist Depends)' && grep -q libspdlog <<<'$(field idist Depends)'"
 check "idist needs neither MPI nor CUDA: $(field idist Depends)" bash -c "! grep -qE 'mpi|cuda|nccl' <<<'$(field idist Depends)'"
+check "idist ships a shlibs file (for dpkg-shlibdeps of programs linking libidist)" \
+  bash -c "dpkg-deb -I $TMP/debs/idist_*.deb | grep -qw shlibs"
 check "idist-dev depends on idist of the same version" contains "$(field idist-dev Depends)" "idist (= 0.1.0)"
 files() { dpkg-deb -c "$TMP/debs/$1"_*.deb | awk '{print $6}'; }
 check "idist holds no header, idist-dev no versioned library" \
@@ -53,6 +59,9 @@ fi
 dpkg -i "${install[@]}" >"$TMP/dpkg.log" 2>&1
 check "dpkg -i installs them" equals $? 0 || { tail -20 "$TMP/dpkg.log"; finish; exit 1; }
 check "/usr/bin/idist-run is installed" test -x /usr/bin/idist-run
+# lib or lib/<multiarch>, whichever the build was configured with (cmake/package.cmake).
+LIBDIR=$(files idist | sed -n 's|^\./\(.*\)/libidist\.so\.0$|/\1|p')
+echo "# idist: libraries in $LIBDIR"
 out=$(/usr/bin/idist-run --version 2>&1)
 check "the installed idist-run runs: $out" contains "$out" "idist-run 0.1.0"
 
@@ -62,7 +71,7 @@ env -u CMAKE_PREFIX_PATH -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH bash -c "
 check "the outside CMake project builds against /usr with find_package(idist) alone" equals $? 0 || tail -20 "$TMP/cmake.log"
 check "... finding the package in /usr" bash -c "grep -q 'idist_DIR:PATH=/usr/' '$TMP/consumer/CMakeCache.txt'"
 loaded=$(env -u LD_LIBRARY_PATH ldd "$TMP/consumer/consumer" | awk '/libidist.so.0/ {print $3}')
-check "... and loading the packaged libidist: $loaded" equals "$(readlink -f "$loaded")" /usr/lib/libidist.so.0.1.0
+check "... and loading the packaged libidist: $loaded" equals "$(readlink -f "$loaded")" "$(readlink -f "$LIBDIR/libidist.so.0.1.0")"
 out=$(env -u LD_LIBRARY_PATH timeout 60 /usr/bin/idist-run -n 3 "$TMP/consumer/consumer" 2>&1)
 check "... and runs on 3 ranks under /usr/bin/idist-run: $out" contains "$out" "consumer: 3 ranks, all_reduce right"
 out=$(env -u LD_LIBRARY_PATH timeout 60 "$TMP/consumer/spawn_consumer" 2>&1)
@@ -77,7 +86,7 @@ out=$(env -u LD_LIBRARY_PATH timeout 60 /usr/bin/idist-run -n 2 "$TMP/pc_consume
 check "... and runs on 2 ranks: $out" contains "$out" "consumer: 2 ranks, all_reduce right"
 
 if [ -n "$mpi_deb" ] && command -v mpirun >/dev/null; then
-  check "the mpi plugin lies where libidist looks: /usr/lib/idist" test -e /usr/lib/idist/libidist-backend-mpi.so
+  check "the mpi plugin lies where libidist looks: $LIBDIR/idist" test -e "$LIBDIR/idist/libidist-backend-mpi.so"
   out=$(env -u LD_LIBRARY_PATH -u IDIST_PLUGIN_PATH timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 \
     /usr/bin/idist-run --backend mpi "$TMP/pc_consumer" 2>&1)
   check "mpirun -np 2 idist-run --backend mpi loads the packaged plugin: $(tail -1 <<<"$out")" \
@@ -88,5 +97,5 @@ fi
 dpkg --purge $ours >"$TMP/purge.log" 2>&1
 check "dpkg --purge removes them" equals $? 0 || cat "$TMP/purge.log"
 check "nothing of idist is left in /usr" bash -c \
-  "! ls /usr/bin/idist-run /usr/lib/libidist* /usr/include/idist /usr/lib/cmake/idist /usr/lib/idist 2>/dev/null | grep -q ."
+  "! ls /usr/bin/idist-run $LIBDIR/libidist* /usr/include/idist $LIBDIR/cmake/idist $LIBDIR/idist 2>/dev/null | grep -q ."
 finish

@@ -105,7 +105,10 @@ int connect_to(const PmiEndpoint& endpoint) {
   const auto tried = common::try_addresses(
       endpoint.host, std::to_string(endpoint.port), SOCK_STREAM, [&](const addrinfo& ai, std::string& why) {
         fd = ::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) return false;
+        if (fd < 0) {
+          why = std::strerror(errno);
+          return false;
+        }
         if (::connect(fd, ai.ai_addr, ai.ai_addrlen) == 0) return true;
         why = std::strerror(errno);
         ::close(fd);

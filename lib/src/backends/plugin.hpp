@@ -6,6 +6,7 @@
 // backend.hpp, store.hpp and reduce/kernels.hpp. Loading, searching and the messages when a
 // plugin or its libraries are missing live in plugins.cpp.
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 
@@ -14,9 +15,18 @@
 
 namespace idist::detail {
 
-// Raised with every change to Backend, BackendInit, Layout, Store or BackendPlugin: a plugin
-// built against another value (or another idist version) is refused, naming both.
+// Raised with every change to Backend, BackendInit, Layout, Store, env::Contract or
+// BackendPlugin: a plugin built against another value (or another idist version) is refused,
+// naming both. The sizes below catch what a forgotten raise would miss between two builds of
+// one version.
 inline constexpr int kPluginAbi = 1;
+
+struct PluginSizes {
+  std::size_t backend_init = sizeof(BackendInit);
+  std::size_t contract = sizeof(env::Contract);
+  std::size_t layout = sizeof(Layout);
+  friend bool operator==(const PluginSizes&, const PluginSizes&) = default;
+};
 
 struct BackendPlugin {
   int abi = kPluginAbi;
@@ -25,6 +35,7 @@ struct BackendPlugin {
   // For a backend that brings its own world (mpi): starts it and says where this process
   // sits. nullptr for backends that bootstrap from the env contract and the store.
   Layout (*native_layout)() = nullptr;
+  PluginSizes sizes{};
 };
 
 }  // namespace idist::detail
@@ -33,7 +44,9 @@ struct BackendPlugin {
 // hidden.
 #define IDIST_BACKEND_PLUGIN(NAME, MAKE, NATIVE_LAYOUT)                                             \
   extern "C" IDIST_API const ::idist::detail::BackendPlugin* idist_backend_plugin_##NAME() {       \
-    static const ::idist::detail::BackendPlugin plugin{::idist::detail::kPluginAbi, IDIST_VERSION, \
-                                                       (MAKE), (NATIVE_LAYOUT)};                   \
+    static const ::idist::detail::BackendPlugin plugin{.abi = ::idist::detail::kPluginAbi,        \
+                                                       .idist_version = IDIST_VERSION,             \
+                                                       .make = (MAKE),                             \
+                                                       .native_layout = (NATIVE_LAYOUT)};          \
     return &plugin;                                                                                \
   }

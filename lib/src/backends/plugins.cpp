@@ -21,7 +21,8 @@ std::string plugin_file(std::string_view name) {
 }
 
 // The directory of the file this code was loaded from: libidist.so, or the executable when a
-// test links the objects statically.
+// test links the objects statically. Taken once, when the library is loaded: the loader may
+// have found it by a relative path (LD_LIBRARY_PATH=.), which a later chdir would change.
 std::string own_dir() {
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(&own_dir), &info) == 0 || info.dli_fname == nullptr) return {};
@@ -63,19 +64,27 @@ const BackendPlugin& open_plugin(std::string_view name) {
     throw std::runtime_error(what + " is not installed: no " + file + " in " + joined(dirs) + " (install idist-backend-" +
                              std::string(name) + ", build idist with it, or add its directory to " +
                              std::string(kPluginPathEnv) + ")");
-  // RTLD_GLOBAL: MPI libraries load components of their own that expect libmpi's symbols to be
-  // global. Never closed: MPI and CUDA keep state and handlers past any point we could.
-  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-  if (handle == nullptr)
-    throw std::runtime_error(what + ": cannot load " + path + ": " + loader_error(path) +
-                             " (install what the backend needs, or use --backend gloo)");
+  // RTLD_GLOBAL for mpi only: Open MPI loads components of its own that expect libmpi's
+  // symbols to be global. Others stay local, so that CUDA's and NCCL's symbols never capture a
+  // library the program loads later (torch's own copies). Never closed: MPI and CUDA keep
+  // state and handlers past any point we could.
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | (name == "mpi" ? RTLD_GLOBAL : RTLD_LOCAL));
+  if (handle == nullptr) {
+    const auto error = loader_error(path);
+    throw std::runtime_error(what + ": cannot load " + path + ": " + error +
+                             (error.find("undefined symbol") != std::string::npos
+                                  ? " (built for another libidist? install matching versions)"
+                                  : " (install what the backend needs, or use --backend gloo)"));
+  }
   const auto symbol = "idist_backend_plugin_" + std::string(name);
   using Entry = const BackendPlugin* (*)();
   auto entry = reinterpret_cast<Entry>(::dlsym(handle, symbol.c_str()));
   if (entry == nullptr) throw std::runtime_error(what + ": " + path + " has no " + symbol + ": not an idist plugin");
   const BackendPlugin* plugin = entry();
+  const BackendPlugin here;  // this build's sizes
   if (plugin == nullptr || plugin->abi != kPluginAbi || plugin->idist_version == nullptr ||
-      std::string_view(plugin->idist_version) != IDIST_VERSION || plugin->make == nullptr)
+      std::string_view(plugin->idist_version) != IDIST_VERSION || plugin->make == nullptr ||
+      plugin->sizes != here.sizes)
     throw std::runtime_error(what + ": " + path + " was built for idist " +
                              (plugin != nullptr && plugin->idist_version != nullptr ? plugin->idist_version : "?") +
                              " (plugin ABI " + std::to_string(plugin != nullptr ? plugin->abi : 0) +
@@ -83,6 +92,8 @@ const BackendPlugin& open_plugin(std::string_view name) {
                              "): install matching versions");
   return *plugin;
 }
+
+const std::string kOwnDir = own_dir();
 
 }  // namespace
 
@@ -93,11 +104,12 @@ std::vector<std::string> plugin_dirs() {
     while (!rest.empty()) {
       const auto colon = rest.find(':');
       const auto dir = rest.substr(0, colon);
-      if (!dir.empty()) dirs.emplace_back(dir);
+      std::error_code ec;
+      if (!dir.empty()) dirs.push_back(std::filesystem::absolute(dir, ec).lexically_normal().string());
       rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
     }
   }
-  if (const auto own = own_dir(); !own.empty()) dirs.push_back(own + "/idist");
+  if (!kOwnDir.empty()) dirs.push_back(kOwnDir + "/idist");
   return dirs;
 }
 

@@ -75,7 +75,10 @@ void TcpStore::connect(Clock::time_point deadline) {
     const auto tried = common::try_addresses(
         options_.host, std::to_string(options_.port), SOCK_STREAM, [&](const addrinfo& ai, std::string& why) {
           int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai.ai_protocol);
-          if (fd < 0) return false;
+          if (fd < 0) {
+            why = std::strerror(errno);  // EMFILE under load says more than "no address"
+            return false;
+          }
           int rc = ::connect(fd, ai.ai_addr, ai.ai_addrlen);
           if (rc != 0 && errno == EINPROGRESS) {
             // Bounded per attempt so that a silently dropped SYN does not eat the whole budget.

@@ -23,4 +23,9 @@ struct AddressesTried {
 AddressesTried try_addresses(std::string_view host, std::string_view service, int socktype,
                              const std::function<bool(const addrinfo& address, std::string& why)>& attempt);
 
+// The address, as text, of this host's interface that routes towards host:port: what peers
+// can reach us at ("127.0.0.1" when host is loopback). A UDP connect sends nothing; it only
+// asks the kernel for a route. Empty when there is none; `tried` says why.
+std::string local_address_towards(std::string_view host, int port, AddressesTried& tried);
+
 }  // namespace idist::common

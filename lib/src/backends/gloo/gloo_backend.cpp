@@ -85,30 +85,13 @@ void with_bytes(DType dtype, F&& f) {
   throw std::invalid_argument("unknown dtype");
 }
 
-// The address of the interface this host uses to reach `host`: what the other ranks can
-// reach us at. On one node (MASTER_ADDR=127.0.0.1) that is loopback. A UDP connect sends
-// nothing; it only asks the kernel for a route.
+// The address the other ranks can reach us at: our interface towards MASTER_ADDR (loopback
+// on one node), with messages that name MASTER_ADDR.
 std::string local_address_towards(const std::string& host, int port) {
-  std::string address;
-  const auto tried =
-      common::try_addresses(host, std::to_string(port), SOCK_DGRAM, [&](const addrinfo& ai, std::string&) {
-        const int fd = ::socket(ai.ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) return false;
-        sockaddr_storage local{};
-        socklen_t len = sizeof(local);
-        if (::connect(fd, ai.ai_addr, ai.ai_addrlen) == 0 &&
-            ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-          char text[INET6_ADDRSTRLEN] = {};
-          const void* raw = local.ss_family == AF_INET
-                                ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                                : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-          if (::inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) address = text;
-        }
-        ::close(fd);
-        return !address.empty();
-      });
+  common::AddressesTried tried;
+  auto address = common::local_address_towards(host, port, tried);
   if (!tried.resolved) throw std::runtime_error("cannot resolve MASTER_ADDR '" + host + "'");
-  if (!tried.ok) throw std::runtime_error("no route from this host to MASTER_ADDR '" + host + "'");
+  if (address.empty()) throw std::runtime_error("no route from this host to MASTER_ADDR '" + host + "'");
   return address;
 }
 
