@@ -12,7 +12,7 @@
 # CLUSTERn1 and CLUSTERn2, each its own slurmd on its own port, both mapped to 127.0.0.1 by one
 # line in /etc/hosts, so srun -N2 gives real multi-node variables (SLURM_STEP_NODELIST=CLUSTERn[1-2]).
 # `stop` kills the daemons by the pids in their pid files and takes its own line out of
-# /etc/hosts. Needs root (SlurmUser=root). See ../shared/SLURM-LOCAL.md for the settings.
+# /etc/hosts. Needs root (SlurmUser=root). The settings and why: docs/SLURM-LOCAL.md.
 #
 # Several clusters can run at once, from different DIRs, and never meet: each has a unique
 # ClusterName, node names and hosts line, its own munged socket, and free ports picked at
