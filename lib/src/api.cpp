@@ -39,10 +39,20 @@ std::string backend() {
 
 std::string hostname() { return common::host_name("unknown"); }
 
+namespace {
+// " (shared memory: every rank on this host)" where another backend carries the chosen one.
+std::string transport() {
+  auto* rt = detail::runtime_if_initialized();
+  if (rt == nullptr || rt->world().backend().name() == rt->world().backend_name()) return "";
+  if (rt->world().backend().name() == "shm") return " (shared memory: every rank on this host)";
+  return " (carried by " + std::string(rt->world().backend().name()) + ")";
+}
+}  // namespace
+
 void show_config(std::ostream& out) {
   const auto b = backend();
   out << "idist configuration:\n"
-      << "  backend: " << (b.empty() ? "none (not initialized)" : b) << "\n"
+      << "  backend: " << (b.empty() ? "none (not initialized)" : b) << transport() << "\n"
       << "  hostname: " << hostname() << "\n"
       << "  world_size: " << get_world_size() << "\n"
       << "  rank: " << get_rank() << "\n"

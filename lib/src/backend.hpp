@@ -1,8 +1,13 @@
 #pragma once
 // The one abstract backend. Implementations live one per folder under backends/ and see only
 // type-erased buffers: (void*, count, DType, ReduceOp) or raw bytes. Argument checks, the
-// world-of-one and empty-buffer shortcuts, and error wrapping happen once, above them, in
-// ProcessGroup; a backend may assume count > 0 and world size > 1 for every call.
+// empty-buffer shortcuts, and error wrapping happen once, above them, in ProcessGroup; a
+// backend may assume count > 0 for every call, and a group size > 1 unless its traits ask to
+// see groups of one (skip_group_of_one = false: MPI and NCCL).
+//
+// Every operation has a default that throws "backend X does not support Y" (as c10d's do), so
+// a backend built for one purpose (shm: the ranks of one host) implements what it can and the
+// rest reads as a clear error rather than a missing symbol.
 
 #include <chrono>
 #include <cstddef>
@@ -29,6 +34,21 @@ struct BackendInit {
   std::string key_prefix;    // every group bootstraps under its own prefix
   std::chrono::milliseconds timeout;
   const env::Contract& contract;  // backend settings: GLOO_SOCKET_IFNAME, MASTER_ADDR
+  // hosts[r]: which host group rank r runs on, numbered densely from 0 in rank order (ranks
+  // share memory exactly when their numbers are equal). Empty when unknown (a backend with
+  // its own world).
+  std::vector<int> hosts = {};
+};
+
+// What a backend can do, for the layers above to ask instead of comparing names.
+struct BackendTraits {
+  // Whether ProcessGroup may answer a group of one itself, without calling the backend. MPI
+  // and NCCL say no: their group-of-one path is the real code path, which is what a one-GPU
+  // machine can test.
+  bool skip_group_of_one = true;
+  // Whether user buffers may be GPU memory (nccl); the others refuse it before reading it as
+  // host memory.
+  bool device_buffers = false;
 };
 
 // What a sub-group is made of: its members, as ranks of the parent group, in group-rank order.
@@ -44,47 +64,48 @@ class IDIST_API Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-
-  // Whether ProcessGroup may answer a group of one itself, without calling the backend. MPI
-  // and NCCL say no: their group-of-one path is the real code path, which is what a one-GPU
-  // machine can test.
-  virtual bool skip_group_of_one() const { return true; }
+  virtual BackendTraits traits() const { return {}; }
   // Copies between user buffers (host or, for device backends, device memory).
   virtual void copy(void* dst, const void* src, std::size_t bytes);
 
   // A backend for a sub-group of this one, connected among its members only.
-  virtual std::unique_ptr<Backend> make_group(const GroupInit& group) = 0;
+  virtual std::unique_ptr<Backend> make_group(const GroupInit& group);
 
   // Reductions. The (dtype, op) pair has been checked (bitwise ops on integers only); a
   // backend whose library lacks the pair throws std::invalid_argument naming it.
   // In place, element-wise over ranks.
-  virtual void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) = 0;
-  // In place on `root`; the other ranks' buffers are left in an unspecified state.
-  virtual void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) = 0;
+  virtual void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
+  // In place on `root`; the other ranks' buffers stay as they were (the public API promises it).
+  virtual void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
   // `in` holds size * count elements; rank r ends with the reduction of every rank's r-th
   // block of `count` elements in `out`.
-  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) = 0;
+  virtual void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op);
 
   // Data movement, in bytes.
   // Every rank contributes `bytes_per_rank` bytes; out holds size * bytes_per_rank.
-  virtual void all_gather(const void* in, void* out, std::size_t bytes_per_rank) = 0;
+  virtual void all_gather(const void* in, void* out, std::size_t bytes_per_rank);
   // Rank r contributes bytes_per_rank[r] bytes (zero allowed); out holds their sum, in rank order.
-  virtual void all_gather_v(const void* in, void* out, std::span<const std::size_t> bytes_per_rank) = 0;
+  virtual void all_gather_v(const void* in, void* out, std::span<const std::size_t> bytes_per_rank);
   // As all_gather, but only `root` receives (out is ignored elsewhere).
-  virtual void gather(const void* in, void* out, std::size_t bytes_per_rank, int root) = 0;
+  virtual void gather(const void* in, void* out, std::size_t bytes_per_rank, int root);
   // `root`'s `in` holds size * bytes_per_rank bytes; rank r receives the r-th block in out.
-  virtual void scatter(const void* in, void* out, std::size_t bytes_per_rank, int root) = 0;
+  virtual void scatter(const void* in, void* out, std::size_t bytes_per_rank, int root);
   // In place: src's bytes overwrite everyone else's.
-  virtual void broadcast(void* data, std::size_t bytes, int src) = 0;
-  virtual void barrier() = 0;
+  virtual void broadcast(void* data, std::size_t bytes, int src);
+  virtual void barrier();
 
   // Point-to-point. Posts the transfer now and returns its completion, which blocks until the
   // transfer is done (TimeoutFailure after the timeout) and may run on another thread. Between
   // two ranks, transfers with the same tag match in the order they were posted; the buffer
   // must stay valid until the completion has returned.
   using Completion = std::function<void()>;
-  virtual Completion send(const void* data, std::size_t bytes, int dst, std::uint32_t tag) = 0;
-  virtual Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) = 0;
+  virtual Completion send(const void* data, std::size_t bytes, int dst, std::uint32_t tag);
+  virtual Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag);
+
+ protected:
+  // Throws std::invalid_argument "the X backend does not support OP": every rank reaches the
+  // same refusal, so the group stays usable.
+  [[noreturn]] void unsupported(std::string_view op) const;
 };
 
 // Where a rank sits, as a backend that brings its own world sees it.
@@ -101,7 +122,7 @@ struct Layout {
 // contract and the store.
 std::optional<Layout> native_layout(std::string_view name);
 
-// Creates the backend named `name` ("gloo", "mpi", "nccl") for the world, loading its plugin
+// Creates the backend named `name` ("gloo", "mpi", "nccl", or "shm": the ranks of one host) for the world, loading its plugin
 // for all but gloo; throws std::runtime_error for a backend that is unknown or whose plugin or
 // libraries are missing, naming what is.
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init);

@@ -102,6 +102,10 @@ Contract read_contract(const Lookup& lookup) {
   if (auto v = env.get(kRunId)) c.run_id = *v;
   if (auto v = env.get(kLauncher)) c.launcher = *v;
   if (auto v = env.get(kGlooSocketIfname)) c.gloo_socket_ifname = *v;
+  if (auto v = env.get(kIntranode)) {
+    if (*v != "auto" && *v != "shm" && *v != "off") fail(kIntranode, *v, "expected auto, shm or off");
+    c.intranode = *v;
+  }
   auto flag = [&](std::string_view name, bool& out) {
     if (const auto v = env.get(name)) out = parse_flag(name, *v);
   };

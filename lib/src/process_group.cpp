@@ -14,7 +14,8 @@ namespace idist::detail {
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options)
     : backend_(std::move(backend)), options_(std::move(options)) {
-  options_.site.backend = std::string(backend_->name());
+  // Errors name the backend the program chose (gloo), even where another carries it (shm).
+  if (options_.site.backend.empty()) options_.site.backend = std::string(backend_->name());
 }
 
 ErrorSite ProcessGroup::site(std::string_view op) const {
@@ -66,7 +67,7 @@ void ProcessGroup::check_root(std::string_view op, std::string_view role, int ro
 void ProcessGroup::check_buffer(std::string_view op, const void* data, std::size_t count) const {
   if (count > 0 && data == nullptr) throw Error(site(op), "null buffer with count > 0");
   // gloo and mpi would read device memory as host memory: a crash, or silent garbage.
-  if (count > 0 && options_.site.backend != "nccl" && is_device_memory(data))
+  if (count > 0 && !backend_->traits().device_buffers && is_device_memory(data))
     throw Error(site(op), "the buffer is GPU memory, which the " + options_.site.backend +
                               " backend cannot read; use the nccl backend, or copy it to the host first");
 }

@@ -53,7 +53,8 @@ class ProcessGroup {
 
   int rank() const { return options_.rank; }
   int size() const { return options_.size; }
-  std::string_view backend_name() const { return backend_->name(); }
+  // The backend the program chose ("gloo"); backend().name() is the one doing the work ("shm").
+  std::string_view backend_name() const { return options_.site.backend; }
   Backend& backend() { return *backend_; }
 
   // Reductions (in place unless stated). `root` is a group rank.
@@ -138,7 +139,7 @@ class ProcessGroup {
   void run(std::string_view op, F&& f) {
     run(*health_, site(op), std::forward<F>(f));
   }
-  bool alone() const { return options_.size == 1 && backend_->skip_group_of_one(); }
+  bool alone() const { return options_.size == 1 && backend_->traits().skip_group_of_one; }
   void execute(const Call& call);   // blocking: after the async ones, on this thread
   Work enqueue(Call call);          // async: after the async ones, on a worker
   void check_signatures(const Signature& mine, const std::string& invalid = {});

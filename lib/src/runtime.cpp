@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <iostream>
 #include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
 
+#include "idist/common/host.hpp"
 #include "store/memory_store.hpp"
 #include "store/tcp_store.hpp"
 
@@ -97,11 +99,54 @@ std::string describe_missing(const std::vector<bool>& ranks, const std::vector<b
 
 }  // namespace
 
+namespace {
+
+// hosts[r] for every rank, sent as 32-bit numbers.
+std::vector<char> encode_hosts(const std::vector<int>& hosts) {
+  std::vector<char> out(hosts.size() * sizeof(std::int32_t));
+  for (std::size_t r = 0; r < hosts.size(); ++r) {
+    const auto h = static_cast<std::int32_t>(hosts[r]);
+    std::memcpy(out.data() + r * sizeof(h), &h, sizeof(h));
+  }
+  return out;
+}
+
+std::vector<int> decode_hosts(const std::vector<char>& bytes, int world_size) {
+  if (bytes.size() != static_cast<std::size_t>(world_size) * sizeof(std::int32_t))
+    throw std::runtime_error("rank 0's table of hosts has " + std::to_string(bytes.size()) + " bytes, not " +
+                             std::to_string(world_size * 4) + ": do all ranks run the same idist?");
+  std::vector<int> hosts(static_cast<std::size_t>(world_size));
+  for (std::size_t r = 0; r < hosts.size(); ++r) {
+    std::int32_t h = 0;
+    std::memcpy(&h, bytes.data() + r * sizeof(h), sizeof(h));
+    hosts[r] = h;
+  }
+  return hosts;
+}
+
+}  // namespace
+
+std::vector<int> Runtime::hosts_of(const std::vector<int>& ranks) const {
+  if (hosts_.empty()) return {};
+  std::vector<int> first_seen;  // world host numbers, in the order the group meets them
+  std::vector<int> out;
+  for (int r : ranks) {
+    const int h = hosts_[static_cast<std::size_t>(r)];
+    auto it = std::find(first_seen.begin(), first_seen.end(), h);
+    if (it == first_seen.end()) it = first_seen.insert(first_seen.end(), h);
+    out.push_back(static_cast<int>(it - first_seen.begin()));
+  }
+  return out;
+}
+
 void Runtime::join(Clock::time_point deadline) {
   const std::string prefix = std::string(kWorldPrefix) + "joined/";
   const std::string result_key = prefix + "result";
+  const std::string hosts_key = prefix + "hosts";
   const auto& c = contract_;
-  store_->set(prefix + "rank/" + std::to_string(c.rank), {});
+  // Each rank says where it runs; rank 0 numbers the hosts and hands every rank the table.
+  const auto identity = common::host_identity();
+  store_->set(prefix + "rank/" + std::to_string(c.rank), std::vector<char>(identity.begin(), identity.end()));
   store_->set(prefix + "node/" + std::to_string(c.node_rank), {});
   const std::string waited =
       fmt::format("timed out after {:g}s waiting for all {} ranks to join: ", static_cast<double>(c.timeout.count()) / 1000,
@@ -116,7 +161,10 @@ void Runtime::join(Clock::time_point deadline) {
       throw TimeoutFailure(waited + "rank 0 never reported who was missing");
     }
     const auto verdict = store_->get(result_key);
-    if (verdict.empty()) return;
+    if (verdict.empty()) {
+      hosts_ = decode_hosts(store_->get(hosts_key), c.world_size);
+      return;
+    }
     store_->set(prefix + "ack/" + std::to_string(c.rank), {});
     throw TimeoutFailure(waited + std::string(verdict.begin(), verdict.end()));
   }
@@ -124,6 +172,15 @@ void Runtime::join(Clock::time_point deadline) {
   const auto rank_keys = numbered_keys(prefix + "rank/", c.world_size);
   try {
     wait_all(*store_, rank_keys, deadline);
+    std::vector<std::string> identities;
+    for (const auto& key : rank_keys) {
+      const auto value = store_->get(key);
+      const std::string id(value.begin(), value.end());
+      auto it = std::find(identities.begin(), identities.end(), id);
+      if (it == identities.end()) it = identities.insert(identities.end(), id);
+      hosts_.push_back(static_cast<int>(it - identities.begin()));
+    }
+    store_->set(hosts_key, encode_hosts(hosts_));
     store_->set(result_key, {});
     return;
   } catch (const TimeoutFailure& e) {
@@ -192,6 +249,20 @@ void ignore_sigpipe_unless_handled() {
 
 }  // namespace
 
+std::string Runtime::carrier(const std::string& backend, const ErrorSite& site) const {
+  const auto hosts = hosts_.empty() ? 0 : *std::max_element(hosts_.begin(), hosts_.end()) + 1;
+  const auto& mode = contract_.intranode;
+  if (mode == "shm" && backend != "gloo")
+    throw Error(site, "IDIST_INTRANODE=shm: shared memory carries the gloo backend, not " + backend +
+                          "; unset IDIST_INTRANODE or choose gloo");
+  if (mode == "shm" && hosts != 1)
+    throw Error(site, fmt::format("IDIST_INTRANODE=shm: the ranks run on {} hosts, and shared memory joins the ranks "
+                                  "of one; unset IDIST_INTRANODE (auto) or set it to off",
+                                  hosts == 0 ? std::string("unknown") : std::to_string(hosts)));
+  if (backend == "gloo" && mode != "off" && hosts == 1 && contract_.world_size > 1) return "shm";
+  return backend;
+}
+
 Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     : contract_(contract), id_(next_runtime_id()) {
   ignore_sigpipe_unless_handled();
@@ -232,8 +303,11 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
       join(deadline);
       rendezvous_ = true;
     }
-    auto impl = make_backend(backend, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
-                                                  contract_.timeout, contract_});
+    if (contract_.world_size == 1) hosts_ = {0};
+    backend_ = backend;
+    const auto impl_name = carrier(backend, site);
+    auto impl = make_backend(impl_name, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
+                                                    contract_.timeout, contract_, hosts_});
     std::vector<int> everyone(static_cast<std::size_t>(contract_.world_size));
     std::iota(everyone.begin(), everyone.end(), 0);
     world_ = std::make_unique<ProcessGroup>(
@@ -279,7 +353,8 @@ std::shared_ptr<const GroupState> Runtime::new_group(const std::vector<int>& ran
   const int size = static_cast<int>(ranks.size());
   const auto prefix = fmt::format("idist/group/{}/", id);
   groups_.push_back(world_->make_group(ranks,
-                                       BackendInit{state->rank, size, *store_, prefix, contract_.timeout, contract_},
+                                       BackendInit{state->rank, size, *store_, prefix, contract_.timeout, contract_,
+                                                   hosts_of(ranks)},
                                        group_options(state->rank, size, state->description, prefix, ranks)));
   state->group = groups_.back().get();
   return state;
@@ -287,8 +362,8 @@ std::shared_ptr<const GroupState> Runtime::new_group(const std::vector<int>& ran
 
 ProcessGroupOptions Runtime::group_options(int rank, int size, std::string description, std::string prefix,
                                            std::vector<int> members) {
-  ProcessGroupOptions o{rank, size, ErrorSite{contract_.rank, contract_.world_size, "", ""}, std::move(description),
-                        contract_.debug};
+  ProcessGroupOptions o{rank, size, ErrorSite{contract_.rank, contract_.world_size, "", backend_},
+                        std::move(description), contract_.debug};
   if (rendezvous_) {
     o.explain_timeout = [this, prefix = std::move(prefix), members = std::move(members), rank](std::string_view op,
                                                                                              std::uint64_t number) {

@@ -60,6 +60,12 @@ class Runtime {
   // are named (with their node) rather than surfacing as the backend's anonymous timeout.
   void join(std::chrono::steady_clock::time_point deadline);
 
+  // What carries `backend` for the world: shm where every rank shares this host and
+  // IDIST_INTRANODE allows it, else the backend itself.
+  std::string carrier(const std::string& backend, const ErrorSite& site) const;
+  // The hosts of `ranks` (world ranks), numbered afresh from 0 in their order.
+  std::vector<int> hosts_of(const std::vector<int>& ranks) const;
+
   // The backend's own world (MPI) replaces the contract's topology, after checking they agree.
   void adopt(const Layout& layout, const ErrorSite& site);
   // After a collective of a group timed out: every member that timed out says so in the store,
@@ -80,6 +86,8 @@ class Runtime {
   int groups_made_ = 0;
   std::map<std::string, std::uint64_t> monitored_barriers_;  // per group prefix, in call order
   bool rendezvous_ = false;  // joined through the TCP store, so finalize() meets there too
+  std::string backend_;     // the backend the program chose, which errors name
+  std::vector<int> hosts_;  // hosts_[rank]: which host each rank runs on (join()); empty under MPI
 };
 
 // The default runtime; throws idist::Error naming `op` when init() has not run.

@@ -3,13 +3,20 @@
 # cases: a rank that dies mid-collective, and ranks that disagree under IDIST_DEBUG=1.
 #   gloo: ranks started by idist-run (and, for the dying rank, by hand, so that nothing but
 #         the library's own error stops the survivors).
+#   shm:  the gloo backend carried by shared memory (IDIST_INTRANODE=shm), as idist-run on one
+#         host runs it by default; "gloo" here is gloo over TCP (IDIST_INTRANODE=off).
 #   mpi:  ranks started by a real mpirun, directly and through idist-run.
-# Usage: matrix.sh gloo|mpi IDIST_RUN MATRIX. Exits 77 (skipped) when the backend is not built.
+# Usage: matrix.sh gloo|shm|mpi IDIST_RUN MATRIX. Exits 77 (skipped) when the backend is not built.
 set -u
+label=$1
 backend=$1
 run=$2
 matrix=$3
 source "$(dirname "$0")/lib.sh"
+case $label in
+  gloo) export IDIST_INTRANODE=off ;;
+  shm) export IDIST_INTRANODE=shm; backend=gloo ;;
+esac
 export IDIST_TIMEOUT=60
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -63,8 +70,8 @@ for n in 1 2 3 4; do
   rc=$?
   echo "$out" | grep -E "^matrix rank|FAILED" | head -n 12
   echo "  world size $n: $(($(now_ms) - start)) ms"
-  check "$backend matrix, world size $n: exit 0" equals "$rc" 0
-  check "$backend matrix, world size $n: every rank reports no failure" \
+  check "$label matrix, world size $n: exit 0" equals "$rc" 0
+  check "$label matrix, world size $n: every rank reports no failure" \
     equals "$(count "$out" "checks, 0 failed")" "$n"
 done
 
@@ -92,14 +99,16 @@ if [ "$backend" = mpi ]; then
 else
   by_hand die --backend "$backend" --die
   echo "$out"
-  check "$backend: the dead rank exited 9" equals "${codes[1]}" 9
-  check "$backend: rank 0 raised (exit 3)" equals "${codes[0]}" 3
-  check "$backend: rank 2 raised (exit 3)" equals "${codes[2]}" 3
-  check "$backend: the error names the op and backend" contains "$out" "all_reduce($backend)"
+  check "$label: the dead rank exited 9" equals "${codes[1]}" 9
+  check "$label: rank 0 raised (exit 3)" equals "${codes[0]}" 3
+  check "$label: rank 2 raised (exit 3)" equals "${codes[2]}" 3
+  check "$label: the error names the op and backend" contains "$out" "all_reduce($backend)"
+  [ "$label" = shm ] && check "shm: both survivors name the dead rank" equals \
+    "$(count "$out" "connection to rank 1 lost: it exited during all_reduce (shared memory)")" 2
 fi
 elapsed=$(($(now_ms) - start))
 echo "  survivors done after $elapsed ms"
-check "$backend: well within the 20 s timeout" test "$elapsed" -lt 20000
+check "$label: well within the 20 s timeout" test "$elapsed" -lt 20000
 
 # A late rank (gloo: the store can tell who did not come): a monitored_barrier and an
 # all_reduce time out, and the ranks that came name the one that did not.
@@ -126,5 +135,9 @@ check "IDIST_DEBUG: a count mismatch is named on all 3 ranks" equals \
   "$(count "$out" "rank 1 calls all_reduce(float32, count 5, SUM) but rank 0 calls all_reduce(float32, count 4, SUM)")" 3
 check "IDIST_DEBUG: a different op is named on all 3 ranks" equals \
   "$(count "$out" "rank 1 calls broadcast(int32, count 4, root 0) but rank 0 calls all_reduce(int32, count 4, MAX)")" 3
+
+# Shared memory has no name in any file system: nothing of idist's is in /dev/shm, whatever
+# died (other programs' files, Open MPI's for one, may come and go meanwhile).
+check "$label: nothing of idist's in /dev/shm" equals "$(ls /dev/shm | grep -c idist)" 0
 
 finish

@@ -35,6 +35,7 @@ inline constexpr std::string_view kOmpNumThreads = "OMP_NUM_THREADS";    // set 
 inline constexpr std::string_view kStoreBindAll = "IDIST_STORE_BIND_ALL";  // 1: rank 0's store listens on every interface
 inline constexpr std::string_view kDebug = "IDIST_DEBUG";                // 1: check collectives agree across ranks
 inline constexpr std::string_view kGlooSocketIfname = "GLOO_SOCKET_IFNAME";  // interface gloo binds (as in torch)
+inline constexpr std::string_view kIntranode = "IDIST_INTRANODE";  // auto | shm | off: shared memory among a host's ranks
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
 
@@ -67,6 +68,9 @@ struct Contract {
   std::string job_token;  // empty: the store accepts any client
   std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string gloo_socket_ifname;
+  // IDIST_INTRANODE: "auto" (shared memory wherever every rank of the job shares one host),
+  // "shm" (required: an error when they do not), "off" (gloo over TCP even on one host).
+  std::string intranode = "auto";
   bool debug = false;
   bool store_bind_all = false;
   bool from_env = false;  // false when no topology variable was set: a world of one

@@ -3,9 +3,11 @@
 // CUDA at load time.
 
 #include <cstring>
+#include <stdexcept>
 
 #include "backend.hpp"
 #include "backends/gloo/gloo_backend.hpp"
+#include "backends/shm/shm_backend.hpp"
 #include "backends/plugins.hpp"
 #include "idist/env_contract.hpp"
 
@@ -15,6 +17,24 @@ void Backend::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
 }
 
+void Backend::unsupported(std::string_view op) const {
+  throw std::invalid_argument("the " + std::string(name()) + " backend does not support " + std::string(op));
+}
+
+// The defaults: a backend overrides what it can do (backend.hpp).
+std::unique_ptr<Backend> Backend::make_group(const GroupInit&) { unsupported("new_group"); }
+void Backend::all_reduce(void*, std::size_t, DType, ReduceOp) { unsupported("all_reduce"); }
+void Backend::reduce(void*, std::size_t, DType, ReduceOp, int) { unsupported("reduce"); }
+void Backend::reduce_scatter(const void*, void*, std::size_t, DType, ReduceOp) { unsupported("reduce_scatter"); }
+void Backend::all_gather(const void*, void*, std::size_t) { unsupported("all_gather"); }
+void Backend::all_gather_v(const void*, void*, std::span<const std::size_t>) { unsupported("all_gather_v"); }
+void Backend::gather(const void*, void*, std::size_t, int) { unsupported("gather"); }
+void Backend::scatter(const void*, void*, std::size_t, int) { unsupported("scatter"); }
+void Backend::broadcast(void*, std::size_t, int) { unsupported("broadcast"); }
+void Backend::barrier() { unsupported("barrier"); }
+Backend::Completion Backend::send(const void*, std::size_t, int, std::uint32_t) { unsupported("send"); }
+Backend::Completion Backend::recv(void*, std::size_t, int, std::uint32_t) { unsupported("recv"); }
+
 namespace {
 void check_known(std::string_view name) {
   if (!env::is_backend_name(name))
@@ -22,7 +42,12 @@ void check_known(std::string_view name) {
 }
 }  // namespace
 
+// shm is no backend a user names: the runtime puts it under gloo where every rank of a group
+// shares one host (IDIST_INTRANODE).
+constexpr std::string_view kShm = "shm";
+
 std::optional<Layout> native_layout(std::string_view name) {
+  if (name == kShm) return std::nullopt;
   check_known(name);
   if (name == "gloo") return std::nullopt;
   const auto& plugin = load_plugin(name);
@@ -31,6 +56,7 @@ std::optional<Layout> native_layout(std::string_view name) {
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init) {
+  if (name == kShm) return make_shm_backend(init);
   check_known(name);
   if (name == "gloo") return make_gloo_backend(init);
   return load_plugin(name).make(init);

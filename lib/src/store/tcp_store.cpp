@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/duration.hpp"
 #include "idist/common/addresses.hpp"
 #include "store/wire.hpp"
 
@@ -34,11 +35,6 @@ bool wait_fd(int fd, short events, Clock::time_point deadline) {
     if (rc == 0) return false;
     if (errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
   }
-}
-
-std::string seconds_text(std::chrono::milliseconds t) {
-  auto ms = t.count();
-  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
 }
 
 // The server would refuse more; saying so here names the caller's mistake without a round trip.
@@ -106,7 +102,7 @@ void TcpStore::connect(Clock::time_point deadline) {
     if (!tried.ok) last_error = tried.resolved ? tried.error : "cannot resolve host: " + tried.error;
     if (fd_ >= 0) return;
     if (Clock::now() + backoff >= deadline)
-      throw TimeoutFailure("could not reach the store at " + where + " within " + seconds_text(options_.timeout) +
+      throw TimeoutFailure("could not reach the store at " + where + " within " + duration_text(options_.timeout) +
                            " (" + last_error + "); is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?");
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(50));
@@ -128,7 +124,7 @@ std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadlin
   auto timed_out = [&] {
     ::close(fd_);
     fd_ = -1;
-    return TimeoutFailure("store " + what + " at " + where + " timed out after " + seconds_text(given));
+    return TimeoutFailure("store " + what + " at " + where + " timed out after " + duration_text(given));
   };
 
   std::size_t sent = 0;

@@ -319,7 +319,7 @@ class MpiBackend final : public Backend {
   int size() const { return size_; }
 
   std::string_view name() const override { return "mpi"; }
-  bool skip_group_of_one() const override { return false; }
+  BackendTraits traits() const override { return {.skip_group_of_one = false, .device_buffers = false}; }
 
   // MPI_Comm_create_group is collective over the members only, which is what Backend
   // promises. Every member must pass the same tag, yet each rank creates only the groups it

@@ -487,7 +487,7 @@ class NcclBackend final : public Backend {
 
   std::string_view name() const override { return "nccl"; }
   // A group of one goes through NCCL like any other: the one path a single GPU can test.
-  bool skip_group_of_one() const override { return false; }
+  BackendTraits traits() const override { return {.skip_group_of_one = false, .device_buffers = true}; }
 
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0 || dst == src) return;

@@ -1,0 +1,209 @@
+#include "backends/shm/p2p.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "common/duration.hpp"
+#include "store/store.hpp"
+
+namespace idist::detail::shm {
+namespace {
+
+struct MessageHeader {
+  std::uint32_t tag;
+  std::uint32_t reserved;
+  std::uint64_t length;
+};
+
+}  // namespace
+
+// Counters of bytes, wrapping at 2^32; the ring's size divides 2^32, so `counter % size` is the
+// position either side of a wrap. Only the sender writes `tail`, only the receiver `head`.
+struct Mailboxes::Ring {
+  Word tail;  // bytes written
+  Word head;  // bytes read
+  char* bytes() { return reinterpret_cast<char*>(this + 1); }
+};
+
+std::size_t Mailboxes::bytes_needed(int size, std::size_t ring_bytes) {
+  const auto n = static_cast<std::size_t>(size);
+  return n * n * (sizeof(Ring) + ring_bytes);
+}
+
+Mailboxes::Mailboxes(std::shared_ptr<Segment> segment, char* rings, Options options)
+    : segment_(std::move(segment)), rings_(rings), options_(std::move(options)) {
+  for (int r = 0; r < options_.size; ++r) {
+    out_.push_back(std::make_unique<Outbox>());
+    in_.push_back(std::make_unique<Inbox>());
+  }
+}
+
+Mailboxes::Ring& Mailboxes::ring(int src, int dst) const {
+  const auto index = static_cast<std::size_t>(src) * static_cast<std::size_t>(options_.size) + static_cast<std::size_t>(dst);
+  return *reinterpret_cast<Ring*>(rings_ + index * (sizeof(Ring) + options_.ring_bytes));
+}
+
+void Mailboxes::give_up(int r, std::string_view what, bool timed_out) const {
+  if (!timed_out) throw std::runtime_error("connection to " + peer(r) + " lost: it exited (" + std::string(what) + ")");
+  throw TimeoutFailure(std::string(what) + ": no progress from " + peer(r) + " within " + duration_text(options_.timeout));
+}
+
+void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, Clock::time_point deadline) {
+  const auto size = static_cast<std::uint32_t>(options_.ring_bytes);
+  std::uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
+  while (bytes > 0) {
+    const std::uint32_t used = tail - ring.head.value.load(std::memory_order_acquire);
+    if (used == size) {
+      wait_for(ring.head, options_.policy, [&](std::uint32_t head) { return tail - head < size; }, [&] {
+        if (segment_->exited(dst)) give_up(dst, "while sending to it", false);
+        if (Clock::now() > deadline) give_up(dst, "send: the receiver did not take the message", true);
+      });
+      continue;
+    }
+    const std::uint32_t at = tail % size;
+    const std::size_t n = std::min<std::size_t>({bytes, size - used, size - at});
+    std::memcpy(ring.bytes() + at, data, n);
+    tail += static_cast<std::uint32_t>(n);
+    post(ring.tail, tail);
+    data += n;
+    bytes -= n;
+  }
+}
+
+void Mailboxes::read(Ring& ring, char* out, std::size_t bytes, int src, Clock::time_point deadline) {
+  const auto size = static_cast<std::uint32_t>(options_.ring_bytes);
+  std::uint32_t head = ring.head.value.load(std::memory_order_relaxed);
+  while (bytes > 0) {
+    const std::uint32_t ready = ring.tail.value.load(std::memory_order_acquire) - head;
+    if (ready == 0) {
+      wait_for(ring.tail, options_.policy, [&](std::uint32_t tail) { return tail != head; }, [&] {
+        if (segment_->exited(src)) give_up(src, "before sending all it was to send", false);
+        if (Clock::now() > deadline) give_up(src, "recv: nothing came", true);
+      });
+      continue;
+    }
+    const std::uint32_t at = head % size;
+    const std::size_t n = std::min<std::size_t>({bytes, ready, size - at});
+    if (out != nullptr) {
+      std::memcpy(out, ring.bytes() + at, n);
+      out += n;
+    }
+    head += static_cast<std::uint32_t>(n);
+    post(ring.head, head);
+    bytes -= n;
+  }
+}
+
+std::function<void()> Mailboxes::send(const void* data, std::size_t bytes, int dst, std::uint32_t tag) {
+  auto& box = *out_[static_cast<std::size_t>(dst)];
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard lock(box.mu);
+    ticket = box.tickets++;
+  }
+  return [self = shared_from_this(), data, bytes, dst, tag, ticket] {
+    self->complete_send(static_cast<const char*>(data), bytes, dst, tag, ticket);
+  };
+}
+
+std::function<void()> Mailboxes::recv(void* data, std::size_t bytes, int src, std::uint32_t tag) {
+  auto& box = *in_[static_cast<std::size_t>(src)];
+  std::uint64_t ticket = 0;
+  {
+    std::lock_guard lock(box.mu);
+    ticket = box.tickets[tag]++;
+  }
+  return [self = shared_from_this(), data, bytes, src, tag, ticket] {
+    self->complete_recv(static_cast<char*>(data), bytes, src, tag, ticket);
+  };
+}
+
+void Mailboxes::complete_send(const char* data, std::size_t bytes, int dst, std::uint32_t tag, std::uint64_t ticket) {
+  const auto deadline = Clock::now() + options_.timeout;
+  auto& box = *out_[static_cast<std::size_t>(dst)];
+  {
+    std::unique_lock lock(box.mu);
+    if (!box.turn_changed.wait_until(lock, deadline, [&] { return box.turn == ticket || !box.broken.empty(); }))
+      give_up(dst, "send: earlier sends to it did not complete", true);
+    if (!box.broken.empty()) throw std::runtime_error("an earlier send to " + peer(dst) + " failed: " + box.broken);
+  }
+  try {
+    const MessageHeader header{tag, 0, bytes};
+    auto& r = ring(options_.rank, dst);
+    write(r, reinterpret_cast<const char*>(&header), sizeof(header), dst, deadline);
+    write(r, data, bytes, dst, deadline);
+  } catch (const std::exception& e) {
+    std::lock_guard lock(box.mu);
+    box.broken = e.what();
+    box.turn_changed.notify_all();
+    throw;
+  }
+  std::lock_guard lock(box.mu);
+  ++box.turn;
+  box.turn_changed.notify_all();
+}
+
+void Mailboxes::complete_recv(char* data, std::size_t bytes, int src, std::uint32_t tag, std::uint64_t ticket) {
+  const auto deadline = Clock::now() + options_.timeout;
+  auto& box = *in_[static_cast<std::size_t>(src)];
+  auto mismatch = [&](std::uint64_t length) {
+    return std::invalid_argument(peer(src) + " sent " + std::to_string(length) + " bytes (tag " + std::to_string(tag) +
+                                 ") but the receive buffer holds " + std::to_string(bytes) +
+                                 "; pass a buffer of the sender's length");
+  };
+  std::unique_lock lock(box.mu);
+  for (;;) {
+    if (!box.broken.empty()) throw std::runtime_error("an earlier receive from " + peer(src) + " failed: " + box.broken);
+    if (const auto it = box.kept.find({tag, ticket}); it != box.kept.end()) {
+      const auto message = std::move(it->second);
+      box.kept.erase(it);
+      lock.unlock();
+      if (message.size() != bytes) throw mismatch(message.size());
+      std::memcpy(data, message.data(), bytes);
+      return;
+    }
+    if (box.reading) {
+      // Another completion reads the ring; it hands over what it finds.
+      if (box.changed.wait_until(lock, deadline) == std::cv_status::timeout) give_up(src, "recv: nothing came", true);
+      continue;
+    }
+    // Read the next message off the ring: ours goes straight into `data`, another is kept.
+    box.reading = true;
+    lock.unlock();
+    MessageHeader header{};
+    bool mine = false;
+    try {
+      auto& r = ring(src, options_.rank);
+      read(r, reinterpret_cast<char*>(&header), sizeof(header), src, deadline);
+      std::uint64_t index = 0;
+      {
+        std::lock_guard guard(box.mu);
+        index = box.arrived[header.tag]++;
+      }
+      mine = header.tag == tag && index == ticket;
+      if (mine) {
+        read(r, header.length == bytes ? data : nullptr, header.length, src, deadline);
+      } else {
+        std::vector<char> message(header.length);
+        read(r, message.data(), message.size(), src, deadline);
+        std::lock_guard guard(box.mu);
+        box.kept[{header.tag, index}] = std::move(message);
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard guard(box.mu);
+      box.reading = false;
+      box.broken = e.what();
+      box.changed.notify_all();
+      throw;
+    }
+    lock.lock();
+    box.reading = false;
+    box.changed.notify_all();
+    if (mine) {
+      if (header.length != bytes) throw mismatch(header.length);
+      return;
+    }
+  }
+}
+
+}  // namespace idist::detail::shm

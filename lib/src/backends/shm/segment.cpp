@@ -1,0 +1,142 @@
+#include "backends/shm/segment.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "common/duration.hpp"
+#include "store/store.hpp"
+
+namespace idist::detail::shm {
+namespace {
+
+constexpr std::uint64_t kMagic = 0x6d68732d74736469;  // "idist-shm"
+constexpr std::size_t kPage = 4096;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+std::uint64_t random_nonce() {
+  std::random_device device;
+  return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+}
+
+}  // namespace
+
+struct Segment::Header {
+  std::uint64_t magic;
+  std::uint64_t nonce;
+  std::uint32_t members;
+  Word attached;  // members attached so far
+  // Then the members' pids (pids()).
+};
+
+Segment::Header& Segment::header() const { return *reinterpret_cast<Header*>(base_); }
+pid_t* Segment::pids() const { return reinterpret_cast<pid_t*>(base_ + sizeof(Header)); }
+
+Segment::Segment(const BackendInit& init, std::size_t data_bytes, Clock::time_point deadline) {
+  const auto n = static_cast<std::size_t>(init.size);
+  const std::size_t header_bytes = round_up(sizeof(Header) + n * sizeof(pid_t), kPage);
+  bytes_ = header_bytes + round_up(data_bytes, kPage);
+  const std::string key = init.key_prefix + "shm/segment";
+  int fd = -1;
+  std::uint64_t nonce = 0;
+  if (init.rank == 0) {
+    fd = ::memfd_create("idist-shm", MFD_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(errno_text("memfd_create"));
+    // Sparse: pages cost memory only once touched (the p2p rings of a big group mostly never are).
+    if (::ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
+      ::close(fd);
+      throw std::runtime_error(errno_text("ftruncate of a " + std::to_string(bytes_) + "-byte shared segment"));
+    }
+    nonce = random_nonce();
+  } else {
+    const auto where = init.store.get(key);
+    std::istringstream in(std::string(where.begin(), where.end()));
+    long pid = 0;
+    int their_fd = -1;
+    in >> pid >> their_fd >> nonce;
+    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(their_fd);
+    fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+      throw std::runtime_error(errno_text("cannot open group rank 0's shared memory (" + path +
+                                          "): did it exit, or does it run in another pid namespace?"));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes_) {
+      ::close(fd);
+      throw std::runtime_error("group rank 0's shared memory (" + path + ") is not the size this rank expects (" +
+                               std::to_string(bytes_) + " bytes): do all ranks run the same idist?");
+    }
+  }
+  void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const auto why = errno_text("mmap of a " + std::to_string(bytes_) + "-byte shared segment");
+    ::close(fd);
+    throw std::runtime_error(why);
+  }
+  base_ = static_cast<char*>(p);
+  data_ = base_ + header_bytes;
+  data_bytes_ = bytes_ - header_bytes;
+  auto& h = header();
+  try {
+    if (init.rank == 0) {
+      h.magic = kMagic;
+      h.nonce = nonce;
+      h.members = static_cast<std::uint32_t>(n);
+      const auto text = std::to_string(::getpid()) + " " + std::to_string(fd) + " " + std::to_string(nonce);
+      init.store.set(key, std::vector<char>(text.begin(), text.end()));
+    } else if (h.magic != kMagic || h.nonce != nonce || h.members != n) {
+      throw std::runtime_error("the shared memory found through the store is not this group's");
+    }
+    pids()[init.rank] = ::getpid();
+    post_add(h.attached, 1);
+    wait_attached(init, deadline, key);
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::munmap(base_, bytes_);
+    throw;
+  }
+  ::close(fd);  // rank 0: everyone has attached, the mapping keeps the memory
+  pidfds_.assign(n, -1);
+  for (std::size_t r = 0; r < n; ++r)
+    if (pids()[r] != ::getpid()) pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pids()[r], 0));
+}
+
+void Segment::wait_attached(const BackendInit& init, Clock::time_point deadline, const std::string& key) {
+  auto& h = header();
+  const auto n = static_cast<std::uint32_t>(init.size);
+  wait_for(h.attached, WaitPolicy{.oversubscribed = true}, [n](std::uint32_t v) { return v >= n; }, [&] {
+    if (Clock::now() < deadline) return;
+    std::string missing;
+    for (std::uint32_t r = 0; r < n; ++r)
+      if (pids()[r] == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    throw TimeoutFailure("group rank" + std::string(missing.find(',') == std::string::npos ? " " : "s ") + missing +
+                         " did not attach to the shared memory (" + key + ") within " +
+                         duration_text(init.timeout));
+  });
+}
+
+Segment::~Segment() {
+  for (int fd : pidfds_)
+    if (fd >= 0) ::close(fd);
+  if (base_ != nullptr) ::munmap(base_, bytes_);
+}
+
+bool Segment::exited(int r) const {
+  const int fd = pidfds_[static_cast<std::size_t>(r)];
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+}  // namespace idist::detail::shm

@@ -1,0 +1,56 @@
+#pragma once
+// The memory the ranks of one host share: one mapping per group.
+//
+// Group rank 0 makes it with memfd_create and publishes "<pid> <fd> <nonce>" in the store; the
+// others open /proc/<pid>/fd/<fd>, which reopens that very file, and map it. The file has no
+// name in any file system, so a job killed at any moment leaves nothing behind in /dev/shm
+// (shm_open's names survive a kill -9 between open and unlink); the memory goes with the last
+// mapping. Rank 0 keeps its descriptor only until every member has attached.
+//
+// Every member writes its pid into the segment as it attaches, so that a wait on a peer can
+// ask the kernel whether that peer still lives (a pidfd, immune to pid reuse).
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "backends/shm/sync.hpp"
+
+namespace idist::detail::shm {
+
+class Segment {
+ public:
+  // Collective over the group's members; `data_bytes` for the backend's own use, after the
+  // segment's header. Throws TimeoutFailure naming the members that never attached by
+  // `deadline`, std::runtime_error when the memory cannot be made or mapped.
+  Segment(const BackendInit& init, std::size_t data_bytes, Clock::time_point deadline);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  char* data() const { return data_; }
+  std::size_t data_bytes() const { return data_bytes_; }
+
+  // Whether member r has exited (its pidfd is readable). False for members that share our
+  // process (threads as ranks in tests) and when the kernel cannot tell.
+  bool exited(int r) const;
+
+ private:
+  struct Header;
+  Header& header() const;
+  pid_t* pids() const;
+  void wait_attached(const BackendInit& init, Clock::time_point deadline, const std::string& key);
+
+  char* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  char* data_ = nullptr;
+  std::size_t data_bytes_ = 0;
+  std::vector<int> pidfds_;  // per member; -1 for ourselves and where none could be opened
+};
+
+}  // namespace idist::detail::shm

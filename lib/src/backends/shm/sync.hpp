@@ -1,0 +1,74 @@
+#pragma once
+// Waiting on words in shared memory, the one policy for the shm backend: spin for a moment
+// (a peer on another core usually answers within microseconds), then sleep on a futex in naps,
+// between which the caller checks what can end the wait early (a dead peer, the deadline).
+// When ranks outnumber cores, spinning takes the core from the very rank being waited for, so
+// the spin then yields the processor at every turn instead of burning it.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace idist::detail::shm {
+
+using Clock = std::chrono::steady_clock;
+
+// A 32-bit word that other processes change, and how many of them sleep on it, in a cache line
+// of its own. post() wakes the futex only when someone sleeps: the common case is a store.
+struct alignas(64) Word {
+  std::atomic<std::uint32_t> value{0};
+  std::atomic<std::uint32_t> sleepers{0};
+};
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex words must be plain 32-bit words");
+
+// Stores `value` and wakes every sleeper.
+void post(Word& word, std::uint32_t value);
+// Adds `delta` and wakes every sleeper; returns the new value.
+std::uint32_t post_add(Word& word, std::uint32_t delta);
+
+// Counters wrap around: `a` has reached `b` when it is at most 2^31 ahead of it.
+inline bool reached(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) >= 0; }
+
+struct WaitPolicy {
+  bool oversubscribed = false;  // more ranks on this host than cores we may run on
+};
+
+// The cores this process may run on (sched_getaffinity), at least 1.
+int usable_cores();
+
+// Spins, then sleeps, until ready(word's value) holds. Between naps (at most `nap` each), calls
+// between_naps(), which throws to end the wait.
+template <class Ready, class BetweenNaps>
+void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&& between_naps);
+
+// --- implementation ----------------------------------------------------------------------------
+
+namespace impl {
+void pause_once(bool oversubscribed);
+// FUTEX_WAIT while the word holds `seen`, for at most `nap`; returns at once if it does not.
+void sleep_while(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::microseconds nap);
+inline constexpr auto kSpin = std::chrono::microseconds(50);
+inline constexpr auto kNap = std::chrono::milliseconds(20);
+}  // namespace impl
+
+template <class Ready, class BetweenNaps>
+void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&& between_naps) {
+  if (ready(word.value.load(std::memory_order_acquire))) return;
+  // Spin, looking at the clock every few turns only: it costs more than a turn.
+  const auto spin_until = Clock::now() + impl::kSpin;
+  for (unsigned turn = 1;; ++turn) {
+    impl::pause_once(policy.oversubscribed);
+    if (ready(word.value.load(std::memory_order_acquire))) return;
+    if (turn % 64 == 0 && Clock::now() > spin_until) break;
+  }
+  for (;;) {
+    word.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const auto seen = word.value.load(std::memory_order_seq_cst);
+    if (!ready(seen)) impl::sleep_while(word.value, seen, impl::kNap);
+    word.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    if (ready(word.value.load(std::memory_order_acquire))) return;
+    between_naps();
+  }
+}
+
+}  // namespace idist::detail::shm
