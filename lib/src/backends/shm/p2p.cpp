@@ -38,6 +38,16 @@ Mailboxes::Mailboxes(std::shared_ptr<Segment> segment, char* rings, Options opti
   }
 }
 
+std::vector<Word*> Mailboxes::words_slept_on() const {
+  std::vector<Word*> words;
+  for (int r = 0; r < options_.size; ++r) {
+    if (r == options_.rank) continue;
+    words.push_back(&ring(r, options_.rank).tail);
+    words.push_back(&ring(options_.rank, r).head);
+  }
+  return words;
+}
+
 Mailboxes::Ring& Mailboxes::ring(int src, int dst) const {
   const auto index = static_cast<std::size_t>(src) * static_cast<std::size_t>(options_.size) + static_cast<std::size_t>(dst);
   return *reinterpret_cast<Ring*>(rings_ + index * (sizeof(Ring) + options_.ring_bytes));

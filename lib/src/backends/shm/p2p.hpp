@@ -38,6 +38,8 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   Mailboxes(std::shared_ptr<Segment> segment, char* rings, Options options);
 
   static std::size_t bytes_needed(int size, std::size_t ring_bytes);
+  // The words this rank may sleep on: its rings' tails (incoming) and heads (outgoing).
+  std::vector<Word*> words_slept_on() const;
 
   std::function<void()> send(const void* data, std::size_t bytes, int dst, std::uint32_t tag);
   std::function<void()> recv(void* data, std::size_t bytes, int src, std::uint32_t tag);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -126,7 +127,37 @@ void Segment::wait_attached(const BackendInit& init, Clock::time_point deadline,
   });
 }
 
+void Segment::watch(std::vector<Word*> words) {
+  std::vector<pollfd> fds;
+  for (int fd : pidfds_)
+    if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  if (fds.empty()) return;  // threads as ranks: nobody can exit alone
+  stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  if (stop_fd_ < 0) return;  // the naps still find a dead peer, a little later
+  fds.push_back({stop_fd_, POLLIN, 0});
+  watcher_ = std::thread([fds = std::move(fds), words = std::move(words)]() mutable {
+    for (;;) {
+      if (::poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds.back().revents != 0) return;  // stop
+      for (std::size_t i = 0; i + 1 < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        fds[i].fd = -1;  // poll skips it from now on
+        for (auto* w : words) wake_now(*w);
+      }
+    }
+  });
+}
+
 Segment::~Segment() {
+  if (watcher_.joinable()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(stop_fd_, &one, sizeof(one));
+    watcher_.join();
+  }
+  if (stop_fd_ >= 0) ::close(stop_fd_);
   for (int fd : pidfds_)
     if (fd >= 0) ::close(fd);
   if (base_ != nullptr) ::munmap(base_, bytes_);

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend.hpp"
@@ -40,6 +41,12 @@ class Segment {
   // process (threads as ranks in tests) and when the kernel cannot tell.
   bool exited(int r) const;
 
+  // Wakes every sleeper on `words` as soon as a member exits, so that a wait on a dead peer ends
+  // now rather than at its next nap (a launcher stops the survivors within milliseconds; they
+  // should have said whom they lost by then). A thread blocked in poll() on the members'
+  // pidfds; nothing runs while they live. Once, after construction.
+  void watch(std::vector<Word*> words);
+
  private:
   struct Header;
   Header& header() const;
@@ -51,6 +58,8 @@ class Segment {
   char* data_ = nullptr;
   std::size_t data_bytes_ = 0;
   std::vector<int> pidfds_;  // per member; -1 for ourselves and where none could be opened
+  int stop_fd_ = -1;         // eventfd that ends the watcher
+  std::thread watcher_;
 };
 
 }  // namespace idist::detail::shm

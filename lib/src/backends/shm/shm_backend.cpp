@@ -85,6 +85,9 @@ class ShmBackend final : public Backend {
         segment_, slots_ + slots,
         shm::Mailboxes::Options{.rank = rank_, .size = size_, .ring_bytes = ring, .timeout = timeout_, .policy = policy_,
                                 .word = word_});
+    auto slept_on = mailboxes_->words_slept_on();
+    slept_on.push_back(gen_);
+    segment_->watch(std::move(slept_on));
   }
 
   std::string_view name() const override { return "shm"; }

@@ -33,6 +33,8 @@ std::uint32_t post_add(Word& word, std::uint32_t delta) {
   return now;
 }
 
+void wake_now(Word& word) { futex(word.value, FUTEX_WAKE, INT_MAX, nullptr); }
+
 int usable_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -25,6 +25,8 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex words must
 void post(Word& word, std::uint32_t value);
 // Adds `delta` and wakes every sleeper; returns the new value.
 std::uint32_t post_add(Word& word, std::uint32_t delta);
+// Wakes every sleeper without changing the word: they look again, and at what ended their wait.
+void wake_now(Word& word);
 
 // Counters wrap around: `a` has reached `b` when it is at most 2^31 ahead of it.
 inline bool reached(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) >= 0; }
