@@ -9,6 +9,7 @@
 // a backend built for one purpose (shm: the ranks of one host) implements what it can and the
 // rest reads as a clear error rather than a missing symbol.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -38,7 +39,15 @@ struct BackendInit {
   // share memory exactly when their numbers are equal). Empty when unknown (a backend with
   // its own world).
   std::vector<int> hosts = {};
+  // How errors name the members: names[r] is the rank member r is known by to the user (a
+  // composite's inner groups number their members from 0). Empty: their own index.
+  std::vector<int> names = {};
 };
+
+// The rank errors give member r of a group made from `init`.
+inline int name_of(const BackendInit& init, int r) {
+  return init.names.empty() ? r : init.names[static_cast<std::size_t>(r)];
+}
 
 // What a backend can do, for the layers above to ask instead of comparing names.
 struct BackendTraits {
@@ -65,6 +74,12 @@ class IDIST_API Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual BackendTraits traits() const { return {}; }
+
+  // A composite backend chaining calls on inner ones hands them its own deadline, so that the
+  // chain waits one timeout, not one per link. Unset (the default), each call starts its own
+  // timeout. Collectives only: point-to-point completions keep their own.
+  using Clock = std::chrono::steady_clock;
+  void set_deadline(std::optional<Clock::time_point> deadline) { deadline_ = deadline; }
   // Copies between user buffers (host or, for device backends, device memory).
   virtual void copy(void* dst, const void* src, std::size_t bytes);
 
@@ -106,6 +121,18 @@ class IDIST_API Backend {
   // Throws std::invalid_argument "the X backend does not support OP": every rank reaches the
   // same refusal, so the group stays usable.
   [[noreturn]] void unsupported(std::string_view op) const;
+  // The deadline of the collective starting now, and the time left to it (at least 1 ms).
+  Clock::time_point call_deadline(std::chrono::milliseconds timeout) const {
+    return deadline_ ? *deadline_ : Clock::now() + timeout;
+  }
+  std::chrono::milliseconds call_timeout(std::chrono::milliseconds timeout) const {
+    if (!deadline_) return timeout;
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(*deadline_ - Clock::now()));
+  }
+
+ private:
+  std::optional<Clock::time_point> deadline_;
 };
 
 // Where a rank sits, as a backend that brings its own world sees it.

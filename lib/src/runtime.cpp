@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "backends/hierarchical/hierarchical_backend.hpp"
 #include "idist/common/host.hpp"
 #include "store/memory_store.hpp"
 #include "store/tcp_store.hpp"
@@ -250,17 +251,18 @@ void ignore_sigpipe_unless_handled() {
 }  // namespace
 
 std::string Runtime::carrier(const std::string& backend, const ErrorSite& site) const {
-  const auto hosts = hosts_.empty() ? 0 : *std::max_element(hosts_.begin(), hosts_.end()) + 1;
   const auto& mode = contract_.intranode;
-  if (mode == "shm" && backend != "gloo")
-    throw Error(site, "IDIST_INTRANODE=shm: shared memory carries the gloo backend, not " + backend +
-                          "; unset IDIST_INTRANODE or choose gloo");
-  if (mode == "shm" && hosts != 1)
-    throw Error(site, fmt::format("IDIST_INTRANODE=shm: the ranks run on {} hosts, and shared memory joins the ranks "
-                                  "of one; unset IDIST_INTRANODE (auto) or set it to off",
-                                  hosts == 0 ? std::string("unknown") : std::to_string(hosts)));
-  if (backend == "gloo" && mode != "off" && hosts == 1 && contract_.world_size > 1) return "shm";
-  return backend;
+  if (mode == "off" || backend != "gloo" || contract_.world_size == 1) {
+    if (mode == "shm" && backend != "gloo")
+      throw Error(site, "IDIST_INTRANODE=shm: shared memory carries the gloo backend, not " + backend +
+                            "; unset IDIST_INTRANODE or choose gloo");
+    return backend;
+  }
+  const std::string carrier(gloo_carrier(hosts_));
+  if (mode == "shm" && carrier == "gloo")
+    throw Error(site, "IDIST_INTRANODE=shm: no two ranks share a host, so shared memory has nothing to join; unset "
+                      "IDIST_INTRANODE (auto) or set it to off");
+  return carrier;
 }
 
 Runtime::Runtime(const env::Contract& contract, const InitOptions& options)

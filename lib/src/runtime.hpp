@@ -60,8 +60,8 @@ class Runtime {
   // are named (with their node) rather than surfacing as the backend's anonymous timeout.
   void join(std::chrono::steady_clock::time_point deadline);
 
-  // What carries `backend` for the world: shm where every rank shares this host and
-  // IDIST_INTRANODE allows it, else the backend itself.
+  // What carries `backend` for the world: for gloo, as IDIST_INTRANODE allows, shm where every
+  // rank shares one host and hierarchical where some do (gloo_carrier); else the backend itself.
   std::string carrier(const std::string& backend, const ErrorSite& site) const;
   // The hosts of `ranks` (world ranks), numbered afresh from 0 in their order.
   std::vector<int> hosts_of(const std::vector<int>& ranks) const;

@@ -1,7 +1,8 @@
 #pragma once
 // Threads as ranks: N ProcessGroups in one process, bootstrapped from a shared in-memory
 // store, over the backend IDIST_TEST_BACKEND names: gloo (real TCP connections on loopback,
-// the default) or shm (a real shared segment; every rank on one host). ctest runs the
+// the default), shm (a real shared segment; every rank on one host) or hierarchical (both, on
+// the fake hosts IDIST_TEST_HOSTS describes). ctest runs the
 // collective and point-to-point tests once per backend (tests/CMakeLists.txt). Errors name
 // "gloo" either way, as they do when the runtime puts shm under gloo. Assertions from rank
 // threads are collected and reported on the test thread (doctest's checks are not thread-safe).
@@ -38,6 +39,21 @@ inline std::string backend_under_test() {
   return name != nullptr && *name != '\0' ? name : "gloo";
 }
 
+// Which host each of `size` ranks runs on, as IDIST_TEST_HOSTS says: "pairs" (0,0,1,1,...),
+// "cyclic" (0,1,0,1,...: a host's ranks are not neighbours), "distinct" (0,1,2,...); all on
+// host 0 when unset. Threads all share memory, so any map can be faked in one process.
+inline std::vector<int> hosts_under_test(int size) {
+  const char* how = std::getenv("IDIST_TEST_HOSTS");
+  const std::string map = how != nullptr ? how : "";
+  std::vector<int> hosts(static_cast<std::size_t>(size), 0);
+  for (int r = 0; r < size; ++r) {
+    if (map == "pairs") hosts[static_cast<std::size_t>(r)] = r / 2;
+    if (map == "cyclic") hosts[static_cast<std::size_t>(r)] = r % 2;
+    if (map == "distinct") hosts[static_cast<std::size_t>(r)] = r;
+  }
+  return hosts;
+}
+
 // Runs body(group, failures) on `size` threads, one rank each.
 template <class Body>
 void run_ranks(int size, Body body, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
@@ -51,8 +67,8 @@ void run_ranks(int size, Body body, std::chrono::milliseconds timeout = std::chr
     threads.emplace_back([&, r] {
       try {
         auto backend = idist::detail::make_backend(
-            backend_under_test(), idist::detail::BackendInit{r, size, store, "test/", timeout, contract,
-                                                             std::vector<int>(static_cast<std::size_t>(size), 0)});
+            backend_under_test(),
+            idist::detail::BackendInit{r, size, store, "test/", timeout, contract, hosts_under_test(size)});
         idist::detail::ProcessGroup group(
             std::move(backend),
             idist::detail::ProcessGroupOptions{.rank = r, .size = size, .site = idist::ErrorSite{r, size, "", "gloo"}});

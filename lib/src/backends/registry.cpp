@@ -7,6 +7,7 @@
 
 #include "backend.hpp"
 #include "backends/gloo/gloo_backend.hpp"
+#include "backends/hierarchical/hierarchical_backend.hpp"
 #include "backends/shm/shm_backend.hpp"
 #include "backends/plugins.hpp"
 #include "idist/env_contract.hpp"
@@ -42,12 +43,13 @@ void check_known(std::string_view name) {
 }
 }  // namespace
 
-// shm is no backend a user names: the runtime puts it under gloo where every rank of a group
-// shares one host (IDIST_INTRANODE).
+// shm and hierarchical are no backends a user names: the runtime puts them under gloo where
+// ranks of a group share a host (IDIST_INTRANODE, gloo_carrier()).
 constexpr std::string_view kShm = "shm";
+constexpr std::string_view kHierarchical = "hierarchical";
 
 std::optional<Layout> native_layout(std::string_view name) {
-  if (name == kShm) return std::nullopt;
+  if (name == kShm || name == kHierarchical) return std::nullopt;
   check_known(name);
   if (name == "gloo") return std::nullopt;
   const auto& plugin = load_plugin(name);
@@ -57,6 +59,7 @@ std::optional<Layout> native_layout(std::string_view name) {
 
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init) {
   if (name == kShm) return make_shm_backend(init);
+  if (name == kHierarchical) return make_hierarchical_backend(init);
   check_known(name);
   if (name == "gloo") return make_gloo_backend(init);
   return load_plugin(name).make(init);

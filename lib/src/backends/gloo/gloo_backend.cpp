@@ -231,7 +231,7 @@ class GlooBackend final : public Backend {
     // Sub-groups number their members from 0; the error is wrapped with the group's name.
     const auto name_peers = [&] {
       peer_names_ = std::make_shared<const PeerNames>(
-          PeerNames{peer_ranks(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size),
+          PeerNames{named(init, peer_ranks(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size)),
                     init.key_prefix.find("/group/") == std::string::npos ? "rank " : "group rank "});
     };
     try {
@@ -241,7 +241,7 @@ class GlooBackend final : public Backend {
       guard([] { throw; });
     }
     name_peers();
-    auto accepted = accepted_peers(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size);
+    auto accepted = named(init, accepted_peers(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size));
     if (!accepted.empty()) {
       auto names = *peer_names_;
       names.by_address.insert(names.by_address.end(), accepted.begin(), accepted.end());
@@ -283,7 +283,7 @@ class GlooBackend final : public Backend {
     gloo::AllreduceOptions opts(context_);
     with_bytes(dtype, [&]<class E>() { opts.setOutput(static_cast<E*>(data), count); });
     opts.setReduceFunction(reducer(dtype, op));
-    opts.setTimeout(timeout_);
+    opts.setTimeout(call_timeout(timeout_));
     guard([&] { gloo::allreduce(opts); });
   }
 
@@ -298,7 +298,7 @@ class GlooBackend final : public Backend {
     });
     opts.setRoot(root);
     opts.setReduceFunction(reducer(dtype, op));
-    opts.setTimeout(timeout_);
+    opts.setTimeout(call_timeout(timeout_));
     guard([&] { gloo::reduce(opts); });
   }
 
@@ -319,7 +319,7 @@ class GlooBackend final : public Backend {
     if (context_->rank == root)
       opts.setOutput(static_cast<char*>(out), bytes_per_rank * static_cast<std::size_t>(context_->size));
     opts.setRoot(root);
-    opts.setTimeout(timeout_);
+    opts.setTimeout(call_timeout(timeout_));
     guard([&] { gloo::gather(opts); });
   }
 
@@ -333,7 +333,7 @@ class GlooBackend final : public Backend {
     }
     opts.setOutput(static_cast<char*>(out), bytes_per_rank);
     opts.setRoot(root);
-    opts.setTimeout(timeout_);
+    opts.setTimeout(call_timeout(timeout_));
     guard([&] { gloo::scatter(opts); });
   }
 
@@ -341,7 +341,7 @@ class GlooBackend final : public Backend {
     gloo::AllgatherOptions opts(context_);
     opts.setInput(const_cast<char*>(static_cast<const char*>(in)), bytes_per_rank);
     opts.setOutput(static_cast<char*>(out), bytes_per_rank * static_cast<std::size_t>(context_->size));
-    opts.setTimeout(timeout_);
+    opts.setTimeout(call_timeout(timeout_));
     guard([&] { gloo::allgather(opts); });
   }
 
@@ -352,7 +352,7 @@ class GlooBackend final : public Backend {
     const auto mine = bytes_per_rank[static_cast<std::size_t>(context_->rank)];
     opts.setInput(mine == 0 ? &empty : const_cast<char*>(static_cast<const char*>(in)), mine);
     opts.setOutput(static_cast<char*>(out), std::vector<std::size_t>(bytes_per_rank.begin(), bytes_per_rank.end()));
-    opts.setTimeout(timeout_);
+    opts.setTimeout(call_timeout(timeout_));
     guard([&] { gloo::allgatherv(opts); });
   }
 
@@ -360,13 +360,13 @@ class GlooBackend final : public Backend {
     gloo::BroadcastOptions opts(context_);
     opts.setOutput(static_cast<char*>(data), bytes);
     opts.setRoot(src);
-    opts.setTimeout(timeout_);
+    opts.setTimeout(call_timeout(timeout_));
     guard([&] { gloo::broadcast(opts); });
   }
 
   void barrier() override {
     gloo::BarrierOptions opts(context_);
-    opts.setTimeout(timeout_);
+    opts.setTimeout(call_timeout(timeout_));
     guard([&] { gloo::barrier(opts); });
   }
 
@@ -515,6 +515,13 @@ class GlooBackend final : public Backend {
           gloo::transport::tcp::Address(reinterpret_cast<const sockaddr*>(&remote), sizeof(remote)).str(), it->second);
     }
     return out;
+  }
+
+  // The members as the user knows them (BackendInit::names).
+  static std::vector<std::pair<std::string, int>> named(const BackendInit& init,
+                                                        std::vector<std::pair<std::string, int>> peers) {
+    for (auto& [address, peer] : peers) peer = name_of(init, peer);
+    return peers;
   }
 
   // Each peer's address for its connection to us, as gloo's connectFullMesh read it from the

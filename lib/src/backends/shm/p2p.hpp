@@ -33,6 +33,7 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
     std::chrono::milliseconds timeout{};
     WaitPolicy policy;
     std::string word;  // "rank " or "group rank ", for messages
+    std::vector<int> names;  // BackendInit::names
   };
   // `rings` points into `segment`, size * size rings of Options::ring_bytes plus their header.
   Mailboxes(std::shared_ptr<Segment> segment, char* rings, Options options);
@@ -70,7 +71,9 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   void complete_send(const char* data, std::size_t bytes, int dst, std::uint32_t tag, std::uint64_t ticket);
   void complete_recv(char* data, std::size_t bytes, int src, std::uint32_t tag, std::uint64_t ticket);
   [[noreturn]] void give_up(int peer, std::string_view what, bool timed_out) const;
-  std::string peer(int r) const { return options_.word + std::to_string(r); }
+  std::string peer(int r) const {
+    return options_.word + std::to_string(options_.names.empty() ? r : options_.names[static_cast<std::size_t>(r)]);
+  }
 
   std::shared_ptr<Segment> segment_;
   char* rings_;

@@ -65,6 +65,7 @@ class ShmBackend final : public Backend {
         size_(init.size),
         timeout_(init.timeout),
         word_(init.key_prefix.find("/group/") == std::string::npos ? "rank " : "group rank "),
+        names_(init.names),
         half_(half_bytes(init.size)) {
     for (int h : init.hosts)
       if (h != init.hosts.front())
@@ -84,7 +85,7 @@ class ShmBackend final : public Backend {
     mailboxes_ = std::make_shared<shm::Mailboxes>(
         segment_, slots_ + slots,
         shm::Mailboxes::Options{.rank = rank_, .size = size_, .ring_bytes = ring, .timeout = timeout_, .policy = policy_,
-                                .word = word_});
+                                .word = word_, .names = names_});
     auto slept_on = mailboxes_->words_slept_on();
     slept_on.push_back(gen_);
     segment_->watch(std::move(slept_on));
@@ -203,8 +204,10 @@ class ShmBackend final : public Backend {
 
   void begin(const char* op) {
     op_ = op;
-    deadline_ = Clock::now() + timeout_;
+    deadline_ = call_deadline(timeout_);
   }
+
+  int name(int r) const { return names_.empty() ? r : names_[static_cast<std::size_t>(r)]; }
 
   // A barrier over the group: the last rank to arrive starts the next generation.
   void step() {
@@ -226,9 +229,9 @@ class ShmBackend final : public Backend {
     for (int r = 0; r < size_; ++r) {
       if (shm::reached(arrived_[r].value.load(std::memory_order_acquire), s)) continue;
       if (segment_->exited(r))
-        throw std::runtime_error("connection to " + word_ + std::to_string(r) + " lost: it exited during " + op_ +
+        throw std::runtime_error("connection to " + word_ + std::to_string(name(r)) + " lost: it exited during " + op_ +
                                  " (shared memory)");
-      if (++listed <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (++listed <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(name(r));
     }
     if (Clock::now() < deadline_) return;
     const auto who = listed == 1 ? word_ : word_.substr(0, word_.size() - 1) + "s ";
@@ -295,6 +298,7 @@ class ShmBackend final : public Backend {
   int size_;
   std::chrono::milliseconds timeout_;
   std::string word_;
+  std::vector<int> names_;  // BackendInit::names
   std::size_t half_;
   shm::WaitPolicy policy_;
   std::shared_ptr<shm::Segment> segment_;

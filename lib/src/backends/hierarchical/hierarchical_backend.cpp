@@ -1,0 +1,237 @@
+// The hierarchical backend: a group spanning hosts, some with several of its ranks.
+//
+// Three inner backends, made in this order on every member (each creation is collective over
+// its own members, so no two members can wait on each other in opposite orders):
+//   flat_     gloo over every member: all_gather(_v), gather, scatter and point-to-point across
+//             hosts, which a split would only slow down;
+//   local_    shm over the members on this host (absent where a host has one member);
+//   leaders_  gloo over one leader per host, the host's lowest rank (absent on the others, and
+//             where there is one host).
+// The reductions, broadcast and barrier go through local_ and leaders_, so the bytes that
+// cross hosts are one host's worth, not one rank's: all_reduce = reduce on each host,
+// all_reduce among leaders, broadcast on each host.
+//
+// A call hands its deadline to the inner calls it chains (Backend::set_deadline): the chain
+// waits one timeout in all.
+
+#include "backends/hierarchical/hierarchical_backend.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "backends/gloo/gloo_backend.hpp"
+#include "backends/shm/shm_backend.hpp"
+
+namespace idist::detail {
+
+std::string_view gloo_carrier(const std::vector<int>& hosts) {
+  if (hosts.empty()) return "gloo";
+  std::vector<int> distinct(hosts);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  if (distinct.size() == 1) return "shm";
+  if (distinct.size() == hosts.size()) return "gloo";
+  return "hierarchical";
+}
+
+namespace {
+
+// Point-to-point on the inner shm group is ours alone (reduce's last hop): any tag will do.
+constexpr std::uint32_t kReduceTag = 0;
+
+class HierarchicalBackend final : public Backend {
+ public:
+  HierarchicalBackend(const BackendInit& init, std::unique_ptr<Backend> flat)
+      : rank_(init.rank), size_(init.size), timeout_(init.timeout), hosts_(init.hosts), flat_(std::move(flat)) {
+    const int host = hosts_[static_cast<std::size_t>(rank_)];
+    const int host_count = *std::max_element(hosts_.begin(), hosts_.end()) + 1;
+    std::vector<int> local_names;
+    for (int r = 0; r < size_; ++r) {
+      if (hosts_[static_cast<std::size_t>(r)] != host) continue;
+      if (r == rank_) local_rank_ = static_cast<int>(local_members_.size());
+      local_members_.push_back(r);
+      local_names.push_back(name_of(init, r));
+    }
+    if (local_members_.size() > 1) {
+      local_ = make_shm_backend(BackendInit{local_rank_, static_cast<int>(local_members_.size()), init.store,
+                                            init.key_prefix + "host/" + std::to_string(host) + "/", init.timeout,
+                                            init.contract, std::vector<int>(local_members_.size(), 0), local_names});
+    }
+    // Leaders in host order: leader k is host k's lowest rank.
+    std::vector<int> leaders;
+    std::vector<int> leader_names;
+    for (int h = 0; h < host_count; ++h) {
+      const auto first = std::find(hosts_.begin(), hosts_.end(), h);
+      if (first == hosts_.end()) throw std::invalid_argument("the host map skips host " + std::to_string(h));
+      leaders.push_back(static_cast<int>(first - hosts_.begin()));
+      leader_names.push_back(name_of(init, leaders.back()));
+    }
+    if (host_count > 1 && local_rank_ == 0) {
+      std::vector<int> distinct(static_cast<std::size_t>(host_count));
+      std::iota(distinct.begin(), distinct.end(), 0);
+      leaders_ = flat_->make_group(GroupInit{leaders, BackendInit{host, host_count, init.store,
+                                                                  init.key_prefix + "leaders/", init.timeout,
+                                                                  init.contract, distinct, leader_names}});
+    }
+  }
+
+  std::string_view name() const override { return "hierarchical"; }
+
+  // The same choice as for the world, over the new group's own host map.
+  std::unique_ptr<Backend> make_group(const GroupInit& group) override {
+    const auto carrier = gloo_carrier(group.init.hosts);
+    if (carrier == "shm") return make_shm_backend(group.init);
+    auto flat = flat_->make_group(group);
+    if (carrier == "gloo") return flat;
+    return std::make_unique<HierarchicalBackend>(group.init, std::move(flat));
+  }
+
+  void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
+    Chain chain(*this);
+    all_reduce_chained(data, count, dtype, op);
+  }
+
+  // Non-root buffers stay as they were: each host's leader reduces into scratch space unless it
+  // is the root, and the root, if not its host's leader, gets the result from it last.
+  void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override {
+    Chain chain(*this);
+    const auto bytes = count * dtype_size(dtype);
+    const int root_host = hosts_[static_cast<std::size_t>(root)];
+    const bool here = hosts_[static_cast<std::size_t>(rank_)] == root_host;
+    void* acc = data;
+    if (local_rank_ == 0 && rank_ != root) {
+      acc = scratch(bytes);
+      std::memcpy(acc, data, bytes);
+    }
+    if (local_) local_->reduce(acc, count, dtype, op, 0);
+    if (leaders_) leaders_->reduce(acc, count, dtype, op, root_host);
+    if (!here || local_members_[0] == root) return;
+    if (local_rank_ == 0) local_->send(acc, bytes, local_index(root), kReduceTag)();
+    if (rank_ == root) local_->recv(data, bytes, 0, kReduceTag)();
+  }
+
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
+    Chain chain(*this);
+    const auto block = count * dtype_size(dtype);
+    char* all = scratch(block * static_cast<std::size_t>(size_));
+    std::memcpy(all, in, block * static_cast<std::size_t>(size_));
+    all_reduce_chained(all, count * static_cast<std::size_t>(size_), dtype, op);
+    std::memcpy(out, all + block * static_cast<std::size_t>(rank_), block);
+  }
+
+  void broadcast(void* data, std::size_t bytes, int src) override {
+    Chain chain(*this);
+    const int src_host = hosts_[static_cast<std::size_t>(src)];
+    const bool here = hosts_[static_cast<std::size_t>(rank_)] == src_host;
+    if (here && local_) local_->broadcast(data, bytes, local_index(src));
+    if (leaders_) leaders_->broadcast(data, bytes, src_host);
+    if (!here && local_) local_->broadcast(data, bytes, 0);
+  }
+
+  void barrier() override {
+    Chain chain(*this);
+    if (local_) local_->barrier();
+    if (leaders_) leaders_->barrier();
+    if (local_) local_->barrier();
+  }
+
+  void all_gather(const void* in, void* out, std::size_t bytes_per_rank) override {
+    Chain chain(*this);
+    flat_->all_gather(in, out, bytes_per_rank);
+  }
+  void all_gather_v(const void* in, void* out, std::span<const std::size_t> bytes_per_rank) override {
+    Chain chain(*this);
+    flat_->all_gather_v(in, out, bytes_per_rank);
+  }
+  void gather(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
+    Chain chain(*this);
+    flat_->gather(in, out, bytes_per_rank, root);
+  }
+  void scatter(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
+    Chain chain(*this);
+    flat_->scatter(in, out, bytes_per_rank, root);
+  }
+
+  // Within a host through shared memory, across hosts through gloo. Every transfer between
+  // two ranks takes the same path, so same-tag transfers still match in posting order.
+  Completion send(const void* data, std::size_t bytes, int dst, std::uint32_t tag) override {
+    if (same_host(dst)) return local_->send(data, bytes, local_index(dst), tag);
+    return flat_->send(data, bytes, dst, tag);
+  }
+  Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) override {
+    if (same_host(src)) return local_->recv(data, bytes, local_index(src), tag);
+    return flat_->recv(data, bytes, src, tag);
+  }
+
+ private:
+  // The inner backends share this call's deadline while it lasts.
+  class Chain {
+   public:
+    explicit Chain(HierarchicalBackend& self) : self_(self) {
+      const auto deadline = self_.call_deadline(self_.timeout_);
+      for (auto* inner : self_.inner()) inner->set_deadline(deadline);
+    }
+    ~Chain() {
+      for (auto* inner : self_.inner()) inner->set_deadline(std::nullopt);
+    }
+    Chain(const Chain&) = delete;
+    Chain& operator=(const Chain&) = delete;
+
+   private:
+    HierarchicalBackend& self_;
+  };
+
+  std::vector<Backend*> inner() const {
+    std::vector<Backend*> out{flat_.get()};
+    if (local_) out.push_back(local_.get());
+    if (leaders_) out.push_back(leaders_.get());
+    return out;
+  }
+
+  void all_reduce_chained(void* data, std::size_t count, DType dtype, ReduceOp op) {
+    if (local_) local_->reduce(data, count, dtype, op, 0);
+    if (leaders_) leaders_->all_reduce(data, count, dtype, op);
+    if (local_) local_->broadcast(data, count * dtype_size(dtype), 0);
+  }
+
+  bool same_host(int r) const {
+    return local_ && hosts_[static_cast<std::size_t>(r)] == hosts_[static_cast<std::size_t>(rank_)];
+  }
+  int local_index(int r) const {
+    return static_cast<int>(std::find(local_members_.begin(), local_members_.end(), r) - local_members_.begin());
+  }
+
+  // Kept between calls, as gloo's (collectives of a group run one at a time).
+  char* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) {
+      scratch_.clear();
+      scratch_.shrink_to_fit();
+      scratch_.resize(bytes);
+    }
+    return scratch_.data();
+  }
+
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::vector<int> hosts_;
+  std::vector<int> local_members_;  // this host's members, ascending
+  int local_rank_ = 0;              // our index among them; 0: the host's leader
+  std::unique_ptr<Backend> flat_;
+  std::unique_ptr<Backend> local_;
+  std::unique_ptr<Backend> leaders_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_hierarchical_backend(const BackendInit& init) {
+  if (init.hosts.size() != static_cast<std::size_t>(init.size))
+    throw std::invalid_argument("the hierarchical backend needs every member's host");
+  return std::make_unique<HierarchicalBackend>(init, make_gloo_backend(init));
+}
+
+}  // namespace idist::detail
