@@ -45,6 +45,8 @@ std::string transport() {
   auto* rt = detail::runtime_if_initialized();
   if (rt == nullptr || rt->world().backend().name() == rt->world().backend_name()) return "";
   if (rt->world().backend().name() == "shm") return " (shared memory: every rank on this host)";
+  if (rt->world().backend().name() == "hierarchical")
+    return " (hierarchical: shared memory within each host, gloo among one leader per host)";
   return " (carried by " + std::string(rt->world().backend().name()) + ")";
 }
 }  // namespace

@@ -105,6 +105,31 @@ two_jobs() {
   rm -rf "$dir"
 }
 
+# netns_pair TAG: two network namespaces joined by a veth pair, as two "hosts" that really
+# talk over separate addresses. Sets NS_A, NS_B, ADDR_A, ADDR_B; netns_cleanup removes them.
+# Fails (non-zero) where namespaces cannot be made (needs root, iproute2, CAP_NET_ADMIN).
+netns_pair() {
+  local tag=$1
+  NS_A=idist-a$tag NS_B=idist-b$tag NETNS_TAG=$tag
+  ADDR_A=10.77.$((tag % 250)).1 ADDR_B=10.77.$((tag % 250)).2
+  [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null || return 1
+  {
+    ip netns add "$NS_A" && ip netns add "$NS_B" &&
+      ip link add "va$tag" type veth peer name "vb$tag" &&
+      ip link set "va$tag" netns "$NS_A" && ip link set "vb$tag" netns "$NS_B" &&
+      ip -n "$NS_A" addr add "$ADDR_A/24" dev "va$tag" && ip -n "$NS_B" addr add "$ADDR_B/24" dev "vb$tag" &&
+      ip -n "$NS_A" link set "va$tag" up && ip -n "$NS_B" link set "vb$tag" up &&
+      ip -n "$NS_A" link set lo up && ip -n "$NS_B" link set lo up
+  } 2>/dev/null
+}
+netns_cleanup() {
+  [ -n "${NETNS_TAG:-}" ] || return 0
+  ip netns del "$NS_A" 2>/dev/null
+  ip netns del "$NS_B" 2>/dev/null
+  ip link del "va$NETNS_TAG" 2>/dev/null  # left in the root namespace if the set-up failed half way
+  return 0
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]

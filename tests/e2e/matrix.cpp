@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -445,6 +446,14 @@ int main(int argc, char** argv) try {
     }
   }
   idist::init({.backend = backend});
+  {
+    // What carries the backend (shared memory, hierarchical), for the scripts to check.
+    std::ostringstream config;
+    idist::show_config(config);
+    std::istringstream lines(config.str());
+    for (std::string line; std::getline(lines, line);)
+      if (line.find("backend:") != std::string::npos) std::printf("matrix rank %d:%s\n", idist::get_rank(), line.c_str());
+  }
   int rc = 0;
   if (mode == "die") {
     rc = run_die();

@@ -73,6 +73,10 @@ for n in 1 2 3 4; do
   check "$label matrix, world size $n: exit 0" equals "$rc" 0
   check "$label matrix, world size $n: every rank reports no failure" \
     equals "$(count "$out" "checks, 0 failed")" "$n"
+  [ "$label" = shm ] && [ "$n" -gt 1 ] && check "shm matrix, world size $n: shared memory carries gloo on every rank" \
+    equals "$(count "$out" "backend: gloo (shared memory: every rank on this host)")" "$n"
+  [ "$label" = gloo ] && check "gloo matrix, world size $n: gloo over TCP, no shared memory (IDIST_INTRANODE=off)" \
+    equals "$(count "$out" "shared memory")" 0
 done
 
 if [ "$backend" = mpi ]; then

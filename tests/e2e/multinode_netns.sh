@@ -7,31 +7,16 @@ RUN=$(realpath "$1")
 EX=$(realpath "$2")
 
 tag=$$
-A=idist-a$tag
-B=idist-b$tag
-net=$((tag % 250))
-ADDR_A=10.77.$net.1
-ADDR_B=10.77.$net.2
 cleanup() {
-  ip netns del "$A" 2>/dev/null
-  ip netns del "$B" 2>/dev/null
-  ip link del "va$tag" 2>/dev/null  # left in the root namespace if the set-up failed half way
+  netns_cleanup
   rm -f "/tmp/idist-netns-$tag.out"
 }
 trap cleanup EXIT
-
-make_hosts() {
-  ip netns add "$A" && ip netns add "$B" &&
-    ip link add "va$tag" type veth peer name "vb$tag" &&
-    ip link set "va$tag" netns "$A" && ip link set "vb$tag" netns "$B" &&
-    ip -n "$A" addr add "$ADDR_A/24" dev "va$tag" && ip -n "$B" addr add "$ADDR_B/24" dev "vb$tag" &&
-    ip -n "$A" link set "va$tag" up && ip -n "$B" link set "vb$tag" up &&
-    ip -n "$A" link set lo up && ip -n "$B" link set lo up
-}
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! make_hosts 2>/dev/null; then
+if ! netns_pair $tag; then
   echo "SKIP: cannot create network namespaces and a veth pair here (needs root, iproute2, CAP_NET_ADMIN)"
   exit 77
 fi
+A=$NS_A B=$NS_B
 echo "# namespaces $A ($ADDR_A) and $B ($ADDR_B)"
 
 port=29500
