@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -58,6 +59,8 @@ struct BackendTraits {
   // Whether user buffers may be GPU memory (nccl); the others refuse it before reading it as
   // host memory.
   bool device_buffers = false;
+  // The largest point-to-point tag (MPI's MPI_TAG_UB may be as low as 32767).
+  int max_tag = std::numeric_limits<int>::max();
 };
 
 // What a sub-group is made of: its members, as ranks of the parent group, in group-rank order.

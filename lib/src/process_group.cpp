@@ -87,6 +87,9 @@ void ProcessGroup::check_peer(std::string_view op, std::string_view role, int pe
   if (peer == rank())
     throw Error(site(op), fmt::format("{}={} is this rank: a transfer to itself would never complete", role, peer));
   if (tag < 0) throw Error(site(op), fmt::format("tag={} is negative", tag));
+  if (const auto most = backend_->traits().max_tag; tag > most)
+    throw Error(site(op), fmt::format("tag={} is above the largest tag the {} backend allows, {}", tag,
+                                      options_.site.backend, most));
   check_buffer(op, data, bytes);
 }
 

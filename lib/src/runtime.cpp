@@ -1,6 +1,7 @@
 #include "runtime.hpp"
 
 #include <spdlog/fmt/fmt.h>
+#include "common/duration.hpp"
 #include "log.hpp"
 #include <signal.h>
 #include <unistd.h>
@@ -150,8 +151,7 @@ void Runtime::join(Clock::time_point deadline) {
   store_->set(prefix + "rank/" + std::to_string(c.rank), std::vector<char>(identity.begin(), identity.end()));
   store_->set(prefix + "node/" + std::to_string(c.node_rank), {});
   const std::string waited =
-      fmt::format("timed out after {:g}s waiting for all {} ranks to join: ", static_cast<double>(c.timeout.count()) / 1000,
-                  c.world_size);
+      fmt::format("timed out after {} waiting for all {} ranks to join: ", duration_text(c.timeout), c.world_size);
   constexpr auto kMargin = std::chrono::seconds(5);  // for rank 0 to find out who is missing and say so
 
   if (c.rank != 0) {
@@ -447,7 +447,6 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
   const std::string prefix = state == nullptr ? std::string(kWorldPrefix) : fmt::format("idist/group/{}/", state->id);
   const auto base = fmt::format("{}monitored_barrier/{}/", prefix, monitored_barriers_[prefix]++);
   const std::string result_key = base + "result";
-  const auto seconds = static_cast<double>(timeout.count()) / 1000;
   try {
     store_->set(base + std::to_string(group.rank()), {});
     if (group.rank() != 0) {
@@ -456,7 +455,7 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
       const auto until = Clock::now() + timeout + std::chrono::seconds(5);
       while (!reader->check({result_key})[0]) {
         if (Clock::now() > until)
-          throw TimeoutFailure(fmt::format("rank {} never reported, within {:g}s", members[0], seconds + 5));
+          throw TimeoutFailure(fmt::format("rank {} never reported, within {}", members[0], duration_text(timeout + std::chrono::seconds(5))));
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       const auto verdict = reader->get(result_key);
@@ -468,7 +467,7 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
     const auto present = present_by(*reader, keys, Clock::now() + timeout);
     std::string verdict;
     if (count_missing(present) > 0)
-      verdict = fmt::format("{} did not arrive within {:g}s", global_list(members, present), seconds);
+      verdict = fmt::format("{} did not arrive within {}", global_list(members, present), duration_text(timeout));
     reader->set(result_key, std::vector<char>(verdict.begin(), verdict.end()));
     if (!verdict.empty()) throw TimeoutFailure(verdict);
   } catch (const TimeoutFailure& e) {

@@ -1,5 +1,6 @@
 #include <spdlog/fmt/fmt.h>
 
+#include "common/duration.hpp"
 #include "work_state.hpp"
 
 namespace idist {
@@ -13,8 +14,8 @@ void Work::wait() {
 void Work::wait(std::chrono::milliseconds timeout) {
   if (!state_) return;
   if (state_->done.wait_for(timeout) != std::future_status::ready)
-    throw TimeoutError(state_->site, fmt::format("not complete after {:g}s (it goes on; wait again to keep waiting)",
-                                                 static_cast<double>(timeout.count()) / 1000));
+    throw TimeoutError(state_->site, "not complete after " + detail::duration_text(timeout) +
+                                                 " (it goes on; wait again to keep waiting)");
   state_->done.get();
 }
 

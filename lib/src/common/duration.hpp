@@ -1,15 +1,17 @@
 #pragma once
-// One way to print a duration in a message: whole seconds as "300 s", anything else in
-// milliseconds ("2500 ms"), so a timeout reads the same from the store, a backend or the runtime.
+// One way to print a duration in a message: seconds, as short as exact ("300s", "2.5s",
+// "0.05s"), so that a timeout reads the same from the store, the runtime and every backend.
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 namespace idist::detail {
 
-inline std::string duration_text(std::chrono::milliseconds t) {
-  const auto ms = t.count();
-  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+inline std::string duration_text(std::chrono::duration<double> t) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%gs", t.count());
+  return text;
 }
 
 }  // namespace idist::detail

@@ -1,4 +1,5 @@
 #include "backends/nccl/nccl_backend.hpp"
+#include "common/duration.hpp"
 #include "backends/plugin.hpp"
 
 #include <cuda_runtime.h>
@@ -39,12 +40,6 @@ std::string nccl_error(const char* what, ncclResult_t result) {
 
 void check_nccl(ncclResult_t result, const char* what) {
   if (result != ncclSuccess) throw std::runtime_error(nccl_error(what, result));
-}
-
-std::string seconds(std::chrono::milliseconds timeout) {
-  std::ostringstream out;
-  out << static_cast<double>(timeout.count()) / 1000 << "s";
-  return out.str();
 }
 
 // --- the one switch over dtypes, and the reduce ops NCCL has --------------------------------------
@@ -330,7 +325,7 @@ class Communicator {
   }
 
   [[noreturn]] void time_out(const char* what) {
-    const auto text = std::string(what) + ": not complete after " + seconds(timeout_) +
+    const auto text = std::string(what) + ": not complete after " + duration_text(timeout_) +
                       " (a peer never called it, or is stuck); the NCCL communicator is aborted";
     abort(text);
     throw TimeoutFailure(text);
