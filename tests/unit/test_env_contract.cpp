@@ -188,6 +188,13 @@ TEST_CASE("an outer launcher's marks without a topology are remembered, so init(
             .unread_launcher.empty());
 }
 
+TEST_CASE("IDIST_INTRANODE: auto by default, auto/shm/off, anything else one error naming it") {
+  CHECK(env::read_contract(from({})).intranode == "auto");
+  for (const char* mode : {"auto", "shm", "off"}) CHECK(env::read_contract(from({{"IDIST_INTRANODE", mode}})).intranode == mode);
+  CHECK_THROWS_WITH_AS(env::read_contract(from({{"IDIST_INTRANODE", "fast"}})),
+                       "IDIST_INTRANODE='fast': expected auto, shm or off", env::ContractError);
+}
+
 TEST_CASE("every yes/no variable reads alike: 1/true/yes, 0/false/no, any case; else one error naming it") {
   for (const char* yes : {"1", "true", "yes", "YES", "True"}) {
     CAPTURE(yes);

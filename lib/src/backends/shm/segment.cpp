@@ -25,7 +25,11 @@ constexpr std::size_t kPage = 4096;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+// "what: the error; hint" (the hint tells what to do instead).
+std::string errno_text(const std::string& what, const std::string& hint = "") {
+  return what + ": " + std::strerror(errno) + (hint.empty() ? "" : "; " + hint);
+}
+constexpr const char* kUseTcp = "IDIST_INTRANODE=off runs gloo over TCP instead";
 
 std::uint64_t random_nonce() {
   std::random_device device;
@@ -54,7 +58,7 @@ Segment::Segment(const BackendInit& init, std::size_t data_bytes, Clock::time_po
   std::uint64_t nonce = 0;
   if (init.rank == 0) {
     fd = ::memfd_create("idist-shm", MFD_CLOEXEC);
-    if (fd < 0) throw std::runtime_error(errno_text("memfd_create"));
+    if (fd < 0) throw std::runtime_error(errno_text("memfd_create", kUseTcp));
     // Sparse: pages cost memory only once touched (the p2p rings of a big group mostly never are).
     if (::ftruncate(fd, static_cast<off_t>(bytes_)) != 0) {
       ::close(fd);
@@ -70,8 +74,9 @@ Segment::Segment(const BackendInit& init, std::size_t data_bytes, Clock::time_po
     const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(their_fd);
     fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0)
-      throw std::runtime_error(errno_text("cannot open group rank 0's shared memory (" + path +
-                                          "): did it exit, or does it run in another pid namespace?"));
+      throw std::runtime_error(errno_text("cannot open group rank 0's shared memory (" + path + ")",
+                                          "did it exit, or does it run in another pid namespace? " +
+                                              std::string(kUseTcp)));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes_) {
       ::close(fd);
