@@ -29,15 +29,16 @@ ProcessGroup::~ProcessGroup() {
   for (auto& done : in_flight_) done.wait();
 }
 
-template <class F>
-void ProcessGroup::run(Health& health, const ErrorSite& site, F&& f) {
-  {
+template <class Where, class F>
+void ProcessGroup::run(Health& health, Where&& where, F&& f) {
+  if (health.failed.load(std::memory_order_acquire)) {
     std::lock_guard lock(health.mu);
-    if (!health.broken.empty()) throw Error(site, "unusable after an earlier failure: " + health.broken);
+    throw Error(where(), "unusable after an earlier failure: " + health.broken);
   }
   auto mark_broken = [&](const char* why) {
     std::lock_guard lock(health.mu);
     if (health.broken.empty()) health.broken = why;
+    health.failed.store(true, std::memory_order_release);
   };
   try {
     f();
@@ -45,14 +46,14 @@ void ProcessGroup::run(Health& health, const ErrorSite& site, F&& f) {
     throw;
   } catch (const TimeoutFailure& e) {
     mark_broken(e.what());
-    throw TimeoutError(site, e.what());
+    throw TimeoutError(where(), e.what());
   } catch (const std::invalid_argument& e) {
     // An argument check that every rank made alike (or a receive of the wrong size, which the
     // backend drained): the connections are still in step, so the group stays usable.
-    throw Error(site, e.what());
+    throw Error(where(), e.what());
   } catch (const std::exception& e) {
     mark_broken(e.what());
-    throw Error(site, e.what());
+    throw Error(where(), e.what());
   }
 }
 
@@ -486,7 +487,7 @@ Work ProcessGroup::start(std::string_view op, Backend::Completion completion) {
   // the whole context).
   auto where = site(op);
   auto done = std::async(std::launch::async, [health = health_, where, completion = std::move(completion)] {
-                run(*health, where, completion);
+                run(*health, [&] { return where; }, completion);
               }).share();
   return track(std::move(done), std::move(where));
 }

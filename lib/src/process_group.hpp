@@ -112,6 +112,7 @@ class ProcessGroup {
   struct Health {
     std::mutex mu;
     std::string broken;
+    std::atomic<bool> failed{false};  // broken is set: read without the lock on every call
   };
 
   // What every rank must agree on for a collective; compared across ranks under IDIST_DEBUG.
@@ -133,11 +134,13 @@ class ProcessGroup {
 
   // Runs a backend call, turning its failures into idist errors. After a failure the
   // backend's connections are in an unknown state, so the group refuses further calls.
-  template <class F>
-  static void run(Health& health, const ErrorSite& site, F&& f);
+  // `where()` makes the error site, only when there is an error to report: on the path every
+  // call takes, building one (strings) cost more than a shared-memory all_reduce of 8 bytes.
+  template <class Where, class F>
+  static void run(Health& health, Where&& where, F&& f);
   template <class F>
   void run(std::string_view op, F&& f) {
-    run(*health_, site(op), std::forward<F>(f));
+    run(*health_, [&] { return site(op); }, std::forward<F>(f));
   }
   bool alone() const { return options_.size == 1 && backend_->traits().skip_group_of_one; }
   void execute(const Call& call);   // blocking: after the async ones, on this thread
