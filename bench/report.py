@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Turns the measurements of scripts/bench.sh into docs/BENCHMARKS.md and its plots.
 
-Reads DATA/bw/*.json (idist-bench, raw_gloo and raw_mpi --json documents), DATA/launch.jsonl
-(one wall_time result per line, labelled), DATA/cpu.jsonl (idist's own CPU time per call) and
-DATA/meta.json (mode, options, notes), judges the targets, and writes OUT/BENCHMARKS.md and,
-when gnuplot is there, OUT/bench-*.png. The part of BENCHMARKS.md below the KEEP marker is
+Reads DATA/bw/IMPL/*.json (idist-bench, raw_gloo and raw_mpi --json documents; IMPL is one of
+IMPLS below: the directory says which, as idist-bench's document says "gloo" over shared memory
+and over TCP alike), DATA/launch.jsonl (one wall_time result per line, labelled), DATA/cpu.jsonl
+(idist's own CPU time per call), DATA/copy_bw.json (the memcpy ceiling), DATA/bindings-nN.txt
+(mpirun --report-bindings) and DATA/meta.json (mode, options, notes), judges the targets, and
+writes OUT/BENCHMARKS.md and, when gnuplot is there, OUT/bench-*.png. The part of BENCHMARKS.md below the KEEP marker is
 written by people ("What we found") and kept across runs.
 
     python3 bench/report.py --data DIR --out docs     # DIR as kept by scripts/bench.sh --keep DIR
@@ -21,11 +23,22 @@ from pathlib import Path
 
 KEEP = "<!-- Everything below this line is written by hand and kept by scripts/bench.sh across runs. -->"
 COLLECTIVES = ["all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce", "send_recv", "barrier"]
-BACKENDS = ["gloo", "mpi"]
+# The five ways each collective is measured, as scripts/bench.sh names their directories.
+IMPLS = {"shm": "shm", "gloo-tcp": "gloo-TCP", "raw-gloo": "raw Gloo", "raw-mpi": "raw MPI", "idist-mpi": "idist-mpi"}
+# idist's overhead: each of these against the same calls made directly. shm has no direct
+# counterpart; it is judged against MPI by the targets of issue 16 (judge_shm).
+OVERHEAD = [("gloo-tcp", "raw-gloo"), ("idist-mpi", "raw-mpi")]
 BIG = 64 * 1024          # from here on the target is a busbw ratio, below it a time difference
 RATIO_TARGET = 0.95      # idist busbw at least 95% of raw
 DELTA_TARGET_US = 5.0    # idist at most 5 us more per call
 LINEAR_SLACK = 2.2       # doubling N may at most double launch time (+10% for noise)
+MIB = 1024 * 1024
+# Issue 16's targets for the shm backend, mpi, and launch.
+SHM_LATENCY_FACTOR = {2: 1.0, 4: 2.0}  # 8 B all_reduce: shm time at most this times raw MPI's, per N
+MPI_DELTA_8B_US = 1.0                  # idist-mpi at most 1 us over raw MPI at 8 B
+SHM_BUSBW_FACTOR = 1.5                 # 64 MiB all_reduce: shm busbw at least 1.5x raw MPI's
+SHM_OVER_TCP = 10.0                    # all_reduce, 64 KiB to 64 MiB: shm at least 10x faster than gloo-TCP
+LAUNCH_N = 64                          # idist-run -n 64 at most half of mpirun -np 64
 
 
 def run(cmd):
@@ -69,18 +82,44 @@ def machine():
 
 
 def load_bandwidth(data):
-    """{(backend, impl, n, collective): [result rows]}"""
+    """{(impl, n, collective): [result rows]}"""
     runs = {}
-    for path in sorted((data / "bw").glob("*.json")):
+    if any((data / "bw").glob("*.json")):
+        print("report: bw/*.json is an older bench.sh's layout (before shm, one directory per implementation "
+              "since): left out", file=sys.stderr)
+    for path in sorted((data / "bw").glob("*/*.json")):
+        impl = path.parent.name
+        if impl not in IMPLS:
+            print(f"report: {path}: unknown implementation {impl}; left out", file=sys.stderr)
+            continue
         try:
             doc = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             print(f"report: {path.name}: not JSON ({e}); left out", file=sys.stderr)
             continue
         for r in doc["results"]:
-            key = (doc["backend"], doc["implementation"], doc["world_size"], r["collective"])
-            runs.setdefault(key, []).append(r)
+            runs.setdefault((impl, doc["world_size"], r["collective"]), []).append(r)
     return runs
+
+
+def load_json(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def bindings(data, n):
+    """What Open MPI bound each rank to at N ranks, from its --report-bindings."""
+    try:
+        text = (data / f"bindings-n{n}.txt").read_text()
+    except OSError:
+        return None
+    maps = [line.rsplit(":", 1)[1].strip() for line in text.splitlines() if "MCW rank" in line and "bound to" in line
+            and "not bound" not in line]
+    if maps:
+        return "bound to core: " + " ".join(f"`{m}`" for m in maps)
+    return "not bound"
 
 
 def load_launch(data):
@@ -113,12 +152,12 @@ def median_busbw(row):
     return row["busbw"] * row["time_us"] / latency(row) if latency(row) > 0 else 0
 
 
-def compare(runs, backend, n, collective):
-    """Rows of idist vs raw at equal (size, type, op), with the verdict of each: below BIG (and
-    for barrier) the difference of the best median calls, from BIG the ratio of the busbw those
-    give."""
-    mine = by_size(runs.get((backend, "idist", n, collective), []))
-    ref = by_size(runs.get((backend, "raw", n, collective), []))
+def compare(runs, impl, reference, n, collective):
+    """Rows of IMPL vs REFERENCE at equal (size, type, op), with the verdict of each: below BIG
+    (and for barrier) the difference of the best median calls, from BIG the ratio of the busbw
+    those give."""
+    mine = by_size(runs.get((impl, n, collective), []))
+    ref = by_size(runs.get((reference, n, collective), []))
     out = []
     for key in sorted(set(mine) & set(ref)):
         a, b = mine[key], ref[key]
@@ -144,6 +183,10 @@ def fmt_us(us):
     return f"{us:.1f}" if us < 1000 else f"{us:,.0f}"
 
 
+def fmt_x(factor):
+    return f"{factor:,.0f}x" if factor >= 100 else f"{factor:.1f}x"
+
+
 def launch_table(launch):
     by = {}
     for row in launch:
@@ -152,12 +195,22 @@ def launch_table(launch):
 
 
 def judge_launch(by, ns):
+    """(target, figure, met) rows, issue 16's N = 64 first; met is None where it was not measured."""
     verdicts = []
-    idist4, mpi4 = by.get(("idist-run", 4)), by.get(("mpirun", 4))
-    if idist4 and mpi4:
-        ratio = idist4["median_ms"] / mpi4["median_ms"]
-        verdicts.append(("`idist-run -n 4` init + barrier + exit, at most half of `mpirun -np 4`",
-                         f"{idist4['median_ms']:.0f} ms vs {mpi4['median_ms']:.0f} ms: {ratio:.2f}x", ratio <= 0.5))
+    both = [n for n in ns if ("idist-run", n) in by and ("mpirun", n) in by]
+    target = f"`idist-run -n {LAUNCH_N}` init + barrier + exit, at most half of `mpirun -np {LAUNCH_N}`"
+    if LAUNCH_N in both:
+        a, b = by[("idist-run", LAUNCH_N)], by[("mpirun", LAUNCH_N)]
+        ratio = a["median_ms"] / b["median_ms"]
+        verdicts.append((target, f"{a['median_ms']:.0f} ms vs {b['median_ms']:.0f} ms: {ratio:.2f}x", ratio <= 0.5))
+    elif both:
+        # A --quick run stops short of 64: the largest N there is shown, but it does not judge 64.
+        n = both[-1]
+        a, b = by[("idist-run", n)], by[("mpirun", n)]
+        verdicts.append((target, f"not measured at {LAUNCH_N}; at {n}: {a['median_ms']:.0f} ms vs "
+                                 f"{b['median_ms']:.0f} ms: {a['median_ms'] / b['median_ms']:.2f}x", None))
+    else:
+        verdicts.append((target, "not measured", None))
     steps = []
     many = [n for n in ns if n >= 2]  # a world of one needs no rendezvous: another path, not a point on the line
     for a, b in zip(many, many[1:]):
@@ -177,31 +230,95 @@ def judge_launch(by, ns):
     return verdicts
 
 
+def point(runs, impl, n, collective, size):
+    """The best run's row of IMPL at SIZE (float32 sum), or None."""
+    return by_size(runs.get((impl, n, collective), [])).get((size, "float32", "sum"))
+
+
+def judge_shm(runs, ns_bw):
+    """Issue 16's targets for the shm backend and idist-mpi: (target, figure, met) rows; met is
+    None where a figure is missing (a --quick run, a failed run)."""
+    rows = []
+
+    def missing(n, *parts):
+        return f"not measured: no {' or '.join(p for p in parts if p)} run at {n} ranks"
+
+    # Both of the latency targets' N always get a row: a --quick run's missing 4 ranks should
+    # show as not judged, not vanish from the list.
+    for n, factor in SHM_LATENCY_FACTOR.items():
+        shm, mpi = point(runs, "shm", n, "all_reduce", 8), point(runs, "raw-mpi", n, "all_reduce", 8)
+        what = (f"all_reduce 8 B, {n} ranks: shm at most raw MPI's time" if factor == 1 else
+                f"all_reduce 8 B, {n} ranks: shm within {factor:g}x raw MPI's time")
+        if shm and mpi:
+            ratio = latency(shm) / latency(mpi)
+            rows.append((what, f"{latency(shm):.2f} us vs {latency(mpi):.2f} us: {ratio:.2f}x", ratio <= factor))
+        else:
+            rows.append((what, missing(n, not shm and "shm", not mpi and "raw MPI"), None))
+    for n in ns_bw:
+        mine, ref = point(runs, "idist-mpi", n, "all_reduce", 8), point(runs, "raw-mpi", n, "all_reduce", 8)
+        what = f"all_reduce 8 B, {n} ranks: idist-mpi within {MPI_DELTA_8B_US:g} us of raw MPI"
+        if mine and ref:
+            delta = latency(mine) - latency(ref)
+            rows.append((what, f"{latency(mine):.2f} us vs {latency(ref):.2f} us: {delta:+.2f} us",
+                         delta <= MPI_DELTA_8B_US))
+        else:
+            rows.append((what, missing(n, not mine and "idist-mpi", not ref and "raw MPI"), None))
+    for n in ns_bw:
+        shm, mpi = point(runs, "shm", n, "all_reduce", 64 * MIB), point(runs, "raw-mpi", n, "all_reduce", 64 * MIB)
+        what = f"all_reduce 64 MiB, {n} ranks: shm busbw at least {SHM_BUSBW_FACTOR:g}x raw MPI's"
+        if shm and mpi and median_busbw(mpi) > 0:
+            ratio = median_busbw(shm) / median_busbw(mpi)
+            rows.append((what, f"{median_busbw(shm):.2f} GB/s vs {median_busbw(mpi):.2f} GB/s: {ratio:.2f}x",
+                         ratio >= SHM_BUSBW_FACTOR))
+        else:
+            rows.append((what, missing(n, not shm and "shm", not mpi and "raw MPI"), None))
+    for n in ns_bw:
+        shm = by_size(runs.get(("shm", n, "all_reduce"), []))
+        tcp = by_size(runs.get(("gloo-tcp", n, "all_reduce"), []))
+        sizes = sorted(k for k in set(shm) & set(tcp) if k[1:] == ("float32", "sum") and BIG <= k[0] <= 64 * MIB)
+        what = f"all_reduce 64 KiB to 64 MiB, {n} ranks: shm at least {SHM_OVER_TCP:g}x faster than gloo-TCP at every size"
+        if sizes:
+            speedups = [(k[0], latency(tcp[k]) / latency(shm[k])) for k in sizes if latency(shm[k]) > 0]
+            worst = min(speedups, key=lambda s: s[1])
+            short = "" if sizes[-1][0] == 64 * MIB else f"; measured up to {human(sizes[-1][0])} only"
+            rows.append((what, f"{fmt_x(worst[1])} at worst ({human(worst[0])}); "
+                               f"{', '.join(f'{human(z)} {fmt_x(x)}' for z, x in speedups)}{short}",
+                         worst[1] >= SHM_OVER_TCP if not short else None))
+        else:
+            rows.append((what, missing(n, "all_reduce from 64 KiB"), None))
+    return rows
+
+
+def verdict(ok):
+    return "not judged" if ok is None else "met" if ok else "**missed**"
+
+
 def gnuplot(out, runs, ns_bw, by_launch, ns_launch, kinds):
     if not shutil.which("gnuplot"):
         print("report: gnuplot is not installed: no plots (apt-get install gnuplot-nox)", file=sys.stderr)
         return []
     data_dir = out / "bench-plot-data"
     data_dir.mkdir(exist_ok=True)
-    lines = [("gloo", "idist", "idist over gloo", "#1f77b4", 1), ("gloo", "raw", "raw Gloo", "#1f77b4", 2),
-             ("mpi", "idist", "idist over mpi", "#d62728", 1), ("mpi", "raw", "raw MPI", "#d62728", 2)]
+    lines = [("shm", "idist over shm", "#2ca02c", 1), ("gloo-tcp", "idist over gloo-TCP", "#1f77b4", 1),
+             ("raw-gloo", "raw Gloo", "#1f77b4", 2), ("raw-mpi", "raw MPI", "#d62728", 2)]
     made = []
     for n in ns_bw:
-        for what, value, ylabel in [("busbw", median_busbw, "bus bandwidth (GB/s)"),
-                                    ("time", latency, "time per call, median (us)")]:
+        # The key goes where the curves are not: busbw rises with size, time too.
+        for what, value, ylabel, key in [("busbw", median_busbw, "bus bandwidth (GB/s)", "bottom right"),
+                                         ("time", latency, "time per call, median (us)", "top left")]:
             script = [f"set terminal pngcairo noenhanced size 1350,810 font ',9'",
                       f"set output '{out / f'bench-{what}-n{n}.png'}'",
                       f"set multiplot layout 2,3 title '{ylabel} against size, {n} ranks (solid: idist, dashed: direct calls)'",
                       "set logscale x 2", "set format x '%.0b%B'", "set xlabel 'size (bytes)'",
-                      f"set ylabel '{ylabel}'", "set key top left", "set grid", "set logscale y 10", "set format y '%g'"]
+                      f"set ylabel '{ylabel}'", f"set key {key}", "set grid", "set logscale y 10", "set format y '%g'"]
             for collective in COLLECTIVES[:-1]:
                 plots = []
-                for backend, impl, title, color, dash in lines:
-                    rows = [r for r in by_size(runs.get((backend, impl, n, collective), [])).values()
+                for impl, title, color, dash in lines:
+                    rows = [r for r in by_size(runs.get((impl, n, collective), [])).values()
                             if r["type"] == "float32"]
                     if not rows:
                         continue
-                    path = data_dir / f"{what}-n{n}-{collective}-{backend}-{impl}.dat"
+                    path = data_dir / f"{what}-n{n}-{collective}-{impl}.dat"
                     path.write_text("".join(f"{r['size']} {value(r)}\n" for r in sorted(rows, key=lambda r: r["size"])))
                     plots.append(f"'{path}' using 1:2 with linespoints lw 2 dt {dash} lc rgb '{color}' title '{title}'")
                 script.append(f"set title '{collective}'")
@@ -238,9 +355,11 @@ def main():
     runs = load_bandwidth(args.data)
     launch = load_launch(args.data)
     by_launch = launch_table(launch)
-    ns_bw = sorted({key[2] for key in runs})
+    ns_bw = sorted({key[1] for key in runs})
     ns_launch = meta["launch_ns"]
     box = machine()
+    cores = meta.get("cores", box["cores"])
+    mpirun = meta.get("mpirun", "mpirun")
     args.out.mkdir(parents=True, exist_ok=True)
 
     kinds = [("idist-run", "idist-run -n N"), ("mpirun", "mpirun -np N"), ("torchrun", "torchrun --nproc_per_node N")]
@@ -250,27 +369,50 @@ def main():
     md.append(f"Written by `scripts/bench.sh{' --quick' if meta['mode'] == 'quick' else ''}` on {meta['date']} "
               f"in {meta['elapsed_s'] / 60:.1f} minutes; do not edit above the line near the end (the next run "
               "rewrites it).")
+    copy = load_json(args.data / "copy_bw.json")
+    copy_cell = "not measured"
+    if copy:
+        rates = ", ".join(f"{t['threads']} thread{'s' if t['threads'] > 1 else ''}: {t['gb_s']:.1f} GB/s"
+                          for t in copy["threads"])
+        copy_cell = (f"{rates} (`bench/copy_bw`: each thread memcpy's its own {human(copy['bytes'])} buffer; bytes "
+                     "copied per second, the memory traffic is twice that): the ceiling for shm's busbw")
+    binding = "; ".join(f"{n} ranks: {b}" for n in ns_bw if (b := bindings(args.data, n)))
     md += ["", "## The machine", "",
            "| | |", "|---|---|",
            f"| CPU | {box['cpu']}, {box['cores']} cores (hypervisor: {box['hypervisor']}) |",
            f"| memory | {box['memory_gib']} GiB |",
+           f"| memcpy bandwidth | {copy_cell} |",
            f"| system | {box['os']}, kernel {box['kernel']} |",
            f"| software | {box['compiler']}; Gloo {box['gloo']}; Open MPI {box['openmpi']} |",
+           f"| mpirun | `{mpirun} -np N`, plus `--oversubscribe` where N > {cores} (it refuses to start "
+           f"without); binding left to Open MPI{': ' + binding if binding else ''} |",
            f"| idist | commit {box['commit']}, build type {meta['build_type']} |",
            f"| load when it started | {meta['load']} |", ""]
     if meta.get("mode") == "quick":
         md += ["**This is a `--quick` run**: a short sweep for checking the script, not figures to quote.", ""]
 
     # --- targets ---
+    md += ["## Targets", "",
+           "### Issue 16: shared memory, the mpi backend, launch", "",
+           "Times are each rank's median call, averaged over ranks, the best of the alternating runs (see below); "
+           "busbw is computed from that time. float32 sum. raw MPI is `bench/raw_mpi` under mpirun as in the "
+           "machine table; shm is `IDIST_INTRANODE=shm idist-run -n N idist-bench`, gloo-TCP the same with "
+           "`IDIST_INTRANODE=off`.", "",
+           "| target | measured | |", "|---|---|---|"]
+    launch_verdicts = judge_launch(by_launch, ns_launch)
+    issue16 = judge_shm(runs, ns_bw) + launch_verdicts[:1]
+    for what, figure, ok in issue16:
+        md.append(f"| {what} | {figure} | {verdict(ok)} |")
+    md.append("")
+
     verdict_rows = []
-    all_wrong = 0
-    for backend in BACKENDS:
+    all_wrong = sum(r["wrong"] for rows in runs.values() for r in rows)
+    for impl, reference in OVERHEAD:
         for n in ns_bw:
             for collective in COLLECTIVES:
-                rows = compare(runs, backend, n, collective)
+                rows = compare(runs, impl, reference, n, collective)
                 if not rows:
                     continue
-                all_wrong += sum(r["wrong"] for r in rows)
                 small = [r for r in rows if r["small"]]
                 big = [r for r in rows if not r["small"]]
                 parts = []
@@ -282,43 +424,47 @@ def main():
                     parts.append(f"worst busbw ratio {worst['ratio'] or 0:.2f} ({human(worst['size'])})")
                 ok = all(r["ok"] for r in rows)
                 missed = sum(not r["ok"] for r in rows)
-                verdict_rows.append(f"| {backend} | {n} | {collective} | {'; '.join(parts)} | "
+                verdict_rows.append(f"| {IMPLS[impl]} against {IMPLS[reference]} | {n} | {collective} | "
+                                    f"{'; '.join(parts)} | "
                                     f"{'met' if ok else f'**missed** at {missed} of {len(rows)} sizes'} |")
 
-    md += ["## Targets", "",
-           f"idist against the same calls made directly (`bench/raw_gloo`, `bench/raw_mpi`), per collective: from "
-           f"{human(BIG)} on, idist's bus bandwidth at least {RATIO_TARGET:.0%} of the direct calls'; below, at most "
-           f"{DELTA_TARGET_US:g} us more per call. Times are each rank's median call, averaged over ranks, the best of "
-           f"{meta['repeat']} alternating runs of each below {human(BIG)} and of {meta['repeat_large']} from there on "
-           "(a mean, as nccl-tests reports it, is moved by the odd call a busy 2-core machine holds up by milliseconds; "
-           "the means are in the runs' own documents, which `scripts/bench.sh --keep DIR` keeps). Float32 sums; every "
-           "result of both was checked "
-           f"element by element ({'no element wrong' if all_wrong == 0 else f'**{all_wrong} elements wrong**'}). "
-           "On a 2-core machine the wall clock of small calls swings by tens of microseconds from run to run (gloo's "
-           "I/O thread has to be woken for every message), so the CPU time per call below is the steadier measure "
-           "of what idist adds.", "",
-           "| backend | ranks | collective | worst case | target |", "|---|---|---|---|---|"]
+    md += ["### idist's overhead over the calls it makes", "",
+           f"idist against the same calls made directly: gloo-TCP against `bench/raw_gloo`, idist-mpi against "
+           f"`bench/raw_mpi`, per collective: from {human(BIG)} on, idist's bus bandwidth at least {RATIO_TARGET:.0%} "
+           f"of the direct calls'; below, at most {DELTA_TARGET_US:g} us more per call. Times are each rank's median "
+           f"call, averaged over ranks, the best of {meta['repeat']} alternating runs of each below {human(BIG)} and "
+           f"of {meta['repeat_large']} from there on (a mean, as nccl-tests reports it, is moved by the odd call a "
+           "busy 2-core machine holds up by milliseconds; the means are in the runs' own documents, which "
+           "`scripts/bench.sh --keep DIR` keeps). Float32 sums; every result of all five was checked element by "
+           f"element ({'no element wrong' if all_wrong == 0 else f'**{all_wrong} elements wrong**'}). On a 2-core "
+           "machine the wall clock of small calls swings by tens of microseconds from run to run (gloo's I/O thread "
+           "has to be woken for every message), so the CPU time per call below is the steadier measure of what idist "
+           "adds.", "",
+           "| idist | ranks | collective | worst case | target |", "|---|---|---|---|---|"]
     md += verdict_rows
     cpu = []
     if (args.data / "cpu.jsonl").exists():
         cpu = [json.loads(line) for line in (args.data / "cpu.jsonl").read_text().splitlines() if line.strip()]
     if cpu:
         md += ["", f"What idist's own code costs, which that noise hides: CPU time per call and rank spent in libidist "
-                   f"(perf samples at 10 kHz, {meta['cpu_calls']} calls, gloo, 2 ranks, 8 B; send_recv: per round "
-                   "trip), against all the CPU time the rank spent (Gloo, the kernel, the benchmark, its start-up included), per call.", "",
+                   f"(perf samples at 10 kHz, {meta['cpu_calls']} calls, gloo over TCP (`IDIST_INTRANODE=off`: over "
+                   "shm the backend itself is libidist, and its samples would be the whole collective), 2 ranks, "
+                   "8 B; send_recv: per round trip), against all the CPU time the rank spent (Gloo, the kernel, the "
+                   "benchmark, its start-up included), per call.", "",
                "| collective | in libidist, us | all, us | share |", "|---|---:|---:|---:|"]
         for row in cpu:
             share = row["idist_us"] / row["all_us"] if row["all_us"] > 0 else 0
             md.append(f"| {row['collective']} | {row['idist_us']:.2f} | {row['all_us']:.1f} | {share:.1%} |")
-    md += ["", "| launch target | measured (median of runs) | |", "|---|---|---|"]
-    for what, figure, ok in judge_launch(by_launch, ns_launch):
-        md.append(f"| {what} | {figure} | {'met' if ok else '**missed**'} |")
+    md += ["", "### Launch", "", "| launch target | measured (median of runs) | |", "|---|---|---|"]
+    for what, figure, ok in launch_verdicts[1:]:
+        md.append(f"| {what} | {figure} | {verdict(ok)} |")
     md.append("")
 
     # --- launch ---
     md += ["## Launch cost", "",
            "Wall time of a program that initialises, runs one barrier and exits, started by each launcher with N "
-           f"ranks on this machine (oversubscribed beyond {box['cores']}); median and minimum of "
+           f"ranks on this machine (oversubscribed beyond {cores}; idist-run with its defaults, so shared memory "
+           f"from 2 ranks; mpirun as in the machine table); median and minimum of "
            f"{meta['launch_reps']} runs after one untimed run, timed by `bench/wall_time` (no shell in between).", ""]
     md.append("| N | " + " | ".join(title for _, title in kinds) + " | idist-run / mpirun |")
     md.append("|---" * (len(kinds) + 2) + "|")
@@ -342,39 +488,49 @@ def main():
     md.append("")
 
     # --- bandwidth ---
-    md += ["## Collectives: idist against direct calls", "",
-           f"`idist-bench` and the references, one after the other per collective, {' and '.join(map(str, ns_bw))} ranks "
-           f"(gloo: `idist-run -n N`; mpi: `mpirun -np N`), float32, sum, root 0; small sizes `{meta['small_options']}` "
-           f"{meta['repeat']} times, large sizes `{meta['large_options']}` {meta['repeat_large']} times. Times are "
-           "the best median call (see Targets) and busbw is computed from them. "
-           "busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather and reduce_scatter, 1 for broadcast, "
-           "reduce and send_recv (a ping-pong between pairs of ranks; time is half the round trip). Ratio = idist busbw "
-           "/ direct busbw; ✗ marks a size that misses its target.", ""]
+    md += ["## Collectives: shm, gloo-TCP, raw Gloo, raw MPI, idist-mpi", "",
+           f"Each collective on {' and '.join(map(str, ns_bw))} ranks, five ways: **shm** "
+           "(`IDIST_INTRANODE=shm idist-run -n N idist-bench`, what one host gets by default), **gloo-TCP** "
+           "(`IDIST_INTRANODE=off`, the same over loopback TCP), **raw Gloo** (`idist-run -n N bench/raw_gloo`), "
+           "**raw MPI** (`bench/raw_mpi`) and **idist-mpi** (`idist-bench --backend mpi`), the last two under "
+           "mpirun as in the machine table. float32, sum, root 0; small sizes "
+           f"`{meta['small_options']}` {meta['repeat']} times, large sizes `{meta['large_options']}` "
+           f"{meta['repeat_large']} times, back to back in rows of gloo-TCP, raw Gloo and of shm, raw MPI, "
+           "idist-mpi (raw MPI in the middle, beside both), the order reversed every other round. Times are the best "
+           "median call (see Targets). busbw = algbw × 2(n−1)/n for all_reduce, (n−1)/n for all_gather and "
+           "reduce_scatter, 1 for broadcast, reduce and send_recv (a ping-pong between pairs of ranks; time is half "
+           "the round trip), as nccl-tests. shm / raw MPI is the time ratio (below 1: shm is faster); speed-up is "
+           "gloo-TCP's time over shm's. ✗ marks a gloo-TCP or idist-mpi figure that misses its overhead target "
+           "against raw Gloo or raw MPI.", ""]
     for n in ns_bw:
         for what in ["busbw", "time"]:
             if f"bench-{what}-n{n}.png" in plots:
                 md.append(f"![{what} against size, {n} ranks](bench-{what}-n{n}.png)")
         md.append("")
         for collective in COLLECTIVES:
-            table = {b: {r["size"]: r for r in compare(runs, b, n, collective)} for b in BACKENDS}
-            sizes = sorted(set().union(*[set(t) for t in table.values()]))
+            best = {impl: {k[0]: r for k, r in by_size(runs.get((impl, n, collective), [])).items()
+                           if k[1] in ("float32", "-")}
+                    for impl in IMPLS}
+            marks = {impl: {r["size"]: r["ok"] for r in compare(runs, impl, ref, n, collective)}
+                     for impl, ref in OVERHEAD}
+            sizes = sorted(set().union(*[set(t) for t in best.values()]))
             if not sizes:
                 continue
             md += [f"### {collective}, {n} ranks", "",
-                   "| size | gloo: idist us | raw us | Δ us | busbw GB/s | ratio | mpi: idist us | raw us | Δ us | busbw GB/s | ratio |",
-                   "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                   "| size | shm us | gloo-TCP us | raw Gloo us | raw MPI us | idist-mpi us | shm busbw GB/s | "
+                   "raw MPI busbw GB/s | shm / raw MPI | shm speed-up over gloo-TCP |",
+                   "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
             for size in sizes:
                 cells = [human(size) if collective != "barrier" else "–"]
-                for backend in BACKENDS:
-                    r = table[backend].get(size)
-                    if not r:
-                        cells += ["–"] * 5
-                        continue
-                    mark = "" if r["ok"] else " ✗"
-                    cells += [fmt_us(r["idist_us"]), fmt_us(r["raw_us"]),
-                              f"{r['delta_us']:+.1f}" + (mark if r["small"] else ""),
-                              f"{median_busbw(r['idist']):.3f}",
-                              (f"{r['ratio']:.2f}" if r["ratio"] is not None else "–") + ("" if r["small"] else mark)]
+                for impl in IMPLS:
+                    r = best[impl].get(size)
+                    mark = " ✗" if impl in marks and marks[impl].get(size) is False else ""
+                    cells.append(fmt_us(latency(r)) + mark if r else "–")
+                shm, mpi, tcp = best["shm"].get(size), best["raw-mpi"].get(size), best["gloo-tcp"].get(size)
+                for r in (shm, mpi):
+                    cells.append(f"{median_busbw(r):.3f}" if r and collective != "barrier" else "–")
+                cells.append(f"{latency(shm) / latency(mpi):.2f}" if shm and mpi and latency(mpi) > 0 else "–")
+                cells.append(fmt_x(latency(tcp) / latency(shm)) if shm and tcp and latency(shm) > 0 else "–")
                 md.append("| " + " | ".join(cells) + " |")
             md.append("")
 

@@ -1,19 +1,32 @@
 #!/bin/bash
 # The benchmark, end to end. Installs what is missing (apt-get), builds the programs it needs,
 # and measures on this machine, in one run:
-#   1. every collective, idist against the same calls made on Gloo and MPI directly
-#      (apps/idist-bench against bench/raw_gloo and bench/raw_mpi: one harness, so the same
-#      sweep, timing and checks), on 2 and 4 ranks, 8 B to 256 MiB, idist and its reference
-#      back to back, alternating, small sizes three times and large ones twice, as a 2-core
-#      machine is noisy; and idist's own CPU time per call on gloo (perf), which noise does not blur;
+#   0. the memcpy bandwidth of 1 and 2 threads (bench/copy_bw): the ceiling shm's busbw is read against;
+#   1. every collective on 2 and 4 ranks, 8 B to 256 MiB, five ways, one harness (apps/idist-bench,
+#      bench/raw_gloo, bench/raw_mpi: the same sweep, timing and checks):
+#        shm        IDIST_INTRANODE=shm idist-run -n N idist-bench      (what one host gets by default)
+#        gloo-TCP   IDIST_INTRANODE=off idist-run -n N idist-bench      (gloo over loopback TCP)
+#        raw Gloo   idist-run -n N bench/raw_gloo
+#        raw MPI    mpirun -np N bench/raw_mpi
+#        idist-mpi  mpirun -np N idist-bench --backend mpi
+#      each next to its reference, back to back, the order reversed every other round (gloo-TCP
+#      beside raw Gloo; shm, raw MPI, idist-mpi in a row, raw MPI in the middle, so that both
+#      sit beside it); small sizes three times and large ones twice, as a 2-core machine is noisy;
+#      and idist's own CPU time per call on gloo over TCP (perf), which noise does not blur;
 #   2. launch cost: init + one barrier + exit under `idist-run -n N`, `mpirun -np N` and, where
 #      python3-torch is installed, torchrun, for N = 1 to 64; and `idist-run -n 1 /bin/true`
 #      against `/bin/true`;
 # then writes docs/BENCHMARKS.md (the machine, the targets met or missed, every figure; the
 # hand-written "What we found" at its end is kept) and the plots docs/bench-*.png (gnuplot).
+# mpirun runs with the settings Open MPI picks itself (its own binding), plus --oversubscribe
+# only where N ranks do not fit the cores: a reference must not be slowed by our flags.
 #
-#   bash scripts/bench.sh               the full run: about 20 minutes on 2 cores
-#   bash scripts/bench.sh --quick       a short sweep in about a minute, to try the script
+#   bash scripts/bench.sh               the full run: about 25 minutes on 2 cores (collectives 22,
+#                                       launch 3; a first build adds 5). Five measurements where
+#                                       there were four still fit under 30 minutes with the
+#                                       repeats as they were; should they not, cut the large
+#                                       sizes (256 MiB is half of a large run), not the repeats
+#   bash scripts/bench.sh --quick       a short sweep in about a minute and a half, to try the script
 #   options: --build-dir DIR (default build-bench)   --out DIR (default docs)
 #            --keep DIR: also keep every run's own --json document and the launch timings there
 #
@@ -32,7 +45,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD=$2; shift ;;
     --out) OUT=$2; shift ;;
     --keep) KEEP=$2; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -54,8 +67,10 @@ install_missing bench "${PACKAGES[@]}"
 BUILD_TYPE=RelWithDebInfo  # -O2 and NDEBUG, as users build; -g for perf and callgrind
 echo "bench: building into $BUILD ($BUILD_TYPE)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=$BUILD_TYPE -DIDIST_WITH_MPI=ON >/dev/null
-cmake --build "$BUILD" -j "$(nproc)" --target idist-run idist-bench raw_gloo raw_mpi idist_barrier mpi_barrier wall_time \
-  >/dev/null
+# idist_backend_mpi: the mpi backend is a plugin, loaded at init; nothing links it, so nothing
+# above would build it.
+cmake --build "$BUILD" -j "$(nproc)" --target idist-run idist-bench raw_gloo raw_mpi idist_barrier mpi_barrier wall_time copy_bw \
+  idist_backend_mpi >/dev/null
 
 B=$ROOT/$BUILD
 IDIST_RUN=$B/apps/idist-run/idist-run
@@ -63,9 +78,21 @@ IDIST_BENCH=$B/apps/idist-bench/idist-bench
 RAW_GLOO=$B/bench/raw_gloo
 RAW_MPI=$B/bench/raw_mpi
 WALL_TIME=$B/bench/wall_time
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+COPY_BW=$B/bench/copy_bw
+CORES=$(nproc)
+# mpirun_for N: MPIRUN for N ranks, as Open MPI would be run by someone who knows it: its own
+# binding (to core up to 2 ranks, none once oversubscribed) and --oversubscribe only where it
+# refuses to start without, N beyond the cores. Forcing either on the reference where it is not
+# needed (--bind-to none, say) would slow the reference and flatter idist.
+mpirun_for() {
+  MPIRUN=(mpirun --allow-run-as-root)
+  if [ "$1" -gt "$CORES" ]; then MPIRUN+=(--oversubscribe); fi
+}
 # idist-run spawns here whatever environment the script runs in (an sbatch shell, say).
 export IDIST_NO_DETECT=1
+# Each measurement that needs one sets its own; everything else (launch, raw Gloo) runs with
+# what a user gets by default, not with what the caller's shell happens to say.
+unset IDIST_INTRANODE
 
 # On a 2-core machine one run differs from the next by more than idist's overhead (the
 # scheduler, a vCPU waking up, where memory lands): every size is measured several times, idist
@@ -74,7 +101,8 @@ export IDIST_NO_DETECT=1
 if [ "$MODE" = quick ]; then
   BW_NS=(2)
   SMALL=(-b 8 -e 32K -f 16 -w 1 -t 0.05)
-  LARGE=(-b 64K -e 1M -f 16 -w 1 -t 0.05)
+  # Up to 64 MiB even here, so that every target of the report is judged (and its code run).
+  LARGE=(-b 64K -e 64M -f 32 -w 1 -t 0.05)
   REPEAT=2
   REPEAT_LARGE=1
   CPU_CALLS=1000
@@ -83,6 +111,7 @@ if [ "$MODE" = quick ]; then
   TORCH_NS=(1 2)
   TORCH_REPS=1
   TRUE_REPS=10
+  COPY_SECONDS=0.3
 else
   BW_NS=(2 4)
   SMALL=(-b 8 -e 32K -f 2 -w 5 -t 0.1)
@@ -97,6 +126,7 @@ else
   TORCH_NS=(1 2 4 8)
   TORCH_REPS=3
   TRUE_REPS=50
+  COPY_SECONDS=1
 fi
 COLLECTIVES=(all_reduce all_gather broadcast reduce_scatter reduce send_recv barrier)
 
@@ -106,67 +136,87 @@ mkdir -p "$DATA/bw"
 START=$(date +%s)
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# --- 0. the memory-bandwidth ceiling ------------------------------------------------------------
+echo "bench: memcpy bandwidth, 1 and 2 threads"
+"$COPY_BW" -s 64M -t "$COPY_SECONDS" -j 2 >"$DATA/copy_bw.json" 2>"$DATA/copy_bw.err" ||
+  { echo "bench: copy_bw failed: $(tail -1 "$DATA/copy_bw.err")" >&2; rm -f "$DATA/copy_bw.json"; }
+
+# What binding Open MPI chose for each N of the collectives: the report says it, as it is
+# part of what raw MPI and idist-mpi were measured under.
+for n in "${BW_NS[@]}"; do
+  mpirun_for "$n"
+  { "${MPIRUN[@]}" --report-bindings -np "$n" /bin/true 2>&1 || true; } >"$DATA/bindings-n$n.txt"
+done
+
 # --- 1. collectives -------------------------------------------------------------------------------
-# Each program writes its --json document; a failed run is reported and left out of the tables.
+# Each program writes its --json document to bw/IMPL/; a failed run is reported and left out of
+# the tables. The directory, not the document, says which of the five it was: idist-bench's
+# document says "gloo" whether shared memory or TCP carried it.
 measure() {
   local name=$1
   shift
+  mkdir -p "$DATA/bw/$(dirname "$name")"
   if ! "$@" --json >"$DATA/bw/$name.json" 2>"$DATA/bw/$name.err"; then
     echo "bench: $name failed:" >&2
     tail -3 "$DATA/bw/$name.err" >&2
     rm -f "$DATA/bw/$name.json"
   fi
 }
-# one BACKEND IMPL N NAME ARGS...: one run of idist-bench (IMPL idist) or its reference (raw).
+# one IMPL N NAME ARGS...: one run of IMPL (shm, gloo-tcp, raw-gloo, raw-mpi, idist-mpi).
 one() {
-  local backend=$1 impl=$2 n=$3 name=$4
-  shift 4
-  local program=$IDIST_BENCH
-  if [ "$backend" = gloo ]; then
-    [ "$impl" = raw ] && program=$RAW_GLOO
-    measure "gloo-$impl-n$n-$name" "$IDIST_RUN" -n "$n" "$program" "$@"
-  else
-    local extra=(--backend mpi)
-    [ "$impl" = raw ] && program=$RAW_MPI extra=()
-    measure "mpi-$impl-n$n-$name" "${MPIRUN[@]}" -np "$n" "$program" "${extra[@]}" "$@"
-  fi
+  local impl=$1 n=$2 name=$3
+  shift 3
+  mpirun_for "$n"
+  case $impl in
+    shm) measure "$impl/n$n-$name" env IDIST_INTRANODE=shm "$IDIST_RUN" -n "$n" "$IDIST_BENCH" "$@" ;;
+    gloo-tcp) measure "$impl/n$n-$name" env IDIST_INTRANODE=off "$IDIST_RUN" -n "$n" "$IDIST_BENCH" "$@" ;;
+    raw-gloo) measure "$impl/n$n-$name" "$IDIST_RUN" -n "$n" "$RAW_GLOO" "$@" ;;
+    raw-mpi) measure "$impl/n$n-$name" "${MPIRUN[@]}" -np "$n" "$RAW_MPI" "$@" ;;
+    idist-mpi) measure "$impl/n$n-$name" "${MPIRUN[@]}" -np "$n" "$IDIST_BENCH" --backend mpi "$@" ;;
+    *) echo "bench: unknown implementation $impl" >&2; exit 2 ;;
+  esac
 }
-# pair BACKEND N ROUND NAME ARGS...: idist and its reference back to back, the one first in odd
-# rounds, the other in even ones: whichever runs second inherits what the first left the
-# machine doing (freeing gigabytes, for one), and that should not always be the same one.
-pair() {
-  local backend=$1 n=$2 round=$3 name=$4
+# row ROUND N NAME "IMPL..." ARGS...: the IMPLs back to back, in the order given in odd rounds
+# and reversed in even ones: whichever runs later inherits what the one before left the
+# machine doing (freeing gigabytes, for one), and that should not always be the same one. A
+# reference in the middle of three sits next to both the others in every round.
+row() {
+  local round=$1 n=$2 name=$3 impls=($4) i
   shift 4
-  if [ $((round % 2)) = 1 ]; then
-    one "$backend" idist "$n" "$name" "$@"
-    one "$backend" raw "$n" "$name" "$@"
+  if [ $((round % 2)) = 0 ]; then
+    for ((i = ${#impls[@]} - 1; i >= 0; i--)); do one "${impls[i]}" "$n" "$name" "$@"; done
   else
-    one "$backend" raw "$n" "$name" "$@"
-    one "$backend" idist "$n" "$name" "$@"
+    for i in "${impls[@]}"; do one "$i" "$n" "$name" "$@"; done
   fi
 }
 for n in "${BW_NS[@]}"; do
   for c in "${COLLECTIVES[@]}"; do
-    echo "bench: $c on $n ranks: idist against raw Gloo and raw MPI"
-    for backend in gloo mpi; do
-      for r in $(seq "$REPEAT"); do pair $backend "$n" "$r" "$c-small$r" "${SMALL[@]}" "$c"; done
-      [ "$c" = barrier ] && continue
-      for r in $(seq "$REPEAT_LARGE"); do pair $backend "$n" "$r" "$c-large$r" "${LARGE[@]}" "$c"; done
+    echo "bench: $c on $n ranks: shm, gloo-TCP, raw Gloo, raw MPI, idist-mpi"
+    for r in $(seq "$REPEAT"); do
+      row "$r" "$n" "$c-small$r" "gloo-tcp raw-gloo" "${SMALL[@]}" "$c"
+      row "$r" "$n" "$c-small$r" "shm raw-mpi idist-mpi" "${SMALL[@]}" "$c"
+    done
+    [ "$c" = barrier ] && continue
+    for r in $(seq "$REPEAT_LARGE"); do
+      row "$r" "$n" "$c-large$r" "gloo-tcp raw-gloo" "${LARGE[@]}" "$c"
+      row "$r" "$n" "$c-large$r" "shm raw-mpi idist-mpi" "${LARGE[@]}" "$c"
     done
   done
 done
 
 # What idist's own code costs per call, which the wall clock of small calls (tens of
 # microseconds of scheduler noise) cannot show: perf samples the ranks at 10 kHz, and the
-# samples that fall in libidist, over the calls made, are its CPU time per call (gloo, 2
-# ranks, 8 B; one send_recv "call" is a round trip). Needs perf (linux-perf) and the right to
-# use it; skipped with a note otherwise.
+# samples that fall in libidist, over the calls made, are its CPU time per call (gloo over TCP,
+# 2 ranks, 8 B; one send_recv "call" is a round trip). Over TCP because there Gloo (its own
+# library) does the work and libidist's samples are idist's overhead alone; the shm backend is
+# part of libidist, so its samples would be the whole collective. Needs perf (linux-perf) and
+# the right to use it; skipped with a note otherwise.
 NOTES=()
 PERF_HZ=10000
 if command -v perf >/dev/null && perf record -q -o "$DATA/probe.data" -- true >/dev/null 2>&1; then
-  echo "bench: idist's own CPU time per call (perf), gloo, 2 ranks, 8 B"
+  echo "bench: idist's own CPU time per call (perf), gloo over TCP, 2 ranks, 8 B"
   for c in "${COLLECTIVES[@]}"; do
-    perf record -q -F $PERF_HZ -o "$DATA/perf.data" -- "$IDIST_RUN" -n 2 "$IDIST_BENCH" -b 8 -e 8 -w 0 -c 0 \
+    IDIST_INTRANODE=off perf record -q -F $PERF_HZ -o "$DATA/perf.data" -- "$IDIST_RUN" -n 2 "$IDIST_BENCH" -b 8 -e 8 -w 0 -c 0 \
       -n "$CPU_CALLS" "$c" >/dev/null 2>&1 || continue
     # Samples of the ranks (kernel included), and of those the ones in libidist.
     all=$(perf report -i "$DATA/perf.data" --sort comm -F sample,comm --stdio -g none 2>/dev/null |
@@ -204,6 +254,7 @@ fi
 for n in "${LAUNCH_NS[@]}"; do
   echo "bench: launching $n ranks: idist-run, mpirun"
   launch idist-run "$n" "$LAUNCH_REPS" 1 "$IDIST_RUN" -n "$n" "$B/bench/idist_barrier"
+  mpirun_for "$n"
   launch mpirun "$n" "$LAUNCH_REPS" 1 "${MPIRUN[@]}" -np "$n" "$B/bench/mpi_barrier"
 done
 if [ $TORCH = 1 ]; then
@@ -228,6 +279,7 @@ json.dump({
     "build_type": "$BUILD_TYPE", "small_options": "$(echo "${SMALL[@]}")", "large_options": "$(echo "${LARGE[@]}")",
     "repeat": $REPEAT, "repeat_large": $REPEAT_LARGE, "cpu_calls": $CPU_CALLS,
     "launch_ns": [$(IFS=,; echo "${LAUNCH_NS[*]}")], "launch_reps": $LAUNCH_REPS, "true_reps": $TRUE_REPS,
+    "cores": $CORES, "mpirun": "mpirun --allow-run-as-root",
     "notes": $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${NOTES[@]}"),
 }, open(sys.argv[1], "w"))
 EOF
