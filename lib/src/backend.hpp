@@ -45,9 +45,13 @@ struct BackendInit {
   std::vector<int> names = {};
 };
 
-// The rank errors give member r of a group made from `init`.
+// The rank errors give member r of a group made from `init`, and the word before it: "rank "
+// in the world (and its inner groups), "group rank " in a group made by new_group.
 inline int name_of(const BackendInit& init, int r) {
   return init.names.empty() ? r : init.names[static_cast<std::size_t>(r)];
+}
+inline std::string member_word(const BackendInit& init) {
+  return init.key_prefix.find("/group/") == std::string::npos ? "rank " : "group rank ";
 }
 
 // What a backend can do, for the layers above to ask instead of comparing names.

@@ -2,6 +2,7 @@
 
 #include <spdlog/fmt/fmt.h>
 #include "common/duration.hpp"
+#include "common/wait.hpp"
 #include "log.hpp"
 #include <signal.h>
 #include <unistd.h>
@@ -396,12 +397,17 @@ std::size_t count_missing(const std::vector<bool>& present) {
 
 // Which of `keys` exist by `until`, asking every few milliseconds: unlike a store wait, it
 // ends with the answer for each key rather than a timeout, and leaves the connection usable.
+// Asking the store: every 20 ms, the policy for every wait on a store key (common/wait.hpp).
+constexpr BackoffPolicy kStorePolicy{.spin = {}, .yield = {}, .nap = std::chrono::milliseconds(20)};
+
 std::vector<bool> present_by(Store& store, const std::vector<std::string>& keys, Clock::time_point until) {
-  auto present = check_all(store, keys);
-  while (count_missing(present) > 0 && Clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    present = check_all(store, keys);
-  }
+  std::vector<bool> present;
+  poll_until(
+      [&] {
+        present = check_all(store, keys);
+        return count_missing(present) == 0;
+      },
+      until, kStorePolicy);
   return present;
 }
 
@@ -452,12 +458,9 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
     if (group.rank() != 0) {
       // Rank 0 decides; its verdict comes a moment after its own deadline.
       auto reader = probe();
-      const auto until = Clock::now() + timeout + std::chrono::seconds(5);
-      while (!reader->check({result_key})[0]) {
-        if (Clock::now() > until)
-          throw TimeoutFailure(fmt::format("rank {} never reported, within {}", members[0], duration_text(timeout + std::chrono::seconds(5))));
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
+      const auto patience = timeout + std::chrono::seconds(5);
+      if (!poll_until([&] { return reader->check({result_key})[0]; }, Clock::now() + patience, kStorePolicy))
+        throw TimeoutFailure(fmt::format("rank {} never reported, within {}", members[0], duration_text(patience)));
       const auto verdict = reader->get(result_key);
       if (!verdict.empty()) throw TimeoutFailure(std::string(verdict.begin(), verdict.end()));
       return;

@@ -66,6 +66,41 @@ TEST_CASE("tags keep transfers apart, and one tag keeps their order") {
   });
 }
 
+TEST_CASE("a fresh tag per message, many times over: every message arrives, in order") {
+  test::run_ranks(2, [](ProcessGroup& g, test::Failures& failures) {
+    for (int tag = 0; tag < 2000; ++tag) {
+      std::int32_t v = tag;
+      if (g.rank() == 0) {
+        g.send(&v, sizeof(v), 1, tag);
+      } else {
+        g.recv(&v, sizeof(v), 0, tag);
+        if (v != tag) failures.add(1, "tag " + std::to_string(tag) + " got " + std::to_string(v));
+      }
+    }
+  });
+}
+
+TEST_CASE("a user's tag-0 transfer posted around collectives never meets the collectives' own traffic") {
+  test::run_ranks(4, [](ProcessGroup& g, test::Failures& failures) {
+    // Rank 1 posts a receive from rank 0 before a reduce to rank 1, and waits after it; rank 0
+    // sends after the reduce. Over the hierarchical path both ranks share a host.
+    std::int32_t user = -1;
+    Work pending;
+    if (g.rank() == 1) pending = g.irecv(&user, sizeof(user), 0, 0);
+    std::int32_t sum = g.rank() + 1;
+    g.reduce(&sum, 1, DType::int32, ReduceOp::SUM, 1);
+    if (g.rank() == 0) {
+      const std::int32_t mine = 42;
+      g.send(&mine, sizeof(mine), 1, 0);
+    }
+    if (g.rank() == 1) {
+      pending.wait();
+      if (user != 42) failures.add(1, "the user's message got " + std::to_string(user));
+      if (sum != 10) failures.add(1, "the reduce got " + std::to_string(sum));
+    }
+  });
+}
+
 TEST_CASE("isend/irecv: Work completes, is_completed tells without disturbing it") {
   test::run_ranks(2, [](ProcessGroup& g, test::Failures& failures) {
     std::vector<double> data(1000, g.rank() == 0 ? 2.5 : 0.0);

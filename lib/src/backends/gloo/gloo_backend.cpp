@@ -232,7 +232,7 @@ class GlooBackend final : public Backend {
     const auto name_peers = [&] {
       peer_names_ = std::make_shared<const PeerNames>(
           PeerNames{named(init, peer_ranks(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size)),
-                    init.key_prefix.find("/group/") == std::string::npos ? "rank " : "group rank "});
+                    member_word(init)});
     };
     try {
       context_->connectFullMesh(prefixed, device_->device());

@@ -39,9 +39,6 @@ std::string_view gloo_carrier(const std::vector<int>& hosts) {
 
 namespace {
 
-// Point-to-point on the inner shm group is ours alone (reduce's last hop): any tag will do.
-constexpr std::uint32_t kReduceTag = 0;
-
 class HierarchicalBackend final : public Backend {
  public:
   HierarchicalBackend(const BackendInit& init, std::unique_ptr<Backend> flat)
@@ -94,23 +91,27 @@ class HierarchicalBackend final : public Backend {
     all_reduce_chained(data, count, dtype, op);
   }
 
-  // Non-root buffers stay as they were: each host's leader reduces into scratch space unless it
-  // is the root, and the root, if not its host's leader, gets the result from it last.
+  // Non-root buffers stay as they were. Other hosts reduce to their leader (into scratch
+  // space), whose totals the leaders reduce to the root's host leader; on the root's host the
+  // order is the other way round: the leaders first (the root's leader bringing its own data
+  // only), then the host's reduce to the root, where the leader brings the others' totals. So
+  // the root gets everything from collectives alone, within the one deadline.
   void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override {
     Chain chain(*this);
     const auto bytes = count * dtype_size(dtype);
     const int root_host = hosts_[static_cast<std::size_t>(root)];
-    const bool here = hosts_[static_cast<std::size_t>(rank_)] == root_host;
     void* acc = data;
     if (local_rank_ == 0 && rank_ != root) {
       acc = scratch(bytes);
       std::memcpy(acc, data, bytes);
     }
-    if (local_) local_->reduce(acc, count, dtype, op, 0);
+    if (hosts_[static_cast<std::size_t>(rank_)] != root_host) {
+      if (local_) local_->reduce(acc, count, dtype, op, 0);
+      if (leaders_) leaders_->reduce(acc, count, dtype, op, root_host);
+      return;
+    }
     if (leaders_) leaders_->reduce(acc, count, dtype, op, root_host);
-    if (!here || local_members_[0] == root) return;
-    if (local_rank_ == 0) local_->send(acc, bytes, local_index(root), kReduceTag)();
-    if (rank_ == root) local_->recv(data, bytes, 0, kReduceTag)();
+    if (local_) local_->reduce(acc, count, dtype, op, local_index(root));
   }
 
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {

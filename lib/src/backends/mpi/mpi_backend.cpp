@@ -15,6 +15,8 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <array>
+#include <cstddef>
+#include <memory>
 #include <climits>
 #include <cstdlib>
 #include <mutex>
@@ -25,6 +27,7 @@
 
 #include "idist/common/hash.hpp"
 #include "common/duration.hpp"
+#include "common/wait.hpp"
 #include "reduce/kernels.hpp"
 
 namespace idist::detail {
@@ -247,31 +250,26 @@ class NbcAlgorithms {
 // --- waiting -----------------------------------------------------------------------------------
 
 // Open MPI advances nonblocking operations only inside MPI calls (it has no progress thread),
-// so a waiter must keep calling MPI_Test. It spins first, which keeps short operations at the
-// latency of a blocking call and large ones streaming, then naps between tests so that a long
-// wait (a peer still computing, an irecv posted early) does not hold a core.
-constexpr auto kTightSpin = std::chrono::microseconds(20);
-constexpr auto kSpin = std::chrono::milliseconds(50);
-constexpr auto kNap = std::chrono::microseconds(100);
+// so a waiter must keep calling MPI_Test: at once for 20 us (a yield per test would double a
+// short operation's time), yielding for 50 ms (large operations keep streaming), then in
+// naps, so that a long wait (a peer still computing, an irecv posted early) does not hold a core.
+constexpr BackoffPolicy kTestPolicy{.spin = std::chrono::microseconds(20),
+                                    .yield = std::chrono::milliseconds(50),
+                                    .nap = std::chrono::microseconds(100)};
 
 // MPI's error code once the requests complete; nullopt when the deadline passes first.
 template <class Test>
 std::optional<int> wait_with(Test&& test, Clock::time_point deadline) {
-  const auto start = Clock::now();
-  for (;;) {
-    int done = 0;
-    const int code = test(&done);
-    if (code != MPI_SUCCESS || done != 0) return code;
-    const auto now = Clock::now();
-    if (now >= deadline) return std::nullopt;
-    if (now - start < kTightSpin) {
-      continue;  // a short operation completes within microseconds: a yield (a system call) per test would double it
-    } else if (now - start < kSpin) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(kNap);
-    }
-  }
+  int code = MPI_SUCCESS;
+  const bool done = poll_until(
+      [&] {
+        int flag = 0;
+        code = test(&flag);
+        return code != MPI_SUCCESS || flag != 0;
+      },
+      deadline, kTestPolicy);
+  if (!done) return std::nullopt;
+  return code;
 }
 
 std::optional<int> wait_until(MPI_Request& request, MPI_Status& status, Clock::time_point deadline) {
@@ -317,8 +315,16 @@ class MpiBackend final : public Backend {
       check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr");
       tag_ub_ = found != 0 && tag_ub != nullptr ? *tag_ub : 32767;
       // Our own point-to-point (small all_reduce) on a communicator of its own, where no
-      // message of the user's can match it.
-      check(MPI_Comm_dup(comm_, &internal_), "MPI_Comm_dup");
+      // message of the user's can match it. Nonblocking, so that a rank that never comes is a
+      // timeout like any other collective's.
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Comm_idup(comm_, &internal_, &request), "MPI_Comm_idup");
+      MPI_Status status;
+      const auto code = wait_until(request, status, Clock::now() + timeout_);
+      if (!code)
+        throw TimeoutFailure("MPI_Comm_idup timed out after " + duration_text(timeout_) +
+                             ": a rank of this group has not called it");
+      check(*code, "MPI_Comm_idup");
       check(MPI_Comm_set_errhandler(internal_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     } catch (...) {
       release();
@@ -536,28 +542,44 @@ class MpiBackend final : public Backend {
     const auto bytes = count * dtype_size(dtype);
     if (bytes > kSmallAllReduce || (size_ & (size_ - 1)) != 0) return false;
     const auto fn = reduce_kernel(dtype, op);
-    std::array<char, kSmallAllReduce> theirs{};
+    char* theirs = theirs_->bytes;
     const auto deadline = call_deadline(timeout_);
     const int n = static_cast<int>(bytes);
     for (int mask = 1; mask < size_; mask <<= 1) {
       const int peer = rank_ ^ mask;
       std::array<MPI_Request, 2> requests{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-      check(MPI_Irecv(theirs.data(), n, MPI_BYTE, peer, 0, internal_, &requests[0]), "MPI_Irecv");
-      check(MPI_Isend(data, n, MPI_BYTE, peer, 0, internal_, &requests[1]), "MPI_Isend");
+      // On failure the posted transfers are withdrawn; one MPI does not let go of in time
+      // still lands in theirs_, which lives as long as this backend, never in a dead frame.
+      auto withdraw = [&] {
+        for (auto& r : requests)
+          if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+        wait_until(requests, Clock::now() + std::chrono::seconds(1));
+      };
+      check(MPI_Irecv(theirs, n, MPI_BYTE, peer, 0, internal_, &requests[0]), "MPI_Irecv");
+      if (const int code = MPI_Isend(data, n, MPI_BYTE, peer, 0, internal_, &requests[1]); code != MPI_SUCCESS) {
+        withdraw();
+        check(code, "MPI_Isend");
+      }
       const auto code = wait_until(requests, deadline);
-      if (!code)
+      if (!code) {
+        withdraw();
         throw TimeoutFailure(fmt::format("MPI_Allreduce timed out after {}: a rank of this group has not called it",
                                          duration_text(timeout_)));
+      }
       check(*code, "MPI_Allreduce");
       if (peer < rank_) {
-        fn(data, theirs.data(), data, count);
+        fn(data, theirs, data, count);
       } else {
-        fn(data, data, theirs.data(), count);
+        fn(data, data, theirs, count);
       }
     }
     return true;
   }
   static constexpr std::size_t kSmallAllReduce = 4096;
+  struct alignas(std::max_align_t) Block {
+    char bytes[kSmallAllReduce];
+  };
+  std::unique_ptr<Block> theirs_ = std::make_unique<Block>();  // the peer's data, aligned for any dtype
 
   MPI_Comm comm_;
   MPI_Comm internal_ = MPI_COMM_NULL;

@@ -1,5 +1,6 @@
 #include "backends/nccl/nccl_backend.hpp"
 #include "common/duration.hpp"
+#include "common/wait.hpp"
 #include "backends/plugin.hpp"
 
 #include <cuda_runtime.h>
@@ -285,20 +286,10 @@ class Communicator {
   }
 
  private:
-  // Spins briefly (a small collective is done within microseconds), then sleeps, so that a
-  // long wait costs no CPU.
-  class Backoff {
-   public:
-    void pause() {
-      if (Clock::now() - start_ < std::chrono::milliseconds(2)) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-    }
-
-   private:
-    Clock::time_point start_ = Clock::now();
+  // The shared waiting policy (common/wait.hpp), yielding from the first test: a small
+  // collective is done within microseconds, a long wait then costs no CPU.
+  struct Backoff : detail::Backoff {
+    Backoff() : detail::Backoff(BackoffPolicy{.spin = {}, .yield = std::chrono::milliseconds(2)}) {}
   };
 
   // The rest run with mu_ held.

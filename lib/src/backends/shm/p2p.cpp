@@ -31,7 +31,10 @@ std::size_t Mailboxes::bytes_needed(int size, std::size_t ring_bytes) {
 }
 
 Mailboxes::Mailboxes(std::shared_ptr<Segment> segment, char* rings, Options options)
-    : segment_(std::move(segment)), rings_(rings), options_(std::move(options)) {
+    : segment_(std::move(segment)),
+      rings_(rings),
+      options_(std::move(options)),
+      used_(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(options_.size))) {
   for (int r = 0; r < options_.size; ++r) {
     out_.push_back(std::make_unique<Outbox>());
     in_.push_back(std::make_unique<Inbox>());
@@ -41,7 +44,7 @@ Mailboxes::Mailboxes(std::shared_ptr<Segment> segment, char* rings, Options opti
 std::vector<Word*> Mailboxes::words_slept_on() const {
   std::vector<Word*> words;
   for (int r = 0; r < options_.size; ++r) {
-    if (r == options_.rank) continue;
+    if (r == options_.rank || !used_[static_cast<std::size_t>(r)].load(std::memory_order_acquire)) continue;
     words.push_back(&ring(r, options_.rank).tail);
     words.push_back(&ring(options_.rank, r).head);
   }
@@ -65,7 +68,8 @@ void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, 
     const std::uint32_t used = tail - ring.head.value.load(std::memory_order_acquire);
     if (used == size) {
       wait_for(ring.head, options_.policy, [&](std::uint32_t head) { return tail - head < size; }, [&] {
-        if (segment_->exited(dst)) give_up(dst, "while sending to it", false);
+        if (segment_->exited(dst) && tail - ring.head.value.load(std::memory_order_acquire) == size)
+          give_up(dst, "while sending to it", false);
         if (Clock::now() > deadline) give_up(dst, "send: the receiver did not take the message", true);
       });
       continue;
@@ -87,7 +91,9 @@ void Mailboxes::read(Ring& ring, char* out, std::size_t bytes, int src, Clock::t
     const std::uint32_t ready = ring.tail.value.load(std::memory_order_acquire) - head;
     if (ready == 0) {
       wait_for(ring.tail, options_.policy, [&](std::uint32_t tail) { return tail != head; }, [&] {
-        if (segment_->exited(src)) give_up(src, "before sending all it was to send", false);
+        // Looked at again after the exit: what it wrote before exiting is still to be read.
+        if (segment_->exited(src) && ring.tail.value.load(std::memory_order_acquire) == head)
+          give_up(src, "before sending all it was to send", false);
         if (Clock::now() > deadline) give_up(src, "recv: nothing came", true);
       });
       continue;
@@ -106,6 +112,7 @@ void Mailboxes::read(Ring& ring, char* out, std::size_t bytes, int src, Clock::t
 
 std::function<void()> Mailboxes::send(const void* data, std::size_t bytes, int dst, std::uint32_t tag) {
   auto& box = *out_[static_cast<std::size_t>(dst)];
+  used_[static_cast<std::size_t>(dst)].store(true, std::memory_order_release);
   std::uint64_t ticket = 0;
   {
     std::lock_guard lock(box.mu);
@@ -118,6 +125,7 @@ std::function<void()> Mailboxes::send(const void* data, std::size_t bytes, int d
 
 std::function<void()> Mailboxes::recv(void* data, std::size_t bytes, int src, std::uint32_t tag) {
   auto& box = *in_[static_cast<std::size_t>(src)];
+  used_[static_cast<std::size_t>(src)].store(true, std::memory_order_release);
   std::uint64_t ticket = 0;
   {
     std::lock_guard lock(box.mu);
@@ -153,6 +161,19 @@ void Mailboxes::complete_send(const char* data, std::size_t bytes, int dst, std:
   box.turn_changed.notify_all();
 }
 
+// A tag whose every posted receive has its message, none kept aside: its counts start again
+// from 0 on both sides of the match, so a program that uses a fresh tag per message does not
+// grow the maps. With the inbox's lock held.
+void Mailboxes::forget_if_idle(Inbox& box, std::uint32_t tag) {
+  const auto posted = box.tickets.find(tag);
+  const auto came = box.arrived.find(tag);
+  if (posted == box.tickets.end() || came == box.arrived.end() || posted->second != came->second) return;
+  const auto kept = box.kept.lower_bound({tag, 0});
+  if (kept != box.kept.end() && kept->first.first == tag) return;
+  box.tickets.erase(posted);
+  box.arrived.erase(came);
+}
+
 void Mailboxes::complete_recv(char* data, std::size_t bytes, int src, std::uint32_t tag, std::uint64_t ticket) {
   const auto deadline = Clock::now() + options_.timeout;
   auto& box = *in_[static_cast<std::size_t>(src)];
@@ -167,6 +188,7 @@ void Mailboxes::complete_recv(char* data, std::size_t bytes, int src, std::uint3
     if (const auto it = box.kept.find({tag, ticket}); it != box.kept.end()) {
       const auto message = std::move(it->second);
       box.kept.erase(it);
+      forget_if_idle(box, tag);
       lock.unlock();
       if (message.size() != bytes) throw mismatch(message.size());
       std::memcpy(data, message.data(), bytes);
@@ -210,6 +232,7 @@ void Mailboxes::complete_recv(char* data, std::size_t bytes, int src, std::uint3
     box.reading = false;
     box.changed.notify_all();
     if (mine) {
+      forget_if_idle(box, tag);
       if (header.length != bytes) throw mismatch(header.length);
       return;
     }

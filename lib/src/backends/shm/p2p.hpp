@@ -10,6 +10,7 @@
 // reads the ring hands each message to the receive it belongs to, keeping messages of other
 // tags (or later tickets) aside until their receive asks.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -39,7 +40,9 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   Mailboxes(std::shared_ptr<Segment> segment, char* rings, Options options);
 
   static std::size_t bytes_needed(int size, std::size_t ring_bytes);
-  // The words this rank may sleep on: its rings' tails (incoming) and heads (outgoing).
+  // The words this rank may sleep on: the tails (incoming) and heads (outgoing) of the rings
+  // to the peers it has posted transfers with. Only those: waking a ring never used would
+  // touch its page, n^2 of them on a big host.
   std::vector<Word*> words_slept_on() const;
 
   std::function<void()> send(const void* data, std::size_t bytes, int dst, std::uint32_t tag);
@@ -70,6 +73,7 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   void read(Ring& ring, char* out, std::size_t bytes, int src, Clock::time_point deadline);
   void complete_send(const char* data, std::size_t bytes, int dst, std::uint32_t tag, std::uint64_t ticket);
   void complete_recv(char* data, std::size_t bytes, int src, std::uint32_t tag, std::uint64_t ticket);
+  static void forget_if_idle(Inbox& box, std::uint32_t tag);
   [[noreturn]] void give_up(int peer, std::string_view what, bool timed_out) const;
   std::string peer(int r) const {
     return options_.word + std::to_string(options_.names.empty() ? r : options_.names[static_cast<std::size_t>(r)]);
@@ -80,6 +84,7 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   Options options_;
   std::vector<std::unique_ptr<Outbox>> out_;
   std::vector<std::unique_ptr<Inbox>> in_;
+  std::unique_ptr<std::atomic<bool>[]> used_;  // per peer: a transfer was posted with it
 };
 
 }  // namespace idist::detail::shm

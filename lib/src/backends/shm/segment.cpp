@@ -75,7 +75,8 @@ Segment::Segment(const BackendInit& init, std::size_t data_bytes, Clock::time_po
     fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0)
       throw std::runtime_error(errno_text("cannot open group rank 0's shared memory (" + path + ")",
-                                          "did it exit, or does it run in another pid namespace? " +
+                                          "did it exit, is it not dumpable (PR_SET_DUMPABLE), or does it run in "
+                                          "another pid namespace? " +
                                               std::string(kUseTcp)));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes_) {
@@ -113,9 +114,12 @@ Segment::Segment(const BackendInit& init, std::size_t data_bytes, Clock::time_po
     throw;
   }
   ::close(fd);  // rank 0: everyone has attached, the mapping keeps the memory
-  pidfds_.assign(n, -1);
-  for (std::size_t r = 0; r < n; ++r)
-    if (pids()[r] != ::getpid()) pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pids()[r], 0));
+  pidfds_.assign(n, kSelf);
+  for (std::size_t r = 0; r < n; ++r) {
+    if (pids()[r] == ::getpid()) continue;
+    const auto fd = static_cast<int>(::syscall(SYS_pidfd_open, pids()[r], 0));
+    pidfds_[r] = fd >= 0 ? fd : errno == ESRCH ? kGone : kUnknown;
+  }
 }
 
 void Segment::wait_attached(const BackendInit& init, Clock::time_point deadline, const std::string& key) {
@@ -125,14 +129,16 @@ void Segment::wait_attached(const BackendInit& init, Clock::time_point deadline,
     if (Clock::now() < deadline) return;
     std::string missing;
     for (std::uint32_t r = 0; r < n; ++r)
-      if (pids()[r] == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    throw TimeoutFailure("group rank" + std::string(missing.find(',') == std::string::npos ? " " : "s ") + missing +
+      if (pids()[r] == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(name_of(init, static_cast<int>(r)));
+    auto word = member_word(init);
+    if (missing.find(',') != std::string::npos) word = word.substr(0, word.size() - 1) + "s ";
+    throw TimeoutFailure(word + missing +
                          " did not attach to the shared memory (" + key + ") within " +
                          duration_text(init.timeout));
   });
 }
 
-void Segment::watch(std::vector<Word*> words) {
+void Segment::watch(std::function<std::vector<Word*>()> words) {
   std::vector<pollfd> fds;
   for (int fd : pidfds_)
     if (fd >= 0) fds.push_back({fd, POLLIN, 0});
@@ -150,7 +156,7 @@ void Segment::watch(std::vector<Word*> words) {
       for (std::size_t i = 0; i + 1 < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
         fds[i].fd = -1;  // poll skips it from now on
-        for (auto* w : words) wake_now(*w);
+        for (auto* w : words()) wake_now(*w);
       }
     }
   });
@@ -160,7 +166,12 @@ Segment::~Segment() {
   if (watcher_.joinable()) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const auto n = ::write(stop_fd_, &one, sizeof(one));
-    watcher_.join();
+    // The watcher may itself drop the last owner (words() locks the mailboxes, which own us).
+    if (watcher_.get_id() == std::this_thread::get_id()) {
+      watcher_.detach();
+    } else {
+      watcher_.join();
+    }
   }
   if (stop_fd_ >= 0) ::close(stop_fd_);
   for (int fd : pidfds_)
@@ -170,6 +181,7 @@ Segment::~Segment() {
 
 bool Segment::exited(int r) const {
   const int fd = pidfds_[static_cast<std::size_t>(r)];
+  if (fd == kGone) return true;
   if (fd < 0) return false;
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,11 +42,11 @@ class Segment {
   // process (threads as ranks in tests) and when the kernel cannot tell.
   bool exited(int r) const;
 
-  // Wakes every sleeper on `words` as soon as a member exits, so that a wait on a dead peer ends
-  // now rather than at its next nap (a launcher stops the survivors within milliseconds; they
-  // should have said whom they lost by then). A thread blocked in poll() on the members'
-  // pidfds; nothing runs while they live. Once, after construction.
-  void watch(std::vector<Word*> words);
+  // Wakes every sleeper on the words `words()` names as soon as a member exits, so that a wait
+  // on a dead peer ends now rather than at its next nap (a launcher stops the survivors within
+  // milliseconds; they should have said whom they lost by then). A thread blocked in poll() on
+  // the members' pidfds; nothing runs while they live. Once, after construction.
+  void watch(std::function<std::vector<Word*>()> words);
 
  private:
   struct Header;
@@ -57,7 +58,12 @@ class Segment {
   std::size_t bytes_ = 0;
   char* data_ = nullptr;
   std::size_t data_bytes_ = 0;
-  std::vector<int> pidfds_;  // per member; -1 for ourselves and where none could be opened
+  // Per member: a pidfd; kSelf for members in our own process (threads as ranks), kGone for
+  // one that had exited before we looked, kUnknown where the kernel would not say.
+  std::vector<int> pidfds_;
+  static constexpr int kSelf = -1;
+  static constexpr int kGone = -2;
+  static constexpr int kUnknown = -3;
   int stop_fd_ = -1;         // eventfd that ends the watcher
   std::thread watcher_;
 };

@@ -65,7 +65,7 @@ class ShmBackend final : public Backend {
       : rank_(init.rank),
         size_(init.size),
         timeout_(init.timeout),
-        word_(init.key_prefix.find("/group/") == std::string::npos ? "rank " : "group rank "),
+        word_(member_word(init)),
         names_(init.names),
         half_(half_bytes(init.size)) {
     for (int h : init.hosts)
@@ -87,9 +87,16 @@ class ShmBackend final : public Backend {
         segment_, slots_ + slots,
         shm::Mailboxes::Options{.rank = rank_, .size = size_, .ring_bytes = ring, .timeout = timeout_, .policy = policy_,
                                 .word = word_, .names = names_});
-    auto slept_on = mailboxes_->words_slept_on();
-    slept_on.push_back(gen_);
-    segment_->watch(std::move(slept_on));
+    // The watcher may outlive us (completions keep the mailboxes and the segment): it holds the
+    // mailboxes weakly and the barrier word, which lives in the segment, by address.
+    segment_->watch([mailboxes = std::weak_ptr<shm::Mailboxes>(mailboxes_), gen = gen_] {
+      std::vector<Word*> words{gen};
+      if (auto m = mailboxes.lock()) {
+        const auto more = m->words_slept_on();
+        words.insert(words.end(), more.begin(), more.end());
+      }
+      return words;
+    });
   }
 
   std::string_view name() const override { return "shm"; }
@@ -207,6 +214,8 @@ class ShmBackend final : public Backend {
   // (most small ones) skips a clock read, which costs as much as the call. It is then a spin
   // (microseconds) later than the call's start.
   void begin(const char* op) {
+    // ProcessGroup answers a group of one itself; the algorithms below read a second rank's half.
+    if (size_ == 1) throw std::logic_error(std::string("shm: ") + op + " reached a group of one");
     op_ = op;
     deadline_.reset();
   }
@@ -230,13 +239,22 @@ class ShmBackend final : public Backend {
   void check_missing(std::uint32_t s) {
     std::string missing;
     int listed = 0;
+    auto here = [&](int r) { return shm::reached(arrived_[r].value.load(std::memory_order_acquire), s); };
+    auto lost = [&](int r) {
+      return std::runtime_error("connection to " + word_ + std::to_string(name(r)) + " lost: it exited during " + op_ +
+                                " (shared memory)");
+    };
     for (int r = 0; r < size_; ++r) {
-      if (shm::reached(arrived_[r].value.load(std::memory_order_acquire), s)) continue;
-      if (segment_->exited(r))
-        throw std::runtime_error("connection to " + word_ + std::to_string(name(r)) + " lost: it exited during " + op_ +
-                                 " (shared memory)");
+      if (here(r)) continue;
+      // Looked at again after the exit: a rank that arrived, then exited, is not lost.
+      if (segment_->exited(r) && !here(r)) throw lost(r);
       if (++listed <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(name(r));
     }
+    // Everyone arrived, yet the step did not complete: the last to arrive died between its
+    // arrival and starting the next generation.
+    if (listed == 0)
+      for (int r = 0; r < size_; ++r)
+        if (segment_->exited(r)) throw lost(r);
     if (!deadline_) deadline_ = call_deadline(timeout_);
     if (Clock::now() < *deadline_) return;
     const auto who = listed == 1 ? word_ : word_.substr(0, word_.size() - 1) + "s ";

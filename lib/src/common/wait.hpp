@@ -1,0 +1,50 @@
+#pragma once
+// The one way idist waits on something that cannot wake it (MPI_Test, NCCL's and CUDA's
+// queries, a key in the store): test at once for a moment (a short operation completes within
+// microseconds), then yield between tests for a while (another rank may need this core), then
+// nap, so that a long wait (a peer still computing) costs no CPU. Each caller says how long
+// each phase lasts. shm waits on futex words instead (backends/shm/sync.hpp): those can wake
+// their sleepers.
+
+#include <chrono>
+#include <thread>
+
+namespace idist::detail {
+
+struct BackoffPolicy {
+  std::chrono::microseconds spin{20};     // test again at once
+  std::chrono::microseconds yield{2000};  // then yield the processor between tests
+  std::chrono::microseconds nap{100};     // then sleep this long between tests
+};
+
+class Backoff {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit Backoff(BackoffPolicy policy = {}) : policy_(policy) {}
+
+  // Between two tests.
+  void pause() const {
+    const auto waited = Clock::now() - start_;
+    if (waited < policy_.spin) return;
+    if (waited < policy_.spin + policy_.yield) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(policy_.nap);
+    }
+  }
+
+ private:
+  BackoffPolicy policy_;
+  Clock::time_point start_ = Clock::now();
+};
+
+// Calls done() until it returns true (then true) or `deadline` passes (then false).
+template <class Done>
+bool poll_until(Done&& done, Backoff::Clock::time_point deadline, BackoffPolicy policy = {}) {
+  for (Backoff backoff(policy);; backoff.pause()) {
+    if (done()) return true;
+    if (Backoff::Clock::now() >= deadline) return false;
+  }
+}
+
+}  // namespace idist::detail
