@@ -152,7 +152,7 @@ void Runtime::join(Clock::time_point deadline) {
   store_->set(prefix + "rank/" + std::to_string(c.rank), std::vector<char>(identity.begin(), identity.end()));
   store_->set(prefix + "node/" + std::to_string(c.node_rank), {});
   const std::string waited =
-      fmt::format("timed out after {} waiting for all {} ranks to join: ", duration_text(c.timeout), c.world_size);
+      timed_out("joining", c.timeout, fmt::format("waiting for all {} ranks: ", c.world_size));
   constexpr auto kMargin = std::chrono::seconds(5);  // for rank 0 to find out who is missing and say so
 
   if (c.rank != 0) {
@@ -459,7 +459,8 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
       // Rank 0 decides; its verdict comes a moment after its own deadline.
       auto reader = probe();
       const auto patience = timeout + std::chrono::seconds(5);
-      if (!poll_until([&] { return reader->check({result_key})[0]; }, Clock::now() + patience, kStorePolicy))
+      // -> bool: vector<bool>'s [0] is a proxy into the temporary vector, dangling once returned.
+      if (!poll_until([&]() -> bool { return reader->check({result_key})[0]; }, Clock::now() + patience, kStorePolicy))
         throw TimeoutFailure(fmt::format("rank {} never reported, within {}", members[0], duration_text(patience)));
       const auto verdict = reader->get(result_key);
       if (!verdict.empty()) throw TimeoutFailure(std::string(verdict.begin(), verdict.end()));

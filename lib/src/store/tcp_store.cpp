@@ -124,7 +124,7 @@ std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadlin
   auto timed_out = [&] {
     ::close(fd_);
     fd_ = -1;
-    return TimeoutFailure("store " + what + " at " + where + " timed out after " + duration_text(given));
+    return TimeoutFailure(detail::timed_out("store " + what + " at " + where, given));
   };
 
   std::size_t sent = 0;

@@ -322,8 +322,7 @@ class MpiBackend final : public Backend {
       MPI_Status status;
       const auto code = wait_until(request, status, Clock::now() + timeout_);
       if (!code)
-        throw TimeoutFailure("MPI_Comm_idup timed out after " + duration_text(timeout_) +
-                             ": a rank of this group has not called it");
+        throw TimeoutFailure(timed_out("MPI_Comm_idup", timeout_, "a rank of this group has not called it"));
       check(*code, "MPI_Comm_idup");
       check(MPI_Comm_set_errhandler(internal_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     } catch (...) {
@@ -467,8 +466,8 @@ class MpiBackend final : public Backend {
       const auto code = wait_until(pending->request, status, Clock::now() + timeout);
       if (!code)
         throw TimeoutFailure(
-            fmt::format("timed out after {} sending {} bytes to rank {} (tag {}): it has not received them",
-                        duration_text(timeout), bytes, dst, tag));
+            timed_out(fmt::format("MPI_Isend of {} bytes to rank {} (tag {})", bytes, dst, tag), timeout,
+                      "it has not received them"));
       check(*code, fmt::format("MPI_Isend to rank {} (tag {})", dst, tag));
     };
   }
@@ -488,8 +487,8 @@ class MpiBackend final : public Backend {
         MPI_Cancel(&pending->request);
         wait_until(pending->request, status, Clock::now() + std::chrono::seconds(1));
         throw TimeoutFailure(
-            fmt::format("timed out after {} waiting for {} bytes from rank {} (tag {}): it has not sent them",
-                        duration_text(timeout), bytes, src, tag));
+            timed_out(fmt::format("MPI_Irecv of {} bytes from rank {} (tag {})", bytes, src, tag), timeout,
+                      "it has not sent them"));
       }
       // MPI reports a truncation's full size in the status; if it does not, say what is known.
       int received = MPI_UNDEFINED;
@@ -516,7 +515,7 @@ class MpiBackend final : public Backend {
     const auto code = wait_until(request, status, Clock::now() + timeout_);
     if (!code)
       throw TimeoutFailure(
-          fmt::format("{} timed out after {}: a rank of this group has not called it", call, duration_text(timeout_)));
+          timed_out(call, timeout_, "a rank of this group has not called it"));
     check(*code, call);
   }
 
@@ -563,8 +562,7 @@ class MpiBackend final : public Backend {
       const auto code = wait_until(requests, deadline);
       if (!code) {
         withdraw();
-        throw TimeoutFailure(fmt::format("MPI_Allreduce timed out after {}: a rank of this group has not called it",
-                                         duration_text(timeout_)));
+        throw TimeoutFailure(timed_out("MPI_Allreduce", timeout_, "a rank of this group has not called it"));
       }
       check(*code, "MPI_Allreduce");
       if (peer < rank_) {
@@ -686,7 +684,7 @@ std::unique_ptr<Backend> make_mpi_backend(const BackendInit& init) {
   const auto code = wait_until(request, status, Clock::now() + init.timeout);
   if (!code)
     throw TimeoutFailure(
-        fmt::format("MPI_Comm_idup timed out after {}: a rank has not called it", duration_text(init.timeout)));
+        timed_out("MPI_Comm_idup", init.timeout, "a rank has not called it"));
   check(*code, "MPI_Comm_idup");
   return std::make_unique<MpiBackend>(comm, init.timeout);
 }

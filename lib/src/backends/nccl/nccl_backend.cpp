@@ -316,8 +316,8 @@ class Communicator {
   }
 
   [[noreturn]] void time_out(const char* what) {
-    const auto text = std::string(what) + ": not complete after " + duration_text(timeout_) +
-                      " (a peer never called it, or is stuck); the NCCL communicator is aborted";
+    const auto text =
+        timed_out(what, timeout_, "a peer never called it, or is stuck; the NCCL communicator is aborted");
     abort(text);
     throw TimeoutFailure(text);
   }

@@ -56,9 +56,9 @@ Mailboxes::Ring& Mailboxes::ring(int src, int dst) const {
   return *reinterpret_cast<Ring*>(rings_ + index * (sizeof(Ring) + options_.ring_bytes));
 }
 
-void Mailboxes::give_up(int r, std::string_view what, bool timed_out) const {
-  if (!timed_out) throw std::runtime_error("connection to " + peer(r) + " lost: it exited (" + std::string(what) + ")");
-  throw TimeoutFailure(std::string(what) + ": no progress from " + peer(r) + " within " + duration_text(options_.timeout));
+void Mailboxes::give_up(int r, const std::string& what, bool timeout) const {
+  if (!timeout) throw std::runtime_error("connection to " + peer(r) + " lost: it exited (" + what + ")");
+  throw TimeoutFailure(timed_out(what, options_.timeout, "no progress from " + peer(r)));
 }
 
 void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, Clock::time_point deadline) {
@@ -70,7 +70,7 @@ void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, 
       wait_for(ring.head, options_.policy, [&](std::uint32_t head) { return tail - head < size; }, [&] {
         if (segment_->exited(dst) && tail - ring.head.value.load(std::memory_order_acquire) == size)
           give_up(dst, "while sending to it", false);
-        if (Clock::now() > deadline) give_up(dst, "send: the receiver did not take the message", true);
+        if (Clock::now() > deadline) give_up(dst, "send to " + peer(dst) + " (the receiver did not take the message)", true);
       });
       continue;
     }
@@ -94,7 +94,7 @@ void Mailboxes::read(Ring& ring, char* out, std::size_t bytes, int src, Clock::t
         // Looked at again after the exit: what it wrote before exiting is still to be read.
         if (segment_->exited(src) && ring.tail.value.load(std::memory_order_acquire) == head)
           give_up(src, "before sending all it was to send", false);
-        if (Clock::now() > deadline) give_up(src, "recv: nothing came", true);
+        if (Clock::now() > deadline) give_up(src, "recv from " + peer(src), true);
       });
       continue;
     }
@@ -142,7 +142,7 @@ void Mailboxes::complete_send(const char* data, std::size_t bytes, int dst, std:
   {
     std::unique_lock lock(box.mu);
     if (!box.turn_changed.wait_until(lock, deadline, [&] { return box.turn == ticket || !box.broken.empty(); }))
-      give_up(dst, "send: earlier sends to it did not complete", true);
+      give_up(dst, "send to " + peer(dst) + " (behind earlier sends to it)", true);
     if (!box.broken.empty()) throw std::runtime_error("an earlier send to " + peer(dst) + " failed: " + box.broken);
   }
   try {
@@ -196,7 +196,7 @@ void Mailboxes::complete_recv(char* data, std::size_t bytes, int src, std::uint3
     }
     if (box.reading) {
       // Another completion reads the ring; it hands over what it finds.
-      if (box.changed.wait_until(lock, deadline) == std::cv_status::timeout) give_up(src, "recv: nothing came", true);
+      if (box.changed.wait_until(lock, deadline) == std::cv_status::timeout) give_up(src, "recv from " + peer(src), true);
       continue;
     }
     // Read the next message off the ring: ours goes straight into `data`, another is kept.

@@ -74,7 +74,7 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   void complete_send(const char* data, std::size_t bytes, int dst, std::uint32_t tag, std::uint64_t ticket);
   void complete_recv(char* data, std::size_t bytes, int src, std::uint32_t tag, std::uint64_t ticket);
   static void forget_if_idle(Inbox& box, std::uint32_t tag);
-  [[noreturn]] void give_up(int peer, std::string_view what, bool timed_out) const;
+  [[noreturn]] void give_up(int peer, const std::string& what, bool timeout) const;
   std::string peer(int r) const {
     return options_.word + std::to_string(options_.names.empty() ? r : options_.names[static_cast<std::size_t>(r)]);
   }

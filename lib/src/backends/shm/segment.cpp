@@ -132,9 +132,7 @@ void Segment::wait_attached(const BackendInit& init, Clock::time_point deadline,
       if (pids()[r] == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(name_of(init, static_cast<int>(r)));
     auto word = member_word(init);
     if (missing.find(',') != std::string::npos) word = word.substr(0, word.size() - 1) + "s ";
-    throw TimeoutFailure(word + missing +
-                         " did not attach to the shared memory (" + key + ") within " +
-                         duration_text(init.timeout));
+    throw TimeoutFailure(timed_out("attaching to the shared memory (" + key + ")", init.timeout, "waiting for " + word + missing));
   });
 }
 
