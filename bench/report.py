@@ -2,8 +2,8 @@
 """Turns the measurements of scripts/bench.sh into docs/BENCHMARKS.md and its plots.
 
 Reads DATA/bw/IMPL/*.json (idist-bench, raw_gloo and raw_mpi --json documents; IMPL is one of
-IMPLS below: the directory says which, as idist-bench's document says "gloo" over shared memory
-and over TCP alike), DATA/launch.jsonl (one wall_time result per line, labelled), DATA/cpu.jsonl
+IMPLS or TWO_HOSTS below: the directory says which, as idist-bench's document says "gloo" over
+shared memory, hierarchically and over TCP alike), DATA/launch.jsonl (one wall_time result per line, labelled), DATA/cpu.jsonl
 (idist's own CPU time per call), DATA/copy_bw.json (the memcpy ceiling), DATA/bindings-nN.txt
 (mpirun --report-bindings) and DATA/meta.json (mode, options, notes), judges the targets, and
 writes OUT/BENCHMARKS.md and, when gnuplot is there, OUT/bench-*.png. The part of BENCHMARKS.md below the KEEP marker is
@@ -25,6 +25,10 @@ KEEP = "<!-- Everything below this line is written by hand and kept by scripts/b
 COLLECTIVES = ["all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce", "send_recv", "barrier"]
 # The five ways each collective is measured, as scripts/bench.sh names their directories.
 IMPLS = {"shm": "shm", "gloo-tcp": "gloo-TCP", "raw-gloo": "raw Gloo", "raw-mpi": "raw MPI", "idist-mpi": "idist-mpi"}
+# 4 ranks on two fake hosts (2 + 2), each way idist-bench ran there. Kept apart from IMPLS: their
+# 4 ranks are not the one-host 4 ranks of the tables above, and must not add a 4 to a --quick run.
+TWO_HOSTS = {"hier": "hierarchical", "hier-tcp": "gloo-TCP"}
+HIER_COLLECTIVES = ["all_reduce", "broadcast", "reduce", "barrier"]
 # idist's overhead: each of these against the same calls made directly. shm has no direct
 # counterpart; it is judged against MPI by the targets of issue 16 (judge_shm).
 OVERHEAD = [("gloo-tcp", "raw-gloo"), ("idist-mpi", "raw-mpi")]
@@ -89,7 +93,7 @@ def load_bandwidth(data):
               "since): left out", file=sys.stderr)
     for path in sorted((data / "bw").glob("*/*.json")):
         impl = path.parent.name
-        if impl not in IMPLS:
+        if impl not in IMPLS and impl not in TWO_HOSTS:
             print(f"report: {path}: unknown implementation {impl}; left out", file=sys.stderr)
             continue
         try:
@@ -346,6 +350,86 @@ def gnuplot(out, runs, ns_bw, by_launch, ns_launch, kinds):
     return made
 
 
+def gnuplot_two_hosts(out, runs):
+    """Time against size on two hosts, hierarchical and gloo-TCP: bench-two-hosts.png, or None."""
+    if not shutil.which("gnuplot"):
+        return None
+    data_dir = out / "bench-plot-data-two-hosts"
+    data_dir.mkdir(exist_ok=True)
+    script = ["set terminal pngcairo noenhanced size 1350,420 font ',9'", f"set output '{out / 'bench-two-hosts.png'}'",
+              "set multiplot layout 1,3 title 'time per call, median (us), against size: two hosts, 2 + 2 ranks'",
+              "set logscale x 2", "set format x '%.0b%B'", "set xlabel 'size (bytes)'",
+              "set ylabel 'time per call, median (us)'", "set key top left", "set grid", "set logscale y 10",
+              "set format y '%g'"]
+    drawn = False
+    for collective in HIER_COLLECTIVES[:-1]:
+        plots = []
+        for impl, title, color in [("hier", "hierarchical", "#2ca02c"), ("hier-tcp", "gloo-TCP", "#1f77b4")]:
+            rows = [r for r in by_size(runs.get((impl, 4, collective), [])).values() if r["type"] == "float32"]
+            if not rows:
+                continue
+            path = data_dir / f"{collective}-{impl}.dat"
+            path.write_text("".join(f"{r['size']} {latency(r)}\n" for r in sorted(rows, key=lambda r: r["size"])))
+            plots.append(f"'{path}' using 1:2 with linespoints lw 2 lc rgb '{color}' title '{title}'")
+        drawn = drawn or bool(plots)
+        script.append(f"set title '{collective}'")
+        script.append("plot " + ", ".join(plots) if plots else "plot 0 notitle")
+    script.append("unset multiplot")
+    if drawn:
+        subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
+    shutil.rmtree(data_dir)
+    return "bench-two-hosts.png" if drawn else None
+
+
+def times(n):
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def two_hosts_section(runs, meta, plot):
+    """The markdown of the two-host measurement: hierarchical against gloo over TCP, 4 ranks."""
+    md = ["## Two hosts, 2 + 2 ranks: hierarchical against gloo over TCP", ""]
+    if not any(key[0] in TWO_HOSTS for key in runs):
+        return md + ["Not measured in this run" + (" (see the notes under Launch cost)." if meta.get("notes") else "."),
+                     ""]
+    wrong = sum(r["wrong"] for key, rows in runs.items() if key[0] in TWO_HOSTS for r in rows)
+    md += ["4 ranks on two fake hosts, as `tests/e2e/hierarchical_netns.sh` makes them: two network namespaces "
+           "joined by a veth pair, each rank under its host's name (`unshare --uts`), `idist-run --nnodes 2 "
+           "--node-rank K -n 2 idist-bench` on each. **hierarchical** is what idist chooses there by default: "
+           "shared memory among a host's two ranks, gloo between the two hosts' leaders; **gloo-TCP** is the same "
+           "4 ranks with `IDIST_INTRANODE=off`, gloo over TCP among all four. The collectives are the ones the "
+           "hierarchical backend splits (the others it leaves to gloo over every rank). A veth pair is no "
+           "network: its bytes are copied by the same 2 cores that run the 4 ranks, so the speed-up is what the "
+           "split saves in work on this machine; over a real link, where crossing hosts costs more, only the "
+           "leaders' traffic crosses. float32, sum, root 0; small sizes "
+           f"`{meta.get('hier_small_options', '?')}` {times(meta.get('hier_repeat'))}, large sizes "
+           f"`{meta.get('hier_large_options', '?')}` {times(meta.get('hier_repeat_large'))}, the two back to "
+           "back, the order reversed every other round. Times are the best median call (see Targets), busbw as "
+           "above for 4 ranks; speed-up is gloo-TCP's time over hierarchical's. Every result was checked element "
+           f"by element ({'no element wrong' if wrong == 0 else f'**{wrong} elements wrong**'}).", ""]
+    if plot:
+        md += [f"![time against size, two hosts]({plot})", ""]
+    for collective in HIER_COLLECTIVES:
+        best = {impl: {k[0]: r for k, r in by_size(runs.get((impl, 4, collective), [])).items()
+                       if k[1] in ("float32", "-")}
+                for impl in TWO_HOSTS}
+        sizes = sorted(set(best["hier"]) | set(best["hier-tcp"]))
+        if not sizes:
+            continue
+        md += [f"### {collective}, 2 + 2 ranks", "",
+               "| size | hierarchical us | gloo-TCP us | speed-up | hierarchical busbw GB/s |",
+               "|---:|---:|---:|---:|---:|"]
+        for size in sizes:
+            hier, tcp = best["hier"].get(size), best["hier-tcp"].get(size)
+            md.append("| " + " | ".join([
+                human(size) if collective != "barrier" else "–",
+                fmt_us(latency(hier)) if hier else "–",
+                fmt_us(latency(tcp)) if tcp else "–",
+                fmt_x(latency(tcp) / latency(hier)) if hier and tcp and latency(hier) > 0 else "–",
+                f"{median_busbw(hier):.3f}" if hier and collective != "barrier" else "–"]) + " |")
+        md.append("")
+    return md
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", type=Path, required=True)
@@ -355,7 +439,7 @@ def main():
     runs = load_bandwidth(args.data)
     launch = load_launch(args.data)
     by_launch = launch_table(launch)
-    ns_bw = sorted({key[1] for key in runs})
+    ns_bw = sorted({key[1] for key in runs if key[0] in IMPLS})
     ns_launch = meta["launch_ns"]
     box = machine()
     cores = meta.get("cores", box["cores"])
@@ -364,6 +448,9 @@ def main():
 
     kinds = [("idist-run", "idist-run -n N"), ("mpirun", "mpirun -np N"), ("torchrun", "torchrun --nproc_per_node N")]
     plots = gnuplot(args.out, runs, ns_bw, by_launch, ns_launch, kinds)
+    two_hosts_plot = gnuplot_two_hosts(args.out, runs)
+    if two_hosts_plot:
+        plots.append(two_hosts_plot)
 
     md = ["# Benchmarks", ""]
     md.append(f"Written by `scripts/bench.sh{' --quick' if meta['mode'] == 'quick' else ''}` on {meta['date']} "
@@ -406,7 +493,7 @@ def main():
     md.append("")
 
     verdict_rows = []
-    all_wrong = sum(r["wrong"] for rows in runs.values() for r in rows)
+    all_wrong = sum(r["wrong"] for key, rows in runs.items() if key[0] in IMPLS for r in rows)
     for impl, reference in OVERHEAD:
         for n in ns_bw:
             for collective in COLLECTIVES:
@@ -533,6 +620,8 @@ def main():
                 cells.append(fmt_x(latency(tcp) / latency(shm)) if shm and tcp and latency(shm) > 0 else "–")
                 md.append("| " + " | ".join(cells) + " |")
             md.append("")
+
+    md += two_hosts_section(runs, meta, two_hosts_plot)
 
     old = args.out / "BENCHMARKS.md"
     kept = ["## What we found", "", "(Nothing written yet: say here what the figures above mean, what was profiled "

@@ -13,6 +13,11 @@
 #      beside raw Gloo; shm, raw MPI, idist-mpi in a row, raw MPI in the middle, so that both
 #      sit beside it); small sizes three times and large ones twice, as a 2-core machine is noisy;
 #      and idist's own CPU time per call on gloo over TCP (perf), which noise does not blur;
+#   1b. all_reduce, broadcast, reduce and barrier on 4 ranks over two fake hosts, 2 + 2 (network
+#      namespaces joined by a veth pair, as tests/e2e/hierarchical_netns.sh makes them): the
+#      hierarchical backend (shared memory within each host, gloo among the hosts' leaders)
+#      against IDIST_INTRANODE=off (gloo over TCP among all 4), alternating as above; needs root
+#      and `ip netns`, left out with a note where they cannot be had;
 #   2. launch cost: init + one barrier + exit under `idist-run -n N`, `mpirun -np N` and, where
 #      python3-torch is installed, torchrun, for N = 1 to 64; and `idist-run -n 1 /bin/true`
 #      against `/bin/true`;
@@ -21,8 +26,8 @@
 # mpirun runs with the settings Open MPI picks itself (its own binding), plus --oversubscribe
 # only where N ranks do not fit the cores: a reference must not be slowed by our flags.
 #
-#   bash scripts/bench.sh               the full run: about 25 minutes on 2 cores (collectives 22,
-#                                       launch 3; a first build adds 5). Five measurements where
+#   bash scripts/bench.sh               the full run: about 26 minutes on 2 cores (collectives 22,
+#                                       two hosts 1, launch 3; a first build adds 5). Five measurements where
 #                                       there were four still fit under 30 minutes with the
 #                                       repeats as they were; should they not, cut the large
 #                                       sizes (256 MiB is half of a large run), not the repeats
@@ -45,7 +50,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD=$2; shift ;;
     --out) OUT=$2; shift ;;
     --keep) KEEP=$2; shift ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -60,9 +65,13 @@ PACKAGES=(
   python3                         # bench/report.py
   gnuplot-nox                     # the plots
   linux-perf                      # idist's own CPU time per call
+  iproute2                        # ip netns: the two fake hosts
 )
 source scripts/install_missing.sh
 install_missing bench "${PACKAGES[@]}"
+# netns_pair and netns_cleanup: the two fake hosts made exactly as the end-to-end test of the
+# hierarchical backend makes them, so that what is measured is what is tested.
+source tests/e2e/lib.sh
 
 BUILD_TYPE=RelWithDebInfo  # -O2 and NDEBUG, as users build; -g for perf and callgrind
 echo "bench: building into $BUILD ($BUILD_TYPE)"
@@ -105,6 +114,11 @@ if [ "$MODE" = quick ]; then
   LARGE=(-b 64K -e 64M -f 32 -w 1 -t 0.05)
   REPEAT=2
   REPEAT_LARGE=1
+  # Two hosts: a check that it runs, not figures.
+  HIER_SMALL=("${SMALL[@]}")
+  HIER_LARGE=(-b 64K -e 2M -f 32 -w 1 -t 0.05)
+  HIER_REPEAT=1
+  HIER_REPEAT_LARGE=1
   CPU_CALLS=1000
   LAUNCH_NS=(1 2 4 8)
   LAUNCH_REPS=3
@@ -118,6 +132,13 @@ else
   LARGE=(-b 64K -e 256M -f 2 -w 1 -t 0.1)
   REPEAT=3
   REPEAT_LARGE=2
+  # Two hosts: the same repeats, but the large sizes stop at 64 MiB, which keeps the section
+  # near a minute: up to 256 MiB, 4 ranks on 2 cores would spend four times as long on them
+  # (gloo over TCP takes about 0.14 s a call at 64 MiB) for points the curve already shows.
+  HIER_SMALL=("${SMALL[@]}")
+  HIER_LARGE=(-b 64K -e 64M -f 2 -w 1 -t 0.1)
+  HIER_REPEAT=$REPEAT
+  HIER_REPEAT_LARGE=$REPEAT_LARGE
   CPU_CALLS=5000
   LAUNCH_NS=(1 2 4 8 16 32 64)
   LAUNCH_REPS=7
@@ -129,9 +150,18 @@ else
   COPY_SECONDS=1
 fi
 COLLECTIVES=(all_reduce all_gather broadcast reduce_scatter reduce send_recv barrier)
+# The collectives the hierarchical backend splits into a host part and a leaders' part; the
+# others it hands to gloo over every rank, the same as IDIST_INTRANODE=off.
+HIER_COLLECTIVES=(all_reduce broadcast reduce barrier)
 
 DATA=$(mktemp -d)
-trap 'rm -rf "$DATA"' EXIT
+# The fake hosts outlive the script unless removed: the trap takes them down on every way out
+# (bash runs no EXIT trap when a signal kills it, hence the traps that turn those into exits).
+trap 'netns_cleanup || true; rm -rf "$DATA"' EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+NOTES=()
 mkdir -p "$DATA/bw"
 START=$(date +%s)
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -162,7 +192,8 @@ measure() {
     rm -f "$DATA/bw/$name.json"
   fi
 }
-# one IMPL N NAME ARGS...: one run of IMPL (shm, gloo-tcp, raw-gloo, raw-mpi, idist-mpi).
+# one IMPL N NAME ARGS...: one run of IMPL (shm, gloo-tcp, raw-gloo, raw-mpi, idist-mpi; hier,
+# hier-tcp: two_hosts below, always 4 ranks).
 one() {
   local impl=$1 n=$2 name=$3
   shift 3
@@ -173,6 +204,8 @@ one() {
     raw-gloo) measure "$impl/n$n-$name" "$IDIST_RUN" -n "$n" "$RAW_GLOO" "$@" ;;
     raw-mpi) measure "$impl/n$n-$name" "${MPIRUN[@]}" -np "$n" "$RAW_MPI" "$@" ;;
     idist-mpi) measure "$impl/n$n-$name" "${MPIRUN[@]}" -np "$n" "$IDIST_BENCH" --backend mpi "$@" ;;
+    hier) measure "$impl/n4-$name" two_hosts auto "$@" ;;
+    hier-tcp) measure "$impl/n4-$name" two_hosts off "$@" ;;
     *) echo "bench: unknown implementation $impl" >&2; exit 2 ;;
   esac
 }
@@ -204,6 +237,62 @@ for n in "${BW_NS[@]}"; do
   done
 done
 
+# --- 1b. two hosts, 2 + 2 ranks -------------------------------------------------------------------
+# on_host A|B COMMAND...: COMMAND in that host's network namespace, under its host name (the
+# ranks tell hosts apart by name), as in tests/e2e/hierarchical_netns.sh.
+on_host() {
+  local ns=$NS_A name=host-a$HIER_TAG
+  [ "$1" = B ] && ns=$NS_B name=host-b$HIER_TAG
+  shift
+  ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
+}
+# two_hosts auto|off ARGS...: idist-bench ARGS on 4 ranks, idist-run once on each host (node 1
+# in the background), IDIST_INTRANODE left at its default (auto: the hierarchical backend) or
+# off. Only rank 0, on host A, prints the document; host B's output goes with the errors. Each
+# run on a port of its own, so that none waits for the last one's to be free. The timeouts
+# keep one run that hangs, or one node left alone, from holding up the rest of the benchmark.
+HIER_PORT=29700
+two_hosts() {
+  local vars=(IDIST_JOB_TOKEN=bench$HIER_TAG IDIST_TIMEOUT=60) b rc=0
+  [ "$1" = off ] && vars+=(IDIST_INTRANODE=off)
+  shift
+  HIER_PORT=$((HIER_PORT + 1))
+  local run=(timeout 600 "$IDIST_RUN" --nnodes 2 --master-addr "$ADDR_A" --master-port "$HIER_PORT" -n 2)
+  on_host B env "${vars[@]}" "${run[@]}" --node-rank 1 "$IDIST_BENCH" "$@" >&2 &
+  b=$!
+  on_host A env "${vars[@]}" "${run[@]}" --node-rank 0 "$IDIST_BENCH" "$@" || rc=$?
+  wait "$b" || rc=$((rc ? rc : $?))
+  return "$rc"
+}
+HIER_TAG=$$
+HIER=0
+if ! command -v unshare >/dev/null || ! netns_pair "$HIER_TAG" || ! on_host A true 2>/dev/null ||
+  ! on_host B true 2>/dev/null; then
+  NOTES+=("The two-host measurement (hierarchical against gloo over TCP) was left out: no network namespaces, veth pair or UTS namespace could be made here (needs root, iproute2, util-linux and CAP_NET_ADMIN, CAP_SYS_ADMIN).")
+  echo "bench: NOTE: cannot make two fake hosts here (ip netns, needs root); the two-host measurement is left out"
+# One barrier first: where the hosts cannot reach each other, every run would fail, each only
+# after the timeout.
+elif ! two_hosts auto -b 8 -e 8 -w 0 -n 1 barrier >"$DATA/hier-probe.out" 2>&1; then
+  NOTES+=("The two-host measurement (hierarchical against gloo over TCP) was left out: a first barrier on two fake hosts failed ($(tail -1 "$DATA/hier-probe.out")).")
+  echo "bench: NOTE: a barrier on two fake hosts failed; the two-host measurement is left out:" >&2
+  tail -3 "$DATA/hier-probe.out" >&2
+else
+  HIER=1
+fi
+if [ $HIER = 1 ]; then
+  for c in "${HIER_COLLECTIVES[@]}"; do
+    echo "bench: $c on two hosts, 2 + 2 ranks: hierarchical, gloo-TCP"
+    for r in $(seq "$HIER_REPEAT"); do
+      row "$r" 4 "$c-small$r" "hier hier-tcp" "${HIER_SMALL[@]}" "$c"
+    done
+    [ "$c" = barrier ] && continue
+    for r in $(seq "$HIER_REPEAT_LARGE"); do
+      row "$r" 4 "$c-large$r" "hier hier-tcp" "${HIER_LARGE[@]}" "$c"
+    done
+  done
+fi
+netns_cleanup || true
+
 # What idist's own code costs per call, which the wall clock of small calls (tens of
 # microseconds of scheduler noise) cannot show: perf samples the ranks at 10 kHz, and the
 # samples that fall in libidist, over the calls made, are its CPU time per call (gloo over TCP,
@@ -211,7 +300,6 @@ done
 # library) does the work and libidist's samples are idist's overhead alone; the shm backend is
 # part of libidist, so its samples would be the whole collective. Needs perf (linux-perf) and
 # the right to use it; skipped with a note otherwise.
-NOTES=()
 PERF_HZ=10000
 if command -v perf >/dev/null && perf record -q -o "$DATA/probe.data" -- true >/dev/null 2>&1; then
   echo "bench: idist's own CPU time per call (perf), gloo over TCP, 2 ranks, 8 B"
@@ -278,6 +366,8 @@ json.dump({
     "mode": "$MODE", "date": "$(date -u +%Y-%m-%dT%H:%MZ)", "elapsed_s": $ELAPSED, "load": "$LOAD",
     "build_type": "$BUILD_TYPE", "small_options": "$(echo "${SMALL[@]}")", "large_options": "$(echo "${LARGE[@]}")",
     "repeat": $REPEAT, "repeat_large": $REPEAT_LARGE, "cpu_calls": $CPU_CALLS,
+    "hier_small_options": "$(echo "${HIER_SMALL[@]}")", "hier_large_options": "$(echo "${HIER_LARGE[@]}")",
+    "hier_repeat": $HIER_REPEAT, "hier_repeat_large": $HIER_REPEAT_LARGE,
     "launch_ns": [$(IFS=,; echo "${LAUNCH_NS[*]}")], "launch_reps": $LAUNCH_REPS, "true_reps": $TRUE_REPS,
     "cores": $CORES, "mpirun": "mpirun --allow-run-as-root",
     "notes": $(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${NOTES[@]}"),
