@@ -15,4 +15,10 @@ std::string host_name(std::string_view fallback);
 // user's guess that two idist-run "nodes" on one machine would get wrong either way.
 std::string host_identity();
 
+// The host's online processors, at least 1: where more ranks share a host than this, a rank
+// that spins takes the core from the one it waits for. Not this process's affinity: a launcher
+// that binds each rank to a core of its own (mpirun -np 2) leaves each one core, yet no rank
+// then waits for a core.
+int host_cores();
+
 }  // namespace idist::common

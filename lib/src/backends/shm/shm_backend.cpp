@@ -30,6 +30,7 @@
 #include "backends/shm/segment.hpp"
 #include "backends/shm/sync.hpp"
 #include "common/duration.hpp"
+#include "idist/common/host.hpp"
 #include "reduce/kernels.hpp"
 
 namespace idist::detail {
@@ -71,7 +72,8 @@ class ShmBackend final : public Backend {
     for (int h : init.hosts)
       if (h != init.hosts.front())
         throw std::invalid_argument("the shm backend needs every rank of the group on one host");
-    policy_.oversubscribed = init.contract.local_world_size > shm::usable_cores() || size_ > shm::usable_cores();
+    const int cores = common::host_cores();
+    policy_.oversubscribed = init.contract.local_world_size > cores || size_ > cores;
     watch_peers_ = size_ <= kWatchPeersUpTo && !policy_.oversubscribed;
     const auto n = static_cast<std::size_t>(size_);
     const std::size_t words = align_up((2 + n) * sizeof(Word), 4 * KiB);

@@ -35,14 +35,6 @@ std::uint32_t post_add(Word& word, std::uint32_t delta) {
 
 void wake_now(Word& word) { futex(word.value, FUTEX_WAKE, INT_MAX, nullptr); }
 
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  const int n = CPU_COUNT(&set);
-  return n > 0 ? n : 1;
-}
-
 namespace impl {
 
 void pause_once(bool oversubscribed) {

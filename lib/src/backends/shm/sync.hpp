@@ -38,9 +38,6 @@ struct WaitPolicy {
   bool oversubscribed = false;  // more ranks on this host than cores we may run on
 };
 
-// The cores this process may run on (sched_getaffinity), at least 1.
-int usable_cores();
-
 // Spins, then sleeps, until ready(word's value) holds. Between naps (at most `nap` each), calls
 // between_naps(), which throws to end the wait.
 template <class Ready, class BetweenNaps>
