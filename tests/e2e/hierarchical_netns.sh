@@ -30,7 +30,7 @@ on_host() {
 }
 
 export IDIST_TIMEOUT=30 IDIST_JOB_TOKEN=hier$tag
-port=29600
+port=29599
 node() {  # node K PROGRAM ARGS...: idist-run as node K of 2, two ranks
   local k=$1 host=A
   [ "$k" = 1 ] && host=B
@@ -38,28 +38,28 @@ node() {  # node K PROGRAM ARGS...: idist-run as node K of 2, two ranks
   on_host $host "$RUN" --nnodes 2 --node-rank "$k" --master-addr "$ADDR_A" --master-port $port -n 2 "$@"
 }
 
-node 1 "$MATRIX" >"$TMP/b" 2>&1 &
-b=$!
-out=$(timeout 240 bash -c "$(declare -f node on_host); tag=$tag NS_A=$NS_A NS_B=$NS_B ADDR_A=$ADDR_A RUN=$RUN port=$port node 0 $MATRIX" 2>&1)
-check "matrix: host A's node exits 0" equals $? 0
-wait $b
-check "matrix: host B's node exits 0" equals $? 0
-all="$out
+# two_nodes LABEL LIMIT PROGRAM: PROGRAM on both hosts (host A's node bounded by LIMIT s);
+# checks both exit 0 and sets `all` to the 4 ranks' output.
+two_nodes() {
+  local label=$1 limit=$2 program=$3 b
+  port=$((port + 1))
+  node 1 "$program" >"$TMP/b" 2>&1 &
+  b=$!
+  out=$(timeout "$limit" bash -c "$(declare -f node on_host); tag=$tag NS_A=$NS_A NS_B=$NS_B ADDR_A=$ADDR_A RUN=$RUN port=$port node 0 $program" 2>&1)
+  check "$label: host A's node exits 0" equals $? 0
+  wait $b
+  check "$label: host B's node exits 0" equals $? 0
+  all="$out
 $(cat "$TMP/b")"
+}
+
+two_nodes matrix 240 "$MATRIX"
 echo "$all" | grep -E "checks|FAILED|backend:" | head -n 12
 check "matrix: 4 ranks report no failure" equals "$(count "$all" "checks, 0 failed")" 4
 check "matrix: every rank runs the hierarchical path" equals \
   "$(count "$all" "hierarchical: shared memory within each host, gloo among one leader per host")" 4
 
-port=$((port + 1))
-node 1 "$EX/all_reduce" >"$TMP/b" 2>&1 &
-b=$!
-out=$(timeout 60 bash -c "$(declare -f node on_host); tag=$tag NS_A=$NS_A NS_B=$NS_B ADDR_A=$ADDR_A RUN=$RUN port=$port node 0 $EX/all_reduce" 2>&1)
-check "all_reduce: host A exits 0" equals $? 0
-wait $b
-check "all_reduce: host B exits 0" equals $? 0
-all="$out
-$(cat "$TMP/b")"
+two_nodes all_reduce 60 "$EX/all_reduce"
 check "all_reduce: the 4 ranks get [16, 20]" equals "$(count "$all" "After performing all_reduce: [16, 20]")" 4
 
 # A rank dies mid-run; ranks started by hand, so that only the library stops the survivors.
@@ -75,11 +75,7 @@ for r in 0 1 2; do
     >"$TMP/die.$r" 2>&1 &
   pids+=($!)
 done
-codes=()
-for p in "${pids[@]}"; do
-  wait "$p"
-  codes+=($?)
-done
+wait_codes "${pids[@]}"
 elapsed=$(($(now_ms) - start))
 cat "$TMP"/die.*
 check "die: the dead rank exited 9" equals "${codes[1]}" 9

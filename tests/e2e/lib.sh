@@ -105,6 +105,16 @@ two_jobs() {
   rm -rf "$dir"
 }
 
+# wait_codes PID...: waits for each in turn; sets `codes` to their exit statuses, in order.
+wait_codes() {
+  codes=()
+  local p
+  for p in "$@"; do
+    wait "$p"
+    codes+=($?)
+  done
+}
+
 # netns_pair TAG: two network namespaces joined by a veth pair, as two "hosts" that really
 # talk over separate addresses. Sets NS_A, NS_B, ADDR_A, ADDR_B; netns_cleanup removes them.
 # Fails (non-zero) where namespaces cannot be made (needs root, iproute2, CAP_NET_ADMIN).

@@ -39,18 +39,14 @@ fi
 # on a port below both idist's derived range and the kernel's ephemeral one. Sets `codes`
 # (their exit codes, by rank) and `out` (their output, rank by rank).
 by_hand() {
-  local name=$1 port=$((10000 + RANDOM % 10000)) r p
+  local name=$1 port=$((10000 + RANDOM % 10000)) r
   shift
   local pids=()
   for r in 0 1 2; do
     RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$matrix" "$@" >"$scratch/$name.$r" 2>&1 &
     pids+=($!)
   done
-  codes=()
-  for p in "${pids[@]}"; do
-    wait "$p"
-    codes+=($?)
-  done
+  wait_codes "${pids[@]}"
   out=$(cat "$scratch/$name".*)
 }
 
