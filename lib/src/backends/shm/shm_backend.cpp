@@ -21,8 +21,8 @@
 #include "backends/shm/shm_backend.hpp"
 
 #include <algorithm>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -74,7 +74,9 @@ class ShmBackend final : public Backend {
         throw std::invalid_argument("the shm backend needs every rank of the group on one host");
     const int cores = common::host_cores();
     policy_.oversubscribed = init.contract.local_world_size > cores || size_ > cores;
-    watch_peers_ = size_ <= kWatchPeersUpTo && !policy_.oversubscribed;
+    // Every member must step the same way: decided from what all of them see alike (the group's
+    // size, the host's processors), not from their LOCAL_WORLD_SIZE, which a user may set.
+    watch_peers_ = size_ <= kWatchPeersUpTo && size_ <= cores;
     const auto n = static_cast<std::size_t>(size_);
     const std::size_t words = align_up((2 + n) * sizeof(Word), 4 * KiB);
     const std::size_t slots = n * 2 * half_;
