@@ -1,8 +1,6 @@
 #include "runtime.hpp"
 
 #include <spdlog/fmt/fmt.h>
-#include "common/duration.hpp"
-#include "common/wait.hpp"
 #include "log.hpp"
 #include <signal.h>
 #include <unistd.h>
@@ -16,6 +14,8 @@
 #include <thread>
 
 #include "backends/hierarchical/hierarchical_backend.hpp"
+#include "common/duration.hpp"
+#include "common/wait.hpp"
 #include "idist/common/host.hpp"
 #include "store/memory_store.hpp"
 #include "store/tcp_store.hpp"
@@ -104,6 +104,15 @@ std::string describe_missing(const std::vector<bool>& ranks, const std::vector<b
 
 namespace {
 
+// Hosts are numbered densely in the order they are first met: `value`'s number, adding it to
+// `seen` when new.
+template <class T>
+int number_of(std::vector<T>& seen, const T& value) {
+  auto it = std::find(seen.begin(), seen.end(), value);
+  if (it == seen.end()) it = seen.insert(seen.end(), value);
+  return static_cast<int>(it - seen.begin());
+}
+
 // hosts[r] for every rank, sent as 32-bit numbers.
 std::vector<char> encode_hosts(const std::vector<int>& hosts) {
   std::vector<char> out(hosts.size() * sizeof(std::int32_t));
@@ -131,14 +140,9 @@ std::vector<int> decode_hosts(const std::vector<char>& bytes, int world_size) {
 
 std::vector<int> Runtime::hosts_of(const std::vector<int>& ranks) const {
   if (hosts_.empty()) return {};
-  std::vector<int> first_seen;  // world host numbers, in the order the group meets them
+  std::vector<int> seen;  // world host numbers, in the order the group meets them
   std::vector<int> out;
-  for (int r : ranks) {
-    const int h = hosts_[static_cast<std::size_t>(r)];
-    auto it = std::find(first_seen.begin(), first_seen.end(), h);
-    if (it == first_seen.end()) it = first_seen.insert(first_seen.end(), h);
-    out.push_back(static_cast<int>(it - first_seen.begin()));
-  }
+  for (int r : ranks) out.push_back(number_of(seen, hosts_[static_cast<std::size_t>(r)]));
   return out;
 }
 
@@ -177,10 +181,7 @@ void Runtime::join(Clock::time_point deadline) {
     std::vector<std::string> identities;
     for (const auto& key : rank_keys) {
       const auto value = store_->get(key);
-      const std::string id(value.begin(), value.end());
-      auto it = std::find(identities.begin(), identities.end(), id);
-      if (it == identities.end()) it = identities.insert(identities.end(), id);
-      hosts_.push_back(static_cast<int>(it - identities.begin()));
+      hosts_.push_back(number_of(identities, std::string(value.begin(), value.end())));
     }
     store_->set(hosts_key, encode_hosts(hosts_));
     store_->set(result_key, {});

@@ -21,10 +21,6 @@ namespace idist::detail::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x6d68732d74736469;  // "idist-shm"
-constexpr std::size_t kPage = 4096;
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
 // "what: the error; hint" (the hint tells what to do instead).
 std::string errno_text(const std::string& what, const std::string& hint = "") {
   return what + ": " + std::strerror(errno) + (hint.empty() ? "" : "; " + hint);

@@ -25,6 +25,9 @@
 
 namespace idist::detail::shm {
 
+inline constexpr std::size_t kPage = 4096;
+inline std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
 class Segment {
  public:
   // Collective over the group's members; `data_bytes` for the backend's own use, after the

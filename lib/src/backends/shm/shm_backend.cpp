@@ -58,8 +58,6 @@ std::size_t ring_bytes(int size) {
 // two, no copy back).
 constexpr std::size_t kWholeReduceBytes = 16 * KiB;
 
-std::size_t align_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
 class ShmBackend final : public Backend {
  public:
   explicit ShmBackend(const BackendInit& init)
@@ -78,7 +76,7 @@ class ShmBackend final : public Backend {
     // size, the host's processors), not from their LOCAL_WORLD_SIZE, which a user may set.
     watch_peers_ = size_ <= kWatchPeersUpTo && size_ <= cores;
     const auto n = static_cast<std::size_t>(size_);
-    const std::size_t words = align_up((2 + n) * sizeof(Word), 4 * KiB);
+    const std::size_t words = shm::round_up((2 + n) * sizeof(Word), shm::kPage);
     const std::size_t slots = n * 2 * half_;
     const auto ring = ring_bytes(size_);
     segment_ = std::make_shared<shm::Segment>(init, words + slots + shm::Mailboxes::bytes_needed(size_, ring),
@@ -215,7 +213,6 @@ class ShmBackend final : public Backend {
   }
   char* next_half(int r) const { return slot(r, step_ + 1); }
   char* half(int r) const { return slot(r, step_); }
-  char* half_after_next(int r) const { return slot(r, step_ + 1); }
 
   // The deadline is read from the clock only once a wait has to sleep: a call that never does
   // (most small ones) skips a clock read, which costs as much as the call. It is then a spin
@@ -315,7 +312,7 @@ class ShmBackend final : public Backend {
       const auto from = len * static_cast<std::size_t>(rank_) / n;
       const auto to = len * static_cast<std::size_t>(rank_ + 1) / n;
       if (to > from) {
-        char* result = half_after_next(rank_) + from * element;
+        char* result = next_half(rank_) + from * element;
         const auto offset = from * element;
         fn(result, half(0) + offset, half(1) + offset, to - from);
         for (int r = 2; r < size_; ++r) fn(result, result, half(r) + offset, to - from);
