@@ -59,8 +59,15 @@ int as_int(std::size_t n) {
 
 class RawMpi {
  public:
-  RawMpi() {
-    check(MPI_Init(nullptr, nullptr), "MPI_Init");
+  explicit RawMpi(bool thread_multiple) {
+    // --thread-multiple: MPI as idist's mpi backend starts it (it calls MPI from any thread),
+    // to tell that level's own cost from idist's.
+    if (thread_multiple) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    } else {
+      check(MPI_Init(nullptr, nullptr), "MPI_Init");
+    }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -128,9 +135,11 @@ int main(int argc, char** argv) {
   CLI::App app("MPI called directly, timed and checked as idist-bench does (the reference for idist over mpi)",
                "raw_mpi");
   bench::CommandLine command_line(app, options);
+  bool thread_multiple = false;
+  app.add_flag("--thread-multiple", thread_multiple, "Start MPI with MPI_THREAD_MULTIPLE, as idist's mpi backend does");
   if (auto code = command_line.parse(argc, argv)) return *code;
   try {
-    RawMpi comm;
+    RawMpi comm(thread_multiple);
     if (options.root >= comm.size())
       return bench::usage_error("raw_mpi", "--root " + std::to_string(options.root) + " is not a rank (world size " +
                                                std::to_string(comm.size()) + ")");
