@@ -19,6 +19,7 @@
 #include "idist/launchers/config.hpp"
 #include "idist/launchers/exec.hpp"
 #include "idist/launchers/plan.hpp"
+#include "idist/launchers/rendezvous.hpp"
 #include "idist/launchers/program.hpp"
 #include "idist/launchers/resources.hpp"
 #include "idist/launchers/supervisor.hpp"
@@ -88,6 +89,8 @@ struct Cli {
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
   std::optional<std::string> rdzv_id;
+  std::optional<std::string> rdzv_endpoint;
+  std::string rdzv_conf;
   std::string port_range = "20000-32767";
   std::string launcher = "auto";
   bool force_spawn = false;
@@ -142,10 +145,48 @@ int parse_count(const std::string& option, const std::string& text, int max, con
   return value;
 }
 
-int parse_nnodes(const std::string& text) {
-  if (text.find(':') != std::string::npos)
-    throw UsageError("--nnodes '" + text + "': elastic ranges (MIN:MAX) are not supported; give the number of nodes");
-  return parse_count("--nnodes", text, 65536, "a number of nodes");
+// --nnodes N or MIN:MAX: {MIN, MAX}.
+std::pair<int, int> parse_nnodes(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    const int n = parse_count("--nnodes", text, 65536, "a number of nodes or MIN:MAX");
+    return {n, n};
+  }
+  const int min = parse_count("--nnodes", text.substr(0, colon), 65536, "a number of nodes or MIN:MAX");
+  const int max = parse_count("--nnodes", text.substr(colon + 1), 65536, "a number of nodes or MIN:MAX");
+  if (min > max) throw UsageError("--nnodes " + text + ": MIN is above MAX");
+  return {min, max};
+}
+
+// --rdzv-conf key=seconds,...: torchrun's join_timeout and last_call_timeout, and ours,
+// heartbeat (how often agents and rendezvous beat) and node_timeout (silence that drops a node).
+void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOptions& r) {
+  std::size_t at = 0;
+  while (at < text.size()) {
+    auto end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    at = end + 1;
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const auto bad = [&](const std::string& why) {
+      return UsageError("--rdzv-conf '" + item + "': " + why +
+                        " (keys: join_timeout, last_call_timeout, heartbeat, node_timeout; values in seconds)");
+    };
+    if (eq == std::string::npos) throw bad("not key=seconds");
+    double seconds = 0;
+    const std::string value = item.substr(eq + 1);
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+    if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || !(seconds > 0) || seconds > 1e6)
+      throw bad("'" + value + "' is not a number of seconds above 0");
+    const auto ms = std::chrono::milliseconds(std::max(1LL, static_cast<long long>(seconds * 1000)));
+    if (key == "join_timeout") r.join_timeout = ms;
+    else if (key == "last_call_timeout") r.last_call = ms;
+    else if (key == "heartbeat") r.heartbeat = ms;
+    else if (key == "node_timeout") r.dead_after = ms;
+    else throw bad("unknown key '" + key + "'");
+  }
+  if (r.heartbeat >= r.dead_after) throw UsageError("--rdzv-conf: heartbeat must be shorter than node_timeout");
 }
 
 // --timeout: seconds, fractions allowed, above 0.
@@ -182,7 +223,12 @@ int run(const Cli& cli) {
       return parse_count("--nproc-per-node", *cli.nproc_per_node, 4096, "a number of processes or 'auto'");
     });
   }
-  if (cli.nnodes) options.nnodes = checked(cli, "nnodes", [&] { return parse_nnodes(*cli.nnodes); });
+  if (cli.nnodes) {
+    const auto [min, max] = checked(cli, "nnodes", [&] { return parse_nnodes(*cli.nnodes); });
+    options.nnodes = max;
+    if (min < max) options.min_nodes = min;
+  }
+  options.rdzv_endpoint = cli.rdzv_endpoint;
   options.node_rank = cli.node_rank;
   options.master_addr = cli.master_addr;
   options.master_port = cli.master_port;
@@ -245,7 +291,35 @@ int run(const Cli& cli) {
 
   for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)
     spdlog::info("--bind: local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
+  std::shared_ptr<L::NodeAgent> agent;
+  if (plan.rendezvous) {
+    // A round that does not fill waits as long as the ranks' own rendezvous would.
+    auto join_timeout = idist::env::kDefaultTimeout;
+    if (const char* t = std::getenv(std::string(idist::env::kTimeout).c_str()); t != nullptr && *t != '\0') {
+      try {
+        join_timeout = idist::env::parse_timeout(idist::env::kTimeout, t);
+      } catch (const std::exception& e) {
+        throw UsageError(e.what());
+      }
+    }
+    auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout);
+    checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro); });
+    try {
+      agent = std::make_shared<L::NodeAgent>(ro);
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      return 1;
+    }
+    supervise.coordinator = agent;
+  }
   const L::MakeAttempt make_attempt = [&](int restart_count) {
+    if (agent) {
+      const auto& a = agent->assignment();
+      L::apply_assignment(plan, a);
+      spdlog::info("attempt {}: node {} of {}, ranks {} to {} of {}, MASTER_ADDR={} MASTER_PORT={}", a.attempt,
+                   a.node_rank, a.nnodes, a.rank_base, a.rank_base + plan.local_count - 1, a.world_size,
+                   plan.job.master_addr, a.master_port);
+    }
     return L::attempt_of(plan, path, restart_count, environ);
   };
 
@@ -347,8 +421,17 @@ int main(int argc, char** argv) {
   app.add_option("-n,--nproc-per-node,--nproc_per_node", cli.nproc_per_node,
                  "Ranks to start on this node (1 to 4096, or auto: one per visible GPU, else one per usable core; "
                  "default 1, or one rank per task of an outer launcher)");
-  app.add_option("--nnodes", cli.nnodes, "Nodes in a job without a scheduler (with --node-rank and --master-addr)");
-  app.add_option("--node-rank,--node_rank", cli.node_rank, "This node's index, 0 to --nnodes - 1")
+  app.add_option("--nnodes", cli.nnodes,
+                 "Nodes in a job without a scheduler: N, or MIN:MAX (elastic); with --rdzv-endpoint or --master-addr");
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", cli.rdzv_endpoint,
+                 "HOST[:PORT] (default port 29400) where the nodes meet, the same on every node: the first idist-run "
+                 "started on HOST hosts it and is node 0 (rank 0 runs there)")
+      ->check(CLI::Validator([](const std::string& e) { return e.empty() ? "an empty endpoint" : ""; }, ""));
+  app.add_option("--rdzv-conf,--rdzv_conf", cli.rdzv_conf,
+                 "key=seconds,...: join_timeout (default IDIST_TIMEOUT), last_call_timeout (2), heartbeat (1), "
+                 "node_timeout (5: a node silent that long ends the attempt)");
+  app.add_option("--node-rank,--node_rank", cli.node_rank,
+                 "This node's index, 0 to --nnodes - 1 (optional with a rendezvous: nodes are ranked by host name)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--master-addr,--master_addr", cli.master_addr,
                  "Address of rank 0's store (default: 127.0.0.1, or what the outer launcher says)")

@@ -19,6 +19,7 @@
 #include "idist/launchers/detect.hpp"
 #include "idist/launchers/plan.hpp"
 #include "idist/launchers/program.hpp"
+#include "idist/launchers/rendezvous.hpp"
 #include "idist/launchers/supervisor.hpp"
 
 extern char** environ;
@@ -233,7 +234,18 @@ void start_ranks(const std::function<void(int)>& fn, const SpawnOptions& o, L::L
   std::string self = "/proc/self/exe";
   char path[4096];
   if (const auto n = ::readlink("/proc/self/exe", path, sizeof(path)); n > 0) self.assign(path, static_cast<std::size_t>(n));
+  L::SuperviseOptions supervise;
+  std::shared_ptr<L::NodeAgent> agent;
+  if (plan.rendezvous) {
+    try {
+      agent = std::make_shared<L::NodeAgent>(L::rendezvous_options(plan, 0, plan.job.timeout));
+    } catch (const std::exception& e) {
+      fail(op, o, e.what());
+    }
+    supervise.coordinator = agent;
+  }
   const L::MakeAttempt make_attempt = [&](int restart_count) {
+    if (agent) L::apply_assignment(plan, agent->assignment());
     auto attempt = L::attempt_of(plan, self, restart_count, environ);
     for (auto& process : attempt.processes) {
       process.inherited_fds = callers_fds;
@@ -247,7 +259,6 @@ void start_ranks(const std::function<void(int)>& fn, const SpawnOptions& o, L::L
     }
     return attempt;
   };
-  L::SuperviseOptions supervise;
   supervise.run_id = plan.job.run_id;
   supervise.report_failure = false;  // the exception says it
   // What the caller has buffered must not be written again by every rank.

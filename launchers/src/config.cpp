@@ -46,6 +46,7 @@ std::string_view type_words(Type type) {
   switch (type) {
     case Type::integer: return "an integer";
     case Type::count_or_auto: return "an integer or \"auto\"";
+    case Type::count_or_range: return "an integer or \"MIN:MAX\"";
     case Type::number: return "a number";
     case Type::string: return "a string";
     case Type::boolean: return "true or false";
@@ -74,6 +75,9 @@ std::optional<std::string> as_text(const json& value, Type type) {
       return std::nullopt;
     case Type::count_or_auto:
       if (value.is_string() && value.get<std::string>() == "auto") return "auto";
+      return as_text(value, Type::integer);
+    case Type::count_or_range:
+      if (value.is_string() && value.get<std::string>().find(':') != std::string::npos) return value.get<std::string>();
       return as_text(value, Type::integer);
     case Type::number:
       if (value.is_number()) return value.dump();
@@ -262,7 +266,8 @@ std::string add_settings(const std::string& plan_json, const std::vector<Resolve
     if (!r.text) continue;
     const std::string& text = *r.text;
     ordered value = r.setting->secret ? std::string(kHidden) : text;
-    if (r.setting->type == Type::integer || r.setting->type == Type::count_or_auto) {
+    if (r.setting->type == Type::integer || r.setting->type == Type::count_or_auto ||
+        r.setting->type == Type::count_or_range) {
       if (auto n = parse_whole<long long>(text)) value = *n;
     } else if (r.setting->type == Type::number) {
       double d = 0;

@@ -19,6 +19,14 @@ std::string dry_run_json(const LaunchPlan& plan) {
   out["local_world_size"] = job.local_world_size;
   out["master_addr"] = job.master_addr;
   out["master_port"] = job.master_port == 0 ? json(nullptr) : json(job.master_port);  // null: picked at launch
+  // Several nodes: where they meet; the ranks, world size and port above are what this node
+  // expects (every node with its -n), the rendezvous decides them for each attempt.
+  if (const auto& r = plan.rendezvous)
+    out["rendezvous"] = {{"host", r->host},
+                         {"port", r->port},
+                         {"min_nodes", r->min_nodes},
+                         {"max_nodes", r->max_nodes},
+                         {"node_rank", r->node_rank ? json(*r->node_rank) : json(nullptr)}};
   out["hosts"] = plan.hosts;
   out["provenance"] = plan.provenance;
   out["run_id"] = job.run_id;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -47,14 +48,21 @@ std::string rdzv_run_id(const std::string& rdzv_id) {
 // One node of a job without a scheduler: plain `-n K` (N = 1) or torchrun's static rendezvous.
 LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
   if (o.node_rank && !o.nnodes) throw UsageError("--node-rank needs --nnodes (the number of nodes in the job)");
+  if (o.rdzv_endpoint && !o.nnodes) throw UsageError("--rdzv-endpoint needs --nnodes (N, or MIN:MAX)");
   const int nnodes = o.nnodes.value_or(1);
+  const int min_nodes = o.min_nodes.value_or(nnodes);
+  const bool several = nnodes > 1 || o.rdzv_endpoint;
   const int node_rank = o.node_rank.value_or(0);
   const int k = o.nproc_per_node.value_or(1);
   if (node_rank >= nnodes)
     throw UsageError("--node-rank " + std::to_string(node_rank) + " is not below --nnodes " + std::to_string(nnodes));
-  if (nnodes > 1 && !o.master_addr)
+  if (o.node_rank && min_nodes < nnodes)
+    throw UsageError("--node-rank does not go with --nnodes MIN:MAX: an elastic job ranks its nodes itself");
+  if (nnodes > 1 && !o.master_addr && !o.rdzv_endpoint)
     throw UsageError("--nnodes " + std::to_string(nnodes) +
-                     " needs --master-addr: the address of node 0, where rank 0 runs, the same on every node");
+                     " needs --rdzv-endpoint HOST[:PORT] (or --master-addr): where the nodes meet, the same on every node");
+  if (o.rdzv_endpoint && o.master_addr)
+    throw UsageError("--rdzv-endpoint and --master-addr both name node 0: give one (rank 0 runs where the rendezvous is)");
   if (static_cast<long long>(nnodes) * k > kMaxRanks)
     throw UsageError("--nnodes " + std::to_string(nnodes) + " x --nproc-per-node " + std::to_string(k) +
                      " ranks is more than idist handles");
@@ -73,10 +81,39 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
   job.rank = node_rank * k;
   job.local_rank = 0;
   job.master_addr = o.master_addr.value_or("127.0.0.1");
+  if (several) {
+    RendezvousPlan r;
+    r.min_nodes = min_nodes;
+    r.max_nodes = nnodes;
+    r.node_rank = o.node_rank;
+    if (o.rdzv_endpoint) {
+      const auto& e = *o.rdzv_endpoint;
+      const auto colon = e.rfind(':');
+      r.host = colon == std::string::npos ? e : e.substr(0, colon);
+      r.port = kDefaultRendezvousPort;
+      if (colon != std::string::npos) {
+        const auto digits = e.substr(colon + 1);
+        int port = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+        if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || port < 1 || port > 65535)
+          throw UsageError("--rdzv-endpoint '" + e + "': the port is not a number from 1 to 65535 (HOST[:PORT])");
+        r.port = port;
+      }
+      if (r.host.empty()) throw UsageError("--rdzv-endpoint '" + e + "': no host (HOST[:PORT])");
+    } else {
+      r.host = *o.master_addr;
+      r.port = o.master_port.value_or(kDefaultMasterPort);
+    }
+    job.master_addr = r.host;
+    plan.rendezvous = r;
+  }
   const std::string k_from = o.nproc_per_node ? "--nproc-per-node" : "default (1 process)";
   auto& from = plan.provenance;
   from["master_addr"] = o.master_addr ? "--master-addr" : "default (127.0.0.1: one node)";
-  if (o.master_port) {
+  if (several) {
+    job.master_port = 0;
+    from["master_port"] = "a free port on node 0, new for every attempt (the rendezvous tells every node)";
+  } else if (o.master_port) {
     job.master_port = *o.master_port;
     from["master_port"] = "--master-port";
   } else if (nnodes == 1) {
@@ -91,7 +128,7 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
     from["master_port"] = "default (29500, as torchrun)";
   }
 
-  if (nnodes == 1) {
+  if (!several) {
     from["rank"] = "local index (0 to " + std::to_string(k - 1) + ")";
     from["world_size"] = k_from;
     from["node_rank"] = "default (one node)";
@@ -99,10 +136,11 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
     job.run_id = o.rdzv_id ? rdzv_run_id(*o.rdzv_id) : random_token(6);
     job.job_token = random_token();
   } else {
-    from["rank"] = "--node-rank x " + k_from + " + local index";
-    from["world_size"] = "--nnodes x " + k_from;
-    from["node_rank"] = "--node-rank";
-    from["nnodes"] = "--nnodes";
+    from["rank"] = "the ranks of the nodes below this one (the rendezvous) + local index";
+    from["world_size"] = "the ranks of every node in the attempt (the rendezvous)";
+    from["node_rank"] = o.node_rank ? "--node-rank" : "the rendezvous (node 0 hosts it; the others by host name)";
+    from["nnodes"] = min_nodes < nnodes ? "--nnodes MIN:MAX: the nodes in the attempt (the rendezvous)" : "--nnodes";
+    from["master_addr"] = o.rdzv_endpoint ? "--rdzv-endpoint (node 0 hosts the rendezvous and rank 0)" : "--master-addr";
     // Every node must agree on these without talking first. Without a shared secret, rank 0's
     // store would take orders from any process that reaches it, so one is required.
     const auto token = env(env::kJobToken);
@@ -113,7 +151,9 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
                        "8)) or export IDIST_JOB_TOKEN");
     job.job_token = token && !token->empty() ? *token : *o.rdzv_id;
     job.run_id = env(env::kRunId).value_or(
-        o.rdzv_id ? rdzv_run_id(*o.rdzv_id) : "static-" + job.master_addr + "-" + std::to_string(job.master_port));
+        o.rdzv_id ? rdzv_run_id(*o.rdzv_id)
+                  : "static-" + job.master_addr + "-" + std::to_string(plan.rendezvous->port));
+    plan.rendezvous->token = job.job_token;
   }
   from["local_rank"] = "local index (0 to " + std::to_string(k - 1) + ")";
   from["local_world_size"] = k_from;
@@ -290,7 +330,7 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
 namespace {
 
 LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env) {
-  if (o.nnodes || o.node_rank) {
+  if (o.nnodes || o.node_rank || o.rdzv_endpoint) {
     if (o.launcher != "auto" && o.launcher != "spawn")
       throw UsageError("--nnodes/--node-rank describe a job without a scheduler; they do not go with --launcher " +
                        o.launcher);
@@ -435,6 +475,17 @@ std::vector<std::string> rank_command(const LaunchPlan& plan, int index) {
   return command;
 }
 
+void apply_assignment(LaunchPlan& plan, int attempt, int node_rank, int nnodes, int world_size, int rank_base,
+                      int master_port) {
+  auto& job = plan.job;
+  job.job_token = plan.rendezvous->token + "#" + std::to_string(attempt);
+  job.node_rank = node_rank;
+  job.nnodes = nnodes;
+  job.world_size = world_size;
+  job.rank = rank_base;
+  job.master_port = master_port;
+}
+
 Attempt attempt_of(LaunchPlan& plan, const std::string& path, int restart_count, char** base_environ) {
   plan.job.restart_count = restart_count;
   if (restart_count > 0 && plan.port_reservation) {
@@ -445,6 +496,7 @@ Attempt attempt_of(LaunchPlan& plan, const std::string& path, int restart_count,
   }
   Attempt attempt;
   attempt.master_port = plan.job.master_port;
+  if (plan.rendezvous) attempt.node_rank = plan.job.node_rank;
   for (int local = 0; local < plan.local_count; ++local) {
     ProcessSpec process;
     process.rank = rank_contract(plan, local).rank;

@@ -30,6 +30,10 @@ struct AttemptRecord {
   WallClock::time_point start, end;
   std::vector<RankRecord> ranks;
   std::optional<std::size_t> first_failure;  // index into ranks
+  // A job over several nodes: what ended the attempt for every node ("rank 3 on node 1 (hostb)
+  // exited with code 3", "node 2 (hostc) stopped answering ..."); empty when nothing did.
+  std::string ended_by;
+  int node_rank = -1;  // this node's, in a job over several nodes
 };
 
 // Output the console did not show (it stalled, or its reader went away).

@@ -129,7 +129,9 @@ struct LiveAttempt {
   bool ranks_gone = false;  // every rank reaped, leftovers dealt with
 };
 
-enum class Stop { none, interrupted, timed_out, spawn_error };
+// coordination: the job's rendezvous refused or lost this node, or the job failed elsewhere
+// before this node's ranks started.
+enum class Stop { none, interrupted, timed_out, spawn_error, coordination };
 
 class Supervisor {
  public:
@@ -160,6 +162,9 @@ class Supervisor {
       timeout_timer_.expires_after(*options_.timeout);
       timeout_timer_.async_wait([this](auto ec) { on_timeout(ec); });
     }
+    if (auto& c = options_.coordinator)
+      c->start(io_, {.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
+                     .lost = [this](const std::string& why) { on_lost(why); }});
     start_attempt(0);
     io_.run();             // the job, then the console's last lines (see finish_attempt)
     kill_leftovers_now();  // normally none: each attempt cleaned up after itself
@@ -178,6 +183,23 @@ class Supervisor {
     live->record.index = index;
     live->record.start = WallClock::now();
     attempts_.push_back(std::move(live));
+    if (!options_.coordinator) return launch(index);
+    // A job over several nodes: the ranks start once every node is in.
+    joining_ = true;
+    options_.coordinator->join(index, [this, index, generation = attempts_.size()](std::optional<std::string> error) {
+      if (generation != attempts_.size() || !joining_) return;
+      joining_ = false;
+      if (error) {
+        if (stop_ == Stop::none) stop_ = Stop::coordination;
+        coordination_error_ = *error;
+        return end_job();
+      }
+      current().record.start = WallClock::now();
+      launch(index);
+    });
+  }
+
+  void launch(int index) {
     LiveAttempt& a = current();
     try {
       a.attempt = make_attempt_(index);
@@ -186,6 +208,7 @@ class Supervisor {
       stop_ = Stop::spawn_error;
     }
     a.record.master_port = a.attempt.master_port;
+    a.record.node_rank = a.attempt.node_rank;
     a.record.ranks.resize(a.attempt.processes.size());
     a.ranks.resize(a.attempt.processes.size());
     for (std::size_t i = 0; i < a.ranks.size(); ++i) {
@@ -328,8 +351,9 @@ class Supervisor {
     if (blame == Blame::none) return;
     const auto index = static_cast<std::size_t>(&rank - a.ranks.data());
     if (!a.record.first_failure) {
-      if (tearing_down_) return;  // stopped by a signal or the timeout: its end is not a failure of its own
+      if (tearing_down_) return;  // stopped by a signal, the timeout or another node: not a failure of its own
       a.record.first_failure = index;
+      if (options_.coordinator) options_.coordinator->failed(a.record.index, local_failure(rank));
       if (blame == Blame::root_cause) return teardown(SIGTERM);
       // A non-zero exit may be a survivor's answer to a peer that is still on its way out: a
       // rank in exit() closes its connections in static destructors, then runs the rest of
@@ -441,6 +465,13 @@ class Supervisor {
   void on_teardown_signal(const boost::system::error_code& ec, int sig) {
     if (ec) return;
     if (finished_) return console_.abandon();  // the job is over: stop waiting for the console
+    if (joining_) {  // no rank of ours runs yet
+      joining_ = false;
+      interrupted_by_ = sig;
+      stop_ = Stop::interrupted;
+      spdlog::info("{}: leaving the rendezvous", detail::signal_name(sig));
+      return end_job();
+    }
     if (interrupted_by_) {
       spdlog::warn("{} again: killing every rank now", detail::signal_name(sig));
       signal_running(SIGKILL);
@@ -464,12 +495,46 @@ class Supervisor {
   void on_timeout(const boost::system::error_code& ec) {
     if (ec || finished_) return;
     if (stop_ == Stop::none) stop_ = Stop::timed_out;
+    if (joining_) {
+      joining_ = false;
+      return end_job();
+    }
     spdlog::info("timeout: stopping every rank");
     teardown(SIGTERM);
   }
 
+  // Another node failed or vanished: this attempt ends here too.
+  void on_remote_end(const std::string& cause) {
+    if (finished_ || joining_ || attempts_.empty()) return;
+    auto& a = current();
+    if (a.record.ended_by.empty()) a.record.ended_by = cause;
+    if (tearing_down_ || a.ranks_gone) return;
+    spdlog::error("attempt {}: {}; stopping the ranks here", a.record.index, cause);
+    teardown(SIGTERM);
+  }
+
+  // The rendezvous is gone (or refused us): nothing can decide the next attempt.
+  void on_lost(const std::string& why) {
+    if (finished_) return;
+    if (stop_ == Stop::none) stop_ = Stop::coordination;
+    coordination_error_ = why;
+    if (joining_ || attempts_.empty()) return;  // the join's callback hears it
+    if (!current().ranks_gone && !tearing_down_) {
+      spdlog::error("{}; stopping the ranks here", why);
+      teardown(SIGTERM);
+    }
+  }
+
+  LocalFailure local_failure(const Rank& rank) const {
+    LocalFailure f{rank.spec->rank, detail::describe(*rank.record->status), detail::exit_code_of(*rank.record->status)};
+    f.root_cause = blame_of(*rank.record) == Blame::root_cause;
+    // Its output may not all be in yet at its first report; the final one (over) has it.
+    if (rank.err) f.lost_peer = lost_peer(rank.err->output.tail().last_lines(kTailLines));
+    return f;
+  }
+
   void maybe_finish() {
-    if (finished_ || cleaning_) return;
+    if (finished_ || cleaning_ || awaiting_verdict_ || joining_) return;
     for (const auto& r : current().ranks) {
       if (r.running()) return;
       if ((r.out && r.out->open) || (r.err && r.err->open)) return;
@@ -490,9 +555,61 @@ class Supervisor {
     drain_timer_.cancel();
     leftover_timer_.cancel();
     if (a.record.first_failure) follow_lost_connections(a);
+    // A node stopped here (a signal, the timeout, a rank it could not start, a lost rendezvous)
+    // leaves the job: its closed connection ends the attempt on the other nodes.
+    if (options_.coordinator && stop_ == Stop::none) return ask_verdict(a);
     const bool restart = a.record.first_failure && stop_ == Stop::none && a.record.index < options_.max_restarts;
-    if (a.record.first_failure && options_.report_failure) report_failure(a, restart);
+    if (a.record.first_failure && options_.report_failure) report_failure(a, local_then(a, restart));
     if (restart) return start_attempt(a.record.index + 1);
+    end_job();
+  }
+
+  // Every node's ranks are gone: the rendezvous says what follows, the same for every node.
+  void ask_verdict(LiveAttempt& a) {
+    awaiting_verdict_ = true;
+    std::optional<LocalFailure> failure;
+    if (a.record.first_failure) failure = local_failure(a.ranks[*a.record.first_failure]);
+    options_.coordinator->over(a.record.index, failure, [this](const RemoteVerdict& v) {
+      awaiting_verdict_ = false;
+      auto& a = current();
+      using Then = RemoteVerdict::Then;
+      if (v.then != Then::success && a.record.ended_by.empty()) a.record.ended_by = v.cause;
+      std::string then;
+      if (v.then == Then::restart)
+        then = fmt::format("; restarting every node (attempt {}, {} restart{} left)", v.next_attempt, v.restarts_left,
+                           v.restarts_left == 1 ? "" : "s");
+      else if (v.then == Then::failure && stop_ == Stop::none)
+        then = options_.max_restarts > 0 ? fmt::format("; the job ends (--max-restarts {})", options_.max_restarts)
+                                         : std::string("; the job ends");
+      // One line for the job, the same on every node; the named rank's own lines where it ran.
+      if (v.then != Then::success) spdlog::error("attempt {} ended: {}{}", a.record.index, v.cause, then);
+      if (a.record.first_failure && options_.report_failure) {
+        const auto& mine = a.record.ranks[*a.record.first_failure];
+        if (mine.rank == v.rank) {
+          report_stderr(a);
+        } else {
+          spdlog::info("here, rank {} {} after that{}", mine.rank, detail::describe(*mine.status),
+                       detail::collateral_list(a.record));
+        }
+      }
+      if (v.then == Then::failure) job_failure_ = v;
+      if (v.then == Then::restart && stop_ == Stop::none) return start_attempt(v.next_attempt);
+      end_job();
+    });
+  }
+
+  // "; restarting every rank (...)" or "; no restarts left (...)": what follows a local failure.
+  std::string local_then(const LiveAttempt& a, bool restart) const {
+    if (restart)
+      return "; restarting every rank (attempt " + std::to_string(a.record.index + 1) + " of at most " +
+             std::to_string(options_.max_restarts + 1) + ")";
+    if (options_.max_restarts > 0 && stop_ == Stop::none)
+      return "; no restarts left (--max-restarts " + std::to_string(options_.max_restarts) + ")";
+    return "";
+  }
+
+  void end_job() {
+    if (finished_) return;
     finished_ = true;
     boost::system::error_code ignored;
     child_signal_.cancel(ignored);
@@ -500,11 +617,16 @@ class Supervisor {
     timeout_timer_.cancel();
     conclude();
     // The console gets what it still holds, the summary included, while it keeps taking bytes;
-    // a teardown signal meanwhile stops the wait. Then the event loop has nothing left to do.
-    console_.close([this] {
-      boost::system::error_code e;
-      teardown_signals_.cancel(e);
-    });
+    // a teardown signal meanwhile stops the wait. Then the event loop has nothing left to do
+    // (node 0 hosts the rendezvous until every node has its verdict).
+    auto release = [this] {
+      console_.close([this] {
+        boost::system::error_code e;
+        teardown_signals_.cancel(e);
+      });
+    };
+    if (options_.coordinator) return options_.coordinator->finish(release);
+    release();
   }
 
   // Two ranks that both exit non-zero weigh the same (Blame), and the reaping order cannot
@@ -530,18 +652,19 @@ class Supervisor {
     }
   }
 
-  void report_failure(const LiveAttempt& a, bool restart) {
+  void report_failure(const LiveAttempt& a, const std::string& then) {
     const auto i = *a.record.first_failure;
     const auto& r = a.record.ranks[i];
     const bool restarts = options_.max_restarts > 0;
-    std::string then;
-    if (restart)
-      then = "; restarting every rank (attempt " + std::to_string(a.record.index + 1) + " of at most " +
-             std::to_string(options_.max_restarts + 1) + ")";
-    else if (restarts && stop_ == Stop::none)
-      then = "; no restarts left (--max-restarts " + std::to_string(options_.max_restarts) + ")";
     spdlog::error("{}rank {} (pid {} on {}) {}{}{}", restarts ? "attempt " + std::to_string(a.record.index) + ": " : "",
                   r.rank, r.pid, host_, detail::describe(*r.status), detail::collateral_list(a.record), then);
+    report_stderr(a);
+  }
+
+  // The last lines of the attempt's first failure's stderr.
+  void report_stderr(const LiveAttempt& a) {
+    const auto i = *a.record.first_failure;
+    const auto& r = a.record.ranks[i];
     if (!a.ranks[i].err) return;
     const auto lines = a.ranks[i].err->output.tail().last_lines(kTailLines);
     if (lines.empty()) return;
@@ -558,7 +681,17 @@ class Supervisor {
     const AttemptRecord& last = run_.attempts.back();
     const std::string stopped = detail::collateral_list(last);
     const double timeout_s = options_.timeout ? static_cast<double>(options_.timeout->count()) / 1000 : 0;
-    if (last.first_failure) {
+    if (job_failure_ && stop_ == Stop::none) {
+      // The job's verdict, the same on every node: its first failure, wherever it was.
+      run_.exit_code = job_failure_->exit_code;
+      run_.outcome = job_failure_->cause;
+      if (last.first_failure) record_failure(*attempts_.back());
+      spdlog::error("the job failed: {}", run_.outcome);
+    } else if (stop_ == Stop::coordination) {
+      run_.exit_code = 1;
+      run_.outcome = coordination_error_;
+      spdlog::error("{}{}", run_.outcome, stopped);
+    } else if (last.first_failure) {
       const auto& r = last.ranks[*last.first_failure];
       run_.exit_code = detail::exit_code_of(*r.status);
       run_.outcome = "rank " + std::to_string(r.rank) + " " + detail::describe(*r.status);
@@ -696,6 +829,10 @@ class Supervisor {
   // Every attempt stays until the end: its handlers may still be queued, and the summary needs it.
   std::vector<std::unique_ptr<LiveAttempt>> attempts_;
   bool tearing_down_ = false;
+  bool joining_ = false;           // waiting for the other nodes before the attempt's ranks start
+  bool awaiting_verdict_ = false;  // this node's ranks are gone; the other nodes' may not be
+  std::optional<RemoteVerdict> job_failure_;
+  std::string coordination_error_;
   bool cleaning_ = false;  // waiting for leftovers of a successful attempt
   bool finished_ = false;
   Stop stop_ = Stop::none;

@@ -215,8 +215,8 @@ out=$(run "$RUN" --config "$CONFIG_DIR/single-node.json" --dry-run /bin/true)
 check "single-node.json: 4 ranks here, tagged" equals "$(q '[.world_size, .settings.tag_output] | map(tostring) | join(" ")' "$out")" \
   "4 true"
 out=$(run IDIST_NODE_RANK=1 IDIST_RDZV_ID=exp7 "$RUN" --config "$CONFIG_DIR/two-nodes.json" --dry-run /bin/true)
-check "two-nodes.json with IDIST_NODE_RANK=1: ranks 4-7 of 8, rank 0 at 10.0.0.1:29500" equals \
-  "$(q '[(.ranks | map(.rank) | join(",")), .world_size, .master_addr, .master_port] | map(tostring) | join(" ")' "$out")" \
+check "two-nodes.json with IDIST_NODE_RANK=1: ranks 4-7 of 8, the nodes meet at 10.0.0.1:29500" equals \
+  "$(q '[(.ranks | map(.rank) | join(",")), .world_size, .master_addr, .rendezvous.port] | map(tostring) | join(" ")' "$out")" \
   "4,5,6,7 8 10.0.0.1 29500"
 out=$(run "$RUN" --config "$CONFIG_DIR/two-nodes.json" --node-rank 1 --rdzv-id exp7 --dry-run /bin/true)
 check "two-nodes.json with --node-rank 1: node 1" equals "$(q .node_rank "$out")" 1
@@ -233,13 +233,15 @@ check "the schema forbids other keys" equals "$(jq .additionalProperties "$SCHEM
 check "the schema is draft 2020-12" equals "$(jq -r '.["$schema"]' "$SCHEMA")" "https://json-schema.org/draft/2020-12/schema"
 # Values at and beyond each bound the schema states, of each type it names: idist-run must
 # take what the schema allows and refuse, naming the key, what it forbids.
-declare -A SAMPLE=([master_addr]=localhost [rdzv_id]=exp-1 [port_range]=1-65535 [forward_signals]=sigusr1,TERM [log_dir]=$TMP/logs)
+declare -A SAMPLE=([master_addr]=localhost [rdzv_id]=exp-1 [rdzv_endpoint]=localhost:29400 [rdzv_conf]=heartbeat=0.5 [port_range]=1-65535 [forward_signals]=sigusr1,TERM [log_dir]=$TMP/logs)
 cases=$(jq -r '
   .properties | to_entries[] | select(.value["$ref"] == null and .key != "$schema" and .key != "program")
   | .key as $k | .value as $p
   | if $p.enum then ($p.enum[] | ["good", $k, tojson]), ["bad", $k, ("not-" + $p.enum[0] | tojson)], ["bad", $k, "5"]
     elif $p.type == "integer" or $p.type == ["integer", "string"] then
-      (if ($p.type | type) == "array" then ["good", $k, "\"auto\""], ["bad", $k, "\"Auto\""] else empty end),
+      (if ($p.type | type) != "array" then empty
+       elif $p.pattern == "^auto$" then ["good", $k, "\"auto\""], ["bad", $k, "\"Auto\""]
+       else ["good", $k, "\"1:2\""], ["bad", $k, "\"1-2\""], ["bad", $k, "\"2:1\""] end),
       (if $p.minimum != null then ["good", $k, ($p.minimum | tojson)], ["bad", $k, ($p.minimum - 1 | tojson)] else empty end),
       (if $p.maximum != null then ["good", $k, ($p.maximum | tojson)], ["bad", $k, ($p.maximum + 1 | tojson)] else empty end),
       ["bad", $k, "\"1\""], ["bad", $k, "1.5"]

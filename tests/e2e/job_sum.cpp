@@ -3,6 +3,8 @@
 // against the closed form VALUE * N (N + 1) / 2 and prints one line; a sum that mixes two
 // jobs' values is reported WRONG and the rank exits 3.
 // usage: job_sum [ROUNDS=20 PAUSE_MS=25] VALUE   (the value last, so a test can append it)
+// JOB_SUM_CRASH=RANK:ROUND: in the first attempt (IDIST_RESTART_COUNT 0 or unset) that rank
+// exits with code 7 before that round, while the others are computing: a restart must recover.
 #include <idist/idist.hpp>
 
 #include <chrono>
@@ -27,7 +29,16 @@ int main(int argc, char** argv) try {
   const std::int64_t want = value * n * (n + 1) / 2;
   std::int64_t got = 0;
   int wrong = 0;
+  int crash_rank = -1;
+  int crash_round = 0;
+  const char* restart = std::getenv("IDIST_RESTART_COUNT");
+  if (const char* crash = std::getenv("JOB_SUM_CRASH"); crash && (!restart || std::string(restart) == "0"))
+    std::sscanf(crash, "%d:%d", &crash_rank, &crash_round);
   for (int i = 0; i < rounds; ++i) {
+    if (rank == crash_rank && i == crash_round) {
+      std::fprintf(stderr, "job_sum: rank %d crashes before round %d (JOB_SUM_CRASH)\n", rank, i);
+      std::_Exit(7);
+    }
     std::vector<std::int64_t> x = {value * (rank + 1)};
     idist::all_reduce(x);
     got = x[0];
@@ -35,7 +46,8 @@ int main(int argc, char** argv) try {
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
   const char* port = std::getenv("MASTER_PORT");
-  std::printf("job %" PRId64 " rank %d/%" PRId64 " port %s sum %" PRId64 " %s\n", value, rank, n, port ? port : "-", got,
+  std::printf("job %" PRId64 " rank %d/%" PRId64 " port %s attempt %s sum %" PRId64 " %s\n", value, rank, n,
+              port ? port : "-", restart ? restart : "-", got,
               wrong == 0 ? "right" : ("WRONG in " + std::to_string(wrong) + " rounds, want " + std::to_string(want)).c_str());
   std::fflush(stdout);
   idist::finalize();

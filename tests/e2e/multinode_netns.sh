@@ -33,9 +33,9 @@ check "node 1 in $B exits 0" equals $? 0
 for r in 0 1; do check "rank $r (host A) gets [16, 20]" contains "$out" "Rank $r, After performing all_reduce: [16, 20]"; done
 for r in 2 3; do check "rank $r (host B) gets [16, 20]" contains "$(cat "$OUT_B")" "Rank $r, After performing all_reduce: [16, 20]"; done
 
-# Node 0 never starts: host B's rank fails within IDIST_TIMEOUT, naming the address it tried.
+# Node 0 never starts: host B's idist-run fails within IDIST_TIMEOUT, naming where it looked.
 out=$(IDIST_TIMEOUT=1 timeout 30 ip netns exec "$B" "$RUN" --nnodes 2 --node-rank 1 --master-addr "$ADDR_A" \
   --master-port $((port + 1)) -n 1 "$EX/all_reduce" 2>&1)
-check "without node 0, host B's rank fails naming $ADDR_A" contains "$out" "could not reach the store at $ADDR_A:$((port + 1))"
+check "without node 0, host B fails naming $ADDR_A" contains "$out" "could not reach the rendezvous at $ADDR_A:$((port + 1))"
 
 finish

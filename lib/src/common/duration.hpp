@@ -1,28 +1,9 @@
 #pragma once
-// One way to print a duration in a message: seconds, as short as exact ("300s", "2.5s",
-// "0.05s"), and one timeout sentence, so that a timeout reads the same from the store, the
-// runtime and every backend.
+// libidist's name for the one way durations are printed (idist/common/duration.hpp).
 
-#include <chrono>
-#include <cstdio>
-#include <string>
-#include <string_view>
+#include "idist/common/duration.hpp"
 
 namespace idist::detail {
-
-inline std::string duration_text(std::chrono::duration<double> t) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%gs", t.count());
-  return text;
-}
-
-// "<what> timed out after <duration>: <why>" (no colon without a why). `what` names the
-// operation and its peer; `why` what is known of the cause.
-inline std::string timed_out(std::string_view what, std::chrono::duration<double> after, std::string_view why = {}) {
-  std::string out(what);
-  out += " timed out after " + duration_text(after);
-  if (!why.empty()) out.append(": ").append(why);
-  return out;
-}
-
+using common::duration_text;
+using common::timed_out;
 }  // namespace idist::detail

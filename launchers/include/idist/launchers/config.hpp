@@ -20,8 +20,9 @@
 
 namespace idist::launchers::config {
 
-// count_or_auto: an integer, or the string "auto" (-n auto).
-enum class Type { integer, count_or_auto, number, string, boolean };
+// count_or_auto: an integer, or the string "auto" (-n auto); count_or_range: an integer, or
+// "MIN:MAX" (--nnodes).
+enum class Type { integer, count_or_auto, count_or_range, number, string, boolean };
 
 // One option of idist-run and its other two spellings.
 struct Setting {
@@ -39,11 +40,13 @@ struct Setting {
 // either for its own option.
 inline constexpr Setting kSettings[] = {
     {"nproc_per_node", "--nproc-per-node", "IDIST_NPROC_PER_NODE", Type::count_or_auto},
-    {"nnodes", "--nnodes", "IDIST_NNODES", Type::integer},
+    {"nnodes", "--nnodes", "IDIST_NNODES", Type::count_or_range},
     {"node_rank", "--node-rank", "IDIST_NODE_RANK", Type::integer},
     {"master_addr", "--master-addr", "IDIST_MASTER_ADDR", Type::string},
     {"master_port", "--master-port", "IDIST_MASTER_PORT", Type::integer},
     {"rdzv_id", "--rdzv-id", "IDIST_RDZV_ID", Type::string, true},
+    {"rdzv_endpoint", "--rdzv-endpoint", "IDIST_RDZV_ENDPOINT", Type::string},
+    {"rdzv_conf", "--rdzv-conf", "IDIST_RDZV_CONF", Type::string},
     {"port_range", "--port-range", "IDIST_PORT_RANGE", Type::string},
     {"launcher", "--launcher", "IDIST_LAUNCHER_KIND", Type::string},
     {"force_spawn", "--force-spawn", "IDIST_FORCE_SPAWN", Type::boolean},

@@ -3,8 +3,10 @@
 // environment (the env contract) it gets. Made from the command line's options and what
 // detect() finds, in this order:
 //
-//  1. --nnodes/--node-rank (static multi-node, as torchrun's static rendezvous): spawn -n
-//     ranks here as node R of N; ranks R*K .. R*K+K-1.
+//  1. --nnodes/--node-rank/--rdzv-endpoint (a job over several nodes without a scheduler):
+//     spawn -n ranks here as one node of the job. The nodes meet at a rendezvous (rendezvous.hpp)
+//     that gives each attempt its node ranks, world size and rank 0's port; --node-rank, when
+//     given, is kept.
 //  2. An outer launcher (SLURM step, mpirun, horovodrun, torchrun env), unless --launcher
 //     spawn or IDIST_NO_DETECT=1:
 //       - one task per rank (no -n, or -n 1): exec the program in place with the contract set,
@@ -29,8 +31,10 @@ namespace idist::launchers {
 
 struct LaunchOptions {
   std::optional<int> nproc_per_node;  // -n; unset: 1, or one rank per outer task
-  std::optional<int> nnodes;          // static multi-node
+  std::optional<int> nnodes;          // several nodes without a scheduler (MAX of MIN:MAX)
+  std::optional<int> min_nodes;       // MIN of --nnodes MIN:MAX
   std::optional<int> node_rank;
+  std::optional<std::string> rdzv_endpoint;  // HOST[:PORT]
   std::optional<std::string> master_addr;
   std::optional<int> master_port;
   // --rdzv-id: the job's identity, the same on every node (as torchrun's). Rank 0's port is
@@ -53,6 +57,17 @@ struct LaunchOptions {
 
 enum class Mode { spawn, exec };
 
+// Where the nodes of a job over several nodes meet (rendezvous.hpp).
+struct RendezvousPlan {
+  std::string host;  // also the ranks' MASTER_ADDR: rank 0 runs on the node that hosts it
+  int port = 0;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::optional<int> node_rank;
+  std::string token;  // the job's secret (IDIST_JOB_TOKEN or --rdzv-id)
+};
+inline constexpr int kDefaultRendezvousPort = 29400;  // torchrun's for --rdzv-endpoint
+
 struct LaunchPlan {
   Mode mode = Mode::spawn;
   env::Contract job;          // job-wide values; rank and local_rank are those of the first local process
@@ -68,6 +83,9 @@ struct LaunchPlan {
   bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
   bool local_rank_arg = false;  // rank_command inserts --local_rank=N after the program_words
   std::size_t program_words = 1;
+  // A job over several nodes: the rendezvous decides node_rank, nnodes, world_size, rank and
+  // master_port for each attempt (apply_assignment); until then they are placeholders.
+  std::optional<RendezvousPlan> rendezvous;
 };
 
 // Throws UsageError for contradictory options and DetectError for a broken environment.
@@ -96,6 +114,12 @@ std::vector<std::string> rank_command(const LaunchPlan& plan, int index);
 // attempt or sit in TIME_WAIT. A port the user or an outer launcher chose is every node's to
 // agree on, so it stays.
 Attempt attempt_of(LaunchPlan& plan, const std::string& path, int restart_count, char** base_environ);
+
+// The values the rendezvous gave this node for `attempt` into plan.job. The ranks' job token
+// is the job's with the attempt appended: a rank of one attempt cannot talk to the store of
+// another, even on a port the two happen to share.
+void apply_assignment(LaunchPlan& plan, int attempt, int node_rank, int nnodes, int world_size, int rank_base,
+                      int master_port);
 
 // --dry-run's output: one JSON object (see README, "--dry-run").
 std::string dry_run_json(const LaunchPlan& plan);

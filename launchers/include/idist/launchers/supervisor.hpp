@@ -13,8 +13,10 @@
 //    named before one that exited non-zero, aborted or died of SIGPIPE, which is what survivors
 //    do moments after a peer's death (Blame in supervisor.cpp).
 //  - With max_restarts, a failed attempt is followed by a new one: every local rank again,
-//    with IDIST_RESTART_COUNT incremented (the caller makes each attempt's processes). Restarts
-//    are local: on several nodes, each node restarts its own ranks without telling the others.
+//    with IDIST_RESTART_COUNT incremented (the caller makes each attempt's processes). With a
+//    Coordinator (a job over several nodes, rendezvous.hpp) the attempts are the job's: each
+//    starts once the nodes are in, a failure on any node ends it on every node, and the
+//    coordinator's verdict (not max_restarts) says whether another follows.
 //  - SIGINT, SIGTERM, SIGHUP, SIGQUIT tear the job down the same way (a second one kills at
 //    once; exit code 128+signal); the forwarded signals (SIGUSR1/SIGUSR2 by default) go to
 //    every rank and the job goes on. A teardown signal that is also in the forwarded list is
@@ -34,10 +36,15 @@
 #include <chrono>
 #include <csignal>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace idist::launchers {
 
@@ -62,10 +69,52 @@ struct ProcessSpec {
 struct Attempt {
   std::vector<ProcessSpec> processes;
   int master_port = 0;  // for the summary
+  int node_rank = -1;   // a job over several nodes: this node's in this attempt
 };
 
 // Makes attempt `restart_count` (0 first). May throw; a throw on a restart ends the job.
 using MakeAttempt = std::function<Attempt(int restart_count)>;
+
+// A rank of this node that failed first here.
+struct LocalFailure {
+  int rank = 0;
+  std::string how;    // "exited with code 3"
+  int exit_code = 1;  // idist-run's code for it
+  bool root_cause = false;       // crashed or killed by a signal nobody sent, not a non-zero exit
+  std::optional<int> lost_peer;  // the rank it said it lost its connection to
+};
+
+// What the job does after an attempt every node has ended.
+struct RemoteVerdict {
+  enum class Then { restart, success, failure };
+  Then then = Then::failure;
+  int next_attempt = 0;  // restart
+  std::string cause;     // restart, failure: "rank 3 on node 1 (hostb) exited with code 3"
+  int exit_code = 1;     // failure: the job's exit code, the same on every node
+  int restarts_left = 0;
+  int rank = -1;  // the global rank the cause names; -1: none, or a node that was lost
+};
+
+// How the attempts of a job spread over nodes are decided together (rendezvous.hpp). The
+// supervisor calls it on its event loop, and every callback comes back on that loop.
+class Coordinator {
+ public:
+  struct Events {
+    std::function<void(const std::string& cause)> end_attempt;  // another node ended it: stop the ranks
+    std::function<void(const std::string& why)> lost;           // no rendezvous any more: stop, fail
+  };
+  virtual ~Coordinator() = default;
+  virtual void start(boost::asio::io_context& io, Events events) = 0;
+  // Once the nodes are in: `joined` with nullopt, or with why the job cannot start.
+  virtual void join(int attempt, std::function<void(std::optional<std::string> error)> joined) = 0;
+  virtual void failed(int attempt, const LocalFailure& failure) = 0;
+  // Every local rank of the attempt is gone; `verdict` once every node's are.
+  virtual void over(int attempt, const std::optional<LocalFailure>& failure,
+                    std::function<void(const RemoteVerdict&)> verdict) = 0;
+  // The job is over here; `done` once this process may exit (node 0 hosts the rendezvous
+  // until every node has its verdict).
+  virtual void finish(std::function<void()> done) = 0;
+};
 
 struct SuperviseOptions {
   bool tag_output = false;
@@ -79,6 +128,8 @@ struct SuperviseOptions {
   // Print the first failure and its last stderr lines (idist-run does). idist::spawn puts
   // them in the exception it throws instead.
   bool report_failure = true;
+  // Set: the job's attempts are decided with other nodes (see Coordinator).
+  std::shared_ptr<Coordinator> coordinator;
 };
 
 // How a job ended, for a caller that reports it itself.

@@ -1,0 +1,318 @@
+// NodeAgent: this node's side of the rendezvous (rendezvous.hpp), and on node 0 its host.
+
+#include <netinet/in.h>
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "idist/common/addresses.hpp"
+#include "idist/common/duration.hpp"
+#include "idist/common/host.hpp"
+#include "idist/launchers/ports.hpp"
+#include "idist/launchers/rendezvous.hpp"
+#include "rendezvous/server.hpp"
+#include "rendezvous/wire.hpp"
+
+namespace idist::launchers {
+namespace {
+
+using rendezvous::Connection;
+using rendezvous::field;
+using rendezvous::Json;
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+// Between tries to reach a rendezvous that does not listen yet (node 0 starts later).
+constexpr auto kConnectRetry = std::chrono::milliseconds(100);
+
+// A socket listening at host:port, or -1 with why not (EADDRINUSE: another agent hosts;
+// EADDRNOTAVAIL: the address is not this host's).
+int listen_at(const std::string& host, int port, int& error) {
+  int fd = -1;
+  error = 0;
+  common::try_addresses(host, std::to_string(port), SOCK_STREAM, [&](const addrinfo& a, std::string&) {
+    const int s = ::socket(a.ai_family, a.ai_socktype | SOCK_CLOEXEC, a.ai_protocol);
+    if (s < 0) return error = errno, false;
+    const int one = 1;
+    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(s, a.ai_addr, a.ai_addrlen) != 0 || ::listen(s, 4096) != 0) {
+      error = errno;
+      ::close(s);
+      return false;
+    }
+    fd = s;
+    return true;
+  });
+  return fd;
+}
+
+}  // namespace
+
+struct NodeAgent::State {
+  RendezvousOptions options;
+  std::string endpoint;  // "host:port", for messages
+  int listen_fd = -1;
+  Assignment assignment;
+  asio::io_context* io = nullptr;
+  Events events;
+  std::unique_ptr<rendezvous::Server> server;
+  std::shared_ptr<Connection> connection;
+  std::unique_ptr<PortReservation> port;  // hosting: rank 0's store port for this attempt
+  std::unique_ptr<asio::steady_timer> beat_timer;
+  std::unique_ptr<asio::steady_timer> connect_timer;
+  Clock::time_point connect_deadline;
+  Clock::time_point last_heard = Clock::now();
+  std::optional<Json> pending_join;  // sent once connected
+  std::function<void(std::optional<std::string>)> joined;
+  std::function<void(const RemoteVerdict&)> verdict;
+  std::optional<RemoteVerdict> early_verdict;  // came while no over() waited for it
+  std::string lost_why;
+  bool finished = false;
+
+  bool hosting() const { return server != nullptr || listen_fd >= 0; }
+
+  void connect() {
+    auto socket = std::make_shared<tcp::socket>(*io);
+    tcp::resolver resolver(*io);
+    boost::system::error_code ec;
+    const auto endpoints = resolver.resolve(options.host, std::to_string(options.port), ec);
+    if (ec) return give_up(fmt::format("cannot resolve the rendezvous host '{}': {}", options.host, ec.message()));
+    asio::async_connect(*socket, endpoints, [this, socket](auto error, const tcp::endpoint&) {
+      if (finished) return;
+      if (error) {
+        if (Clock::now() >= connect_deadline)
+          return give_up(fmt::format("could not reach the rendezvous at {} within {} ({}): is node 0's idist-run "
+                                     "started, with the same endpoint?",
+                                     endpoint, common::duration_text(options.join_timeout), error.message()));
+        connect_timer->expires_after(kConnectRetry);
+        connect_timer->async_wait([this](auto e) {
+          if (!e && !finished) connect();
+        });
+        return;
+      }
+      connected(std::move(*socket));
+    });
+  }
+
+  void connected(tcp::socket socket) {
+    connection = std::make_shared<Connection>(std::move(socket));
+    last_heard = Clock::now();
+    connection->start([this](const Json& m) { on_message(m); }, [this](const std::string& why) { on_close(why); });
+    if (pending_join) connection->send(*std::exchange(pending_join, std::nullopt));
+    beat();
+  }
+
+  void beat() {
+    if (finished || !connection || connection->closed()) return;
+    if (Clock::now() - last_heard > options.dead_after)
+      return connection->close(fmt::format("stopped answering (no heartbeat for {})", common::duration_text(options.dead_after)));
+    connection->send(Json{{"t", "hb"}});
+    beat_timer->expires_after(options.heartbeat);
+    beat_timer->async_wait([this](auto ec) {
+      if (!ec) beat();
+    });
+  }
+
+  void on_message(const Json& m) {
+    last_heard = Clock::now();
+    const auto type = m["t"].get<std::string>();
+    if (type == "assign") {
+      assignment.attempt = field<int>(m, "attempt", 0);
+      assignment.node_rank = field<int>(m, "node_rank", 0);
+      assignment.nnodes = field<int>(m, "nnodes", 1);
+      assignment.world_size = field<int>(m, "world_size", 1);
+      assignment.rank_base = field<int>(m, "rank_base", 0);
+      assignment.master_port = field<int>(m, "master_port", 0);
+      if (auto done = std::move(joined)) done(std::nullopt);
+    } else if (type == "end") {
+      if (field<int>(m, "attempt", -1) == assignment.attempt && events.end_attempt)
+        events.end_attempt(field<std::string>(m, "cause", "another node failed"));
+    } else if (type == "verdict") {
+      RemoteVerdict v;
+      const auto then = field<std::string>(m, "then", "failure");
+      v.then = then == "restart"   ? RemoteVerdict::Then::restart
+               : then == "success" ? RemoteVerdict::Then::success
+                                   : RemoteVerdict::Then::failure;
+      v.next_attempt = field<int>(m, "next", 0);
+      v.cause = field<std::string>(m, "cause", "");
+      v.exit_code = field<int>(m, "exit_code", 1);
+      v.restarts_left = field<int>(m, "restarts_left", 0);
+      v.rank = field<int>(m, "rank", -1);
+      deliver(v);
+    } else if (type == "error") {
+      lost_why = "the rendezvous at " + endpoint + " refused this node: " + field<std::string>(m, "message", "?");
+    }
+  }
+
+  void deliver(const RemoteVerdict& v) {
+    if (auto done = std::move(verdict)) return done(v);
+    // No attempt of ours waits for it: the job failed while we joined, or before our ranks ended.
+    if (auto done = std::move(joined)) {
+      if (v.then == RemoteVerdict::Then::failure) return done(v.cause);
+    }
+    early_verdict = v;
+    if (v.then == RemoteVerdict::Then::failure && events.end_attempt) events.end_attempt(v.cause);
+  }
+
+  void on_close(const std::string& why) {
+    if (finished) return;
+    const std::string text = !lost_why.empty()
+                                 ? lost_why
+                                 : fmt::format("lost the rendezvous at {} (node 0): {}", endpoint,
+                                               why == "the other side closed the connection"
+                                                   ? "node 0's idist-run ended or was killed"
+                                                   : why);
+    give_up(text);
+  }
+
+  // No rendezvous any more: whoever waits hears it once.
+  void give_up(const std::string& why) {
+    if (auto done = std::move(joined)) return done(why);
+    if (auto done = std::move(verdict)) {
+      RemoteVerdict v;
+      v.cause = why;
+      return done(v);
+    }
+    if (!early_verdict) {
+      RemoteVerdict v;
+      v.cause = why;
+      early_verdict = v;
+    }
+    if (events.lost) events.lost(why);
+  }
+};
+
+NodeAgent::NodeAgent(RendezvousOptions options) : state_(std::make_unique<State>()) {
+  auto& s = *state_;
+  s.options = std::move(options);
+  s.endpoint = s.options.host + ":" + std::to_string(s.options.port);
+  if (!s.options.may_host) return;
+  int error = 0;
+  s.listen_fd = listen_at(s.options.host, s.options.port, error);
+  if (s.listen_fd < 0 && s.options.node_rank.value_or(-1) == 0)
+    throw std::runtime_error(fmt::format("node 0 hosts the rendezvous, but cannot listen at {}: {}", s.endpoint,
+                                         error == 0 ? "no address" : std::strerror(error)));
+}
+
+NodeAgent::~NodeAgent() {
+  if (state_->listen_fd >= 0) ::close(state_->listen_fd);
+}
+
+RendezvousOptions rendezvous_options(const LaunchPlan& plan, int max_restarts, std::chrono::milliseconds join_timeout) {
+  const auto& r = plan.rendezvous.value();
+  return {.host = r.host,
+          .port = r.port,
+          .token = r.token,
+          .min_nodes = r.min_nodes,
+          .max_nodes = r.max_nodes,
+          .node_rank = r.node_rank,
+          .nproc = plan.local_count,
+          .max_restarts = max_restarts,
+          .may_host = r.node_rank.value_or(0) == 0,
+          .join_timeout = join_timeout};
+}
+
+bool NodeAgent::hosting() const { return state_->hosting(); }
+
+const Assignment& NodeAgent::assignment() const { return state_->assignment; }
+
+void NodeAgent::start(boost::asio::io_context& io, Events events) {
+  auto& s = *state_;
+  s.io = &io;
+  s.events = std::move(events);
+  s.beat_timer = std::make_unique<asio::steady_timer>(io);
+  s.connect_timer = std::make_unique<asio::steady_timer>(io);
+  if (s.listen_fd >= 0) {
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    ::getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&address), &length);
+    tcp::acceptor acceptor(io, address.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), std::exchange(s.listen_fd, -1));
+    s.server = std::make_unique<rendezvous::Server>(
+        io, std::move(acceptor),
+        rendezvous::ServerOptions{.token = s.options.token,
+                                  .min_nodes = s.options.min_nodes,
+                                  .max_nodes = s.options.max_nodes,
+                                  .max_restarts = s.options.max_restarts,
+                                  .last_call = s.options.last_call,
+                                  .heartbeat = s.options.heartbeat,
+                                  .dead_after = s.options.dead_after,
+                                  .join_timeout = s.options.join_timeout});
+    s.server->start();
+    spdlog::info("rendezvous: hosting at {} for {} node{}", s.endpoint,
+                 s.options.min_nodes == s.options.max_nodes ? std::to_string(s.options.max_nodes)
+                                                            : fmt::format("{} to {}", s.options.min_nodes, s.options.max_nodes),
+                 s.options.max_nodes == 1 ? "" : "s");
+  }
+  s.connect_deadline = Clock::now() + s.options.join_timeout;
+  s.connect();
+}
+
+void NodeAgent::join(int attempt, std::function<void(std::optional<std::string>)> joined) {
+  auto& s = *state_;
+  if (s.early_verdict && s.early_verdict->then == RemoteVerdict::Then::failure) return joined(s.early_verdict->cause);
+  s.early_verdict.reset();
+  s.joined = std::move(joined);
+  Json message{{"t", "join"},     {"token", s.options.token}, {"host", common::host_name("localhost")},
+               {"nproc", s.options.nproc}, {"hosting", s.server != nullptr}, {"attempt", attempt}};
+  if (s.options.node_rank) message["node_rank"] = *s.options.node_rank;
+  if (s.server) {
+    // Rank 0's store gets a fresh port for every attempt, taken while the last one is held.
+    try {
+      auto fresh = std::make_unique<PortReservation>(s.options.host);
+      s.port = std::move(fresh);
+    } catch (const std::exception& e) {
+      return std::exchange(s.joined, nullptr)(fmt::format("cannot reserve a port for rank 0's store: {}", e.what()));
+    }
+    message["master_port"] = s.port->port();
+  }
+  if (s.connection && !s.connection->closed()) {
+    s.connection->send(message);
+  } else {
+    s.pending_join = std::move(message);
+  }
+}
+
+namespace {
+Json failure_json(const LocalFailure& f) {
+  Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
+  if (f.lost_peer) j["lost_peer"] = *f.lost_peer;
+  return j;
+}
+}  // namespace
+
+void NodeAgent::failed(int attempt, const LocalFailure& failure) {
+  auto& s = *state_;
+  if (!s.connection || s.connection->closed()) return;
+  Json message = failure_json(failure);
+  message["t"] = "fail";
+  message["attempt"] = attempt;
+  s.connection->send(message);
+}
+
+void NodeAgent::over(int attempt, const std::optional<LocalFailure>& failure,
+                     std::function<void(const RemoteVerdict&)> verdict) {
+  auto& s = *state_;
+  if (s.early_verdict) return verdict(*std::exchange(s.early_verdict, std::nullopt));
+  s.verdict = std::move(verdict);
+  Json message{{"t", "over"}, {"attempt", attempt}};
+  if (failure) message["failure"] = failure_json(*failure);
+  if (s.connection && !s.connection->closed()) s.connection->send(message);
+}
+
+void NodeAgent::finish(std::function<void()> done) {
+  auto& s = *state_;
+  s.finished = true;
+  s.beat_timer->cancel();
+  s.connect_timer->cancel();
+  if (s.connection) s.connection->close("the job is over here");
+  if (!s.server) return done();
+  s.server->when_drained(std::move(done));
+}
+
+}  // namespace idist::launchers

@@ -1,0 +1,521 @@
+#include "server.hpp"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "idist/common/duration.hpp"
+
+namespace idist::launchers::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long the host waits, after the final verdict, for every agent to hang up.
+constexpr auto kDrainGrace = std::chrono::seconds(5);
+
+struct Node {
+  std::shared_ptr<Connection> connection;
+  bool joined = false;
+  std::string host;
+  int nproc = 1;
+  std::optional<int> wanted_rank;  // --node-rank
+  bool hosting = false;
+  int master_port = 0;
+  std::uint64_t order = 0;  // of joining, for ties
+  Clock::time_point last_seen = Clock::now();
+  bool member = false;  // of the current attempt
+  int node_rank = -1;   // in the current attempt, then the previous one
+  bool over = false;    // its ranks of the current attempt are gone
+  bool gone = false;
+  bool silent = false;  // dropped for missing heartbeats
+
+  std::string name() const {
+    return node_rank >= 0 ? fmt::format("node {} ({})", node_rank, host) : fmt::format("the node on {}", host);
+  }
+};
+using NodePtr = std::shared_ptr<Node>;
+
+enum class Phase { gathering, running, ending, done };
+
+// A failure some node reported (or a node lost) in the current attempt.
+struct Failure {
+  NodePtr node;
+  int rank = -1;          // global; -1: the node itself was lost
+  std::string how;        // "exited with code 3"; for a lost node, the whole sentence
+  int exit_code = 1;
+  bool root = false;      // killed by a signal nobody sent, crashed, or a lost node (supervisor.cpp's Blame)
+  std::optional<int> lost_peer;  // it said it lost its connection to this rank
+
+  std::string text() const { return rank < 0 ? how : fmt::format("rank {} on {} {}", rank, node->name(), how); }
+  // Whether the failure is `peer`'s own: its rank, or a lost node that ran it.
+  bool of_rank(int peer, int base) const {
+    return rank == peer || (rank < 0 && peer >= base && peer < base + node->nproc);
+  }
+};
+
+Failure failure_from(const NodePtr& node, const Json& m) {
+  Failure f;
+  f.node = node;
+  f.rank = field<int>(m, "rank", -1);
+  f.how = field<std::string>(m, "how", "failed");
+  f.exit_code = field<int>(m, "exit_code", 1);
+  f.root = field<bool>(m, "root", false);
+  if (m.contains("lost_peer") && m["lost_peer"].is_number_integer()) f.lost_peer = m["lost_peer"].get<int>();
+  return f;
+}
+
+}  // namespace
+
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+  Impl(asio::io_context& io, tcp::acceptor acceptor, ServerOptions options)
+      : io(io), acceptor(std::move(acceptor)), options(std::move(options)) {}
+
+  asio::io_context& io;
+  tcp::acceptor acceptor;
+  ServerOptions options;
+  std::vector<NodePtr> nodes;  // every connection that has not gone
+  std::vector<NodePtr> members;
+  Phase phase = Phase::gathering;
+  int attempt = 0;
+  int restarts_used = 0;
+  std::uint64_t joins = 0;
+  // Why the current attempt ends: its failures, in the order they came, or a re-form (a node
+  // waits to join: `cause` alone). `cause` is the first word, sent to the nodes to stop them.
+  std::optional<std::string> cause;
+  std::vector<Failure> failures;
+  int exit_code = 1;
+  bool failure = false;
+  std::vector<int> bases;  // each node rank's first global rank, this attempt
+  asio::steady_timer heartbeat_timer{io};
+  asio::steady_timer last_call_timer{io};
+  asio::steady_timer join_timer{io};
+  asio::steady_timer drain_timer{io};
+  bool last_call_armed = false;
+  std::function<void()> drained;
+
+  template <class... Args>
+  void info(fmt::format_string<Args...> format, Args&&... args) {
+    if (!options.quiet) spdlog::info("rendezvous: {}", fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  void start() {
+    accept();
+    arm_join_timer();
+    beat();
+  }
+
+  void accept() {
+    acceptor.async_accept([self = shared_from_this()](auto ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
+      if (!ec) self->welcome(std::move(socket));
+      self->accept();
+    });
+  }
+
+  void welcome(tcp::socket socket) {
+    auto node = std::make_shared<Node>();
+    node->connection = std::make_shared<Connection>(std::move(socket));
+    nodes.push_back(node);
+    std::weak_ptr<Impl> weak = shared_from_this();
+    node->connection->start(
+        [weak, node](const Json& m) {
+          if (auto self = weak.lock()) self->on_message(node, m);
+        },
+        [weak, node](const std::string& why) {
+          if (auto self = weak.lock()) self->on_close(node, why);
+        });
+  }
+
+  // --- messages -------------------------------------------------------------------------------
+
+  void on_message(const NodePtr& node, const Json& m) {
+    node->last_seen = Clock::now();
+    const auto type = m["t"].get<std::string>();
+    if (!node->joined && type != "join") return refuse(node, "join first");
+    if (type == "join") return on_join(node, m);
+    if (type == "fail") return on_fail(node, m);
+    if (type == "over") return on_over(node, m);
+    if (type == "hb") return;
+    refuse(node, "an unknown message '" + type + "'");
+  }
+
+  void refuse(const NodePtr& node, const std::string& why) {
+    node->connection->send(Json{{"t", "error"}, {"message", why}});
+    node->connection->close_after_sends();
+  }
+
+  void on_join(const NodePtr& node, const Json& m) {
+    if (field<std::string>(m, "token", "") != options.token) {
+      if (!options.quiet)
+        spdlog::warn("rendezvous: refused {}: wrong or missing job identity (--rdzv-id / IDIST_JOB_TOKEN)",
+                     node->connection->peer());
+      return refuse(node, "wrong or missing job identity: pass the same --rdzv-id (or IDIST_JOB_TOKEN) on every node");
+    }
+    if (phase == Phase::done) return refuse(node, "the job is over");
+    node->host = field<std::string>(m, "host", node->connection->peer());
+    node->nproc = std::max(1, field<int>(m, "nproc", 1));
+    if (m.contains("node_rank") && m["node_rank"].is_number_integer()) node->wanted_rank = m["node_rank"].get<int>();
+    node->hosting = field<bool>(m, "hosting", false);
+    node->master_port = field<int>(m, "master_port", 0);
+    node->over = false;
+    if (!node->joined) {
+      node->joined = true;
+      node->order = joins++;
+    }
+    if (node->wanted_rank && *node->wanted_rank >= options.max_nodes)
+      return refuse(node, fmt::format("--node-rank {} is not below --nnodes {}", *node->wanted_rank, options.max_nodes));
+    if (phase == Phase::gathering) return maybe_close_round();
+    // The job is running: a node that arrives now joins the next attempt. With room for it
+    // (MIN:MAX) the job re-forms at once, as torchrun's does.
+    if (options.max_nodes > options.min_nodes && live_members() < options.max_nodes && phase == Phase::running) {
+      info("{} asks to join: ending attempt {} so that the job re-forms with it", node->name(), attempt);
+      cause = node->name() + " joined";
+      return end_attempt();
+    }
+    if (options.max_nodes == options.min_nodes && phase == Phase::running)
+      return refuse(node, fmt::format("the job already has its {} nodes", options.max_nodes));
+  }
+
+  void on_fail(const NodePtr& node, const Json& m) {
+    if (!node->member || field<int>(m, "attempt", -1) != attempt) return;
+    if (phase != Phase::running && phase != Phase::ending) return;
+    record(failure_from(node, m));
+  }
+
+  void on_over(const NodePtr& node, const Json& m) {
+    if (!node->member || field<int>(m, "attempt", -1) != attempt) return;
+    if (phase != Phase::running && phase != Phase::ending) return;
+    node->over = true;
+    // The node's final word on which of its ranks failed first (its supervisor weighs ranks
+    // that failed together): it replaces what its "fail" said.
+    if (const auto f = m.find("failure"); f != m.end() && f->is_object()) {
+      std::erase_if(failures, [&](const Failure& x) { return x.node == node; });
+      record(failure_from(node, *f));
+    }
+    maybe_decide();
+  }
+
+  // A failure: the first ends the attempt on every node.
+  void record(Failure f) {
+    failure = true;
+    failures.push_back(std::move(f));
+    if (phase != Phase::running) return;
+    cause = failures.back().text();
+    exit_code = failures.back().exit_code;
+    info("attempt {}: {}; stopping every node", attempt, *cause);
+    end_attempt();
+  }
+
+  // Which failure the job names, as the supervisor blames its own ranks (supervisor.cpp): a
+  // root cause (a crash, a kill nobody sent, a lost node) before a non-zero exit, which may be
+  // a survivor's answer to it; among equals the first that came; then, while the one named
+  // says it lost its connection to a rank that failed too, that rank.
+  void blame() {
+    if (failures.empty()) return;
+    auto pick = std::find_if(failures.begin(), failures.end(), [](const Failure& f) { return f.root; });
+    if (pick == failures.end()) pick = failures.begin();
+    std::vector<bool> visited(failures.size());
+    for (;;) {
+      visited[static_cast<std::size_t>(pick - failures.begin())] = true;
+      if (!pick->lost_peer) break;
+      const int peer = *pick->lost_peer;
+      const auto cause_of = std::find_if(failures.begin(), failures.end(), [&](const Failure& f) {
+        const auto r = static_cast<std::size_t>(f.node->node_rank);
+        return f.node->node_rank >= 0 && r < bases.size() && f.of_rank(peer, bases[r]);
+      });
+      if (cause_of == failures.end() || visited[static_cast<std::size_t>(cause_of - failures.begin())]) break;
+      pick = cause_of;
+    }
+    cause = pick->text();
+    exit_code = pick->exit_code;
+    blamed_rank = pick->rank;
+  }
+
+  void on_close(const NodePtr& node, const std::string& why) {
+    // Something that spoke another protocol (or nothing but garbage): worth a line.
+    if (!node->joined && why != "the other side closed the connection" && !options.quiet)
+      spdlog::warn("rendezvous: refused a connection from {}: {} (not an idist-run of this job)",
+                   node->connection->peer(), why);
+    node->gone = true;
+    std::erase(nodes, node);
+    if (phase == Phase::done) return check_drained();
+    if (!node->member) {
+      if (node->joined && phase == Phase::gathering) info("{} left before the job started: {}", node->name(), why);
+      return;
+    }
+    // A node whose ranks were done, or lost after the attempt had ended anyway: no news.
+    if (node->over || phase != Phase::running) return maybe_decide();
+    {
+      Failure f;
+      f.node = node;
+      f.root = true;
+      f.how = node->silent ? fmt::format("{} stopped answering (no heartbeat for {})", node->name(),
+                                         common::duration_text(options.dead_after))
+                           : fmt::format("{} was lost: its idist-run {}", node->name(),
+                                         why == "the other side closed the connection" ? "ended or was killed" : why);
+      record(std::move(f));
+    }
+    maybe_decide();
+  }
+
+  // --- rounds ---------------------------------------------------------------------------------
+
+  int live_members() const {
+    return static_cast<int>(std::count_if(members.begin(), members.end(), [](const NodePtr& n) { return !n->gone; }));
+  }
+
+  std::vector<NodePtr> waiting() const {
+    std::vector<NodePtr> out;
+    for (const auto& n : nodes)
+      if (n->joined && !n->gone && !n->member) out.push_back(n);
+    std::sort(out.begin(), out.end(), [](const NodePtr& a, const NodePtr& b) { return a.get()->order < b.get()->order; });
+    return out;
+  }
+
+  void arm_join_timer() {
+    join_timer.expires_after(options.join_timeout);
+    join_timer.async_wait([weak = weak_from_this(), round = attempt](auto ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->phase != Phase::gathering || self->attempt != round) return;
+      self->round_timed_out();
+    });
+  }
+
+  void round_timed_out() {
+    const auto in = waiting();
+    if (static_cast<int>(in.size()) >= options.min_nodes) return close_round();
+    std::vector<std::string> hosts;
+    std::vector<bool> ranked(static_cast<std::size_t>(options.max_nodes));
+    for (const auto& n : in) {
+      hosts.push_back(n->host);
+      if (n->wanted_rank) ranked[static_cast<std::size_t>(*n->wanted_rank)] = true;
+      if (n->hosting) ranked[0] = true;
+    }
+    std::string missing;
+    if (options.min_nodes == options.max_nodes) {
+      std::vector<int> absent;
+      for (int r = 0; r < options.max_nodes; ++r)
+        if (!ranked[static_cast<std::size_t>(r)]) absent.push_back(r);
+      // Only meaningful when every node present said its rank (the static form).
+      if (static_cast<int>(absent.size()) == options.max_nodes - static_cast<int>(in.size()))
+        missing = fmt::format("; node{} {} never joined", absent.size() == 1 ? "" : "s", fmt::join(absent, ", "));
+    }
+    cause = fmt::format("the rendezvous timed out after {}: {} of {} nodes joined ({}){}",
+                        common::duration_text(options.join_timeout), in.size(), options.min_nodes,
+                        hosts.empty() ? "none" : fmt::format("{}", fmt::join(hosts, ", ")), missing);
+    exit_code = 1;
+    conclude(false);
+  }
+
+  void maybe_close_round() {
+    if (phase != Phase::gathering) return;
+    const int n = static_cast<int>(waiting().size());
+    if (n >= options.max_nodes) return close_round();
+    if (n < options.min_nodes || last_call_armed) return;
+    last_call_armed = true;
+    last_call_timer.expires_after(options.last_call);
+    last_call_timer.async_wait([weak = weak_from_this(), round = attempt](auto ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->phase != Phase::gathering || self->attempt != round) return;
+      self->last_call_armed = false;
+      if (static_cast<int>(self->waiting().size()) >= self->options.min_nodes) self->close_round();
+    });
+  }
+
+  void close_round() {
+    auto in = waiting();
+    const auto host = std::find_if(in.begin(), in.end(), [](const NodePtr& n) { return n->hosting; });
+    if (host == in.end()) return;  // node 0 (rank 0's port) is not in yet
+    // Up to MAX: node 0, the nodes with a rank of their own, then by joining order.
+    std::stable_partition(in.begin(), in.end(), [](const NodePtr& n) { return n->hosting || n->wanted_rank; });
+    std::stable_partition(in.begin(), in.end(), [](const NodePtr& n) { return n->hosting; });
+    if (static_cast<int>(in.size()) > options.max_nodes) in.resize(static_cast<std::size_t>(options.max_nodes));
+    const int count = static_cast<int>(in.size());
+    std::vector<NodePtr> by_rank(static_cast<std::size_t>(count));
+    std::vector<NodePtr> rest;
+    for (const auto& n : in) {
+      const int want = n->hosting ? 0 : n->wanted_rank.value_or(-1);
+      if (want >= count) return refuse_and_retry(n, fmt::format("--node-rank {} is not below the {} nodes of this attempt", want, count));
+      if (want >= 0 && by_rank[static_cast<std::size_t>(want)])
+        return refuse_and_retry(n, fmt::format("node rank {} is taken (by {})", want, by_rank[static_cast<std::size_t>(want)]->host));
+      if (want >= 0) {
+        by_rank[static_cast<std::size_t>(want)] = n;
+      } else {
+        rest.push_back(n);
+      }
+    }
+    // Stable ranks while membership stays: last attempt's rank first, then host name, then order.
+    std::stable_sort(rest.begin(), rest.end(), [](const NodePtr& a, const NodePtr& b) {
+      const int ra = a->node_rank >= 0 ? a->node_rank : std::numeric_limits<int>::max();
+      const int rb = b->node_rank >= 0 ? b->node_rank : std::numeric_limits<int>::max();
+      return std::tie(ra, a->host, a->order) < std::tie(rb, b->host, b->order);
+    });
+    auto next = rest.begin();
+    for (auto& slot : by_rank)
+      if (!slot) slot = *next++;
+    int world = 0;
+    for (const auto& n : by_rank) world += n->nproc;
+    members = by_rank;
+    bases.clear();
+    int base = 0;
+    const int master_port = by_rank[0]->master_port;
+    for (int r = 0; r < count; ++r) {
+      auto& n = *by_rank[static_cast<std::size_t>(r)];
+      n.member = true;
+      n.over = false;
+      n.node_rank = r;
+      n.connection->send(Json{{"t", "assign"},
+                              {"attempt", attempt},
+                              {"node_rank", r},
+                              {"nnodes", count},
+                              {"world_size", world},
+                              {"rank_base", base},
+                              {"master_port", master_port}});
+      bases.push_back(base);
+      base += n.nproc;
+    }
+    phase = Phase::running;
+    failure = false;
+    failures.clear();
+    cause.reset();
+    exit_code = 1;
+    blamed_rank = -1;
+    last_call_timer.cancel();
+    last_call_armed = false;
+    join_timer.cancel();
+    info("attempt {}: {} node{}, world size {}", attempt, count, count == 1 ? "" : "s", world);
+  }
+
+  void refuse_and_retry(const NodePtr& n, const std::string& why) {
+    refuse(n, why);
+    n->joined = false;  // out of waiting(); its close completes the job of removing it
+    maybe_close_round();
+  }
+
+  void end_attempt() {
+    phase = Phase::ending;
+    for (const auto& n : members)
+      if (!n->gone && !n->over) n->connection->send(Json{{"t", "end"}, {"attempt", attempt}, {"cause", *cause}});
+    maybe_decide();
+  }
+
+  void maybe_decide() {
+    if (phase != Phase::running && phase != Phase::ending) return;
+    const bool all_over = std::all_of(members.begin(), members.end(), [](const NodePtr& n) { return n->over || n->gone; });
+    if (!all_over) return;
+    if (phase == Phase::running && !failure) return conclude(true);
+    if (!failure) return next_attempt(false);  // a re-form: not counted
+    blame();
+    const int live = live_members() + static_cast<int>(waiting().size());
+    if (restarts_used < options.max_restarts && live >= options.min_nodes) return next_attempt(true);
+    if (live < options.min_nodes)
+      *cause += fmt::format("; {} node{} left, the job needs {}", live, live == 1 ? "" : "s", options.min_nodes);
+    conclude(false);
+  }
+
+  void next_attempt(bool counted) {
+    if (counted) ++restarts_used;
+    const int left = options.max_restarts - restarts_used;
+    info("attempt {} ended ({}): attempt {} on every node{}", attempt, *cause, attempt + 1,
+         counted ? fmt::format(", {} restart{} left", left, left == 1 ? "" : "s") : std::string(" (a re-form, not counted)"));
+    Json verdict{{"t", "verdict"}, {"attempt", attempt}, {"then", "restart"}, {"next", attempt + 1},
+                 {"cause", *cause}, {"restarts_left", left}, {"rank", blamed_rank}};
+    for (const auto& n : members) {
+      n->member = false;
+      n->joined = !n->gone && n->joined;
+      if (!n->gone) n->connection->send(verdict);
+    }
+    // Members join again (their "join" re-enters them); a node that waited is in already.
+    for (const auto& n : members) n->joined = false;
+    members.clear();
+    ++attempt;
+    phase = Phase::gathering;
+    arm_join_timer();
+  }
+
+  void conclude(bool success) {
+    phase = Phase::done;
+    Json verdict{{"t", "verdict"}, {"attempt", attempt}, {"then", success ? "success" : "failure"}};
+    if (!success) {
+      verdict["cause"] = *cause;
+      verdict["exit_code"] = exit_code;
+      verdict["rank"] = blamed_rank;
+      info("the job failed: {}", *cause);
+    }
+    for (const auto& n : nodes)
+      if (n->joined && !n->gone) n->connection->send(verdict);
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    join_timer.cancel();
+    last_call_timer.cancel();
+    check_drained();
+  }
+
+  void check_drained() {
+    if (phase != Phase::done || !drained) return;
+    const bool any = std::any_of(nodes.begin(), nodes.end(), [](const NodePtr& n) { return n->joined && !n->gone; });
+    if (any) return;
+    finish_drain();
+  }
+
+  void finish_drain() {
+    heartbeat_timer.cancel();
+    drain_timer.cancel();
+    for (const auto& n : std::vector<NodePtr>(nodes)) n->connection->close("the job is over");
+    if (auto done = std::move(drained)) done();
+  }
+
+  // Heartbeats out, silence in.
+  void beat() {
+    const auto now = Clock::now();
+    for (const auto& n : std::vector<NodePtr>(nodes)) {
+      if (!n->joined || n->gone) continue;
+      if (now - n->last_seen > options.dead_after) {
+        n->silent = true;
+        n->connection->close("silent");
+        continue;
+      }
+      n->connection->send(Json{{"t", "hb"}});
+    }
+    heartbeat_timer.expires_after(options.heartbeat);
+    heartbeat_timer.async_wait([weak = weak_from_this()](auto ec) {
+      if (auto self = weak.lock(); self && !ec) self->beat();
+    });
+  }
+
+  void when_drained(std::function<void()> done) {
+    drained = std::move(done);
+    drain_timer.expires_after(kDrainGrace);
+    drain_timer.async_wait([weak = weak_from_this()](auto ec) {
+      if (auto self = weak.lock(); self && !ec && self->drained) self->finish_drain();
+    });
+    check_drained();
+  }
+
+  int blamed_rank = -1;  // the global rank the verdict names, -1 for none or a node
+};
+
+Server::Server(asio::io_context& io, tcp::acceptor acceptor, ServerOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(acceptor), std::move(options))) {}
+
+Server::~Server() {
+  boost::system::error_code ignored;
+  impl_->acceptor.close(ignored);
+  impl_->heartbeat_timer.cancel();
+  impl_->join_timer.cancel();
+  impl_->last_call_timer.cancel();
+  impl_->drain_timer.cancel();
+  for (const auto& n : std::vector<NodePtr>(impl_->nodes)) n->connection->close("the rendezvous ended");
+}
+
+void Server::start() { impl_->start(); }
+
+void Server::when_drained(std::function<void()> done) { impl_->when_drained(std::move(done)); }
+
+}  // namespace idist::launchers::rendezvous

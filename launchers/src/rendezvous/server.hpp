@@ -1,0 +1,44 @@
+#pragma once
+// The rendezvous itself, hosted by node 0's agent (see rendezvous.hpp for what it decides).
+// Event-driven on the agent's loop: every state change comes from a message, a closed
+// connection or a timer, so a thousand agents cost a thousand small messages per attempt.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "wire.hpp"
+
+namespace idist::launchers::rendezvous {
+
+struct ServerOptions {
+  std::string token;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int max_restarts = 0;
+  std::chrono::milliseconds last_call{2000};
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds dead_after{5000};
+  std::chrono::milliseconds join_timeout{300000};
+  bool quiet = false;  // no log lines (the scale simulation)
+};
+
+class Server {
+ public:
+  // Serves on `acceptor`, already listening.
+  Server(asio::io_context& io, tcp::acceptor acceptor, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  void start();
+  // After the final verdict: `done` once every agent has hung up (or after a grace period).
+  void when_drained(std::function<void()> done);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace idist::launchers::rendezvous

@@ -1,0 +1,141 @@
+#pragma once
+// The node agents' rendezvous protocol: one TCP connection per agent to the rendezvous
+// (rendezvous.hpp), both ways, messages as JSON objects in frames of a 4-byte little-endian
+// length and the text. Every message has "t", its type:
+//
+//   agent -> rendezvous                          rendezvous -> agent
+//   join  {token, host, nproc, node_rank?,       assign  {attempt, node_rank, nnodes, world_size,
+//          hosting, master_port}                          rank_base, master_port}
+//   fail  {attempt, rank, how, exit_code}        end     {attempt, cause}: stop your ranks
+//   over  {attempt, failure?{rank,how,exit_code}} verdict {attempt, then: restart|success|failure,
+//   hb    {}                                              cause?, exit_code?, restarts_left}
+//                                                hb {}; error {message} (then it closes)
+//
+// An agent joins, runs its ranks once assigned, says "fail" at its first failing rank and
+// "over" once its ranks are gone; the rendezvous answers every node's "over" with one verdict
+// for all. Heartbeats go both ways, so either side notices the other's silence.
+
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace idist::launchers::rendezvous {
+
+using Json = nlohmann::json;
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+// Far above any message (an assignment is ~200 bytes), far below what a stranger could make
+// us buffer.
+inline constexpr std::uint32_t kMaxFrame = 64 * 1024;
+
+// One end of an agent's connection: framed reads into `on_message` until the peer closes or
+// errs (`on_close`, once, with why); writes queued in order. Lives as long as a handler holds it.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using OnMessage = std::function<void(const Json&)>;
+  using OnClose = std::function<void(const std::string& why)>;
+
+  explicit Connection(tcp::socket socket) : socket_(std::move(socket)) {
+    boost::system::error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    const auto remote = socket_.remote_endpoint(ignored);
+    peer_ = ignored ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
+  }
+
+  void start(OnMessage on_message, OnClose on_close) {
+    on_message_ = std::move(on_message);
+    on_close_ = std::move(on_close);
+    read_header();
+  }
+
+  void send(const Json& message) {
+    if (closed_) return;
+    const std::string text = message.dump();
+    std::string frame(4, '\0');
+    const auto n = static_cast<std::uint32_t>(text.size());
+    for (int i = 0; i < 4; ++i) frame[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+    frame += text;
+    queue_.push_back(std::move(frame));
+    if (queue_.size() == 1) write_next();
+  }
+
+  // Sends what is queued, then closes (an error message before hanging up).
+  void close_after_sends() {
+    closing_ = true;
+    if (queue_.empty()) close("closed here");
+  }
+
+  void close(const std::string& why) {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    if (auto callback = std::move(on_close_)) callback(why);
+    on_message_ = nullptr;
+  }
+
+  bool closed() const { return closed_; }
+  const std::string& peer() const { return peer_; }
+
+ private:
+  void read_header() {
+    asio::async_read(socket_, asio::buffer(header_), [self = shared_from_this()](auto ec, std::size_t) {
+      if (ec) return self->close(ec == asio::error::eof ? "the other side closed the connection" : ec.message());
+      std::uint32_t n = 0;
+      for (int i = 0; i < 4; ++i) n |= static_cast<std::uint32_t>(self->header_[static_cast<std::size_t>(i)]) << (8 * i);
+      if (n > kMaxFrame) return self->close("a frame of " + std::to_string(n) + " bytes: not our protocol");
+      self->body_.resize(n);
+      self->read_body();
+    });
+  }
+
+  void read_body() {
+    asio::async_read(socket_, asio::buffer(body_), [self = shared_from_this()](auto ec, std::size_t) {
+      if (ec) return self->close(ec.message());
+      Json message = Json::parse(self->body_, nullptr, false);
+      if (message.is_discarded() || !message.is_object() || !message.contains("t") || !message["t"].is_string())
+        return self->close("a message that is not ours");
+      if (self->on_message_) self->on_message_(message);
+      if (!self->closed_) self->read_header();
+    });
+  }
+
+  void write_next() {
+    asio::async_write(socket_, asio::buffer(queue_.front()), [self = shared_from_this()](auto ec, std::size_t) {
+      if (ec) return self->close(ec.message());
+      self->queue_.pop_front();
+      if (!self->queue_.empty()) return self->write_next();
+      if (self->closing_) self->close("closed here");
+    });
+  }
+
+  tcp::socket socket_;
+  std::string peer_;
+  OnMessage on_message_;
+  OnClose on_close_;
+  std::array<unsigned char, 4> header_{};
+  std::string body_;
+  std::deque<std::string> queue_;
+  bool closing_ = false;
+  bool closed_ = false;
+};
+
+// A field of a message, or `fallback` when absent or of another type.
+template <class T>
+T field(const Json& message, const char* name, T fallback) {
+  const auto it = message.find(name);
+  if (it == message.end()) return fallback;
+  try {
+    return it->template get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+
+}  // namespace idist::launchers::rendezvous
