@@ -272,9 +272,15 @@ int run(const Cli& cli) {
     std::cout << config::add_settings(L::dry_run_json(plan), cli.resolved, program_from) << std::endl;
     return 0;
   }
-  spdlog::info("{} ({}): world size {}, {} here, MASTER_ADDR={} MASTER_PORT={} run id {}",
-               plan.job.launcher, plan.mode == L::Mode::exec ? "exec in place" : "spawn", plan.job.world_size,
-               plan.local_count, plan.job.master_addr, plan.job.master_port, plan.job.run_id);
+  if (const auto& r = plan.rendezvous)
+    spdlog::info("{} ranks here, one node of {}, meeting at {}:{}; run id {}", plan.local_count,
+                 r->min_nodes == r->max_nodes ? std::to_string(r->max_nodes)
+                                              : std::to_string(r->min_nodes) + " to " + std::to_string(r->max_nodes),
+                 r->host, r->port, plan.job.run_id);
+  else
+    spdlog::info("{} ({}): world size {}, {} here, MASTER_ADDR={} MASTER_PORT={} run id {}", plan.job.launcher,
+                 plan.mode == L::Mode::exec ? "exec in place" : "spawn", plan.job.world_size, plan.local_count,
+                 plan.job.master_addr, plan.job.master_port, plan.job.run_id);
   if (plan.mode == L::Mode::exec) {
     // The program replaces us: there is no output to tag and no rank of ours to stop.
     if (cli.tag_output)

@@ -186,7 +186,7 @@ class Supervisor {
     if (!options_.coordinator) return launch(index);
     // A job over several nodes: the ranks start once every node is in.
     joining_ = true;
-    options_.coordinator->join(index, [this, index, generation = attempts_.size()](std::optional<std::string> error) {
+    options_.coordinator->join(index, [this, generation = attempts_.size()](std::optional<std::string> error) {
       if (generation != attempts_.size() || !joining_) return;
       joining_ = false;
       if (error) {
@@ -195,7 +195,8 @@ class Supervisor {
         return end_job();
       }
       current().record.start = WallClock::now();
-      launch(index);
+      current().record.index = options_.coordinator->attempt();
+      launch(current().record.index);
     });
   }
 
@@ -383,7 +384,8 @@ class Supervisor {
   // Once every rank of the attempt is reaped, what they left behind goes too: at once when
   // the attempt is being torn down, else SIGTERM and SIGKILL after the grace period.
   void check_ranks_gone() {
-    if (attempts_.empty()) return;
+    // While the nodes meet the attempt has no rank yet: none can be gone.
+    if (attempts_.empty() || joining_) return;
     auto& a = current();
     if (a.ranks_gone || std::any_of(a.ranks.begin(), a.ranks.end(), [](const Rank& r) { return r.running(); }))
       return;

@@ -77,6 +77,7 @@ class NodeAgent final : public Coordinator {
 
   void start(boost::asio::io_context& io, Events events) override;
   void join(int attempt, std::function<void(std::optional<std::string> error)> joined) override;
+  int attempt() const override { return assignment().attempt; }
   void failed(int attempt, const LocalFailure& failure) override;
   void over(int attempt, const std::optional<LocalFailure>& failure,
             std::function<void(const RemoteVerdict&)> verdict) override;

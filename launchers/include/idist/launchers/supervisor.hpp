@@ -105,8 +105,10 @@ class Coordinator {
   };
   virtual ~Coordinator() = default;
   virtual void start(boost::asio::io_context& io, Events events) = 0;
-  // Once the nodes are in: `joined` with nullopt, or with why the job cannot start.
+  // Once the nodes are in: `joined` with nullopt, or with why the job cannot start. The attempt
+  // then starting is attempt(): a node that joins a running job starts at the job's count.
   virtual void join(int attempt, std::function<void(std::optional<std::string> error)> joined) = 0;
+  virtual int attempt() const = 0;
   virtual void failed(int attempt, const LocalFailure& failure) = 0;
   // Every local rank of the attempt is gone; `verdict` once every node's are.
   virtual void over(int attempt, const std::optional<LocalFailure>& failure,
