@@ -3,8 +3,8 @@
 // against the closed form VALUE * N (N + 1) / 2 and prints one line; a sum that mixes two
 // jobs' values is reported WRONG and the rank exits 3.
 // usage: job_sum [ROUNDS=20 PAUSE_MS=25] VALUE   (the value last, so a test can append it)
-// JOB_SUM_CRASH=RANK:ROUND: in the first attempt (IDIST_RESTART_COUNT 0 or unset) that rank
-// exits with code 7 before that round, while the others are computing: a restart must recover.
+// JOB_SUM_CRASH=RANK:ROUND[:ATTEMPT],...: in that attempt (IDIST_RESTART_COUNT; 0 by default)
+// that rank exits with code 7 before that round, while the others are computing.
 #include <idist/idist.hpp>
 
 #include <chrono>
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -32,8 +33,18 @@ int main(int argc, char** argv) try {
   int crash_rank = -1;
   int crash_round = 0;
   const char* restart = std::getenv("IDIST_RESTART_COUNT");
-  if (const char* crash = std::getenv("JOB_SUM_CRASH"); crash && (!restart || std::string(restart) == "0"))
-    std::sscanf(crash, "%d:%d", &crash_rank, &crash_round);
+  const int attempt = restart ? std::atoi(restart) : 0;
+  if (const char* crash = std::getenv("JOB_SUM_CRASH")) {
+    for (const char* spec = crash; spec != nullptr && *spec != '\0';) {
+      int r = -1, round = 0, at = 0;
+      if (std::sscanf(spec, "%d:%d:%d", &r, &round, &at) >= 2 && r == rank && at == attempt) {
+        crash_rank = r;
+        crash_round = round;
+      }
+      spec = std::strchr(spec, ',');
+      if (spec != nullptr) ++spec;
+    }
+  }
   for (int i = 0; i < rounds; ++i) {
     if (rank == crash_rank && i == crash_round) {
       std::fprintf(stderr, "job_sum: rank %d crashes before round %d (JOB_SUM_CRASH)\n", rank, i);

@@ -270,6 +270,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     return static_cast<int>(std::count_if(members.begin(), members.end(), [](const NodePtr& n) { return !n->gone; }));
   }
 
+  // Joined, for the next round: counted on every join, so without building the list.
+  int waiting_count() const {
+    return static_cast<int>(
+        std::count_if(nodes.begin(), nodes.end(), [](const NodePtr& n) { return n->joined && !n->gone && !n->member; }));
+  }
+
   std::vector<NodePtr> waiting() const {
     std::vector<NodePtr> out;
     for (const auto& n : nodes)
@@ -315,7 +321,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   void maybe_close_round() {
     if (phase != Phase::gathering) return;
-    const int n = static_cast<int>(waiting().size());
+    const int n = waiting_count();
     if (n >= options.max_nodes) return close_round();
     if (n < options.min_nodes || last_call_armed) return;
     last_call_armed = true;
@@ -324,7 +330,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       auto self = weak.lock();
       if (ec || !self || self->phase != Phase::gathering || self->attempt != round) return;
       self->last_call_armed = false;
-      if (static_cast<int>(self->waiting().size()) >= self->options.min_nodes) self->close_round();
+      if (self->waiting_count() >= self->options.min_nodes) self->close_round();
     });
   }
 
@@ -412,7 +418,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (phase == Phase::running && !failure) return conclude(true);
     if (!failure) return next_attempt(false);  // a re-form: not counted
     blame();
-    const int live = live_members() + static_cast<int>(waiting().size());
+    const int live = live_members() + waiting_count();
     if (restarts_used < options.max_restarts && live >= options.min_nodes) return next_attempt(true);
     if (live < options.min_nodes)
       *cause += fmt::format("; {} node{} left, the job needs {}", live, live == 1 ? "" : "s", options.min_nodes);

@@ -1,0 +1,150 @@
+#!/bin/bash
+# Jobs over several nodes that recover together (--rdzv-endpoint, one rendezvous for the job):
+# "nodes" are idist-run processes on loopback, each with ranks of its own; job_sum's ranks
+# check every sum. A rank that crashes while the other node computes, a node whose idist-run
+# is killed (fixed size, and MIN:MAX), a node that arrives late, one restart budget for the job.
+# usage: rendezvous.sh IDIST_RUN EXAMPLES_DIR JOB_SUM
+source "$(dirname "$0")/lib.sh"
+RUN=$(realpath "$1")
+JOB_SUM=$(realpath "$3")
+DIR=$(mktemp -d /tmp/idist-rendezvous.XXXXXX)
+trap 'pkill -9 -f "rdzv-id rdzv-test-$$" 2>/dev/null; rm -rf "$DIR"' EXIT
+export IDIST_TIMEOUT=30
+
+# node NAME NNODES [idist-run options...] -- [job_sum args]: one node in the background, its
+# output in $DIR/NAME.out and its exit code in $DIR/NAME.rc; its pid in $NODE_PID.
+node() {
+  local name=$1 nnodes=$2
+  shift 2
+  local opts=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+  shift
+  (timeout 120 "$RUN" --nnodes "$nnodes" --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "rdzv-test-$$" -n 2 \
+     "${opts[@]}" "$JOB_SUM" "$@" >"$DIR/$name.out" 2>&1
+   echo $? >"$DIR/$name.rc") &
+  NODE_PID=$!
+}
+# The idist-run (not the subshell) of a node started by node().
+agent_of() { pgrep -P "$(pgrep -P "$1" timeout)" idist-run; }
+rc() { cat "$DIR/$1.rc"; }
+out() { cat "$DIR/$1.out"; }
+new_port() { port=$((21000 + RANDOM % 9000)); }
+count_re() { grep -cE -- "$2" <<<"$1" || true; }
+
+# --- a rank crashes while the other node computes: every node restarts, 10 runs of 10 -----------
+recovered=0
+for run in $(seq 0 9); do
+  new_port
+  crash=$((run % 4))  # ranks 0, 1 are node 0's (it hosts), 2, 3 node 1's
+  export JOB_SUM_CRASH="$crash:5"
+  node a 2 --max-restarts 2 -- 20 25 5
+  sleep 0.2
+  node b 2 --max-restarts 2 -- 20 25 5
+  wait
+  unset JOB_SUM_CRASH
+  both=$(out a; out b)
+  if [ "$(rc a)/$(rc b)" = 0/0 ] && [ "$(count "$both" "attempt 1 sum 50 right")" = 4 ] &&
+    [ "$(count "$both" "attempt 0 ended: rank $crash on node")" = 2 ]; then
+    recovered=$((recovered + 1))
+  else
+    echo "# run $run (rank $crash crashes): exit $(rc a)/$(rc b)"
+    sed 's/^/#   a| /' "$DIR/a.out"
+    sed 's/^/#   b| /' "$DIR/b.out"
+  fi
+done
+check "a rank crashing in attempt 0 while the other node computes: recovered in $recovered of 10 runs, every sum right" \
+  equals $recovered 10
+
+# --- one restart budget for the job ----------------------------------------------------------------
+# Rank 1 (node 0) fails in attempt 0, rank 3 (node 1) in attempt 1: with --max-restarts 1 the job
+# ends after attempt 1 on both nodes, with rank 3's code, whichever node failed before.
+new_port
+export JOB_SUM_CRASH="1:5:0,3:5:1"
+node a 2 --max-restarts 1 -- 20 25 5
+sleep 0.2
+node b 2 --max-restarts 1 -- 20 25 5
+wait
+check "the budget is the job's: two failures on two nodes, --max-restarts 1: both nodes exit 7" equals "$(rc a)/$(rc b)" 7/7
+for n in a b; do
+  check "... node $n says attempt 0 ended by rank 1, then the job failed with rank 3" \
+    eval 'contains "$(out $n)" "attempt 0 ended: rank 1 on node 0" && contains "$(out $n)" "the job failed: rank 3 on node 1"'
+done
+new_port
+node a 2 --max-restarts 2 -- 20 25 5
+sleep 0.2
+node b 2 --max-restarts 2 -- 20 25 5
+wait
+unset JOB_SUM_CRASH
+check "... with --max-restarts 2 the job succeeds on attempt 2, every sum right" \
+  eval '[ "$(rc a)/$(rc b)" = 0/0 ] && [ "$(count "$(out a; out b)" "attempt 2 sum 50 right")" = 4 ]'
+
+# --- kill -9 of a node's idist-run: the other ends within 5 s plus its grace ------------------------
+for victim in b a; do
+  new_port
+  node a 2 --max-restarts 3 --grace 1 -- 400 25 5
+  pid_a=$NODE_PID
+  sleep 0.2
+  node b 2 --max-restarts 3 --grace 1 -- 400 25 5
+  pid_b=$NODE_PID
+  sleep 1.5
+  [ $victim = a ] && { kill -9 "$(agent_of $pid_a)"; survivor=$pid_b; s=b; } || { kill -9 "$(agent_of $pid_b)"; survivor=$pid_a; s=a; }
+  start=$(now_ms)
+  wait $survivor
+  took=$(($(now_ms) - start))
+  wait
+  if [ $victim = b ]; then
+    check "kill -9 of node 1's idist-run (2 nodes, restarts left): node 0 exits 1 in $took ms (bound 6000)" \
+      eval '[ "$(rc a)" = 1 ] && [ $took -lt 6000 ]'
+    check "... naming node 1 and why the job cannot go on" contains "$(out a)" \
+      "node 1 ($(hostname)) was lost: its idist-run ended or was killed; 1 node left, the job needs 2"
+  else
+    check "kill -9 of node 0's idist-run (the rendezvous host): node 1 exits 1 in $took ms (bound 6000)" \
+      eval '[ "$(rc b)" = 1 ] && [ $took -lt 6000 ]'
+    check "... naming the rendezvous it lost" contains "$(out b)" "lost the rendezvous at 127.0.0.1:$port (node 0)"
+  fi
+done
+sleep 0.5
+check "no rank outlives its idist-run" equals "$(pgrep -c -f "$JOB_SUM 400 25 5")" 0
+
+# --- MIN:MAX: a lost node is left out, the others go on ----------------------------------------------
+new_port
+node a 2:3 --max-restarts 2 --rdzv-conf last_call_timeout=0.5 -- 80 25 5
+sleep 0.2
+node b 2:3 --max-restarts 2 --rdzv-conf last_call_timeout=0.5 -- 80 25 5
+node c 2:3 --max-restarts 2 --rdzv-conf last_call_timeout=0.5 -- 80 25 5
+pid_c=$NODE_PID
+sleep 1.5
+kill -9 "$(agent_of $pid_c)"
+wait
+check "--nnodes 2:3, kill -9 of one node's idist-run: the other two exit 0" equals "$(rc a)/$(rc b)" 0/0
+check "... re-formed without it: 4 ranks of attempt 1 sum 50" equals "$(count_re "$(out a; out b)" "rank [0-3]/4 port [0-9]+ attempt 1 sum 50 right")" 4
+
+# --- MIN:MAX: a node that arrives late joins the next attempt --------------------------------------
+new_port
+node a 2:3 --rdzv-conf last_call_timeout=0.3 -- 80 25 5
+sleep 0.2
+node b 2:3 --rdzv-conf last_call_timeout=0.3 -- 80 25 5
+sleep 1.2
+node c 2:3 --rdzv-conf last_call_timeout=0.3 -- 80 25 5
+wait
+check "a third node arriving while 2 of 2:3 run: all exit 0 (the re-form is not a restart: --max-restarts 0)" \
+  equals "$(rc a)/$(rc b)/$(rc c)" 0/0/0
+check "... attempt 1 has 6 ranks, each sum 105" equals "$(count_re "$(out a; out b; out c)" "/6 port [0-9]+ attempt 1 sum 105 right")" 6
+check "... and says why it re-formed" contains "$(out a)" "attempt 0 ended: the node on $(hostname) joined"
+
+# --- summary.json on every node: each attempt, and what ended it -------------------------------------
+new_port
+export JOB_SUM_CRASH="2:3"
+node a 2 --max-restarts 1 --log-dir "$DIR/logs_a" -- 10 10 5
+sleep 0.2
+node b 2 --max-restarts 1 --log-dir "$DIR/logs_b" -- 10 10 5
+wait
+unset JOB_SUM_CRASH
+for n in a b; do
+  summary=$(cat "$DIR"/logs_$n/*/summary.json 2>/dev/null)
+  check "summary.json of node $n: attempt 0 ended by rank 2 on node 1, attempt 1 succeeded" \
+    equals "$(jq -r '[.attempts[0].ended_by, (.attempts | length), .exit_code] | map(tostring) | join("|")' <<<"$summary")" \
+    "rank 2 on node 1 ($(hostname)) exited with code 7|2|0"
+done
+
+finish
