@@ -140,6 +140,46 @@ netns_cleanup() {
   return 0
 }
 
+# netns_hosts TAG N: N namespaces ("hosts") on one bridge, as machines on one switch:
+# NS_HOST[i] with address ADDR_HOST[i] (10.78.T.i+1), i = 0..N-1; the bridge lives in a
+# namespace of its own, so `netns_cut i` (its end of host i's cable down) drops host i's packets
+# without a reset, as a pulled cable does. Returns non-zero where namespaces cannot be made.
+netns_hosts() {
+  local tag=$1 n=$2 i
+  HOSTS_TAG=$tag HOSTS_N=$n NS_BRIDGE=idist-br$tag
+  NS_HOST=() ADDR_HOST=()
+  [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null || return 1
+  {
+    ip netns add "$NS_BRIDGE" && ip -n "$NS_BRIDGE" link add br0 type bridge && ip -n "$NS_BRIDGE" link set br0 up || return 1
+    for i in $(seq 0 $((n - 1))); do
+      NS_HOST[i]=idist-h$i-$tag ADDR_HOST[i]=10.78.$((tag % 250)).$((i + 1))
+      ip netns add "${NS_HOST[i]}" &&
+        ip link add "h$i-$tag" type veth peer name "b$i-$tag" &&
+        ip link set "h$i-$tag" netns "${NS_HOST[i]}" && ip link set "b$i-$tag" netns "$NS_BRIDGE" &&
+        ip -n "$NS_BRIDGE" link set "b$i-$tag" master br0 && ip -n "$NS_BRIDGE" link set "b$i-$tag" up &&
+        ip -n "${NS_HOST[i]}" addr add "${ADDR_HOST[i]}/24" dev "h$i-$tag" &&
+        ip -n "${NS_HOST[i]}" link set "h$i-$tag" up && ip -n "${NS_HOST[i]}" link set lo up || return 1
+    done
+  } 2>/dev/null
+}
+netns_cut() { ip -n "$NS_BRIDGE" link set "b$1-$HOSTS_TAG" down; }
+netns_hosts_cleanup() {
+  [ -n "${HOSTS_TAG:-}" ] || return 0
+  local i
+  for i in $(seq 0 $((HOSTS_N - 1))); do
+    ip netns del "idist-h$i-$HOSTS_TAG" 2>/dev/null
+    ip link del "h$i-$HOSTS_TAG" 2>/dev/null
+  done
+  ip netns del "$NS_BRIDGE" 2>/dev/null
+  return 0
+}
+# on_host I NAME CMD...: CMD in host I's namespace with host name NAME (a UTS namespace of its own).
+on_host() {
+  local i=$1 name=$2
+  shift 2
+  ip netns exec "${NS_HOST[i]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]
