@@ -167,6 +167,7 @@ class Supervisor {
                      .lost = [this](const std::string& why) { on_lost(why); }});
     start_attempt(0);
     io_.run();             // the job, then the console's last lines (see finish_attempt)
+    if (options_.coordinator) options_.coordinator->detach();  // before io_ goes
     kill_leftovers_now();  // normally none: each attempt cleaned up after itself
     finish_run();
     result_.exit_code = run_.exit_code;
@@ -186,12 +187,14 @@ class Supervisor {
     if (!options_.coordinator) return launch(index);
     // A job over several nodes: the ranks start once every node is in.
     joining_ = true;
-    options_.coordinator->join(index, [this, generation = attempts_.size()](std::optional<std::string> error) {
+    options_.coordinator->join(index, [this, generation = attempts_.size()](const std::optional<RemoteVerdict>& ended) {
       if (generation != attempts_.size() || !joining_) return;
       joining_ = false;
-      if (error) {
+      if (ended) {
+        // The job ended (or cannot start) before this node's ranks did: its word, its code.
+        job_failure_ = *ended;
         if (stop_ == Stop::none) stop_ = Stop::coordination;
-        coordination_error_ = *error;
+        coordination_error_ = ended->cause;
         return end_job();
       }
       current().record.start = WallClock::now();
@@ -467,11 +470,11 @@ class Supervisor {
   void on_teardown_signal(const boost::system::error_code& ec, int sig) {
     if (ec) return;
     if (finished_) return console_.abandon();  // the job is over: stop waiting for the console
-    if (joining_) {  // no rank of ours runs yet
-      joining_ = false;
+    if (joining_ || awaiting_verdict_) {  // no rank of ours runs
+      joining_ = awaiting_verdict_ = false;
       interrupted_by_ = sig;
       stop_ = Stop::interrupted;
-      spdlog::info("{}: leaving the rendezvous", detail::signal_name(sig));
+      spdlog::info("{}: leaving the job's rendezvous", detail::signal_name(sig));
       return end_job();
     }
     if (interrupted_by_) {
@@ -497,8 +500,8 @@ class Supervisor {
   void on_timeout(const boost::system::error_code& ec) {
     if (ec || finished_) return;
     if (stop_ == Stop::none) stop_ = Stop::timed_out;
-    if (joining_) {
-      joining_ = false;
+    if (joining_ || awaiting_verdict_) {
+      joining_ = awaiting_verdict_ = false;
       return end_job();
     }
     spdlog::info("timeout: stopping every rank");
@@ -528,7 +531,10 @@ class Supervisor {
   }
 
   LocalFailure local_failure(const Rank& rank) const {
-    LocalFailure f{rank.spec->rank, detail::describe(*rank.record->status), detail::exit_code_of(*rank.record->status)};
+    LocalFailure f;
+    f.rank = rank.spec->rank;
+    f.how = detail::describe(*rank.record->status);
+    f.exit_code = detail::exit_code_of(*rank.record->status);
     f.root_cause = blame_of(*rank.record) == Blame::root_cause;
     // Its output may not all be in yet at its first report; the final one (over) has it.
     if (rank.err) f.lost_peer = lost_peer(rank.err->output.tail().last_lines(kTailLines));
@@ -690,7 +696,7 @@ class Supervisor {
       if (last.first_failure) record_failure(*attempts_.back());
       spdlog::error("the job failed: {}", run_.outcome);
     } else if (stop_ == Stop::coordination) {
-      run_.exit_code = 1;
+      run_.exit_code = job_failure_ ? job_failure_->exit_code : 1;
       run_.outcome = coordination_error_;
       spdlog::error("{}{}", run_.outcome, stopped);
     } else if (last.first_failure) {

@@ -69,7 +69,7 @@ struct NodeAgent::State {
   Clock::time_point connect_deadline;
   Clock::time_point last_heard = Clock::now();
   std::optional<Json> pending_join;  // sent once connected
-  std::function<void(std::optional<std::string>)> joined;
+  std::function<void(const std::optional<RemoteVerdict>&)> joined;
   std::function<void(const RemoteVerdict&)> verdict;
   std::optional<RemoteVerdict> early_verdict;  // came while no over() waited for it
   std::string lost_why;
@@ -129,7 +129,7 @@ struct NodeAgent::State {
       assignment.world_size = field<int>(m, "world_size", 1);
       assignment.rank_base = field<int>(m, "rank_base", 0);
       assignment.master_port = field<int>(m, "master_port", 0);
-      if (auto done = std::move(joined)) done(std::nullopt);
+      if (auto done = std::exchange(joined, nullptr)) done(std::nullopt);
     } else if (type == "end") {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.end_attempt)
         events.end_attempt(field<std::string>(m, "cause", "another node failed"));
@@ -151,10 +151,16 @@ struct NodeAgent::State {
   }
 
   void deliver(const RemoteVerdict& v) {
-    if (auto done = std::move(verdict)) return done(v);
-    // No attempt of ours waits for it: the job failed while we joined, or before our ranks ended.
-    if (auto done = std::move(joined)) {
-      if (v.then == RemoteVerdict::Then::failure) return done(v.cause);
+    if (auto done = std::exchange(verdict, nullptr)) return done(v);
+    // The job ended while this node waited to join it (a late node of an elastic job).
+    if (v.then != RemoteVerdict::Then::restart && joined) {
+      RemoteVerdict ended = v;
+      if (v.then == RemoteVerdict::Then::success) {
+        ended.then = RemoteVerdict::Then::failure;
+        ended.cause = "the job ended (it succeeded) before this node could join it";
+        ended.exit_code = 1;
+      }
+      return std::exchange(joined, nullptr)(ended);
     }
     early_verdict = v;
     if (v.then == RemoteVerdict::Then::failure && events.end_attempt) events.end_attempt(v.cause);
@@ -173,12 +179,10 @@ struct NodeAgent::State {
 
   // No rendezvous any more: whoever waits hears it once.
   void give_up(const std::string& why) {
-    if (auto done = std::move(joined)) return done(why);
-    if (auto done = std::move(verdict)) {
-      RemoteVerdict v;
-      v.cause = why;
-      return done(v);
-    }
+    RemoteVerdict v;
+    v.cause = why;
+    if (auto done = std::exchange(joined, nullptr)) return done(v);
+    if (auto done = std::exchange(verdict, nullptr)) return done(v);
     if (!early_verdict) {
       RemoteVerdict v;
       v.cause = why;
@@ -253,9 +257,9 @@ void NodeAgent::start(boost::asio::io_context& io, Events events) {
   s.connect();
 }
 
-void NodeAgent::join(int attempt, std::function<void(std::optional<std::string>)> joined) {
+void NodeAgent::join(int attempt, std::function<void(const std::optional<RemoteVerdict>&)> joined) {
   auto& s = *state_;
-  if (s.early_verdict && s.early_verdict->then == RemoteVerdict::Then::failure) return joined(s.early_verdict->cause);
+  if (s.early_verdict && s.early_verdict->then == RemoteVerdict::Then::failure) return joined(s.early_verdict);
   s.early_verdict.reset();
   s.joined = std::move(joined);
   Json message{{"t", "join"},     {"token", s.options.token}, {"host", common::host_name("localhost")},
@@ -267,7 +271,9 @@ void NodeAgent::join(int attempt, std::function<void(std::optional<std::string>)
       auto fresh = std::make_unique<PortReservation>(s.options.host);
       s.port = std::move(fresh);
     } catch (const std::exception& e) {
-      return std::exchange(s.joined, nullptr)(fmt::format("cannot reserve a port for rank 0's store: {}", e.what()));
+      RemoteVerdict v;
+      v.cause = fmt::format("cannot reserve a port for rank 0's store: {}", e.what());
+      return std::exchange(s.joined, nullptr)(v);
     }
     message["master_port"] = s.port->port();
   }
@@ -313,6 +319,16 @@ void NodeAgent::finish(std::function<void()> done) {
   if (s.connection) s.connection->close("the job is over here");
   if (!s.server) return done();
   s.server->when_drained(std::move(done));
+}
+
+void NodeAgent::detach() {
+  auto& s = *state_;
+  s.finished = true;
+  if (s.connection) s.connection->close("the job is over here");
+  s.connection.reset();
+  s.server.reset();
+  s.beat_timer.reset();
+  s.connect_timer.reset();
 }
 
 }  // namespace idist::launchers

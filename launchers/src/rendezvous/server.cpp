@@ -21,7 +21,8 @@ constexpr auto kDrainGrace = std::chrono::seconds(5);
 
 struct Node {
   std::shared_ptr<Connection> connection;
-  bool joined = false;
+  bool joined = false;  // has presented the token: one of the job's agents
+  bool ready = false;   // asks to be in the next round (its "join" came, no assignment yet)
   std::string host;
   int nproc = 1;
   std::optional<int> wanted_rank;  // --node-rank
@@ -81,6 +82,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   ServerOptions options;
   std::vector<NodePtr> nodes;  // every connection that has not gone
   std::vector<NodePtr> members;
+  // Counted as they change, so that no join or close walks every node (10,000 agents).
+  int ready_count = 0;   // ready, not gone, not a member
+  int agents = 0;        // joined and not gone
+  int outstanding = 0;   // members neither over nor gone
   Phase phase = Phase::gathering;
   int attempt = 0;
   int restarts_used = 0;
@@ -137,11 +142,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void on_message(const NodePtr& node, const Json& m) {
     node->last_seen = Clock::now();
     const auto type = m["t"].get<std::string>();
+    if (type == "hb") return;  // before the check: one may cross a restart verdict on the wire
     if (!node->joined && type != "join") return refuse(node, "join first");
     if (type == "join") return on_join(node, m);
     if (type == "fail") return on_fail(node, m);
     if (type == "over") return on_over(node, m);
-    if (type == "hb") return;
     refuse(node, "an unknown message '" + type + "'");
   }
 
@@ -163,11 +168,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (m.contains("node_rank") && m["node_rank"].is_number_integer()) node->wanted_rank = m["node_rank"].get<int>();
     node->hosting = field<bool>(m, "hosting", false);
     node->master_port = field<int>(m, "master_port", 0);
+    if (node->member) return;  // already in this attempt: nothing to join
     node->over = false;
     if (!node->joined) {
       node->joined = true;
       node->order = joins++;
+      ++agents;
     }
+    set_ready(node, true);
     if (node->wanted_rank && *node->wanted_rank >= options.max_nodes)
       return refuse(node, fmt::format("--node-rank {} is not below --nnodes {}", *node->wanted_rank, options.max_nodes));
     if (phase == Phase::gathering) return maybe_close_round();
@@ -191,6 +199,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void on_over(const NodePtr& node, const Json& m) {
     if (!node->member || field<int>(m, "attempt", -1) != attempt) return;
     if (phase != Phase::running && phase != Phase::ending) return;
+    if (!node->over) --outstanding;
     node->over = true;
     // The node's final word on which of its ranks failed first (its supervisor weighs ranks
     // that failed together): it replaces what its "fail" said.
@@ -244,6 +253,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                    node->connection->peer(), why);
     node->gone = true;
     std::erase(nodes, node);
+    if (node->joined) --agents;
+    if (node->ready && !node->member) --ready_count;
+    if (node->member && !node->over) --outstanding;
     if (phase == Phase::done) return check_drained();
     if (!node->member) {
       if (node->joined && phase == Phase::gathering) info("{} left before the job started: {}", node->name(), why);
@@ -270,16 +282,18 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     return static_cast<int>(std::count_if(members.begin(), members.end(), [](const NodePtr& n) { return !n->gone; }));
   }
 
-  // Joined, for the next round: counted on every join, so without building the list.
-  int waiting_count() const {
-    return static_cast<int>(
-        std::count_if(nodes.begin(), nodes.end(), [](const NodePtr& n) { return n->joined && !n->gone && !n->member; }));
+  int waiting_count() const { return ready_count; }
+
+  void set_ready(const NodePtr& n, bool ready) {
+    if (n->ready == ready || n->gone) return;
+    n->ready = ready;
+    if (!n->member) ready_count += ready ? 1 : -1;
   }
 
   std::vector<NodePtr> waiting() const {
     std::vector<NodePtr> out;
     for (const auto& n : nodes)
-      if (n->joined && !n->gone && !n->member) out.push_back(n);
+      if (n->ready && !n->gone && !n->member) out.push_back(n);
     std::sort(out.begin(), out.end(), [](const NodePtr& a, const NodePtr& b) { return a.get()->order < b.get()->order; });
     return out;
   }
@@ -295,7 +309,15 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   void round_timed_out() {
     const auto in = waiting();
-    if (static_cast<int>(in.size()) >= options.min_nodes) return close_round();
+    if (static_cast<int>(in.size()) >= options.min_nodes) {
+      close_round();
+      if (phase != Phase::gathering) return;
+      // Enough nodes, but not node 0, whose rank 0 the job needs.
+      cause = fmt::format("the rendezvous timed out after {}: {} nodes joined, but not node 0 (the rendezvous' host)",
+                          common::duration_text(options.join_timeout), in.size());
+      exit_code = 1;
+      return conclude(false);
+    }
     std::vector<std::string> hosts;
     std::vector<bool> ranked(static_cast<std::size_t>(options.max_nodes));
     for (const auto& n : in) {
@@ -367,7 +389,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       if (!slot) slot = *next++;
     int world = 0;
     for (const auto& n : by_rank) world += n->nproc;
+    for (const auto& n : by_rank) set_ready(n, false);
     members = by_rank;
+    outstanding = count;
     bases.clear();
     int base = 0;
     const int master_port = by_rank[0]->master_port;
@@ -400,7 +424,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   void refuse_and_retry(const NodePtr& n, const std::string& why) {
     refuse(n, why);
-    n->joined = false;  // out of waiting(); its close completes the job of removing it
+    set_ready(n, false);  // out of waiting(); its close completes the job of removing it
     maybe_close_round();
   }
 
@@ -413,12 +437,15 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   void maybe_decide() {
     if (phase != Phase::running && phase != Phase::ending) return;
-    const bool all_over = std::all_of(members.begin(), members.end(), [](const NodePtr& n) { return n->over || n->gone; });
-    if (!all_over) return;
+    if (outstanding > 0) return;
     if (phase == Phase::running && !failure) return conclude(true);
-    if (!failure) return next_attempt(false);  // a re-form: not counted
-    blame();
     const int live = live_members() + waiting_count();
+    if (!failure && live >= options.min_nodes) return next_attempt(false);  // a re-form: not counted
+    if (!failure) {
+      cause = std::string("a node left while the job re-formed");
+      exit_code = 1;
+    }
+    blame();
     if (restarts_used < options.max_restarts && live >= options.min_nodes) return next_attempt(true);
     if (live < options.min_nodes)
       *cause += fmt::format("; {} node{} left, the job needs {}", live, live == 1 ? "" : "s", options.min_nodes);
@@ -432,14 +459,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
          counted ? fmt::format(", {} restart{} left", left, left == 1 ? "" : "s") : std::string(" (a re-form, not counted)"));
     Json verdict{{"t", "verdict"}, {"attempt", attempt}, {"then", "restart"}, {"next", attempt + 1},
                  {"cause", *cause}, {"restarts_left", left}, {"rank", blamed_rank}};
+    // Members join again (their "join" re-enters them); a node that waited is in already.
     for (const auto& n : members) {
       n->member = false;
-      n->joined = !n->gone && n->joined;
+      n->ready = false;
       if (!n->gone) n->connection->send(verdict);
     }
-    // Members join again (their "join" re-enters them); a node that waited is in already.
-    for (const auto& n : members) n->joined = false;
     members.clear();
+    outstanding = 0;
     ++attempt;
     phase = Phase::gathering;
     arm_join_timer();
@@ -464,17 +491,27 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   void check_drained() {
-    if (phase != Phase::done || !drained) return;
-    const bool any = std::any_of(nodes.begin(), nodes.end(), [](const NodePtr& n) { return n->joined && !n->gone; });
-    if (any) return;
+    if (phase != Phase::done || !drained || agents > 0) return;
     finish_drain();
   }
 
-  void finish_drain() {
+  // Nothing of the rendezvous is left waiting on the event loop: node 0 may exit.
+  void stop() {
+    phase = Phase::done;
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
     heartbeat_timer.cancel();
+    last_call_timer.cancel();
+    join_timer.cancel();
     drain_timer.cancel();
     for (const auto& n : std::vector<NodePtr>(nodes)) n->connection->close("the job is over");
-    if (auto done = std::move(drained)) done();
+  }
+
+  void finish_drain() {
+    auto done = std::move(drained);
+    drained = nullptr;
+    stop();
+    if (done) done();
   }
 
   // Heartbeats out, silence in.
@@ -496,6 +533,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   void when_drained(std::function<void()> done) {
+    // Node 0 leaves before the job's end (interrupted, timed out, a rank it could not start):
+    // the others hear it as the job's failure, not as silence.
+    if (phase != Phase::done) {
+      cause = "node 0's idist-run left the job (interrupted, timed out, or it could not start its ranks)";
+      exit_code = 1;
+      conclude(false);
+    }
     drained = std::move(done);
     drain_timer.expires_after(kDrainGrace);
     drain_timer.async_wait([weak = weak_from_this()](auto ec) {
@@ -511,13 +555,8 @@ Server::Server(asio::io_context& io, tcp::acceptor acceptor, ServerOptions optio
     : impl_(std::make_shared<Impl>(io, std::move(acceptor), std::move(options))) {}
 
 Server::~Server() {
-  boost::system::error_code ignored;
-  impl_->acceptor.close(ignored);
-  impl_->heartbeat_timer.cancel();
-  impl_->join_timer.cancel();
-  impl_->last_call_timer.cancel();
-  impl_->drain_timer.cancel();
-  for (const auto& n : std::vector<NodePtr>(impl_->nodes)) n->connection->close("the rendezvous ended");
+  impl_->drained = nullptr;
+  impl_->stop();
 }
 
 void Server::start() { impl_->start(); }

@@ -15,6 +15,8 @@
 // "over" once its ranks are gone; the rendezvous answers every node's "over" with one verdict
 // for all. Heartbeats go both ways, so either side notices the other's silence.
 
+#include <fcntl.h>
+
 #include <boost/asio.hpp>
 #include <cstdint>
 #include <deque>
@@ -41,6 +43,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   using OnClose = std::function<void(const std::string& why)>;
 
   explicit Connection(tcp::socket socket) : socket_(std::move(socket)) {
+    // Not the ranks' to inherit: a rank holding the agent's connection would keep it open
+    // after a kill -9 of the agent, and its loss would be noticed only by silence.
+    ::fcntl(socket_.native_handle(), F_SETFD, FD_CLOEXEC);
     boost::system::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
     const auto remote = socket_.remote_endpoint(ignored);
@@ -101,7 +106,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       Json message = Json::parse(self->body_, nullptr, false);
       if (message.is_discarded() || !message.is_object() || !message.contains("t") || !message["t"].is_string())
         return self->close("a message that is not ours");
-      if (self->on_message_) self->on_message_(message);
+      // A copy: the handler may close this connection, which lets go of on_message_.
+      if (auto handler = self->on_message_) handler(message);
       if (!self->closed_) self->read_header();
     });
   }

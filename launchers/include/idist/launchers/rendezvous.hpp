@@ -76,12 +76,13 @@ class NodeAgent final : public Coordinator {
   const Assignment& assignment() const;
 
   void start(boost::asio::io_context& io, Events events) override;
-  void join(int attempt, std::function<void(std::optional<std::string> error)> joined) override;
+  void join(int attempt, std::function<void(const std::optional<RemoteVerdict>& ended)> joined) override;
   int attempt() const override { return assignment().attempt; }
   void failed(int attempt, const LocalFailure& failure) override;
   void over(int attempt, const std::optional<LocalFailure>& failure,
             std::function<void(const RemoteVerdict&)> verdict) override;
   void finish(std::function<void()> done) override;
+  void detach() override;
 
  private:
   struct State;

@@ -105,9 +105,10 @@ class Coordinator {
   };
   virtual ~Coordinator() = default;
   virtual void start(boost::asio::io_context& io, Events events) = 0;
-  // Once the nodes are in: `joined` with nullopt, or with why the job cannot start. The attempt
-  // then starting is attempt(): a node that joins a running job starts at the job's count.
-  virtual void join(int attempt, std::function<void(std::optional<std::string> error)> joined) = 0;
+  // Once the nodes are in: `joined` with nullopt; or with the job's end, when it ended (or
+  // cannot start, or the rendezvous is gone) before this node's ranks could start. The
+  // attempt then starting is attempt(): a node that joins a running job starts at its count.
+  virtual void join(int attempt, std::function<void(const std::optional<RemoteVerdict>& ended)> joined) = 0;
   virtual int attempt() const = 0;
   virtual void failed(int attempt, const LocalFailure& failure) = 0;
   // Every local rank of the attempt is gone; `verdict` once every node's are.
@@ -116,6 +117,8 @@ class Coordinator {
   // The job is over here; `done` once this process may exit (node 0 hosts the rendezvous
   // until every node has its verdict).
   virtual void finish(std::function<void()> done) = 0;
+  // The event loop is about to go: let go of everything bound to it.
+  virtual void detach() = 0;
 };
 
 struct SuperviseOptions {
