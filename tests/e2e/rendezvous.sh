@@ -55,6 +55,32 @@ done
 check "a rank crashing in attempt 0 while the other node computes: recovered in $recovered of 10 runs, every sum right" \
   equals $recovered 10
 
+# --- the same with torch.distributed (env://, gloo: torch's own TCPStore and Gloo, nothing of
+# idist's in the ranks): each attempt's ranks find a fresh MASTER_PORT, never the last one's store.
+TORCH_SUM=$(cd "$(dirname "$0")" && pwd)/python/torch_job_sum.py
+if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+  recovered=0
+  for run in 0 1 2; do
+    new_port
+    crash=$((run + 1))
+    for n in a b; do
+      (PATH=/usr/bin:$PATH JOB_SUM_CRASH="$crash:3" timeout 120 "$RUN" --nnodes 2 --rdzv-endpoint "127.0.0.1:$port" \
+         --rdzv-id "rdzv-test-$$" -n 2 --max-restarts 1 "$TORCH_SUM" 10 5 >"$DIR/$n.out" 2>&1
+       echo $? >"$DIR/$n.rc") &
+      sleep 0.3
+    done
+    wait
+    if [ "$(rc a)/$(rc b)" = 0/0 ] && [ "$(count "$(out a; out b)" "attempt 1 sum 50 right")" = 4 ]; then
+      recovered=$((recovered + 1))
+    else
+      echo "# torch run $run: exit $(rc a)/$(rc b)"; sed 's/^/#   | /' "$DIR/a.out" "$DIR/b.out"
+    fi
+  done
+  check "torch.distributed, a rank crashing in attempt 0: recovered in $recovered of 3 runs, every sum right" equals $recovered 3
+else
+  echo "skipped: torch.distributed with a crashing rank (/usr/bin/python3 cannot import torch)"
+fi
+
 # --- one restart budget for the job ----------------------------------------------------------------
 # Rank 1 (node 0) fails in attempt 0, rank 3 (node 1) in attempt 1: with --max-restarts 1 the job
 # ends after attempt 1 on both nodes, with rank 3's code, whichever node failed before.
