@@ -104,6 +104,7 @@ struct Cli {
   bool keep_slurm_env = false;  // --keep-slurm-env: spawned ranks keep their SLURM task's variables
   bool local_rank_arg = false;  // --local-rank-arg: each rank's arguments end with --local_rank=N
   double grace_seconds = 5;
+  double stall_seconds = 60;
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
   std::string forward_signals = "USR1,USR2";
@@ -331,6 +332,7 @@ int run(const Cli& cli) {
 
   supervise.tag_output = cli.tag_output;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(cli.grace_seconds * 1000));
+  supervise.stall_timeout = std::chrono::milliseconds(static_cast<long long>(cli.stall_seconds * 1000));
   if (timeout_seconds)
     supervise.timeout =
         std::chrono::milliseconds(std::max(1LL, static_cast<long long>(std::min(*timeout_seconds, 1e9) * 1000)));
@@ -465,6 +467,10 @@ int main(int argc, char** argv) {
   app.add_flag("--tag-output", cli.tag_output, "Prefix each output line with [rank N]");
   app.add_option("--grace", cli.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--stall-timeout", cli.stall_seconds,
+                 "Seconds a rank may wait in one collective before idist-run reports who is stuck where (0: never)")
+      ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   app.add_option("--timeout", cli.timeout_seconds,
                  "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 "

@@ -125,6 +125,7 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    for (const int fd : spec.pass_fds) ::fcntl(fd, F_SETFD, 0);
     if (spec.entry) run_entry(spec);
     ::execve(spec.path.c_str(), argv.data(), envp.data());
     const char* why = ::strerror(errno);

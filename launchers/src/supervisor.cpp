@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,15 +18,19 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <system_error>
 
 #include "console.hpp"
+#include "idist/common/flight_recorder.hpp"
 #include "idist/common/host.hpp"
+#include "idist/env_contract.hpp"
 #include "process_tree.hpp"
 #include "rank_output.hpp"
 #include "run_summary.hpp"
 #include "signal_list.hpp"
 #include "spawn.hpp"
+#include "stall_report.hpp"
 
 namespace idist::launchers {
 namespace {
@@ -79,10 +84,64 @@ struct Stream {
   bool held = false;  // not read while the console holds all it may for a slow reader
 };
 
+// A rank's flight recorder, as idist-run maps it (the rank maps the same memfd).
+class RecorderMemory {
+ public:
+  // The memory and the descriptor to hand the rank; nullptr where memfds cannot be had.
+  static std::unique_ptr<RecorderMemory> make() {
+    const int fd = ::memfd_create("idist-flight-recorder", MFD_CLOEXEC);
+    if (fd < 0) return nullptr;
+    if (::ftruncate(fd, sizeof(common::recorder::Segment)) != 0) {
+      ::close(fd);
+      return nullptr;
+    }
+    void* p = ::mmap(nullptr, sizeof(common::recorder::Segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      return nullptr;
+    }
+    auto memory = std::unique_ptr<RecorderMemory>(new RecorderMemory(fd, new (p) common::recorder::Segment()));
+    return memory;
+  }
+  ~RecorderMemory() {
+    if (fd_ >= 0) ::close(fd_);
+    ::munmap(segment_, sizeof(common::recorder::Segment));
+  }
+  RecorderMemory(const RecorderMemory&) = delete;
+  RecorderMemory& operator=(const RecorderMemory&) = delete;
+  int fd() const { return fd_; }
+  void close_fd() {  // once the rank has its own copy of it
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  const common::recorder::Segment& segment() const { return *segment_; }
+  // When the rank last entered a call, as far as we saw (the rank itself reads no clock).
+  std::int64_t unchanged_since() {
+    const auto next = segment_->next.load(std::memory_order_acquire);
+    if (next != seen_next_ || since_ns_ == 0) {
+      seen_next_ = next;
+      since_ns_ = common::recorder::now_ns();
+    }
+    return since_ns_;
+  }
+
+ private:
+  RecorderMemory(int fd, common::recorder::Segment* segment) : fd_(fd), segment_(segment) {}
+  int fd_;
+  common::recorder::Segment* segment_;
+  std::uint64_t seen_next_ = 0;
+  std::int64_t since_ns_ = 0;
+};
+
+// How often the recorders are read for stalls: often enough that a stall is reported within a
+// second of its timeout, rarely enough to cost nothing.
+constexpr auto kStallCheck = std::chrono::milliseconds(500);
+
 struct Rank {
   const ProcessSpec* spec = nullptr;
   detail::RankRecord* record = nullptr;  // in the attempt's record, which does not move
   std::unique_ptr<Stream> out, err;
+  std::unique_ptr<RecorderMemory> recorder;
   bool running() const { return record->pid > 0 && !record->status; }
 };
 
@@ -162,6 +221,7 @@ class Supervisor {
       timeout_timer_.expires_after(*options_.timeout);
       timeout_timer_.async_wait([this](auto ec) { on_timeout(ec); });
     }
+    if (options_.stall_timeout.count() > 0) check_stalls();
     if (auto& c = options_.coordinator)
       c->start(io_, {.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
                      .lost = [this](const std::string& why) { on_lost(why); }});
@@ -180,6 +240,9 @@ class Supervisor {
 
   void start_attempt(int index) {
     tearing_down_ = false;
+    stalls_reported_.clear();
+    mismatches_reported_.clear();
+    mismatched_ = false;
     auto live = std::make_unique<LiveAttempt>();
     live->record.index = index;
     live->record.start = WallClock::now();
@@ -264,11 +327,19 @@ class Supervisor {
       return spawn_failed(spec, "cannot open its log files");
     detail::SpawnedRank spawned;
     rank.record->start = WallClock::now();
+    // The rank's flight recorder: a memfd it inherits, which we read for stall reports.
+    ProcessSpec with_recorder = spec;
+    rank.recorder = RecorderMemory::make();
+    if (rank.recorder) {
+      with_recorder.env.push_back(std::string(env::kRecorderFd) + "=" + std::to_string(rank.recorder->fd()));
+      with_recorder.pass_fds.push_back(rank.recorder->fd());
+    }
     try {
-      spawned = detail::spawn_rank(spec);
+      spawned = detail::spawn_rank(with_recorder);
     } catch (const std::system_error& e) {
       return spawn_failed(spec, e.what());
     }
+    if (rank.recorder) rank.recorder->close_fd();
     rank.record->pid = spawned.pid;
     spdlog::debug("started rank {} as pid {}", spec.rank, spawned.pid);
 
@@ -508,6 +579,42 @@ class Supervisor {
     teardown(SIGTERM);
   }
 
+  // Reads every running rank's recorder; a rank waiting in one collective longer than
+  // --stall-timeout gets the report, once per collective.
+  std::vector<detail::RankView> rank_views() {
+    std::vector<detail::RankView> views;
+    for (auto& r : attempts_.back()->ranks) {
+      if (r.record->pid <= 0) continue;
+      detail::RankView v;
+      v.rank = r.spec->rank;
+      v.pid = r.record->pid;
+      v.running = r.running();
+      if (!v.running && r.record->status) v.ended = detail::describe(*r.record->status);
+      if (r.recorder) v.slots = detail::read_recorder(r.recorder->segment(), r.recorder->unchanged_since());
+      views.push_back(std::move(v));
+    }
+    return views;
+  }
+
+  // Collectives the ranks' recorders disagree on, said at once (once each).
+  void check_mismatches(const std::vector<detail::RankView>& views) {
+    for (const auto& line : detail::mismatch_report(views, mismatches_reported_)) spdlog::error("{}", line);
+  }
+
+  void check_stalls() {
+    if (finished_) return;
+    if (!attempts_.empty() && !joining_ && !tearing_down_) {
+      const auto views = rank_views();
+      check_mismatches(views);
+      if (auto lines = detail::stall_report(views, common::recorder::now_ns(), options_.stall_timeout, stalls_reported_))
+        for (const auto& line : *lines) spdlog::error("{}", line);
+    }
+    stall_timer_.expires_after(kStallCheck);
+    stall_timer_.async_wait([this](auto ec) {
+      if (!ec) check_stalls();
+    });
+  }
+
   // Another node failed or vanished: this attempt ends here too.
   void on_remote_end(const std::string& cause) {
     if (finished_ || joining_ || attempts_.empty()) return;
@@ -562,6 +669,10 @@ class Supervisor {
     settle_timer_.cancel();
     drain_timer_.cancel();
     leftover_timer_.cancel();
+    // The ranks are gone but their recorders are still here: a job too short for the periodic
+    // check, whose ranks called different collectives, must not end looking right.
+    check_mismatches(rank_views());
+    if (!mismatches_reported_.empty()) mismatched_ = true;
     if (a.record.first_failure) follow_lost_connections(a);
     // A node stopped here (a signal, the timeout, a rank it could not start, a lost rendezvous)
     // leaves the job: its closed connection ends the attempt on the other nodes.
@@ -623,6 +734,7 @@ class Supervisor {
     child_signal_.cancel(ignored);
     forward_signals_.cancel(ignored);
     timeout_timer_.cancel();
+    stall_timer_.cancel();
     conclude();
     // The console gets what it still holds, the summary included, while it keeps taking bytes;
     // a teardown signal meanwhile stops the wait. Then the event loop has nothing left to do
@@ -716,6 +828,12 @@ class Supervisor {
     } else if (stop_ == Stop::spawn_error) {
       run_.exit_code = 1;
       run_.outcome = "could not start every rank";
+    } else if (mismatched_) {
+      // Every rank exited 0, but at least one collective was called differently by different
+      // ranks: some results are wrong. The exit status must say so.
+      run_.exit_code = 1;
+      run_.outcome = "every rank exited 0, but their collectives did not match (see the mismatch lines): results are wrong";
+      spdlog::error("exit status 1: {}", run_.outcome);
     } else {
       run_.outcome = "succeeded";
       if (run_.attempts.size() > 1)
@@ -834,6 +952,10 @@ class Supervisor {
   asio::steady_timer leftover_timer_{io_};  // leftovers: SIGTERM -> SIGKILL
   asio::steady_timer drain_timer_{io_};
   asio::steady_timer timeout_timer_{io_};
+  asio::steady_timer stall_timer_{io_};
+  detail::CallKeys stalls_reported_;      // this attempt's
+  detail::CallKeys mismatches_reported_;  // the same
+  bool mismatched_ = false;  // the last attempt's ranks called different collectives somewhere
   // Every attempt stays until the end: its handlers may still be queued, and the summary needs it.
   std::vector<std::unique_ptr<LiveAttempt>> attempts_;
   bool tearing_down_ = false;

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "device_memory.hpp"
+#include "recorder.hpp"
 #include "reduce/kernels.hpp"
 #include "work_state.hpp"
 
@@ -173,6 +174,14 @@ void ProcessGroup::run_body(const Call& call) {
   const auto number = collectives_++;
   if (options_.debug) check_signatures(call.signature);
   if (!call.body) return;
+  const auto& sig = call.signature;
+  const auto mark = recorder().enter(options_.epoch, options_.group_id, number, sig.op, sig.dtype, sig.count, sig.root);
+  bool ok = false;
+  struct Leave {
+    Recorder::Mark mark;
+    const bool& ok;
+    ~Leave() { recorder().leave(mark, ok); }
+  } leave{mark, ok};
   run(call.signature.op, [&] {
     try {
       call.body();
@@ -187,6 +196,7 @@ void ProcessGroup::run_body(const Call& call) {
       throw TimeoutFailure(why.empty() ? std::string(e.what()) : std::string(e.what()) + "; " + why);
     }
   });
+  ok = true;
 }
 
 void ProcessGroup::execute(const Call& call) {

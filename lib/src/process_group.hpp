@@ -42,6 +42,9 @@ struct ProcessGroupOptions {
   // arrive"), found out-of-band by the runtime (the store), or empty when it cannot tell.
   // Gets the op and the collective's number in this group (the same on every rank).
   std::function<std::string(std::string_view op, std::uint64_t number)> explain_timeout = {};
+  // In the flight recorder: -1 the world, else new_group's number (last: set by name).
+  std::int32_t group_id = -1;
+  std::uint32_t epoch = 0;  // the runtime's number: collectives are numbered afresh by each init()
 };
 
 class ProcessGroup {

@@ -356,10 +356,12 @@ std::shared_ptr<const GroupState> Runtime::new_group(const std::vector<int>& ran
   state->rank = static_cast<int>(me - ranks.begin());
   const int size = static_cast<int>(ranks.size());
   const auto prefix = fmt::format("idist/group/{}/", id);
+  auto options = group_options(state->rank, size, state->description, prefix, ranks);
+  options.group_id = id;
   groups_.push_back(world_->make_group(ranks,
                                        BackendInit{state->rank, size, *store_, prefix, contract_.timeout, contract_,
                                                    hosts_of(ranks)},
-                                       group_options(state->rank, size, state->description, prefix, ranks)));
+                                       std::move(options)));
   state->group = groups_.back().get();
   return state;
 }
@@ -368,6 +370,7 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
                                            std::vector<int> members) {
   ProcessGroupOptions o{rank, size, ErrorSite{contract_.rank, contract_.world_size, "", backend_},
                         std::move(description), contract_.debug};
+  o.epoch = static_cast<std::uint32_t>(id_);
   if (rendezvous_) {
     o.explain_timeout = [this, prefix = std::move(prefix), members = std::move(members), rank](std::string_view op,
                                                                                              std::uint64_t number) {

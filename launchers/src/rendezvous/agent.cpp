@@ -66,6 +66,9 @@ struct NodeAgent::State {
   std::unique_ptr<PortReservation> port;  // hosting: rank 0's store port for this attempt
   std::unique_ptr<asio::steady_timer> beat_timer;
   std::unique_ptr<asio::steady_timer> connect_timer;
+  // Bounds what this node waits for, whatever the rendezvous does: an answer to a join, and
+  // (on node 0) the drain at the end.
+  std::unique_ptr<asio::steady_timer> guard_timer;
   Clock::time_point connect_deadline;
   Clock::time_point last_heard = Clock::now();
   std::optional<Json> pending_join;  // sent once connected
@@ -129,6 +132,7 @@ struct NodeAgent::State {
       assignment.world_size = field<int>(m, "world_size", 1);
       assignment.rank_base = field<int>(m, "rank_base", 0);
       assignment.master_port = field<int>(m, "master_port", 0);
+      guard_timer->cancel();
       if (auto done = std::exchange(joined, nullptr)) done(std::nullopt);
     } else if (type == "end") {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.end_attempt)
@@ -232,6 +236,7 @@ void NodeAgent::start(boost::asio::io_context& io, Events events) {
   s.events = std::move(events);
   s.beat_timer = std::make_unique<asio::steady_timer>(io);
   s.connect_timer = std::make_unique<asio::steady_timer>(io);
+  s.guard_timer = std::make_unique<asio::steady_timer>(io);
   if (s.listen_fd >= 0) {
     sockaddr_storage address{};
     socklen_t length = sizeof(address);
@@ -282,6 +287,14 @@ void NodeAgent::join(int attempt, std::function<void(const std::optional<RemoteV
   } else {
     s.pending_join = std::move(message);
   }
+  // The rendezvous answers within its join timeout (an assignment, or the job's end); should
+  // it not, this node does not wait for ever.
+  s.guard_timer->expires_after(s.options.join_timeout + std::chrono::seconds(5));
+  s.guard_timer->async_wait([&s](auto ec) {
+    if (ec || !s.joined) return;
+    s.give_up(fmt::format("the rendezvous at {} did not answer this node's join within {}", s.endpoint,
+                          common::duration_text(s.options.join_timeout + std::chrono::seconds(5))));
+  });
 }
 
 namespace {
@@ -317,8 +330,23 @@ void NodeAgent::finish(std::function<void()> done) {
   s.beat_timer->cancel();
   s.connect_timer->cancel();
   if (s.connection) s.connection->close("the job is over here");
-  if (!s.server) return done();
-  s.server->when_drained(std::move(done));
+  if (!s.server) {
+    s.guard_timer->cancel();
+    return done();
+  }
+  // The server drains within its own grace; this bounds it from outside, once.
+  auto once = std::make_shared<std::function<void()>>(std::move(done));
+  auto call = [once] {
+    if (auto f = std::exchange(*once, nullptr)) f();
+  };
+  s.guard_timer->expires_after(std::chrono::seconds(10));
+  s.guard_timer->async_wait([call](auto ec) {
+    if (!ec) call();
+  });
+  s.server->when_drained([&s, call] {
+    s.guard_timer->cancel();
+    call();
+  });
 }
 
 void NodeAgent::detach() {
@@ -329,6 +357,7 @@ void NodeAgent::detach() {
   s.server.reset();
   s.beat_timer.reset();
   s.connect_timer.reset();
+  s.guard_timer.reset();
 }
 
 }  // namespace idist::launchers

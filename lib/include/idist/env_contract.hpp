@@ -36,6 +36,9 @@ inline constexpr std::string_view kStoreBindAll = "IDIST_STORE_BIND_ALL";  // 1:
 inline constexpr std::string_view kDebug = "IDIST_DEBUG";                // 1: check collectives agree across ranks
 inline constexpr std::string_view kGlooSocketIfname = "GLOO_SOCKET_IFNAME";  // interface gloo binds (as in torch)
 inline constexpr std::string_view kIntranode = "IDIST_INTRANODE";  // auto | shm | off: shared memory among a host's ranks
+// The descriptor of the rank's flight recorder (idist/common/flight_recorder.hpp), which its
+// idist-run made and reads; the library writes there when it is set, else in memory of its own.
+inline constexpr std::string_view kRecorderFd = "IDIST_RECORDER_FD";
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
 

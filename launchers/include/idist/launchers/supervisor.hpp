@@ -63,6 +63,8 @@ struct ProcessSpec {
   // With an entry: the caller's own descriptors, which stay open in the rank even when
   // close-on-exec (an entry may use what it captured); every other close-on-exec one closes.
   std::vector<int> inherited_fds;
+  // Descriptors the rank keeps across exec although close-on-exec here (its flight recorder).
+  std::vector<int> pass_fds;
 };
 
 // The processes of one attempt; attempt k > 0 is the k-th restart.
@@ -135,6 +137,8 @@ struct SuperviseOptions {
   bool report_failure = true;
   // Set: the job's attempts are decided with other nodes (see Coordinator).
   std::shared_ptr<Coordinator> coordinator;
+  // A rank waiting in one collective this long gets a stall report (stall_report.hpp); 0: none.
+  std::chrono::milliseconds stall_timeout{0};
 };
 
 // How a job ended, for a caller that reports it itself.

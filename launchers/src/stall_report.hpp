@@ -1,0 +1,68 @@
+#pragma once
+// Who is stuck where: idist-run reads its ranks' flight recorders
+// (idist/common/flight_recorder.hpp) and, when a rank has waited in a collective longer than
+// --stall-timeout, says which collective, which ranks wait in it, which never entered it (and
+// what their process is doing: stopped, sleeping in user code, exited), and which entered
+// another collective at the same number.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "idist/common/flight_recorder.hpp"
+
+namespace idist::launchers::detail {
+
+// A collective as every rank numbers it: (epoch, group, number).
+using CallKeys = std::set<std::tuple<std::uint32_t, std::int32_t, std::uint64_t>>;
+
+// A slot as read, whole (a slot being written is retried, then skipped).
+struct Recorded {
+  common::recorder::State state = common::recorder::State::empty;
+  std::string op;
+  std::uint8_t dtype = 0;
+  std::uint32_t epoch = 0;
+  std::int32_t group = -1;
+  std::int32_t root = -1;
+  std::uint64_t seq = 0;
+  std::uint64_t count = 0;
+  // When the reader first saw the rank's recorder as it is now (no call entered since): a
+  // call still open has waited at least since then.
+  std::int64_t entered_ns = 0;
+};
+
+// What one local rank's recorder holds, and its process.
+struct RankView {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = true;
+  std::string ended;  // "exited with code 3" when it is not running
+  std::vector<Recorded> slots;
+};
+
+// The segment's slots; `since_ns`: when its `next` last changed, as the reader saw it.
+std::vector<Recorded> read_recorder(const common::recorder::Segment& segment, std::int64_t since_ns);
+
+// "stopped (SIGSTOP or SIGTSTP)", "sleeping (in hrtimer_nanosleep)", "running"...: /proc/PID.
+std::string process_state(pid_t pid);
+
+// The report's lines when some rank has waited in one collective for `stall` or longer and that
+// (group, number) was not reported before (it is added to `reported`); nullopt otherwise.
+std::optional<std::vector<std::string>> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
+                                                     std::chrono::milliseconds stall,
+                                                     CallKeys& reported);
+
+// One line per collective number at which the ranks' recorders disagree (another op, dtype,
+// count or root in the same group), whether it completed or not: a mismatch that a backend let
+// through gives wrong answers without an error. Each (group, number) once.
+std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
+                                         CallKeys& reported);
+
+}  // namespace idist::launchers::detail

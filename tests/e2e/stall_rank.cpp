@@ -1,0 +1,44 @@
+// Ranks that get stuck on purpose, for idist-run's stall reports (stall.sh):
+//   stall_rank loop ROUNDS PAUSE_MS         all_reduce ROUNDS times (SIGSTOP one from outside)
+//   stall_rank sleep RANK SECONDS           that rank sleeps in its own code before round 3
+//   stall_rank skip_barrier RANK            that rank skips the barrier after round 3
+//   stall_rank count RANK                   that rank's round-3 all_reduce has another count
+// Every rank prints its pid first ("rank R pid P"), so that a test can signal it.
+#include <idist/idist.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+int main(int argc, char** argv) try {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  idist::init();
+  const int rank = idist::get_rank();
+  std::printf("rank %d pid %d\n", rank, static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  const int rounds = mode == "loop" ? std::stoi(argv[2]) : 6;
+  const int pause_ms = mode == "loop" && argc > 3 ? std::stoi(argv[3]) : 20;
+  const int who = mode == "loop" ? -1 : std::stoi(argv[2]);
+  for (int i = 0; i < rounds; ++i) {
+    if (i == 3 && rank == who && mode == "sleep") std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
+    std::vector<float> x(i == 3 && rank == who && mode == "count" ? 3 : 2, 1.0f);
+    idist::all_reduce(x);
+    if (i == 3 && !(rank == who && mode == "skip_barrier")) idist::barrier();
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+  }
+  std::printf("rank %d done\n", rank);
+  idist::finalize();
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
+}
