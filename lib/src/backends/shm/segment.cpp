@@ -140,7 +140,8 @@ void Segment::watch(std::function<std::vector<Word*>()> words) {
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (stop_fd_ < 0) return;  // the naps still find a dead peer, a little later
   fds.push_back({stop_fd_, POLLIN, 0});
-  watcher_ = std::thread([fds = std::move(fds), words = std::move(words)]() mutable {
+  exits_seen_ = std::make_shared<std::atomic<int>>(0);
+  watcher_ = std::thread([fds = std::move(fds), words = std::move(words), exits = exits_seen_]() mutable {
     for (;;) {
       if (::poll(fds.data(), fds.size(), -1) < 0) {
         if (errno == EINTR) continue;
@@ -150,6 +151,7 @@ void Segment::watch(std::function<std::vector<Word*>()> words) {
       for (std::size_t i = 0; i + 1 < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
         fds[i].fd = -1;  // poll skips it from now on
+        exits->fetch_add(1, std::memory_order_seq_cst);
         for (auto* w : words()) wake_now(*w);
       }
     }
@@ -177,6 +179,7 @@ bool Segment::exited(int r) const {
   const int fd = pidfds_[static_cast<std::size_t>(r)];
   if (fd == kGone) return true;
   if (fd < 0) return false;
+  if (exits_seen_ && exits_seen_->load(std::memory_order_seq_cst) == 0) return false;
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
 }

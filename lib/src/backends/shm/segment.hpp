@@ -14,8 +14,10 @@
 
 #include <chrono>
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,6 +71,9 @@ class Segment {
   static constexpr int kUnknown = -3;
   int stop_fd_ = -1;         // eventfd that ends the watcher
   std::thread watcher_;
+  // Members the watcher saw exit: while none did, exited() needs no system call, so waits can
+  // ask before every sleep. Shared with the watcher, which may outlive us (see ~Segment).
+  std::shared_ptr<std::atomic<int>> exits_seen_;
 };
 
 }  // namespace idist::detail::shm

@@ -18,10 +18,17 @@ using Clock = std::chrono::steady_clock;
 
 // A 32-bit word that other processes change, and how many of them sleep on it, in a cache line
 // of its own. post() wakes the futex only when someone sleeps: the common case is a store.
+// The rest of the line carries what the word's owner says of the step it posts (the shm
+// backend's call notes): written before the post, read by whoever saw the post, in the same
+// cache line, so a reader that waited on the word pays nothing more to read them.
 struct alignas(64) Word {
   std::atomic<std::uint32_t> value{0};
   std::atomic<std::uint32_t> sleepers{0};
+  // By step modulo 3: with one-sided steps (shm_backend.cpp) a rank may post up to two steps
+  // past one that a peer has yet to read the notes of.
+  std::atomic<std::uint64_t> note[3][2]{};
 };
+static_assert(sizeof(Word) == 64, "a Word is one cache line");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex words must be plain 32-bit words");
 
 // Stores `value` and wakes every sleeper.
@@ -64,13 +71,23 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
     if (ready(word.value.load(std::memory_order_acquire))) return;
     if (turn % 64 == 0 && Clock::now() > spin_until) break;
   }
+  // between_naps() runs before every sleep, not only after one: what ends a wait early (a
+  // peer's death) is announced by a wake-up that is lost when it comes before we sleep, and the
+  // nap would then run its course while a launcher stops us.
+  struct Sleeping {
+    Word& word;
+    Sleeping(Word& w) : word(w) { word.sleepers.fetch_add(1, std::memory_order_seq_cst); }
+    ~Sleeping() { word.sleepers.fetch_sub(1, std::memory_order_relaxed); }
+  };
   for (;;) {
-    word.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    const auto seen = word.value.load(std::memory_order_seq_cst);
-    if (!ready(seen)) impl::sleep_while(word.value, seen, impl::kNap);
-    word.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    {
+      Sleeping sleeping(word);
+      const auto seen = word.value.load(std::memory_order_seq_cst);
+      if (ready(seen)) return;
+      between_naps();
+      impl::sleep_while(word.value, seen, impl::kNap);
+    }
     if (ready(word.value.load(std::memory_order_acquire))) return;
-    between_naps();
   }
 }
 
