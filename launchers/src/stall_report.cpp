@@ -197,8 +197,9 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
       std::sort(who.begin(), who.end());
       parts.push_back(fmt::format("{} called {}", list(who), what(*call)));
     }
-    lines.push_back(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match (their results "
-                                "are wrong from here on; IDIST_DEBUG=1 makes the first such call fail on every rank)",
+    lines.push_back(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match (a call that "
+                                "did not raise returned wrong results: shared memory raises on every rank, gloo over "
+                                "TCP and mpi do with IDIST_DEBUG=1)",
                                 seq, group_name(group), fmt::join(parts, ", ")));
   }
   return lines;

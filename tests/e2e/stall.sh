@@ -39,23 +39,46 @@ check "a rank sleeping in its own code: named, with where it sleeps" eval \
   'grep -qE "stall: all_reduce #3 on group world .*: ranks 0, 2 waiting .* rank 1 never entered it \(last completed: all_reduce #2; state: sleeping in [a-z_]+" "$DIR/out"'
 check "... and the job ends well (exit 0)" equals "$rc" 0
 
+# Over shared memory a call that does not match the others' fails on every rank, in the
+# library: each says both calls.
+"$RUN" -n 3 --stall-timeout 60 "$STALL" skip_barrier 2 >"$DIR/out" 2>&1
+rc=$?
+check "shared memory, a rank that skips a barrier: every rank raises, naming both calls (exit $rc)" eval \
+  '[ $rc -ne 0 ] && [ $(grep -c "the ranks. calls do not match: this rank called .*barrier" "$DIR/out") -ge 2 ]'
+"$RUN" -n 3 --stall-timeout 60 "$STALL" count 0 >"$DIR/out" 2>&1
+rc=$?
+check "shared memory, another count on rank 0: every rank raises (exit $rc)" eval \
+  '[ $rc -ne 0 ] && [ $(grep -c "^\[idist rank [0-2]/3\] all_reduce(gloo): the ranks. calls do not match" "$DIR/out") = 3 ]'
+check "... naming both counts" contains "$(cat "$DIR/out")" \
+  "this rank called all_reduce (float32 SUM, 12 bytes), rank 1 called all_reduce (float32 SUM, 8 bytes) (shared memory)"
+
+# Over TCP nothing in the call can tell (without IDIST_DEBUG): the recorders do.
+export IDIST_INTRANODE=off
 # A rank that skips a barrier: its next all_reduce meets the others' barrier. Said at once, and
 # the wait that follows is named too.
 "$RUN" -n 3 --stall-timeout 1 --timeout 5 "$STALL" skip_barrier 2 >"$DIR/out" 2>&1
 rc=$?
 check "a rank that skips a barrier: the mismatch named (ranks 0, 1 barrier, rank 2 all_reduce)" contains "$(cat "$DIR/out")" \
   "mismatch: collective #4 on group world: ranks 0, 1 called barrier, rank 2 called all_reduce (float32, 2 elements)"
-check "... and the stall after it" eval 'grep -q "stall: all_reduce #6 on group world" "$DIR/out"'
+check "... and the stall it causes" eval \
+  'grep -qE "stall: barrier #4 on group world: ranks 0, 1 waiting [0-9.]+ s; rank 2 called all_reduce \(float32, 2 elements\) as #4 instead" "$DIR/out"'
 check "... the job does not exit 0 (exit $rc)" test "$rc" -ne 0
 
-# A rank that calls all_reduce with another count: the job is short (no periodic check sees it),
-# every rank exits 0, and the results are wrong. idist-run says so and exits 1.
-"$RUN" -n 3 --stall-timeout 60 "$STALL" count 0 >"$DIR/out" 2>&1
-rc=$?
+# Another count: gloo's ring waits for bytes that never come; named at once, before any stall.
+"$RUN" -n 3 --stall-timeout 60 --timeout 4 "$STALL" count 0 >"$DIR/out" 2>&1
 check "another count on rank 0: the mismatch named" contains "$(cat "$DIR/out")" \
   "mismatch: collective #3 on group world: rank 0 called all_reduce (float32, 3 elements), ranks 1, 2 called all_reduce (float32, 2 elements)"
+
+# Another dtype of the same size: the job is short (no periodic check sees it), every rank
+# exits 0, and the results are wrong. idist-run says so and exits 1.
+"$RUN" -n 3 --stall-timeout 60 "$STALL" dtype 1 >"$DIR/out" 2>&1
+rc=$?
+check "int32 on rank 1 where the others reduce float32: the mismatch named" contains "$(cat "$DIR/out")" \
+  "mismatch: collective #3 on group world: ranks 0, 2 called all_reduce (float32, 2 elements), rank 1 called all_reduce (int32, 2 elements)"
 check "... and although every rank exited 0, exit 1" equals "$rc" 1
 check "... saying why" contains "$(cat "$DIR/out")" "every rank exited 0, but their collectives did not match"
+
+unset IDIST_INTRANODE
 
 # A healthy job with compute phases longer than the stall timeout between collectives: no report.
 "$RUN" -n 3 --stall-timeout 1 "$STALL" loop 6 1500 >"$DIR/out" 2>&1

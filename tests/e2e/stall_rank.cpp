@@ -3,12 +3,15 @@
 //   stall_rank sleep RANK SECONDS           that rank sleeps in its own code before round 3
 //   stall_rank skip_barrier RANK            that rank skips the barrier after round 3
 //   stall_rank count RANK                   that rank's round-3 all_reduce has another count
+//   stall_rank dtype RANK                   that rank's round-3 all_reduce is of int32, not float32
+//                                           (the same bytes: gloo over TCP completes it, wrongly)
 // Every rank prints its pid first ("rank R pid P"), so that a test can signal it.
 #include <idist/idist.hpp>
 
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -17,7 +20,7 @@
 
 int main(int argc, char** argv) try {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK\n");
+    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -31,7 +34,12 @@ int main(int argc, char** argv) try {
   for (int i = 0; i < rounds; ++i) {
     if (i == 3 && rank == who && mode == "sleep") std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
     std::vector<float> x(i == 3 && rank == who && mode == "count" ? 3 : 2, 1.0f);
-    idist::all_reduce(x);
+    if (i == 3 && rank == who && mode == "dtype") {
+      std::vector<std::int32_t> y(2, 1);
+      idist::all_reduce(y);
+    } else {
+      idist::all_reduce(x);
+    }
     if (i == 3 && !(rank == who && mode == "skip_barrier")) idist::barrier();
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }

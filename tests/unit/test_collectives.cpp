@@ -225,3 +225,55 @@ TEST_CASE("a rank that never arrives gives TimeoutError, not a hang") {
       500ms);
   CHECK(std::chrono::steady_clock::now() - start < 10s);
 }
+
+// Over shared memory the backend carries each call's note beside its arrival, so ranks in
+// different calls fail instead of mixing one call's bytes into another's (shm_backend.cpp).
+// 2 ranks watch each other's words, 5 step by a generation: both ways are tried.
+TEST_CASE("shm: calls that do not match fail on the ranks that would read the other's data") {
+  if (test::backend_under_test() != "shm") return;
+  auto mismatch = [](const Error& e) { return std::string(e.what()).find("the ranks' calls do not match") != std::string::npos; };
+  for (int size : {2, 3, 5}) {
+    CAPTURE(size);
+    // Another count on the last rank: every rank raises, none returns a result.
+    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+      std::vector<float> v(group.rank() == group.size() - 1 ? 3 : 2, 1.0f);
+      try {
+        group.all_reduce(v.data(), v.size(), DType::float32, ReduceOp::SUM);
+        failures.add(group.rank(), "all_reduce of another count returned");
+      } catch (const Error& e) {
+        if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
+        const std::string msg = e.what();
+        if (msg.find("all_reduce (float32 SUM, 12 bytes)") == std::string::npos ||
+            msg.find("all_reduce (float32 SUM, 8 bytes)") == std::string::npos)
+          failures.add(group.rank(), "the message names both calls: " + msg);
+      }
+    });
+    // A skipped barrier: the last rank's all_reduce meets the others' barrier.
+    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+      float x = 1.0f;
+      try {
+        if (group.rank() != group.size() - 1) group.barrier();
+        group.all_reduce(&x, 1, DType::float32, ReduceOp::SUM);
+        if (group.rank() == group.size() - 1) failures.add(group.rank(), "all_reduce met a barrier and returned");
+      } catch (const Error& e) {
+        if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
+      }
+    });
+    // Another root for one rank: whoever waits on a rank in another call raises; the roots,
+    // which do not wait, raise at their next call at the latest.
+    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+      int v = group.rank() * 10;
+      const int root = group.rank() == 1 ? 1 : 0;
+      bool raised = false;
+      try {
+        group.broadcast(&v, 1, DType::int32, root);
+        if (group.rank() != root && v != root * 10) failures.add(group.rank(), "got " + std::to_string(v));
+        group.all_reduce(&v, 1, DType::int32, ReduceOp::SUM);
+      } catch (const Error& e) {
+        raised = true;
+        if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
+      }
+      if (!raised && (group.rank() == 0 || group.rank() == 1)) failures.add(group.rank(), "another root went unnoticed");
+    });
+  }
+}

@@ -13,6 +13,19 @@
 // a half is never written while someone still reads it, and no "done reading" round is needed.
 // Data larger than a half goes through in rounds, a step each.
 //
+// Rooted calls take one-sided steps: in a broadcast or scatter only the receivers wait (for the
+// root), in a reduce or gather only the root waits (for the senders); everyone still posts its
+// arrival. The rule then needs one wait of its own: before writing halves for step t, a rank
+// that passed a one-sided step since the last full one waits until every rank has arrived at
+// t-1 (usually long done). So a root returns as soon as its data is in, as MPI's does, and runs
+// at most one step ahead of the slowest receiver.
+//
+// Every step carries the caller's call (what, how many bytes, root, dtype and op, its number)
+// beside its arrival (Word::note); whoever waits on a rank compares that note with its own
+// before it reads anything the rank wrote. Ranks in different collectives (a skipped barrier,
+// another count or root) fail the call, naming both calls, instead of reducing one call's bytes
+// into another's: always on, as the note sits in the cache line the wait reads anyway.
+//
 // all_reduce and reduce: small buffers (and any buffer on 2 ranks) are reduced whole by every
 // rank that needs the result, in rank order, so all ranks get the same bits; larger ones on
 // more ranks split the work: each rank reduces its slice of every rank's chunk into its other
@@ -21,10 +34,12 @@
 #include "backends/shm/shm_backend.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backends/shm/p2p.hpp"
 #include "backends/shm/segment.hpp"
@@ -57,6 +72,57 @@ std::size_t ring_bytes(int size) {
 // Below this, reducing the whole buffer on every rank beats splitting it (one step instead of
 // two, no copy back).
 constexpr std::size_t kWholeReduceBytes = 16 * KiB;
+
+enum class Op : std::uint8_t { barrier, broadcast, all_gather, gather, all_gather_v, scatter, all_reduce, reduce, reduce_scatter };
+constexpr const char* kOpNames[] = {"barrier", "broadcast",  "all_gather", "gather",        "all_gather_v",
+                                    "scatter", "all_reduce", "reduce",     "reduce_scatter"};
+
+// A call as its step notes carry it: two words (Word::note), equal on every member for the
+// same call.
+struct CallNote {
+  Op op = Op::barrier;
+  std::uint64_t bytes = 0;  // the call's size argument: per rank, or all of all_gather_v
+  int root = -1;
+  int dtype = -1;  // reductions only
+  int reduce_op = -1;
+  std::uint64_t number = 0;  // the member's calls on this group so far (its low 24 bits)
+
+  using Words = std::array<std::uint64_t, 2>;
+  Words words() const {
+    return {bytes, static_cast<std::uint64_t>(op) | static_cast<std::uint64_t>(static_cast<std::uint8_t>(dtype)) << 8 |
+                       static_cast<std::uint64_t>(static_cast<std::uint8_t>(reduce_op)) << 16 |
+                       static_cast<std::uint64_t>(static_cast<std::uint16_t>(root)) << 24 |
+                       (number & 0xffffff) << 40};
+  }
+  static CallNote from(const Words& w) {
+    CallNote c;
+    c.bytes = w[0];
+    c.op = static_cast<Op>(w[1] & 0xff);
+    c.dtype = static_cast<std::int8_t>((w[1] >> 8) & 0xff);
+    c.reduce_op = static_cast<std::int8_t>((w[1] >> 16) & 0xff);
+    c.root = static_cast<std::int16_t>((w[1] >> 24) & 0xffff);
+    c.number = w[1] >> 40;
+    return c;
+  }
+  // "all_reduce (float32 SUM, 8 bytes)", and " as its call #5" with `numbered`; `shown_root`:
+  // the root as the user knows it.
+  std::string text(int shown_root, bool numbered) const {
+    const auto o = static_cast<std::size_t>(op);
+    std::string out = o < std::size(kOpNames) ? kOpNames[o] : "an unknown call";
+    std::vector<std::string> parts;
+    if (dtype >= 0)
+      parts.push_back(std::string(to_string(static_cast<DType>(dtype))) + " " +
+                      std::string(to_string(static_cast<ReduceOp>(reduce_op))));
+    if (op != Op::barrier) parts.push_back(std::to_string(bytes) + " bytes");
+    if (root >= 0) parts.push_back("root " + std::to_string(shown_root));
+    if (!parts.empty()) {
+      out += " (";
+      for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+      out += ")";
+    }
+    return numbered ? out + " as its call #" + std::to_string(number) + " here" : out;
+  }
+};
 
 class ShmBackend final : public Backend {
  public:
@@ -111,38 +177,41 @@ class ShmBackend final : public Backend {
   }
 
   void barrier() override {
-    begin("barrier");
+    begin({.op = Op::barrier});
     step();
   }
 
   void broadcast(void* data, std::size_t bytes, int src) override {
-    begin("broadcast");
+    begin({.op = Op::broadcast, .bytes = bytes, .root = src});
     auto* p = static_cast<char*>(data);
     for (std::size_t at = 0; at < bytes; at += half_) {
       const auto n = std::min(half_, bytes - at);
-      if (rank_ == src) std::memcpy(next_half(rank_), p + at, n);
-      step();
+      if (rank_ == src) std::memcpy(writable_half(), p + at, n);
+      step_from(src);
       if (rank_ != src) std::memcpy(p + at, half(src), n);
     }
   }
 
   void all_gather(const void* in, void* out, std::size_t bytes_per_rank) override {
-    begin("all_gather");
-    gather_rounds(in, out, bytes_per_rank, [&](int) { return true; });
+    begin({.op = Op::all_gather, .bytes = bytes_per_rank});
+    gather_rounds(in, out, bytes_per_rank, -1);
   }
 
   void gather(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
-    begin("gather");
-    gather_rounds(in, out, bytes_per_rank, [&](int) { return rank_ == root; });
+    begin({.op = Op::gather, .bytes = bytes_per_rank, .root = root});
+    gather_rounds(in, out, bytes_per_rank, root);
   }
 
   void all_gather_v(const void* in, void* out, std::span<const std::size_t> bytes_per_rank) override {
-    begin("all_gather_v");
+    std::uint64_t total = 0;
+    for (auto b : bytes_per_rank) total += b;
+    begin({.op = Op::all_gather_v, .bytes = total});
     const auto most = *std::max_element(bytes_per_rank.begin(), bytes_per_rank.end());
     const auto mine = bytes_per_rank[static_cast<std::size_t>(rank_)];
     const auto* src = static_cast<const char*>(in);
     for (std::size_t at = 0; at < most; at += half_) {
-      if (at < mine) std::memcpy(next_half(rank_), src + at, std::min(half_, mine - at));
+      char* to = writable_half();
+      if (at < mine) std::memcpy(to, src + at, std::min(half_, mine - at));
       step();
       auto* dst = static_cast<char*>(out);
       for (int r = 0; r < size_; ++r) {
@@ -154,32 +223,36 @@ class ShmBackend final : public Backend {
   }
 
   // root writes each rank's block into that rank's own half; no one else writes.
+  // root writes each rank's block into that rank's own half; no one else writes. The root is
+  // the one writer of every half here, so it alone needs the others past the previous step.
   void scatter(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
-    begin("scatter");
+    begin({.op = Op::scatter, .bytes = bytes_per_rank, .root = root});
     const auto* src = static_cast<const char*>(in);
     for (std::size_t at = 0; at < bytes_per_rank; at += half_) {
       const auto n = std::min(half_, bytes_per_rank - at);
-      if (rank_ == root)
+      if (rank_ == root) {
+        writable_half();
         for (int r = 0; r < size_; ++r)
           std::memcpy(next_half(r), src + static_cast<std::size_t>(r) * bytes_per_rank + at, n);
-      step();
+      }
+      step_from(root);
       std::memcpy(static_cast<char*>(out) + at, half(rank_), n);
     }
   }
 
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
-    begin("all_reduce");
+    begin(reduction(Op::all_reduce, count, dtype, op, -1));
     reduce_rounds(data, count, dtype, op, -1);
   }
 
   void reduce(void* data, std::size_t count, DType dtype, ReduceOp op, int root) override {
-    begin("reduce");
+    begin(reduction(Op::reduce, count, dtype, op, root));
     reduce_rounds(data, count, dtype, op, root);
   }
 
   // Each rank puts its piece of every block in its half; rank r reduces the r-th pieces.
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
-    begin("reduce_scatter");
+    begin(reduction(Op::reduce_scatter, count, dtype, op, -1));
     const auto fn = reduce_kernel(dtype, op);
     const auto element = dtype_size(dtype);
     const auto n = static_cast<std::size_t>(size_);
@@ -189,7 +262,7 @@ class ShmBackend final : public Backend {
     auto* dst = static_cast<char*>(out);
     for (std::size_t at = 0; at < count; at += per_round) {
       const auto len = std::min(per_round, count - at);
-      char* mine = next_half(rank_);
+      char* mine = writable_half();
       for (std::size_t b = 0; b < n; ++b) std::memcpy(mine + b * per_round * element, src + (b * count + at) * element, len * element);
       step();
       const auto piece = static_cast<std::size_t>(rank_) * per_round * element;
@@ -208,7 +281,7 @@ class ShmBackend final : public Backend {
  private:
   // Halves by step parity (see the top of this file): written before step t in halves t % 2,
   // read after it.
-  char* slot(int r, std::uint32_t step) const {
+  char* slot(int r, std::uint64_t step) const {
     return slots_ + (static_cast<std::size_t>(r) * 2 + (step & 1u)) * half_;
   }
   char* next_half(int r) const { return slot(r, step_ + 1); }
@@ -217,50 +290,167 @@ class ShmBackend final : public Backend {
   // The deadline is read from the clock only once a wait has to sleep: a call that never does
   // (most small ones) skips a clock read, which costs as much as the call. It is then a spin
   // (microseconds) later than the call's start.
-  void begin(const char* op) {
+  void begin(CallNote call) {
     // ProcessGroup answers a group of one itself; the algorithms below read a second rank's half.
-    if (size_ == 1) throw std::logic_error(std::string("shm: ") + op + " reached a group of one");
-    op_ = op;
+    if (size_ == 1)
+      throw std::logic_error(std::string("shm: ") + kOpNames[static_cast<std::size_t>(call.op)] +
+                             " reached a group of one");
+    op_ = kOpNames[static_cast<std::size_t>(call.op)];
+    call.number = ++calls_;
+    note_ = call.words();
     deadline_.reset();
   }
 
+  static CallNote reduction(Op op, std::size_t count, DType dtype, ReduceOp reduce_op, int root) {
+    return {.op = op,
+            .bytes = count * dtype_size(dtype),
+            .root = root,
+            .dtype = static_cast<int>(dtype),
+            .reduce_op = static_cast<int>(reduce_op)};
+  }
+
   int name(int r) const { return names_.empty() ? r : names_[static_cast<std::size_t>(r)]; }
+
+  // My half for the next step, once every rank is done reading what the step before the last
+  // left there (see the top of this file: only needed after a one-sided step).
+  // The notes of that step are compared here too: a rank that did not wait in it (a root)
+  // learns that the others made another call (another root), one call late but not never.
+  char* writable_half() {
+    if (one_sided_) {
+      const Step s = step_;
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_) {
+          wait_arrival(r, s);
+          if (note_of(r, s) != posted_) [[unlikely]]
+            throw_mismatch(r, s, posted_);
+        }
+      one_sided_ = false;
+    }
+    return next_half(rank_);
+  }
+
+  // Step numbers: 64 bits here, so that the notes' slot (step % 3) never skips at a wrap; the
+  // words in the segment carry the low 32 bits, compared with wrap-around (shm::reached).
+  using Step = std::uint64_t;
+  static std::uint32_t word_of(Step s) { return static_cast<std::uint32_t>(s); }
+
+  // Posts this rank's arrival at step s, with its call's note beside it.
+  void arrive(Step s) {
+    auto& note = arrived_[rank_].note[s % 3];
+    note[0].store(note_[0], std::memory_order_relaxed);
+    note[1].store(note_[1], std::memory_order_relaxed);
+    posted_ = note_;
+    shm::post(arrived_[rank_], word_of(s));  // releases the note with the arrival
+  }
+
+  void wait_arrival(int r, Step s) {
+    shm::wait_for(arrived_[r], policy_, [s = word_of(s)](std::uint32_t a) { return shm::reached(a, s); },
+                  [&] { check_missing(s, r); });
+  }
+
+  // Rank r's note for step s, read once its arrival there was seen. r writes that slot again
+  // at step s + 3, which it cannot post before this rank has posted s + 1: its own waits (a
+  // full step, a root's writable_half) stop it at s + 1 or s + 2.
+  CallNote::Words note_of(int r, Step s) const {
+    const auto& note = arrived_[r].note[s % 3];
+    return {note[0].load(std::memory_order_relaxed), note[1].load(std::memory_order_relaxed)};
+  }
+
+  // Before reading what rank r wrote for step s: r must be in the same call.
+  void check_note(int r, Step s) const {
+    if (note_of(r, s) != note_) [[unlikely]]
+      throw_mismatch(r, s, note_);
+  }
+
+  [[noreturn]] void throw_mismatch(int r, Step s, const CallNote::Words& my_note) const {
+    const auto mine = CallNote::from(my_note);
+    const auto theirs = CallNote::from(note_of(r, s));
+    // The numbers only when they differ: the ranks made the same calls, but not equally many.
+    const bool numbered = mine.number != theirs.number;
+    throw std::runtime_error("the ranks' calls do not match: this rank called " + mine.text(shown(mine.root), numbered) +
+                             ", " + word_ + std::to_string(name(r)) + " called " +
+                             theirs.text(shown(theirs.root), numbered) +
+                             " (shared memory); every rank of a group must make the same collective calls, in the "
+                             "same order, with the same sizes and roots");
+  }
+  int shown(int root) const { return root >= 0 && root < size_ ? name(root) : root; }
 
   // A barrier over the group. A few ranks with a core each watch each other's arrival words:
   // one cache line crosses each way, where a shared counter takes a line back and forth per
   // arrival plus the generation's (8 B all_reduce at 2 ranks: 0.22 us against MPI's 0.20 with
   // the counter). Otherwise the last rank to arrive starts the next generation, which wakes
-  // every sleeper at once instead of one peer's word after another.
+  // every sleeper at once instead of one peer's word after another; it compares every note
+  // with its own first and puts the verdict beside the generation.
   void step() {
-    const std::uint32_t s = ++step_;
+    const Step s = ++step_;
+    one_sided_ = false;
+    arrive(s);
     if (watch_peers_) {
-      shm::post(arrived_[rank_], s);
       for (int r = 0; r < size_; ++r)
-        if (r != rank_)
-          shm::wait_for(arrived_[r], policy_, [s](std::uint32_t a) { return shm::reached(a, s); },
-                        [&] { check_missing(s); });
+        if (r != rank_) {
+          wait_arrival(r, s);
+          check_note(r, s);
+        }
       return;
     }
-    arrived_[rank_].value.store(s, std::memory_order_release);
+    auto& verdict = gen_->note[s % 3][0];
     if (count_->value.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<std::uint32_t>(size_)) {
       count_->value.store(0, std::memory_order_relaxed);
-      shm::post(*gen_, s);
+      int odd = -1;
+      for (int r = 0; r < size_ && odd < 0; ++r)
+        if (r != rank_ && note_of(r, s) != note_) odd = r;
+      verdict.store(odd < 0 ? 0 : 1, std::memory_order_relaxed);
+      shm::post(*gen_, word_of(s));
+      if (odd >= 0) throw_mismatch(odd, s, note_);
       return;
     }
-    shm::wait_for(*gen_, policy_, [s](std::uint32_t g) { return shm::reached(g, s); }, [&] { check_missing(s); });
+    shm::wait_for(*gen_, policy_, [w = word_of(s)](std::uint32_t g) { return shm::reached(g, w); },
+                  [&] { check_missing(s, -1); });
+    if (verdict.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_) check_note(r, s);
   }
 
-  // Between naps in a step: a missing rank that has exited fails the step now; past the
-  // deadline, the missing ranks are named.
-  void check_missing(std::uint32_t s) {
+  // A step in which only the ranks that read `src`'s data wait, and only for src.
+  void step_from(int src) {
+    const Step s = ++step_;
+    one_sided_ = true;
+    arrive(s);
+    if (rank_ == src) return;
+    wait_arrival(src, s);
+    check_note(src, s);
+  }
+
+  // A step in which only `dst` waits, for every other rank.
+  void step_to(int dst) {
+    const Step s = ++step_;
+    one_sided_ = true;
+    arrive(s);
+    if (rank_ != dst) return;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        wait_arrival(r, s);
+        check_note(r, s);
+      }
+  }
+
+  // Between naps in a wait at step s (for rank `only`, or for the whole step when -1): a rank
+  // waited for that has exited fails the wait now, as does one that arrived in another call;
+  // past the deadline, the missing ranks are named.
+  void check_missing(Step s, int only) {
     std::string missing;
     int listed = 0;
-    auto here = [&](int r) { return shm::reached(arrived_[r].value.load(std::memory_order_acquire), s); };
+    auto at = [&](int r) { return arrived_[r].value.load(std::memory_order_acquire); };
+    auto here = [&](int r) { return shm::reached(at(r), word_of(s)); };
     auto lost = [&](int r) {
       return std::runtime_error("connection to " + word_ + std::to_string(name(r)) + " lost: it exited during " + op_ +
                                 " (shared memory)");
     };
     for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || (only >= 0 && r != only)) continue;
+      // A rank at this very step in another call: the calls do not match (the step would
+      // never complete: another call takes other steps).
+      if (at(r) == word_of(s) && note_of(r, s) != note_) throw_mismatch(r, s, note_);
       if (here(r)) continue;
       // Looked at again after the exit: a rank that arrived, then exited, is not lost.
       if (segment_->exited(r) && !here(r)) throw lost(r);
@@ -278,15 +468,19 @@ class ShmBackend final : public Backend {
                                                       " (shared memory)"));
   }
 
-  template <class Wants>
-  void gather_rounds(const void* in, void* out, std::size_t bytes_per_rank, Wants wants) {
+  // all_gather (root < 0) or gather to root.
+  void gather_rounds(const void* in, void* out, std::size_t bytes_per_rank, int root) {
     const auto* src = static_cast<const char*>(in);
     auto* dst = static_cast<char*>(out);
     for (std::size_t at = 0; at < bytes_per_rank; at += half_) {
       const auto n = std::min(half_, bytes_per_rank - at);
-      std::memcpy(next_half(rank_), src + at, n);
-      step();
-      if (!wants(rank_)) continue;
+      std::memcpy(writable_half(), src + at, n);
+      if (root < 0) {
+        step();
+      } else {
+        step_to(root);
+        if (rank_ != root) continue;
+      }
       for (int r = 0; r < size_; ++r) std::memcpy(dst + static_cast<std::size_t>(r) * bytes_per_rank + at, half(r), n);
     }
   }
@@ -298,26 +492,34 @@ class ShmBackend final : public Backend {
     const std::size_t per_round = half_ / element;
     auto* p = static_cast<char*>(data);
     const bool wants = root < 0 || rank_ == root;
+    // The last step of a round: everyone reads after it (all_reduce), or the root alone.
+    auto last_step = [&] {
+      if (root < 0)
+        step();
+      else
+        step_to(root);
+    };
     for (std::size_t at = 0; at < count; at += per_round) {
       const auto len = std::min(per_round, count - at);
       char* mine = p + at * element;
-      std::memcpy(next_half(rank_), mine, len * element);
-      step();
+      std::memcpy(writable_half(), mine, len * element);
       if (size_ == 2 || len * element <= kWholeReduceBytes) {
+        last_step();
         if (wants) reduce_all(fn, mine, len);
         continue;
       }
+      step();
       // My slice of this round, reduced into my other half (written before the next step).
       const auto n = static_cast<std::size_t>(size_);
       const auto from = len * static_cast<std::size_t>(rank_) / n;
       const auto to = len * static_cast<std::size_t>(rank_ + 1) / n;
       if (to > from) {
-        char* result = next_half(rank_) + from * element;
+        char* result = writable_half() + from * element;
         const auto offset = from * element;
         fn(result, half(0) + offset, half(1) + offset, to - from);
         for (int r = 2; r < size_; ++r) fn(result, result, half(r) + offset, to - from);
       }
-      step();
+      last_step();
       if (!wants) continue;
       for (int r = 0; r < size_; ++r) {
         const auto a = len * static_cast<std::size_t>(r) / n;
@@ -348,7 +550,11 @@ class ShmBackend final : public Backend {
   Word* arrived_ = nullptr;
   char* slots_ = nullptr;
   std::shared_ptr<shm::Mailboxes> mailboxes_;
-  std::uint32_t step_ = 0;
+  std::uint64_t step_ = 0;
+  bool one_sided_ = false;  // a one-sided step since the last full one (see writable_half)
+  std::uint64_t calls_ = 0;
+  CallNote::Words note_{};    // this call's (CallNote::words)
+  CallNote::Words posted_{};  // the note of this rank's last arrival
   const char* op_ = "";
   std::optional<Clock::time_point> deadline_;  // set by the first nap of a call
 };
