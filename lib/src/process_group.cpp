@@ -113,6 +113,7 @@ struct WireSignature {
 
 std::string describe(const WireSignature& s, std::uint64_t any_count) {
   std::string op(s.op, strnlen(s.op, sizeof(s.op)));
+  if (op == "barrier") return op;
   std::string out = op + "(" + std::string(to_string(static_cast<DType>(s.dtype)));
   if (s.count != any_count) out += fmt::format(", count {}", s.count);
   if (op.find("reduce") != std::string::npos) out += ", " + std::string(to_string(static_cast<ReduceOp>(s.reduce)));
@@ -189,7 +190,14 @@ void ProcessGroup::run_body(const Call& call) {
       if (!options_.explain_timeout) throw;
       std::string why;
       try {
-        why = options_.explain_timeout(call.signature.op, number);
+        const auto& s = call.signature;
+        WireSignature wire;
+        std::memcpy(wire.op, s.op.data(), std::min(s.op.size(), sizeof(wire.op) - 1));
+        wire.dtype = static_cast<std::uint8_t>(s.dtype);
+        wire.reduce = static_cast<std::uint8_t>(s.reduce);
+        wire.root = s.root;
+        wire.count = s.count;
+        why = options_.explain_timeout(s.op, describe(wire, kAnyCount), number);
       } catch (const std::exception& ex) {
         why = std::string("could not find out which ranks are missing: ") + ex.what();
       }

@@ -41,7 +41,9 @@ struct ProcessGroupOptions {
   // After a collective timed out: which ranks did not arrive at it ("ranks 2, 3 did not
   // arrive"), found out-of-band by the runtime (the store), or empty when it cannot tell.
   // Gets the op and the collective's number in this group (the same on every rank).
-  std::function<std::string(std::string_view op, std::uint64_t number)> explain_timeout = {};
+  // `call`: the call as this rank made it ("all_reduce(float32, count 2, SUM)"), to compare
+  // with the calls the others were in.
+  std::function<std::string(std::string_view op, std::string_view call, std::uint64_t number)> explain_timeout = {};
   // In the flight recorder: -1 the world, else new_group's number (last: set by name).
   std::int32_t group_id = -1;
   std::uint32_t epoch = 0;  // the runtime's number: collectives are numbered afresh by each init()

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <mutex>
@@ -372,9 +373,9 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
                         std::move(description), contract_.debug};
   o.epoch = static_cast<std::uint32_t>(id_);
   if (rendezvous_) {
-    o.explain_timeout = [this, prefix = std::move(prefix), members = std::move(members), rank](std::string_view op,
-                                                                                             std::uint64_t number) {
-      return who_did_not_arrive(prefix, members, rank, op, number);
+    o.explain_timeout = [this, prefix = std::move(prefix), members = std::move(members), rank](
+                            std::string_view, std::string_view call, std::uint64_t number) {
+      return who_did_not_arrive(prefix, members, rank, call, number);
     };
   }
   return o;
@@ -418,15 +419,43 @@ std::vector<bool> present_by(Store& store, const std::vector<std::string>& keys,
 }  // namespace
 
 std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::vector<int>& members, int me,
-                                        std::string_view op, std::uint64_t number) {
+                                        std::string_view call, std::uint64_t number) {
   // Members that did arrive time out at about the same moment, as we did; a short window
-  // catches their word even when they entered a little later.
+  // catches their word even when they entered a little later. Each says where it timed out
+  // (one key per member: the group is unusable after a timeout, so there is no later one), so
+  // a member that got past this call, or never reached it, is told from one that is in it.
   constexpr auto kWindow = std::chrono::seconds(2);
-  auto store = probe();
-  const std::string base = fmt::format("{}timed_out/{}/", prefix, number);
-  store->set(base + std::to_string(me), std::vector<char>(op.begin(), op.end()));
+  std::unique_ptr<Store> store;
+  try {
+    store = probe();
+  } catch (const std::exception& e) {
+    // Rank 0 hosts the store: when it does not answer either, it is the one to look at.
+    return fmt::format("rank 0, which hosts the job's store, does not answer either ({}): it is stopped, frozen or "
+                       "too busy to reply (idist-run's stall report says which)",
+                       e.what());
+  }
+  const std::string base = prefix + "timed_out/";
+  const std::string mine = fmt::format("{} {}", number, call);
+  store->set(base + std::to_string(me), std::vector<char>(mine.begin(), mine.end()));
   const auto keys = numbered_keys(base, static_cast<int>(members.size()));
   const auto present = present_by(*store, keys, Clock::now() + kWindow);
+  std::vector<std::string> past, behind, other_call;
+  for (std::size_t g = 0; g < present.size(); ++g) {
+    if (!present[g] || static_cast<int>(g) == me) continue;
+    const auto value = store->get(keys[g]);
+    const std::string text(value.begin(), value.end());
+    const auto space = text.find(' ');
+    const auto theirs = std::strtoull(text.c_str(), nullptr, 10);
+    const std::string their_call = space == std::string::npos ? text : text.substr(space + 1);
+    const auto who = fmt::format("rank {} in {} as #{}", members[g], their_call, theirs);
+    if (theirs > number) {
+      past.push_back(who);
+    } else if (theirs < number) {
+      behind.push_back(who);
+    } else if (their_call != call) {
+      other_call.push_back(who);
+    }
+  }
   // Rank 0 hosts the store and may exit as soon as it raises: it first lets the others that
   // came finish reading, as join() does.
   store->set(base + "read/" + std::to_string(me), {});
@@ -440,9 +469,23 @@ std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::ve
       // They had their moment.
     }
   }
-  if (count_missing(present) == 0) return "every rank of the group had reached it";
-  return fmt::format("{} did not arrive at it (no word from them within {}s of the timeout)", global_list(members, present),
-                     kWindow.count());
+  std::vector<std::string> parts;
+  if (!other_call.empty())
+    parts.push_back(fmt::format("the ranks' calls do not match: this rank was in {} as #{}, {} instead", call, number,
+                                fmt::join(other_call, ", ")));
+  if (!past.empty())
+    parts.push_back(fmt::format("this rank is in {} as #{}, but others got past it and timed out later ({}): the "
+                                "calls at #{} did not match (another count, dtype or root?)",
+                                call, number, fmt::join(past, ", "), number));
+  if (!behind.empty())
+    parts.push_back(fmt::format("others timed out in an earlier call ({})", fmt::join(behind, ", ")));
+  if (count_missing(present) > 0)
+    parts.push_back(fmt::format("{} did not arrive at it (no word from them within {}s of the timeout)",
+                                global_list(members, present), kWindow.count()));
+  if (parts.empty())
+    return "every rank of the group was in this very call and timed out too: the transport held it (a cut or "
+           "overloaded link, a peer stuck inside the backend)";
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 void Runtime::monitored_barrier(const GroupState* state, std::chrono::milliseconds timeout) {

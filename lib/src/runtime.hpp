@@ -69,9 +69,10 @@ class Runtime {
   // The backend's own world (MPI) replaces the contract's topology, after checking they agree.
   void adopt(const Layout& layout, const ErrorSite& site);
   // After a collective of a group timed out: every member that timed out says so in the store,
-  // and those that do not within a moment are the ones that never arrived.
+  // with the call it was in; those that do not within a moment are the ones that never
+  // arrived, and those in another call at that number made calls that do not match.
   std::string who_did_not_arrive(const std::string& prefix, const std::vector<int>& members, int me,
-                                 std::string_view op, std::uint64_t number);
+                                 std::string_view call, std::uint64_t number);
   ProcessGroupOptions group_options(int rank, int size, std::string description, std::string prefix,
                                     std::vector<int> members);
   // A fresh connection to the store, for a moment: the main one may be busy or timed out.

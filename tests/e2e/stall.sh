@@ -32,6 +32,29 @@ for victim in 0 2; do
   check "... and after SIGCONT the job ends well (exit 0)" equals "$rc" 0
 done
 
+# The library's own timeout, with rank 0 (which hosts the store) frozen: the others name it,
+# over shared memory and over TCP, and never claim that every rank had arrived.
+for carrier in shm off; do
+  IDIST_INTRANODE=$carrier IDIST_TIMEOUT=2 "$RUN" -n 3 --stall-timeout 0 --timeout 30 "$STALL" loop 300 20 >"$DIR/out" 2>&1 &
+  job=$!
+  for i in $(seq 400); do grep -q "rank 0 pid" "$DIR/out" && break; sleep 0.05; done
+  pid=$(awk '$1 == "rank" && $2 == 0 && $3 == "pid" {print $4}' "$DIR/out")
+  sleep 0.5
+  kill -STOP "$pid"
+  wait $job
+  rc=$?
+  kill -CONT "$pid" 2>/dev/null
+  check "IDIST_INTRANODE=$carrier, rank 0 frozen, IDIST_TIMEOUT=2: the others' timeouts name rank 0 (exit $rc)" eval \
+    '[ $rc -ne 0 ] && grep -qE "^\[idist rank [12]/3\] all_reduce\(gloo\): .*rank 0, which hosts the job.s store, does not answer either" "$DIR/out"'
+  check "... and none says every rank was in the call" eval '! grep -q "every rank of the group was in this very call" "$DIR/out"'
+done
+
+# Over TCP, another count: gloo lets two ranks through and holds the third; when they time out,
+# the one left behind says the others got past it, and they say it timed out earlier.
+IDIST_INTRANODE=off IDIST_TIMEOUT=2 "$RUN" -n 3 --stall-timeout 0 --timeout 30 "$STALL" count 0 >"$DIR/out" 2>&1
+check "IDIST_TIMEOUT=2, another count over TCP: rank 0's timeout says the others got past its call" eval \
+  'grep -qE "^\[idist rank 0/3\] all_reduce\(gloo\): .*this rank is in all_reduce\(float32, count 3, SUM\) as #3, but others got past it and timed out later \(rank 1 in barrier as #4, rank 2 in barrier as #4\)" "$DIR/out"'
+
 # A rank in its own code (sleep) before a collective: named as sleeping, the job then ends well.
 "$RUN" -n 3 --stall-timeout 1 --timeout 60 "$STALL" sleep 1 4 >"$DIR/out" 2>&1
 rc=$?
