@@ -105,6 +105,8 @@ struct Cli {
   bool local_rank_arg = false;  // --local-rank-arg: each rank's arguments end with --local_rank=N
   double grace_seconds = 5;
   double stall_seconds = 60;
+  std::string stall_action = "report";
+  bool status = false;  // --status [PID]: ask a running job where its ranks are
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
   std::string forward_signals = "USR1,USR2";
@@ -333,6 +335,9 @@ int run(const Cli& cli) {
   supervise.tag_output = cli.tag_output;
   supervise.grace = std::chrono::milliseconds(static_cast<long long>(cli.grace_seconds * 1000));
   supervise.stall_timeout = std::chrono::milliseconds(static_cast<long long>(cli.stall_seconds * 1000));
+  supervise.stall_action = cli.stall_action == "kill" ? L::SuperviseOptions::StallAction::kill
+                                                      : L::SuperviseOptions::StallAction::report;
+  supervise.status_socket = true;
   if (timeout_seconds)
     supervise.timeout =
         std::chrono::milliseconds(std::max(1LL, static_cast<long long>(std::min(*timeout_seconds, 1e9) * 1000)));
@@ -412,7 +417,7 @@ void check_settings_cover(const CLI::App& app) {
     const bool known = std::any_of(std::begin(config::kSettings), std::end(config::kSettings),
                                    [&](const config::Setting& s) { return s.option == name; });
     if (!known && name != "--help" && name != "--version" && name != config::kConfigOption &&
-        name != "--print-config-keys" && name != "--print-config")
+        name != "--print-config-keys" && name != "--print-config" && name != "--status")
       throw std::logic_error(name + " has no entry in config::kSettings (its variable and config key)");
   }
 }
@@ -472,6 +477,14 @@ int main(int argc, char** argv) {
                  "Seconds a rank may wait in one collective before idist-run reports who is stuck where (0: never)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  app.add_option("--stall-action", cli.stall_action,
+                 "After a stall report: report (and keep waiting) or kill (end the attempt as a failure: restarts "
+                 "apply, exit 1)")
+      ->check(CLI::IsMember({"report", "kill"}))
+      ->capture_default_str();
+  app.add_flag("--status", cli.status,
+               "Print where every rank of the running job is (idist-run --status [PID]: which job, when several "
+               "run here), and exit");
   app.add_option("--timeout", cli.timeout_seconds,
                  "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 "
                  "(variable: IDIST_JOB_TIMEOUT; IDIST_TIMEOUT is each collective's)");
@@ -515,6 +528,15 @@ int main(int argc, char** argv) {
     if (cli.print_config_keys) {
       for (const auto& key : config::accepted_keys()) std::cout << key << "\n";
       return 0;
+    }
+    if (cli.status) {
+      const auto& words = app.remaining();
+      if (words.size() > 1 || (words.size() == 1 && words.front().find_first_not_of("0123456789") != std::string::npos))
+        throw UsageError("--status takes at most one argument, the pid of the idist-run to ask (got '" +
+                         words.front() + "')");
+      std::optional<pid_t> pid;
+      if (words.size() == 1) pid = static_cast<pid_t>(std::stol(words.front()));
+      return idist::launchers::print_status(pid);
     }
     const auto file = load_config(cli);
     fill_in(app, cli, file);

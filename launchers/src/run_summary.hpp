@@ -34,6 +34,10 @@ struct AttemptRecord {
   // exited with code 3", "node 2 (hostc) stopped answering ..."); empty when nothing did.
   std::string ended_by;
   int node_rank = -1;  // this node's, in a job over several nodes
+  // Stall reports (stall_report.hpp) made during the attempt, line by line.
+  std::vector<std::string> stall;
+  // --stall-action kill ended it: the rank its report pointed at.
+  std::optional<int> stalled_rank;
 };
 
 // Output the console did not show (it stalled, or its reader went away).

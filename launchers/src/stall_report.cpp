@@ -3,8 +3,12 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/fmt/ranges.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -52,7 +56,9 @@ std::string list(const std::vector<int>& ranks) {
 std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t since_ns) {
   std::vector<Recorded> out;
   if (segment.magic != rec::kMagic) return out;
-  for (const auto& slot : segment.slots) {
+  const auto next = segment.next.load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; i < rec::kSlots; ++i) {
+    const auto& slot = segment.slots[i];
     for (int attempt = 0; attempt < 3; ++attempt) {
       const auto before = slot.version.load(std::memory_order_acquire);
       if (before & 1) continue;
@@ -68,6 +74,8 @@ std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t si
       std::atomic_thread_fence(std::memory_order_acquire);
       if (slot.version.load(std::memory_order_relaxed) != before) continue;
       r.entered_ns = since_ns;
+      // The newest call written to slot i (next - 1 is the newest of all).
+      r.position = next == 0 ? 0 : (next - 1) - ((next - 1 + rec::kSlots - i) % rec::kSlots);
       if (r.state != rec::State::empty) out.push_back(std::move(r));
       break;
     }
@@ -95,9 +103,8 @@ std::string process_state(pid_t pid) {
   }
 }
 
-std::optional<std::vector<std::string>> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
-                                                     std::chrono::milliseconds stall,
-                                                     CallKeys& reported) {
+std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
+                                        std::chrono::milliseconds stall, CallKeys& reported) {
   const auto stall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(stall).count();
   // The collective waited in longest, by any running rank.
   const Recorded* oldest = nullptr;
@@ -112,9 +119,14 @@ std::optional<std::vector<std::string>> stall_report(const std::vector<RankView>
   const Recorded ref = *oldest;
   if (!reported.insert({ref.epoch, ref.group, ref.seq}).second) return std::nullopt;
 
+  StallReport report;
   std::vector<int> waiting;
   std::int64_t longest = 0;
   std::vector<std::string> others;
+  auto suspect = [&](const RankView& r) {
+    if (report.suspect < 0) report.suspect = r.rank;
+    if (r.running && report.to_inspect.size() < 2) report.to_inspect.push_back({r.rank, r.pid});
+  };
   for (const auto& r : ranks) {
     const Recorded* at = nullptr;     // its call with this number in the group
     const Recorded* last = nullptr;   // its latest call in the group
@@ -133,6 +145,7 @@ std::optional<std::vector<std::string>> stall_report(const std::vector<RankView>
       longest = std::max(longest, now_ns - at->entered_ns);
       continue;
     }
+    suspect(r);
     if (at != nullptr && !same_call(*at, ref)) {
       others.push_back(fmt::format("rank {} called {} as #{} instead: the ranks' calls do not match", r.rank, what(*at),
                                    ref.seq));
@@ -155,7 +168,7 @@ std::optional<std::vector<std::string>> stall_report(const std::vector<RankView>
       others.push_back(fmt::format("rank {} never entered it ({}; {})", r.rank, before, process));
     }
   }
-  std::vector<std::string> lines;
+  auto& lines = report.lines;
   const auto d = details(ref);
   std::string head = fmt::format("stall: {} #{} on group {}{}: {} waiting {}", ref.op, ref.seq, group_name(ref.group),
                                  d.empty() ? "" : " (" + d + ")", list(waiting), seconds(longest));
@@ -163,10 +176,83 @@ std::optional<std::vector<std::string>> stall_report(const std::vector<RankView>
     head += "; every rank here entered it, so the backend or the network holds it (a cut link, a rank on another "
             "node that never came)";
     lines.push_back(std::move(head));
+    // Every rank here waits: the first of them stands for the call.
+    for (const auto& r : ranks)
+      if (r.running && std::find(waiting.begin(), waiting.end(), r.rank) != waiting.end()) {
+        suspect(r);
+        break;
+      }
   } else {
     lines.push_back(head + "; " + others.front());
     for (std::size_t i = 1; i < others.size(); ++i) lines.push_back("stall: ... " + others[i]);
   }
+  return report;
+}
+
+bool stack_tool_available() {
+  static const bool found = [] {
+    const char* path = std::getenv("PATH");
+    std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+    std::string dir;
+    while (std::getline(dirs, dir, ':'))
+      if (!dir.empty() && ::access((dir + "/gdb").c_str(), X_OK) == 0) return true;
+    return false;
+  }();
+  return found;
+}
+
+std::vector<std::string> stack_of(pid_t pid) {
+  // Each thread's innermost frames: where it waits is what a stall report needs.
+  const auto command = fmt::format(
+      "timeout -s KILL 10 gdb -p {} -batch -nx -q -ex 'set pagination off' -ex 'thread apply all -ascending bt 12' "
+      "</dev/null 2>/dev/null",
+      pid);
+  std::vector<std::string> lines;
+  FILE* out = ::popen(command.c_str(), "r");
+  if (out == nullptr) return lines;
+  char buffer[1024];
+  constexpr std::size_t kMostLines = 40;
+  while (std::fgets(buffer, sizeof(buffer), out) != nullptr) {
+    std::string line(buffer);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (line.rfind("Thread ", 0) != 0 && line.rfind("#", 0) != 0) continue;  // gdb's own chatter
+    // Template-heavy frames run to hundreds of characters; where they are is at the front.
+    constexpr std::size_t kWidest = 200;
+    if (line.size() > kWidest) line = line.substr(0, kWidest - 3) + "...";
+    if (lines.size() < kMostLines) lines.push_back(std::move(line));
+  }
+  ::pclose(out);  // our SIGCHLD handler may have reaped it already: its status is not needed
+  return lines;
+}
+
+std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::int64_t now_ns) {
+  std::vector<std::pair<const RankView*, std::string>> rows;
+  std::size_t width = 5;
+  for (const auto& r : ranks) {
+    // Its newest call: still open (it is in it), or ended (it is in its own code since).
+    const Recorded* newest = nullptr;
+    for (const auto& s : r.slots)
+      if (newest == nullptr || s.position > newest->position) newest = &s;
+    std::string where = "no collective yet";
+    if (newest != nullptr) {
+      const auto call = fmt::format("{} #{} on {}{}", newest->op, newest->seq, group_name(newest->group),
+                                    details(*newest).empty() ? "" : " (" + details(*newest) + ")");
+      // The reader dates a call by when it first saw it (see flight_recorder.hpp).
+      const auto since = seconds(now_ns - newest->entered_ns);
+      if (newest->state == rec::State::entered)
+        where = fmt::format("in {} for {}", call, since);
+      else
+        where = fmt::format("own code, after {} ({} {} ago)", call,
+                            newest->state == rec::State::failed ? "failed; entered" : "entered", since);
+    }
+    width = std::max(width, where.size());
+    rows.push_back({&r, std::move(where)});
+  }
+  std::vector<std::string> lines;
+  lines.push_back(fmt::format("{:>5} {:>8}  {:<{}}  {}", "rank", "pid", "where", width, "process"));
+  for (const auto& [r, where] : rows)
+    lines.push_back(fmt::format("{:>5} {:>8}  {:<{}}  {}", r->rank, r->pid, where, width,
+                                r->running ? process_state(r->pid) : r->ended));
   return lines;
 }
 

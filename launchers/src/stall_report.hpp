@@ -36,6 +36,7 @@ struct Recorded {
   // When the reader first saw the rank's recorder as it is now (no call entered since): a
   // call still open has waited at least since then.
   std::int64_t entered_ns = 0;
+  std::uint64_t position = 0;  // the rank's calls before this one (the newest has the highest)
 };
 
 // What one local rank's recorder holds, and its process.
@@ -53,11 +54,28 @@ std::vector<Recorded> read_recorder(const common::recorder::Segment& segment, st
 // "stopped (SIGSTOP or SIGTSTP)", "sleeping (in hrtimer_nanosleep)", "running"...: /proc/PID.
 std::string process_state(pid_t pid);
 
-// The report's lines when some rank has waited in one collective for `stall` or longer and that
+struct StallReport {
+  std::vector<std::string> lines;
+  // The rank the report points at: the first that never entered the call (or entered another,
+  // or ended), else the first waiting in it; and the ranks whose stacks are worth a look.
+  int suspect = -1;
+  std::vector<std::pair<int, pid_t>> to_inspect;
+};
+
+// The report when some rank has waited in one collective for `stall` or longer and that
 // (group, number) was not reported before (it is added to `reported`); nullopt otherwise.
-std::optional<std::vector<std::string>> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
-                                                     std::chrono::milliseconds stall,
-                                                     CallKeys& reported);
+std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
+                                        std::chrono::milliseconds stall, CallKeys& reported);
+
+// Whether gdb can be run for stacks (it is in PATH).
+bool stack_tool_available();
+// The threads' stacks of `pid` by gdb (attach, backtrace, detach: a stopped process stays
+// stopped), at most a few dozen lines; empty when gdb failed or took over 10 s.
+std::vector<std::string> stack_of(pid_t pid);
+
+// Where every rank is now, one line each, for `idist-run --status`: in which call and for how
+// long, or in its own code since its last call ended; its process state.
+std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::int64_t now_ns);
 
 // One line per collective number at which the ranks' recorders disagree (another op, dtype,
 // count or root in the same group), whether it completed or not: a mismatch that a backend let

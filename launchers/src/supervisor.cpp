@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <system_error>
+#include <thread>
 
 #include "console.hpp"
 #include "idist/common/flight_recorder.hpp"
@@ -31,6 +32,7 @@
 #include "signal_list.hpp"
 #include "spawn.hpp"
 #include "stall_report.hpp"
+#include "status_socket.hpp"
 
 namespace idist::launchers {
 namespace {
@@ -222,6 +224,8 @@ class Supervisor {
       timeout_timer_.async_wait([this](auto ec) { on_timeout(ec); });
     }
     if (options_.stall_timeout.count() > 0) check_stalls();
+    if (options_.status_socket)
+      status_ = std::make_unique<detail::StatusServer>(io_, [this] { return status_text(); });
     if (auto& c = options_.coordinator)
       c->start(io_, {.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
                      .lost = [this](const std::string& why) { on_lost(why); }});
@@ -534,8 +538,14 @@ class Supervisor {
 
   void signal_running(int sig) {
     if (attempts_.empty()) return;
+    // A stopped rank (SIGSTOP, a frozen one a stall report named) acts on SIGTERM only once
+    // continued, as a shell's kill does for a stopped job; else it would wait out --grace.
+    const bool wake = sig == SIGTERM || sig == SIGINT || sig == SIGHUP;
     for (auto& r : current().ranks)
-      if (r.running()) ::kill(-r.record->pid, sig);
+      if (r.running()) {
+        ::kill(-r.record->pid, sig);
+        if (wake) ::kill(-r.record->pid, SIGCONT);
+      }
   }
 
   void on_teardown_signal(const boost::system::error_code& ec, int sig) {
@@ -606,13 +616,83 @@ class Supervisor {
     if (!attempts_.empty() && !joining_ && !tearing_down_) {
       const auto views = rank_views();
       check_mismatches(views);
-      if (auto lines = detail::stall_report(views, common::recorder::now_ns(), options_.stall_timeout, stalls_reported_))
-        for (const auto& line : *lines) spdlog::error("{}", line);
+      if (auto report = detail::stall_report(views, common::recorder::now_ns(), options_.stall_timeout, stalls_reported_))
+        on_stall(std::move(*report));
     }
     stall_timer_.expires_after(kStallCheck);
     stall_timer_.async_wait([this](auto ec) {
       if (!ec) check_stalls();
     });
+  }
+
+  // A stall report: said, kept for summary.json, the suspects' stacks added where gdb can get
+  // them; then, with --stall-action kill, the attempt ends as a failure of the suspect.
+  void on_stall(detail::StallReport report) {
+    auto& a = current();
+    for (const auto& line : report.lines) spdlog::error("{}", line);
+    a.record.stall.insert(a.record.stall.end(), report.lines.begin(), report.lines.end());
+    const auto generation = attempts_.size();
+    inspect_stacks(report.to_inspect, [this, generation, suspect = report.suspect](std::vector<std::string> lines) {
+      if (generation != attempts_.size()) return;
+      for (const auto& line : lines) spdlog::error("{}", line);
+      auto& a = current();
+      a.record.stall.insert(a.record.stall.end(), lines.begin(), lines.end());
+      if (options_.stall_action == SuperviseOptions::StallAction::kill && !tearing_down_ && !finished_ && !a.ranks_gone)
+        stall_kill(suspect);
+    });
+  }
+
+  // The stacks of `ranks` by gdb, off the event loop (attaching takes a second or two), then
+  // `done` on it with the lines; at once with none where gdb is not installed.
+  void inspect_stacks(const std::vector<std::pair<int, pid_t>>& ranks,
+                      std::function<void(std::vector<std::string>)> done) {
+    if (ranks.empty() || !detail::stack_tool_available()) return done({});
+    auto guard = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(io_.get_executor());
+    std::thread([this, ranks, done = std::move(done), guard]() mutable {
+      std::vector<std::string> lines;
+      for (const auto& [rank, pid] : ranks) {
+        const auto stack = detail::stack_of(pid);
+        if (stack.empty()) continue;
+        lines.push_back(fmt::format("stall: rank {} (pid {}), its threads' stacks (gdb):", rank, pid));
+        for (const auto& line : stack) lines.push_back("stall:   | " + line);
+      }
+      asio::post(io_, [done = std::move(done), lines = std::move(lines), guard]() mutable {
+        done(std::move(lines));
+        guard->reset();
+      });
+    }).detach();
+  }
+
+  void stall_kill(int suspect) {
+    auto& a = current();
+    a.record.stalled_rank = suspect;
+    if (a.record.ended_by.empty())
+      a.record.ended_by = fmt::format("stalled: rank {} on {} (--stall-action kill)", suspect, host_);
+    spdlog::error("--stall-action kill: stopping every rank (the report points at rank {})", suspect);
+    if (options_.coordinator) options_.coordinator->failed(a.record.index, stall_failure(a));
+    teardown(SIGTERM);
+  }
+
+  LocalFailure stall_failure(const LiveAttempt& a) const {
+    LocalFailure f;
+    f.rank = *a.record.stalled_rank;
+    f.how = "stalled (see the stall report)";
+    f.exit_code = kStallExit;
+    f.root_cause = true;
+    return f;
+  }
+
+  // `idist-run --status`: where this node's ranks are now.
+  std::string status_text() {
+    std::string out = fmt::format("idist-run {} on {}: ", ::getpid(), host_);
+    if (attempts_.empty() || joining_) return out + "waiting for the job's nodes to meet\n";
+    auto& a = current();
+    const auto running = std::chrono::duration<double>(WallClock::now() - a.record.start).count();
+    out += fmt::format("attempt {}, {} rank{} here, running {:.1f} s\n", a.record.index, a.ranks.size(),
+                       a.ranks.size() == 1 ? "" : "s", running);
+    for (const auto& line : detail::status_table(rank_views(), common::recorder::now_ns())) out += line + "\n";
+    if (options_.coordinator) out += "(this node's ranks: each node's idist-run answers for its own)\n";
+    return out;
   }
 
   // Another node failed or vanished: this attempt ends here too.
@@ -677,8 +757,15 @@ class Supervisor {
     // A node stopped here (a signal, the timeout, a rank it could not start, a lost rendezvous)
     // leaves the job: its closed connection ends the attempt on the other nodes.
     if (options_.coordinator && stop_ == Stop::none) return ask_verdict(a);
-    const bool restart = a.record.first_failure && stop_ == Stop::none && a.record.index < options_.max_restarts;
-    if (a.record.first_failure && options_.report_failure) report_failure(a, local_then(a, restart));
+    const bool failed = a.record.first_failure || a.record.stalled_rank;
+    const bool restart = failed && stop_ == Stop::none && a.record.index < options_.max_restarts;
+    if (a.record.first_failure && options_.report_failure) {
+      report_failure(a, local_then(a, restart));
+    } else if (a.record.stalled_rank && options_.report_failure) {
+      spdlog::error("{}stalled (see the stall report above){}{}",
+                    options_.max_restarts > 0 ? "attempt " + std::to_string(a.record.index) + ": " : "",
+                    detail::collateral_list(a.record), local_then(a, restart));
+    }
     if (restart) return start_attempt(a.record.index + 1);
     end_job();
   }
@@ -687,7 +774,11 @@ class Supervisor {
   void ask_verdict(LiveAttempt& a) {
     awaiting_verdict_ = true;
     std::optional<LocalFailure> failure;
-    if (a.record.first_failure) failure = local_failure(a.ranks[*a.record.first_failure]);
+    if (a.record.first_failure) {
+      failure = local_failure(a.ranks[*a.record.first_failure]);
+    } else if (a.record.stalled_rank) {
+      failure = stall_failure(a);
+    }
     options_.coordinator->over(a.record.index, failure, [this](const RemoteVerdict& v) {
       awaiting_verdict_ = false;
       auto& a = current();
@@ -735,6 +826,7 @@ class Supervisor {
     forward_signals_.cancel(ignored);
     timeout_timer_.cancel();
     stall_timer_.cancel();
+    status_.reset();  // its pending accept would keep the event loop going
     conclude();
     // The console gets what it still holds, the summary included, while it keeps taking bytes;
     // a teardown signal meanwhile stops the wait. Then the event loop has nothing left to do
@@ -817,6 +909,11 @@ class Supervisor {
       run_.outcome = "rank " + std::to_string(r.rank) + " " + detail::describe(*r.status);
       record_failure(*attempts_.back());
       if (stop_ == Stop::timed_out) spdlog::error("timed out after {:g}s while stopping the ranks", timeout_s);
+    } else if (last.stalled_rank && stop_ == Stop::none) {
+      run_.exit_code = kStallExit;
+      run_.outcome = fmt::format("stalled (--stall-action kill): {}",
+                                 last.stall.empty() ? "see the report" : last.stall.front().substr(7));
+      spdlog::error("exit status {}: the job stalled and was stopped{}", kStallExit, stopped);
     } else if (stop_ == Stop::timed_out) {
       run_.exit_code = kTimeoutExit;
       run_.outcome = fmt::format("timed out after {:g}s", timeout_s);
@@ -953,6 +1050,7 @@ class Supervisor {
   asio::steady_timer drain_timer_{io_};
   asio::steady_timer timeout_timer_{io_};
   asio::steady_timer stall_timer_{io_};
+  std::unique_ptr<detail::StatusServer> status_;
   detail::CallKeys stalls_reported_;      // this attempt's
   detail::CallKeys mismatches_reported_;  // the same
   bool mismatched_ = false;  // the last attempt's ranks called different collectives somewhere

@@ -13,6 +13,7 @@ trap 'pkill -CONT -f "^$STALL " 2>/dev/null; pkill -9 -f "^$STALL " 2>/dev/null;
 # A rank frozen by SIGSTOP (rank 0, which hosts the store, and rank 2): named within the stall
 # timeout plus a second, as stopped; the others as waiting. SIGCONT, and the job ends well.
 for victim in 0 2; do
+  : >"$DIR/out"  # emptied now: the job empties it only after the fork
   "$RUN" -n 3 --stall-timeout 2 --timeout 60 "$STALL" loop 300 20 >"$DIR/out" 2>&1 &
   job=$!
   for i in $(seq 100); do grep -q "rank $victim pid" "$DIR/out" && break; sleep 0.05; done
@@ -35,6 +36,7 @@ done
 # The library's own timeout, with rank 0 (which hosts the store) frozen: the others name it,
 # over shared memory and over TCP, and never claim that every rank had arrived.
 for carrier in shm off; do
+  : >"$DIR/out"  # emptied now: the job empties it only after the fork
   IDIST_INTRANODE=$carrier IDIST_TIMEOUT=2 "$RUN" -n 3 --stall-timeout 0 --timeout 30 "$STALL" loop 300 20 >"$DIR/out" 2>&1 &
   job=$!
   for i in $(seq 400); do grep -q "rank 0 pid" "$DIR/out" && break; sleep 0.05; done
@@ -102,6 +104,61 @@ check "... and although every rank exited 0, exit 1" equals "$rc" 1
 check "... saying why" contains "$(cat "$DIR/out")" "every rank exited 0, but their collectives did not match"
 
 unset IDIST_INTRANODE
+
+# idist-run --status against a running job: a line per rank, where it is and its process.
+: >"$DIR/out"  # emptied now: the job empties it only after the fork
+"$RUN" -n 3 "$STALL" loop 60 50 >"$DIR/out" 2>&1 &
+job=$!
+for i in $(seq 400); do [ "$(grep -c " pid " "$DIR/out")" = 3 ] && break; sleep 0.05; done
+sleep 0.5
+"$RUN" --status >"$DIR/status" 2>&1
+rc=$?
+sed 's/^/  | /' "$DIR/status"
+check "--status on a running job: exit 0, a header and one line per rank (exit $rc)" eval \
+  '[ $rc = 0 ] && grep -q "^idist-run $job on .*: attempt 0, 3 ranks here" "$DIR/status" && [ $(grep -cE "^ +[0-2] +[0-9]+  (in|own code, after) all_reduce #[0-9]+ on world" "$DIR/status") = 3 ]'
+"$RUN" --status $job >"$DIR/status2" 2>&1
+check "--status PID asks that job" eval '[ $? = 0 ] && grep -q "^idist-run $job on" "$DIR/status2"'
+wait $job
+"$RUN" --status >"$DIR/status" 2>&1
+rc=$?
+check "--status with no job running: exit 1, saying so" eval \
+  '[ $rc = 1 ] && grep -q "no idist-run of this user is running on this host" "$DIR/status"'
+
+# --stall-action kill: the report, then every rank stopped; exit 1 and the report in
+# summary.json; with a restart left, the next attempt runs (its ranks are not stopped).
+for restarts in 0 1; do
+  rm -rf "$DIR/logs"
+  : >"$DIR/out"  # emptied now: the job empties it only after the fork
+  "$RUN" -n 3 --stall-timeout 2 --stall-action kill --max-restarts $restarts --log-dir "$DIR/logs" --timeout 60 \
+    "$STALL" loop 150 20 >"$DIR/out" 2>&1 &
+  job=$!
+  for i in $(seq 400); do grep -q "rank 1 pid" "$DIR/out" && break; sleep 0.05; done
+  pid=$(awk '$1 == "rank" && $2 == 1 && $3 == "pid" {print $4; exit}' "$DIR/out")
+  sleep 0.5
+  kill -STOP "$pid"
+  start=$(now_ms)
+  wait $job
+  rc=$?
+  took=$(($(now_ms) - start))
+  kill -KILL "$pid" 2>/dev/null
+  summary=$(cat "$DIR"/logs/*/summary.json)
+  if [ $restarts = 0 ]; then
+    check "--stall-action kill: rank 1 frozen, the job ends in $took ms (stall timeout 2 s; bound 7000) with exit 1" \
+      eval '[ $rc = 1 ] && [ $took -lt 7000 ]'
+    check "... saying it stalled" contains "$(cat "$DIR/out")" "exit status 1: the job stalled and was stopped"
+    check "... summary.json has the report and the rank it points at" eval \
+      'echo "$summary" | grep -q "\"stalled_rank\": 1" && echo "$summary" | grep -q "stall: all_reduce #"'
+  else
+    check "--stall-action kill --max-restarts 1: attempt 1 runs and the job succeeds (exit $rc)" eval \
+      '[ $rc = 0 ] && grep -q "stalled (see the stall report above).*restarting every rank (attempt 1" "$DIR/out"'
+  fi
+done
+if command -v gdb >/dev/null; then
+  check "the report carries the frozen rank's stack (gdb)" eval \
+    'grep -q "stall: rank 1 (pid [0-9]*), its threads. stacks (gdb):" "$DIR/out" && grep -q "stall:   | #[0-9].* main (" "$DIR/out"'
+else
+  echo "SKIP: no gdb here, so stall reports carry no stacks"
+fi
 
 # A healthy job with compute phases longer than the stall timeout between collectives: no report.
 "$RUN" -n 3 --stall-timeout 1 "$STALL" loop 6 1500 >"$DIR/out" 2>&1

@@ -55,6 +55,7 @@ inline constexpr Setting kSettings[] = {
     {"tag_output", "--tag-output", "IDIST_TAG_OUTPUT", Type::boolean},
     {"grace", "--grace", "IDIST_GRACE", Type::number},
     {"stall_timeout", "--stall-timeout", "IDIST_STALL_TIMEOUT", Type::number},
+    {"stall_action", "--stall-action", "IDIST_STALL_ACTION", Type::string},
     {"timeout", "--timeout", "IDIST_JOB_TIMEOUT", Type::number},
     {"max_restarts", "--max-restarts", "IDIST_MAX_RESTARTS", Type::integer},
     {"forward_signals", "--forward-signals", "IDIST_FORWARD_SIGNALS", Type::string},

@@ -139,6 +139,12 @@ struct SuperviseOptions {
   std::shared_ptr<Coordinator> coordinator;
   // A rank waiting in one collective this long gets a stall report (stall_report.hpp); 0: none.
   std::chrono::milliseconds stall_timeout{0};
+  // After a stall report: keep waiting (report), or end the attempt as a failure of the rank
+  // the report points at (kill; the restarts apply, and the job exits kStallExit).
+  enum class StallAction { report, kill };
+  StallAction stall_action = StallAction::report;
+  // Answer `idist-run --status` while the job runs (status_socket.hpp).
+  bool status_socket = false;
 };
 
 // How a job ended, for a caller that reports it itself.
@@ -159,6 +165,8 @@ struct JobResult {
 };
 
 inline constexpr int kTimeoutExit = 124;  // as timeout(1)
+// --stall-action kill ended the job: a failure of idist-run's own finding, as a rank's would be.
+inline constexpr int kStallExit = 1;
 // Every rank succeeded, but --log-dir lost output (a full disk) or summary.json could not be
 // written: the record the user asked for is incomplete, so the run must not look like a clean
 // success. 1, idist-run's own failure as when it cannot start every rank; the lines before it
@@ -180,6 +188,11 @@ std::vector<pid_t> processes_below_us();
 // supervise() runs they take the ranks' stderr lines' way (queued in order with them, never
 // blocking on a stalled console); before and after, they are written at once.
 void setup_logging(const std::string& name, bool verbose);
+
+// `idist-run --status [PID]`: asks a running idist-run of this user on this host (the only one,
+// or the one with that pid) where its ranks are, and prints its answer on stdout, or one line
+// on stderr saying why there is none; returns idist-run's exit code (1: no answer, 2: which?).
+int print_status(std::optional<pid_t> pid);
 
 // Parses "USR1,USR2" (with or without SIG, any case; "none" for no signal) into signal
 // numbers; throws std::invalid_argument naming the bad entry and the choices.
