@@ -43,6 +43,73 @@ std::string what(const Recorded& r) {
   return d.empty() ? r.op : r.op + " (" + d + ")";
 }
 
+bool collective(const Recorded& s) { return s.kind == rec::Kind::collective; }
+
+// "all_reduce #5 on world (float32, 2 elements)"; "recv from rank 2 on world (tag 0, 8 bytes)".
+std::string call_text(const Recorded& r) {
+  if (!collective(r)) {
+    const bool sends = r.op == "send" || r.op == "isend";
+    return fmt::format("{} {} rank {} on {} (tag {}, {} bytes)", r.op, sends ? "to" : "from", r.root,
+                       group_name(r.group), r.seq, r.count);
+  }
+  const auto d = details(r);
+  return fmt::format("{} #{} on {}{}", r.op, r.seq, group_name(r.group), d.empty() ? "" : " (" + d + ")");
+}
+
+const Recorded* newest_of(const RankView& r) {
+  const Recorded* newest = nullptr;
+  for (const auto& s : r.slots)
+    if (newest == nullptr || s.position > newest->position) newest = &s;
+  return newest;
+}
+
+// Where a rank is, by its newest call: in it (for how long), or in its own code after it.
+// The reader dates a call by when it first saw it (see flight_recorder.hpp).
+std::string where_is(const RankView& r, std::int64_t now_ns) {
+  const Recorded* newest = newest_of(r);
+  if (newest == nullptr) return "no call recorded yet";
+  const auto since = seconds(now_ns - newest->entered_ns);
+  if (newest->state == rec::State::entered) return fmt::format("in {} for {}", call_text(*newest), since);
+  return fmt::format("in its own code, after {} ({} {} ago)", call_text(*newest),
+                     newest->state == rec::State::failed ? "failed; entered" : "entered", since);
+}
+
+// The key a point-to-point stall is reported once under: no real epoch is this high.
+constexpr std::uint32_t kP2pKey = 0xffffffff;
+
+// A running rank whose newest call is a send or recv it has waited in for `stall_ns`: what it
+// waits for and where its peer is (peers are group ranks: named only for the world's calls).
+std::optional<StallReport> p2p_stall(const std::vector<RankView>& ranks, std::int64_t now_ns, std::int64_t stall_ns,
+                                     CallKeys& reported) {
+  for (const auto& r : ranks) {
+    const Recorded* newest = newest_of(r);
+    if (!r.running || newest == nullptr || collective(*newest) || newest->state != rec::State::entered ||
+        now_ns - newest->entered_ns < stall_ns)
+      continue;
+    if (!reported.insert({kP2pKey, r.rank, newest->position}).second) continue;
+    StallReport report;
+    std::string line = fmt::format("stall: rank {} waiting {} in {}", r.rank, seconds(now_ns - newest->entered_ns),
+                                   call_text(*newest));
+    const RankView* peer = nullptr;
+    if (newest->group < 0)
+      for (const auto& other : ranks)
+        if (other.rank == newest->root) peer = &other;
+    if (peer != nullptr) {
+      line += fmt::format("; rank {} is {} ({})", peer->rank, where_is(*peer, now_ns),
+                          peer->running ? "state: " + process_state(peer->pid) : peer->ended);
+      report.suspect = peer->rank;
+      if (peer->running) report.to_inspect.push_back({peer->rank, peer->pid});
+    } else {
+      line += newest->group < 0 ? fmt::format("; rank {} runs on another node", newest->root) : "";
+      report.suspect = r.rank;
+    }
+    report.to_inspect.push_back({r.rank, r.pid});
+    report.lines.push_back(std::move(line));
+    return report;
+  }
+  return std::nullopt;
+}
+
 bool same_call(const Recorded& a, const Recorded& b) {
   return a.op == b.op && a.dtype == b.dtype && a.count == b.count && a.root == b.root;
 }
@@ -66,6 +133,7 @@ std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t si
       r.state = static_cast<rec::State>(slot.state.load(std::memory_order_acquire));
       r.op.assign(slot.op, strnlen(slot.op, sizeof(slot.op)));
       r.dtype = slot.dtype;
+      r.kind = static_cast<rec::Kind>(slot.kind);
       r.epoch = slot.epoch;
       r.group = slot.group;
       r.root = slot.root;
@@ -111,11 +179,11 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
   for (const auto& r : ranks) {
     if (!r.running) continue;
     for (const auto& s : r.slots)
-      if (s.state == rec::State::entered && now_ns - s.entered_ns >= stall_ns &&
+      if (collective(s) && s.state == rec::State::entered && now_ns - s.entered_ns >= stall_ns &&
           (oldest == nullptr || s.entered_ns < oldest->entered_ns))
         oldest = &s;
   }
-  if (oldest == nullptr) return std::nullopt;
+  if (oldest == nullptr) return p2p_stall(ranks, now_ns, stall_ns, reported);
   const Recorded ref = *oldest;
   if (!reported.insert({ref.epoch, ref.group, ref.seq}).second) return std::nullopt;
 
@@ -132,7 +200,7 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
     const Recorded* last = nullptr;   // its latest call in the group
     const Recorded* done = nullptr;   // its latest completed call in the group
     for (const auto& s : r.slots) {
-      if (s.group != ref.group || s.epoch != ref.epoch) continue;
+      if (!collective(s) || s.group != ref.group || s.epoch != ref.epoch) continue;
       if (s.seq == ref.seq) at = &s;
       if (last == nullptr || s.seq > last->seq) last = &s;
       if (s.state == rec::State::completed && (done == nullptr || s.seq > done->seq)) done = &s;
@@ -165,7 +233,13 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
     if (last != nullptr && last->seq > ref.seq) {
       others.push_back(fmt::format("rank {} is past it, at {} #{} ({}; {})", r.rank, last->op, last->seq, before, process));
     } else {
-      others.push_back(fmt::format("rank {} never entered it ({}; {})", r.rank, before, process));
+      // Held in a send or recv of its own: that is where it is.
+      const Recorded* newest = newest_of(r);
+      if (newest != nullptr && !collective(*newest) && newest->state == rec::State::entered)
+        others.push_back(fmt::format("rank {} never entered it: it waits in {} ({}; {})", r.rank, call_text(*newest),
+                                     before, process));
+      else
+        others.push_back(fmt::format("rank {} never entered it ({}; {})", r.rank, before, process));
     }
   }
   auto& lines = report.lines;
@@ -229,24 +303,8 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
   std::vector<std::pair<const RankView*, std::string>> rows;
   std::size_t width = 5;
   for (const auto& r : ranks) {
-    // Its newest call: still open (it is in it), or ended (it is in its own code since).
-    const Recorded* newest = nullptr;
-    for (const auto& s : r.slots)
-      if (newest == nullptr || s.position > newest->position) newest = &s;
-    std::string where = "no collective yet";
-    if (newest != nullptr) {
-      const auto call = fmt::format("{} #{} on {}{}", newest->op, newest->seq, group_name(newest->group),
-                                    details(*newest).empty() ? "" : " (" + details(*newest) + ")");
-      // The reader dates a call by when it first saw it (see flight_recorder.hpp).
-      const auto since = seconds(now_ns - newest->entered_ns);
-      if (newest->state == rec::State::entered)
-        where = fmt::format("in {} for {}", call, since);
-      else
-        where = fmt::format("own code, after {} ({} {} ago)", call,
-                            newest->state == rec::State::failed ? "failed; entered" : "entered", since);
-    }
-    width = std::max(width, where.size());
-    rows.push_back({&r, std::move(where)});
+    rows.push_back({&r, where_is(r, now_ns)});
+    width = std::max(width, rows.back().second.size());
   }
   std::vector<std::string> lines;
   lines.push_back(fmt::format("{:>5} {:>8}  {:<{}}  {}", "rank", "pid", "where", width, "process"));
@@ -261,7 +319,8 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
   // (epoch, group, number) -> the calls made at it, and by whom.
   std::map<std::tuple<std::uint32_t, std::int32_t, std::uint64_t>, std::vector<std::pair<const Recorded*, int>>> at;
   for (const auto& r : ranks)
-    for (const auto& s : r.slots) at[{s.epoch, s.group, s.seq}].push_back({&s, r.rank});
+    for (const auto& s : r.slots)
+      if (collective(s)) at[{s.epoch, s.group, s.seq}].push_back({&s, r.rank});
   std::vector<std::string> lines;
   for (const auto& [key, calls] : at) {
     const auto [epoch, group, seq] = key;

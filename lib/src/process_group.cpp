@@ -471,16 +471,44 @@ std::unique_ptr<ProcessGroup> ProcessGroup::make_group(const std::vector<int>& m
 
 // --- point-to-point ----------------------------------------------------------------------------
 
+// A point-to-point call in the flight recorder, entered now and left when `ok` says how.
+class ProcessGroup::P2pRecord {
+ public:
+  P2pRecord(const ProcessGroupOptions& o, std::string_view op, int peer, int tag, std::size_t bytes)
+      : mark_(recorder().enter(o.epoch, o.group_id, static_cast<std::uint64_t>(tag), op, DType::uint8, bytes, peer,
+                               common::recorder::Kind::p2p)) {}
+  void leave(bool ok) { recorder().leave(mark_, ok); }
+
+ private:
+  Recorder::Mark mark_;
+};
+
 void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
   check_peer("send", "dst", dst, tag, data, bytes);
   if (bytes == 0) return;
+  P2pRecord record(options_, "send", dst, tag, bytes);
+  bool ok = false;
+  struct Leave {
+    P2pRecord& record;
+    const bool& ok;
+    ~Leave() { record.leave(ok); }
+  } leave{record, ok};
   run("send", [&] { backend_->send(data, bytes, dst, static_cast<std::uint32_t>(tag))(); });
+  ok = true;
 }
 
 void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
   check_peer("recv", "src", src, tag, data, bytes);
   if (bytes == 0) return;
+  P2pRecord record(options_, "recv", src, tag, bytes);
+  bool ok = false;
+  struct Leave {
+    P2pRecord& record;
+    const bool& ok;
+    ~Leave() { record.leave(ok); }
+  } leave{record, ok};
   run("recv", [&] { backend_->recv(data, bytes, src, static_cast<std::uint32_t>(tag))(); });
+  ok = true;
 }
 
 Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) {
@@ -488,7 +516,7 @@ Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) 
   if (bytes == 0) return Work();
   Backend::Completion completion;
   run("isend", [&] { completion = backend_->send(data, bytes, dst, static_cast<std::uint32_t>(tag)); });
-  return start("isend", std::move(completion));
+  return start("isend", std::move(completion), P2pRecord(options_, "isend", dst, tag, bytes));
 }
 
 Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
@@ -496,16 +524,22 @@ Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
   if (bytes == 0) return Work();
   Backend::Completion completion;
   run("irecv", [&] { completion = backend_->recv(data, bytes, src, static_cast<std::uint32_t>(tag)); });
-  return start("irecv", std::move(completion));
+  return start("irecv", std::move(completion), P2pRecord(options_, "irecv", src, tag, bytes));
 }
 
-Work ProcessGroup::start(std::string_view op, Backend::Completion completion) {
+Work ProcessGroup::start(std::string_view op, Backend::Completion completion, P2pRecord record) {
   // The posted transfer proceeds in the backend; a thread waits for it so that is_completed()
   // can be asked without disturbing it (a short wait on a Gloo buffer that times out breaks
   // the whole context).
   auto where = site(op);
-  auto done = std::async(std::launch::async, [health = health_, where, completion = std::move(completion)] {
-                run(*health, [&] { return where; }, completion);
+  auto done = std::async(std::launch::async, [health = health_, where, completion = std::move(completion), record]() mutable {
+                try {
+                  run(*health, [&] { return where; }, completion);
+                } catch (...) {
+                  record.leave(false);
+                  throw;
+                }
+                record.leave(true);
               }).share();
   return track(std::move(done), std::move(where));
 }

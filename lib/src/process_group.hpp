@@ -166,7 +166,8 @@ class ProcessGroup {
   Call broadcast_call(void* data, std::size_t count, DType dtype, int src);
   Call all_gather_call(const void* in, std::size_t count, DType dtype, void* out);
   // Completes `completion` on its own thread; the Work rethrows its failure where it is waited for.
-  Work start(std::string_view op, Backend::Completion completion);
+  class P2pRecord;
+  Work start(std::string_view op, Backend::Completion completion, P2pRecord record);
   Work track(std::shared_future<void> done, ErrorSite site);
 
   // Runs a call's body, adding to a timeout who did not arrive.

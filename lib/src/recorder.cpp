@@ -57,7 +57,7 @@ bool enabled() {
 }  // namespace
 
 Recorder::Mark Recorder::enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, std::string_view op, DType dtype,
-                               std::uint64_t count, std::int32_t root) noexcept {
+                               std::uint64_t count, std::int32_t root, rec::Kind kind) noexcept {
   if (!enabled()) return 0;
   auto& s = segment();
   const auto mark = s.next.fetch_add(1, std::memory_order_relaxed);
@@ -67,6 +67,7 @@ Recorder::Mark Recorder::enter(std::uint32_t epoch, std::int32_t group, std::uin
   std::atomic_thread_fence(std::memory_order_release);
   slot.state.store(static_cast<std::uint8_t>(rec::State::entered), std::memory_order_relaxed);
   slot.dtype = static_cast<std::uint8_t>(dtype);
+  slot.kind = static_cast<std::uint8_t>(kind);
   const auto n = std::min(op.size(), sizeof(slot.op) - 1);
   std::memcpy(slot.op, op.data(), n);
   slot.op[n] = '\0';

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "idist/common/flight_recorder.hpp"
 #include "idist/types.hpp"
 
 namespace idist::detail {
@@ -15,7 +16,7 @@ class Recorder {
   // A slot's position, for leave().
   using Mark = std::uint64_t;
   Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, std::string_view op, DType dtype, std::uint64_t count,
-             std::int32_t root) noexcept;
+             std::int32_t root, common::recorder::Kind kind = common::recorder::Kind::collective) noexcept;
   void leave(Mark mark, bool ok) noexcept;
 };
 

@@ -105,6 +105,16 @@ check "... saying why" contains "$(cat "$DIR/out")" "every rank exited 0, but th
 
 unset IDIST_INTRANODE
 
+# A rank held in a recv whose sender sleeps in its own code: named with its peer, over a
+# collective stall (3 ranks: the third waits in the next all_reduce) and alone (2 ranks).
+"$RUN" -n 3 --stall-timeout 1 "$STALL" recv 2 3 >"$DIR/out" 2>&1
+check "a collective stall whose missing rank waits in a recv: said so" eval \
+  'grep -q "rank 0 never entered it: it waits in recv from rank 2 on world (tag 7, 16 bytes)" "$DIR/out"'
+"$RUN" -n 2 --stall-timeout 1 "$STALL" recv 1 3 >"$DIR/out" 2>&1
+rc=$?
+check "a recv whose sender sleeps: the stall names both ends, and the job ends well (exit $rc)" eval \
+  '[ $rc = 0 ] && grep -qE "stall: rank 0 waiting [0-9.]+ s in recv from rank 1 on world \(tag 7, 16 bytes\); rank 1 is in its own code, after all_reduce #2 .*state: sleeping" "$DIR/out"'
+
 # idist-run --status against a running job: a line per rank, where it is and its process.
 : >"$DIR/out"  # emptied now: the job empties it only after the fork
 "$RUN" -n 3 "$STALL" loop 60 50 >"$DIR/out" 2>&1 &
@@ -115,7 +125,7 @@ sleep 0.5
 rc=$?
 sed 's/^/  | /' "$DIR/status"
 check "--status on a running job: exit 0, a header and one line per rank (exit $rc)" eval \
-  '[ $rc = 0 ] && grep -q "^idist-run $job on .*: attempt 0, 3 ranks here" "$DIR/status" && [ $(grep -cE "^ +[0-2] +[0-9]+  (in|own code, after) all_reduce #[0-9]+ on world" "$DIR/status") = 3 ]'
+  '[ $rc = 0 ] && grep -q "^idist-run $job on .*: attempt 0, 3 ranks here" "$DIR/status" && [ $(grep -cE "^ +[0-2] +[0-9]+  (in|in its own code, after) all_reduce #[0-9]+ on world" "$DIR/status") = 3 ]'
 "$RUN" --status $job >"$DIR/status2" 2>&1
 check "--status PID asks that job" eval '[ $? = 0 ] && grep -q "^idist-run $job on" "$DIR/status2"'
 wait $job
