@@ -110,6 +110,7 @@ Contract read_contract(const Lookup& lookup) {
     if (const auto v = env.get(name)) out = parse_flag(name, *v);
   };
   flag(kDebug, c.debug);
+  flag(kFlightRecorder, c.flight_recorder);
   flag(kStoreBindAll, c.store_bind_all);
   if (auto v = env.get_int(kRestartCount, 0, std::numeric_limits<int>::max())) c.restart_count = *v;
 

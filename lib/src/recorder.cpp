@@ -45,11 +45,16 @@ rec::Segment& segment() {
   return *s;
 }
 
-// IDIST_FLIGHT_RECORDER=off: nothing recorded (to measure what recording costs).
+// IDIST_FLIGHT_RECORDER=0: nothing recorded (to measure what recording costs). A bad value
+// fails init() (read_contract); here, before or without init, it leaves the recorder on.
 bool enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("IDIST_FLIGHT_RECORDER");
-    return v == nullptr || std::strcmp(v, "off") != 0;
+    const char* v = std::getenv(std::string(env::kFlightRecorder).c_str());
+    try {
+      return v == nullptr || env::parse_flag(env::kFlightRecorder, v);
+    } catch (const std::exception&) {
+      return true;
+    }
   }();
   return on;
 }

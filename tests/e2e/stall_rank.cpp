@@ -7,6 +7,10 @@
 //   stall_rank recv RANK SECONDS            rank 0 receives from that rank in round 3, which sleeps
 //                                           SECONDS in its own code before it sends
 //                                           (the same bytes: gloo over TCP completes it, wrongly)
+//   stall_rank healthy SECONDS              a healthy job for SECONDS: phases of 4-7 s of work (sleep
+//                                           or spin, unequal between ranks: up to 3 s of waiting in
+//                                           the collective after it), then all_reduce, broadcast,
+//                                           a ring of send/recv and a barrier
 // Every rank prints its pid first ("rank R pid P"), so that a test can signal it.
 #include <idist/idist.hpp>
 
@@ -17,13 +21,14 @@
 #include <cstdio>
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 int main(int argc, char** argv) try {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS\n");
+    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS | healthy SECONDS\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -31,6 +36,39 @@ int main(int argc, char** argv) try {
   const int rank = idist::get_rank();
   std::printf("rank %d pid %d\n", rank, static_cast<int>(::getpid()));
   std::fflush(stdout);
+  if (mode == "healthy") {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(std::stoi(argv[2]));
+    const int size = idist::get_world_size();
+    for (int round = 0; std::chrono::steady_clock::now() < until; ++round) {
+      const auto work = std::chrono::milliseconds(4000 + 1000 * ((rank + round) % 4));
+      if (round % 2 == 0) {
+        std::this_thread::sleep_for(work);
+      } else {
+        const auto end = std::chrono::steady_clock::now() + work;
+        volatile double sink = 0;
+        while (std::chrono::steady_clock::now() < end) sink = sink + 1.0;
+      }
+      std::vector<float> x(1000, 1.0f);
+      idist::all_reduce(x);
+      int value = rank == round % size ? round : -1;
+      idist::broadcast(std::span<int>(&value, 1), round % size);
+      if (value != round) throw std::runtime_error("broadcast gave " + std::to_string(value));
+      std::vector<float> message(16, static_cast<float>(rank));
+      if (rank % 2 == 0) {
+        idist::send(message, (rank + 1) % size, 1);
+        idist::recv(std::span<float>(message), (rank + size - 1) % size, 1);
+      } else {
+        std::vector<float> got(16);
+        idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
+        idist::send(message, (rank + 1) % size, 1);
+      }
+      idist::barrier();
+      std::printf("rank %d round %d\n", rank, round);
+      std::fflush(stdout);
+    }
+    idist::finalize();
+    return 0;
+  }
   const int rounds = mode == "loop" ? std::stoi(argv[2]) : 6;
   const int pause_ms = mode == "loop" && argc > 3 ? std::stoi(argv[3]) : 20;
   const int who = mode == "loop" ? -1 : std::stoi(argv[2]);

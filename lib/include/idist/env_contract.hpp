@@ -39,6 +39,8 @@ inline constexpr std::string_view kIntranode = "IDIST_INTRANODE";  // auto | shm
 // The descriptor of the rank's flight recorder (idist/common/flight_recorder.hpp), which its
 // idist-run made and reads; the library writes there when it is set, else in memory of its own.
 inline constexpr std::string_view kRecorderFd = "IDIST_RECORDER_FD";
+// 0: nothing is recorded (to measure what recording costs); 1, the default: always on.
+inline constexpr std::string_view kFlightRecorder = "IDIST_FLIGHT_RECORDER";
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
 
@@ -75,6 +77,7 @@ struct Contract {
   // "shm" (required: an error when they do not), "off" (gloo over TCP even on one host).
   std::string intranode = "auto";
   bool debug = false;
+  bool flight_recorder = true;  // IDIST_FLIGHT_RECORDER
   bool store_bind_all = false;
   bool from_env = false;  // false when no topology variable was set: a world of one
   // With no topology set: an outer launcher's marks that describe a job of several tasks
