@@ -3,6 +3,8 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/fmt/ranges.h>
 
+#include <nlohmann/json.hpp>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +46,12 @@ std::string what(const Recorded& r) {
 }
 
 bool collective(const Recorded& s) { return s.kind == rec::Kind::collective; }
+
+// Its process state: read on its node (another node's ranks carry theirs), with the node named.
+std::string state_of(const RankView& r) {
+  if (r.host.empty()) return process_state(r.pid);
+  return r.process + " on " + r.host;
+}
 
 // "all_reduce #5 on world (float32, 2 elements)"; "recv from rank 2 on world (tag 0, 8 bytes)".
 std::string call_text(const Recorded& r) {
@@ -96,7 +104,7 @@ std::optional<StallReport> p2p_stall(const std::vector<RankView>& ranks, std::in
         if (other.rank == newest->root) peer = &other;
     if (peer != nullptr) {
       line += fmt::format("; rank {} is {} ({})", peer->rank, where_is(*peer, now_ns),
-                          peer->running ? "state: " + process_state(peer->pid) : peer->ended);
+                          peer->running ? "state: " + state_of(*peer) : peer->ended);
       report.suspect = peer->rank;
       if (peer->running) report.to_inspect.push_back({peer->rank, peer->pid});
     } else {
@@ -207,7 +215,7 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
     }
     // Sub-groups: a rank that never called into the group is taken for a non-member.
     if (ref.group >= 0 && last == nullptr) continue;
-    const std::string process = r.running ? "state: " + process_state(r.pid) : r.ended;
+    const std::string process = r.running ? "state: " + state_of(r) : r.ended;
     if (at != nullptr && same_call(*at, ref) && at->state == rec::State::entered && r.running) {
       waiting.push_back(r.rank);
       longest = std::max(longest, now_ns - at->entered_ns);
@@ -263,6 +271,69 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
   return report;
 }
 
+std::string views_to_json(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
+                          std::size_t budget) {
+  // A slot as an array: [state, kind, op, dtype, epoch, group, root, seq, count, age in ms,
+  // position], about 60 bytes.
+  constexpr std::size_t kSlotBytes = 80, kRankBytes = 120;
+  const std::size_t per_rank =
+      ranks.empty() ? 0 : std::clamp<std::size_t>((budget / ranks.size() - std::min(budget / ranks.size(), kRankBytes)) / kSlotBytes, 1, 8);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : ranks) {
+    std::vector<const Recorded*> newest;
+    for (const auto& s : r.slots) newest.push_back(&s);
+    std::sort(newest.begin(), newest.end(), [](auto* a, auto* b) { return a->position > b->position; });
+    if (newest.size() > per_rank) newest.resize(per_rank);
+    nlohmann::json slots = nlohmann::json::array();
+    for (const auto* s : newest)
+      slots.push_back({static_cast<int>(s->state), static_cast<int>(s->kind), s->op, s->dtype, s->epoch, s->group,
+                       s->root, s->seq, s->count, (now_ns - s->entered_ns) / 1000000, s->position});
+    out.push_back({{"rank", r.rank},
+                   {"pid", r.pid},
+                   {"running", r.running},
+                   {"ended", r.ended},
+                   {"host", host},
+                   {"process", r.running ? process_state(r.pid) : r.ended},
+                   {"slots", std::move(slots)}});
+  }
+  return out.dump();
+}
+
+bool views_from_json(const std::string& text, std::int64_t now_ns, std::vector<RankView>& out) {
+  const auto in = nlohmann::json::parse(text, nullptr, false);
+  if (!in.is_array()) return false;
+  try {
+    for (const auto& r : in) {
+      RankView v;
+      v.rank = r.at("rank").get<int>();
+      v.pid = r.at("pid").get<pid_t>();
+      v.running = r.at("running").get<bool>();
+      v.ended = r.at("ended").get<std::string>();
+      v.host = r.at("host").get<std::string>();
+      v.process = r.at("process").get<std::string>();
+      for (const auto& s : r.at("slots")) {
+        Recorded c;
+        c.state = static_cast<rec::State>(s.at(0).get<int>());
+        c.kind = static_cast<rec::Kind>(s.at(1).get<int>());
+        c.op = s.at(2).get<std::string>();
+        c.dtype = s.at(3).get<std::uint8_t>();
+        c.epoch = s.at(4).get<std::uint32_t>();
+        c.group = s.at(5).get<std::int32_t>();
+        c.root = s.at(6).get<std::int32_t>();
+        c.seq = s.at(7).get<std::uint64_t>();
+        c.count = s.at(8).get<std::uint64_t>();
+        c.entered_ns = now_ns - s.at(9).get<std::int64_t>() * 1000000;
+        c.position = s.at(10).get<std::uint64_t>();
+        v.slots.push_back(std::move(c));
+      }
+      out.push_back(std::move(v));
+    }
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+  return true;
+}
+
 bool stack_tool_available() {
   static const bool found = [] {
     const char* path = std::getenv("PATH");
@@ -310,7 +381,7 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
   lines.push_back(fmt::format("{:>5} {:>8}  {:<{}}  {}", "rank", "pid", "where", width, "process"));
   for (const auto& [r, where] : rows)
     lines.push_back(fmt::format("{:>5} {:>8}  {:<{}}  {}", r->rank, r->pid, where, width,
-                                r->running ? process_state(r->pid) : r->ended));
+                                r->running ? state_of(*r) : r->ended));
   return lines;
 }
 

@@ -40,13 +40,17 @@ struct Recorded {
   common::recorder::Kind kind = common::recorder::Kind::collective;
 };
 
-// What one local rank's recorder holds, and its process.
+// What one rank's recorder holds, and its process.
 struct RankView {
   int rank = 0;
   pid_t pid = -1;
   bool running = true;
   std::string ended;  // "exited with code 3" when it is not running
   std::vector<Recorded> slots;
+  // A rank of another node (a job-wide report): its host, and its process state as read there
+  // (/proc is that node's).
+  std::string host;
+  std::string process;
 };
 
 // The segment's slots; `since_ns`: when its `next` last changed, as the reader saw it.
@@ -67,6 +71,14 @@ struct StallReport {
 // (group, number) was not reported before (it is added to `reported`); nullopt otherwise.
 std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
                                         std::chrono::milliseconds stall, CallKeys& reported);
+
+// A node's ranks as a job-wide report needs them, for the rendezvous (JSON text): each rank's
+// newest calls (as many as keep the text under `budget` bytes), its process state read here,
+// and how long ago each call was first seen (not when: the nodes' clocks differ).
+std::string views_to_json(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
+                          std::size_t budget);
+// Back, dated on this node's clock (appended to `out`); false when the text is not such a list.
+bool views_from_json(const std::string& text, std::int64_t now_ns, std::vector<RankView>& out);
 
 // Whether gdb can be run for stacks (it is in PATH).
 bool stack_tool_available();
