@@ -146,17 +146,30 @@ check "--nnodes 2:3, kill -9 of one node's idist-run: the other two exit 0" equa
 check "... re-formed without it: 4 ranks of attempt 1 sum 50" equals "$(count_re "$(out a; out b)" "rank [0-3]/4 port [0-9]+ attempt 1 sum 50 right")" 4
 
 # --- MIN:MAX: a node that arrives late joins the next attempt --------------------------------------
-new_port
-node a 2:3 --rdzv-conf last_call_timeout=0.3 -- 80 25 5
-sleep 0.2
-node b 2:3 --rdzv-conf last_call_timeout=0.3 -- 80 25 5
-sleep 1.2
-node c 2:3 --rdzv-conf last_call_timeout=0.3 -- 80 25 5
-wait
-check "a third node arriving while 2 of 2:3 run: all exit 0 (the re-form is not a restart: --max-restarts 0)" \
-  equals "$(rc a)/$(rc b)/$(rc c)" 0/0/0
-check "... attempt 1 has 6 ranks, each sum 105" equals "$(count_re "$(out a; out b; out c)" "/6 port [0-9]+ attempt 1 sum 105 right")" 6
-check "... and says why it re-formed" contains "$(out a)" "attempt 0 ended: the node on $(hostname) joined"
+# The re-form stops node a's ranks, and node b's may fail on their lost peers before b's idist-run
+# reads the end: that must not count as a failure (--max-restarts 0 would end the job). 5 runs.
+reformed=0
+for run in 1 2 3 4 5; do
+  new_port
+  node a 2:3 --max-restarts 0 --rdzv-conf last_call_timeout=0.3 -- 40 25 5
+  pid_a=$NODE_PID
+  sleep 0.2
+  node b 2:3 --max-restarts 0 --rdzv-conf last_call_timeout=0.3 -- 40 25 5
+  pid_b=$NODE_PID
+  sleep 0.7
+  node c 2:3 --max-restarts 0 --rdzv-conf last_call_timeout=0.3 -- 40 25 5
+  wait $pid_a $pid_b $NODE_PID
+  if [ "$(rc a)/$(rc b)/$(rc c)" = 0/0/0 ] &&
+    [ "$(count_re "$(out a; out b; out c)" "/6 port [0-9]+ attempt 1 sum 105 right")" = 6 ] &&
+    contains "$(out a)" "attempt 0 ended: the node on $(hostname) joined"; then
+    reformed=$((reformed + 1))
+  else
+    echo "# re-form run $run: exit $(rc a)/$(rc b)/$(rc c)"
+    for n in a b c; do sed "s/^/#   $n| /" "$DIR/$n.out"; done
+  fi
+done
+check "a third node arriving while 2 of 2:3 run, --max-restarts 0: re-formed in $reformed of 5 runs (attempt 1: 6 ranks, each sum 105; the cause named)" \
+  equals $reformed 5
 
 # --- summary.json on every node: each attempt, and what ended it -------------------------------------
 new_port

@@ -93,6 +93,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // Why the current attempt ends: its failures, in the order they came, or a re-form (a node
   // waits to join: `cause` alone). `cause` is the first word, sent to the nodes to stop them.
   std::optional<std::string> cause;
+  bool reform = false;  // the attempt ends for a node that joined, not for a failure
   std::vector<Failure> failures;
   int exit_code = 1;
   bool failure = false;
@@ -184,6 +185,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (options.max_nodes > options.min_nodes && live_members() < options.max_nodes && phase == Phase::running) {
       info("{} asks to join: ending attempt {} so that the job re-forms with it", node->name(), attempt);
       cause = node->name() + " joined";
+      reform = true;
       return end_attempt();
     }
     if (options.max_nodes == options.min_nodes && phase == Phase::running)
@@ -202,16 +204,31 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (!node->over) --outstanding;
     node->over = true;
     // The node's final word on which of its ranks failed first (its supervisor weighs ranks
-    // that failed together): it replaces what its "fail" said.
+    // that failed together): it replaces what its "fail" said, in its place, so that the
+    // order of the nodes' first reports stays the order blame() reads.
     if (const auto f = m.find("failure"); f != m.end() && f->is_object()) {
-      std::erase_if(failures, [&](const Failure& x) { return x.node == node; });
-      record(failure_from(node, *f));
+      const auto mine = std::find_if(failures.begin(), failures.end(), [&](const Failure& x) { return x.node == node; });
+      if (mine != failures.end()) {
+        *mine = failure_from(node, *f);
+      } else {
+        record(failure_from(node, *f));
+      }
     }
     maybe_decide();
   }
 
-  // A failure: the first ends the attempt on every node.
+  // A failure: the first ends the attempt on every node. Those that come while it ends may
+  // still be the cause (a node reports what its ranks did before it heard the end), which
+  // blame() weighs; they cost no more of the budget than the first.
   void record(Failure f) {
+    // A re-form stops every member's ranks, and a rank whose peers stop first fails before
+    // its own idist-run reads `end`: a consequence of the re-form, reported as a failure. None
+    // of it counts, neither as the attempt's failure nor against --max-restarts.
+    if (reform) {
+      if (!options.quiet)
+        spdlog::debug("rendezvous: attempt {} re-forms: not counting {}", attempt, f.text());
+      return;
+    }
     failure = true;
     failures.push_back(std::move(f));
     if (phase != Phase::running) return;
@@ -412,6 +429,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     }
     phase = Phase::running;
     failure = false;
+    reform = false;
     failures.clear();
     cause.reset();
     exit_code = 1;

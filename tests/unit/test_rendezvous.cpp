@@ -1,0 +1,170 @@
+// The job-wide rendezvous (launchers/src/rendezvous/server.cpp) driven message by message:
+// a real Server on loopback, and simulated node agents whose every message the test writes,
+// so that orders the real agents produce only by chance (a failure that crosses a re-form's
+// `end`) happen every run.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/server.hpp"
+#include "rendezvous/wire.hpp"
+
+namespace rdzv = idist::launchers::rendezvous;
+using rdzv::Json;
+using rdzv::tcp;
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kToken = "unit-test";
+
+struct Harness {
+  asio::io_context io;
+  tcp::endpoint where;
+  std::unique_ptr<rdzv::Server> server;
+
+  explicit Harness(rdzv::ServerOptions options) {
+    options.quiet = true;
+    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    acceptor.listen();
+    where = acceptor.local_endpoint();
+    server = std::make_unique<rdzv::Server>(io, std::move(acceptor), std::move(options));
+    server->start();
+  }
+
+  // Runs the loop until `done` holds; false after `limit`.
+  bool run_until(const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
+    const auto end = Clock::now() + limit;
+    while (!done()) {
+      if (Clock::now() >= end) return false;
+      io.restart();
+      io.run_one_until(end);
+    }
+    return true;
+  }
+};
+
+// One simulated node agent: what it is sent (heartbeats aside), and when its connection closed.
+struct Agent {
+  std::string host;
+  std::shared_ptr<rdzv::Connection> connection;
+  std::vector<Json> got;
+  bool closed = false;
+  Clock::time_point closed_at;
+  std::unique_ptr<asio::steady_timer> beat_timer;
+
+  Agent(Harness& h, std::string name) : host(std::move(name)) {
+    tcp::socket socket(h.io);
+    socket.connect(h.where);
+    connection = std::make_shared<rdzv::Connection>(std::move(socket));
+    connection->start(
+        [this](const Json& m) {
+          if (m["t"] != "hb") got.push_back(m);
+        },
+        [this](const std::string&) {
+          closed = true;
+          closed_at = Clock::now();
+        });
+  }
+
+  void join(bool hosting = false, int grace_ms = -1) {
+    Json m{{"t", "join"}, {"token", kToken}, {"host", host}, {"nproc", 2}, {"hosting", hosting}};
+    if (hosting) m["master_port"] = 1;
+    if (grace_ms >= 0) m["grace_ms"] = grace_ms;
+    connection->send(m);
+  }
+
+  // Heartbeats every `period`, as a live agent does (until its connection closes).
+  void beat(asio::io_context& io, std::chrono::milliseconds period) {
+    if (!beat_timer) beat_timer = std::make_unique<asio::steady_timer>(io);
+    if (closed) return;
+    connection->send(Json{{"t", "hb"}});
+    beat_timer->expires_after(period);
+    beat_timer->async_wait([this, &io, period](auto ec) {
+      if (!ec) beat(io, period);
+    });
+  }
+
+  // The last message of type `t` ("assign", "end", "verdict", "error"), or null.
+  Json last(const std::string& t) const {
+    for (auto it = got.rbegin(); it != got.rend(); ++it)
+      if ((*it)["t"] == t) return *it;
+    return nullptr;
+  }
+  int count(const std::string& t) const {
+    int n = 0;
+    for (const auto& m : got) n += m["t"] == t;
+    return n;
+  }
+  bool has(const std::string& t) const { return count(t) > 0; }
+};
+
+Json fail_message(int attempt, int rank, int code) {
+  return Json{{"t", "fail"}, {"attempt", attempt}, {"rank", rank}, {"how", "exited with code " + std::to_string(code)},
+              {"exit_code", code}, {"root", false}};
+}
+
+Json over_message(int attempt, std::optional<Json> failure = std::nullopt) {
+  Json m{{"t", "over"}, {"attempt", attempt}};
+  if (failure) {
+    failure->erase("t");
+    failure->erase("attempt");
+    m["failure"] = *failure;
+  }
+  return m;
+}
+
+std::string text_of(const Json& m, const char* key) { return m.is_object() ? m.value(key, std::string()) : std::string(); }
+
+}  // namespace
+
+TEST_CASE("a failure that crosses a re-form's end is not counted: --max-restarts 0, MIN:MAX, the job re-forms") {
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 3, .max_restarts = 0, .last_call = 50ms, .dead_after = 60s});
+  Agent a(h, "ha"), b(h, "hb");
+  a.join(true);
+  b.join();
+  REQUIRE(h.run_until([&] { return a.has("assign") && b.has("assign"); }));
+  Agent c(h, "hc");
+  c.join();
+  REQUIRE(h.run_until([&] { return a.has("end") && b.has("end"); }));
+  CHECK(text_of(b.last("end"), "cause") == "the node on hc joined");
+  // Node b's ranks lost their peers on node a, which stopped first, and b said so before it
+  // read its `end`: a consequence of the re-form, which must not spend the (empty) budget.
+  b.connection->send(fail_message(0, 2, 1));
+  b.connection->send(over_message(0, fail_message(0, 2, 1)));
+  a.connection->send(over_message(0));
+  REQUIRE(h.run_until([&] { return a.has("verdict") && b.has("verdict"); }));
+  for (const Agent* n : {&a, &b}) {
+    CHECK(text_of(n->last("verdict"), "then") == "restart");
+    CHECK(n->last("verdict").value("restarts_left", -1) == 0);
+    CHECK(text_of(n->last("verdict"), "cause") == "the node on hc joined");
+  }
+  a.join(true);
+  b.join();
+  REQUIRE(h.run_until([&] { return a.count("assign") == 2 && b.count("assign") == 2 && c.has("assign"); }));
+  CHECK(c.last("assign").value("nnodes", 0) == 3);
+  CHECK(c.last("assign").value("attempt", -1) == 1);
+}
+
+TEST_CASE("after a failure ends an attempt, the budget is spent once and the first failure is named") {
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .max_restarts = 1, .dead_after = 60s});
+  Agent a(h, "ha"), b(h, "hb");
+  a.join(true);
+  b.join();
+  REQUIRE(h.run_until([&] { return a.has("assign") && b.has("assign"); }));
+  a.connection->send(fail_message(0, 1, 7));
+  REQUIRE(h.run_until([&] { return b.has("end"); }));
+  b.connection->send(fail_message(0, 3, 1));
+  b.connection->send(over_message(0, fail_message(0, 3, 1)));
+  a.connection->send(over_message(0, fail_message(0, 1, 7)));
+  REQUIRE(h.run_until([&] { return a.has("verdict") && b.has("verdict"); }));
+  CHECK(text_of(b.last("verdict"), "then") == "restart");
+  CHECK(b.last("verdict").value("restarts_left", -1) == 0);
+  CHECK(text_of(b.last("verdict"), "cause") == "rank 1 on node 0 (ha) exited with code 7");
+}
