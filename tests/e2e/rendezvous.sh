@@ -2,7 +2,8 @@
 # Jobs over several nodes that recover together (--rdzv-endpoint, one rendezvous for the job):
 # "nodes" are idist-run processes on loopback, each with ranks of its own; job_sum's ranks
 # check every sum. A rank that crashes while the other node computes, a node whose idist-run
-# is killed (fixed size, and MIN:MAX), a node that arrives late, one restart budget for the job.
+# is killed (fixed size, and MIN:MAX) or frozen, a node that arrives late, one restart budget
+# for the job.
 # usage: rendezvous.sh IDIST_RUN EXAMPLES_DIR JOB_SUM
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -30,6 +31,14 @@ rc() { cat "$DIR/$1.rc"; }
 out() { cat "$DIR/$1.out"; }
 new_port() { port=$((21000 + RANDOM % 9000)); }
 count_re() { grep -cE -- "$2" <<<"$1" || true; }
+# wait_line NAME TEXT [SECONDS=20]: until node NAME's output has TEXT; false after SECONDS.
+wait_line() {
+  local end=$(($(now_ms) + ${3:-20} * 1000))
+  until grep -qF -- "$2" "$DIR/$1.out" 2>/dev/null; do
+    [ "$(now_ms)" -lt $end ] || return 1
+    sleep 0.05
+  done
+}
 
 # --- a rank crashes while the other node computes: every node restarts, 10 runs of 10 -----------
 recovered=0
@@ -170,6 +179,30 @@ for run in 1 2 3 4 5; do
 done
 check "a third node arriving while 2 of 2:3 run, --max-restarts 0: re-formed in $reformed of 5 runs (attempt 1: 6 ranks, each sum 105; the cause named)" \
   equals $reformed 5
+
+# --- a frozen idist-run (SIGSTOP: its ranks run on, its heartbeats stop), default node_timeout -----
+# Each connection's silence is checked at its own deadline: node 1 is declared dead at most 5 s
+# (node_timeout) after its last heartbeat, so at most 5 s after the freeze (plus a little
+# scheduling); a check once per heartbeat made that up to 6 s.
+new_port
+node a 2 --max-restarts 1 --grace 1 -- 400 25 5
+sleep 0.2
+node b 2 --max-restarts 1 --grace 1 -- 400 25 5
+pid_b=$NODE_PID
+sleep 1.5
+agent_b=$(agent_of $pid_b)
+kill -STOP "$agent_b"
+start=$(now_ms)
+wait_line a "stopped answering" 15
+took=$(($(now_ms) - start))
+check "SIGSTOP of node 1's idist-run: node 0 declares it dead $took ms after the freeze (node_timeout 5 s: at most 5500)" \
+  test $took -le 5500
+kill -CONT "$agent_b"
+wait
+check "... node 0 exits 1, naming it" eval '[ "$(rc a)" = 1 ] && contains "$(out a)" \
+  "node 1 ($(hostname)) stopped answering (no heartbeat for 5s); 1 node left, the job needs 2"'
+check "... and node 1, thawed, finds its rendezvous gone and exits 1" \
+  eval '[ "$(rc b)" = 1 ] && contains "$(out b)" "lost the rendezvous at 127.0.0.1:$port (node 0)"'
 
 # --- summary.json on every node: each attempt, and what ended it -------------------------------------
 new_port

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Three "hosts" (network namespaces on one bridge, each with a host name of its own) that meet
 # at a rendezvous on host 0: nodes started in any order without --node-rank get the same ranks
-# every time; a cut cable (no reset, no FIN) is noticed within the heartbeat bound on both sides,
-# and with --nnodes 2:3 the other two go on without the cut host.
+# every time; a cut cable (no reset, no FIN) is noticed within the default node_timeout (5 s) on
+# both sides, and with --nnodes 2:3 the other two go on without the cut host.
 # usage: rendezvous_netns.sh IDIST_RUN EXAMPLES_DIR JOB_SUM     exits 77 (skipped) without namespaces
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -58,8 +58,10 @@ done
 # --- a cut cable -------------------------------------------------------------------------------
 # mike (host 2, node 1) loses its cable while every rank computes. The rendezvous hears nothing
 # more from it (no reset reaches anyone) and drops it after node_timeout; mike's idist-run hears
-# nothing from the rendezvous and gives up as long after. With 2:3 the other two go on.
-conf=(--rdzv-conf node_timeout=2,heartbeat=0.5,last_call_timeout=0.5 --max-restarts 1 --grace 1)
+# nothing from the rendezvous and gives up as long after. With 2:3 the other two go on. The
+# default node_timeout and heartbeat (5 s, 1 s): each side checks the other's silence at its
+# deadline, so the cut is noticed at most 5 s after it (the last heartbeat came before it).
+conf=(--rdzv-conf last_call_timeout=0.5 --max-restarts 1 --grace 1)
 start 0 2:3 "${conf[@]}" -- 120 25 5
 sleep 0.3
 start 1 2:3 "${conf[@]}" -- 120 25 5
@@ -67,16 +69,23 @@ start 2 2:3 "${conf[@]}" -- 120 25 5
 sleep 2
 netns_cut 2
 cut=$(now_ms)
-while [ ! -s "$DIR/h2.rc" ] && [ $(($(now_ms) - cut)) -lt 20000 ]; do sleep 0.05; done
+seen_0= seen_2=
+while { [ -z "$seen_0" ] || [ -z "$seen_2" ] || [ ! -s "$DIR/h2.rc" ]; } && [ $(($(now_ms) - cut)) -lt 20000 ]; do
+  [ -z "$seen_0" ] && grep -q "stopped answering" "$DIR/h0.out" && seen_0=$(($(now_ms) - cut))
+  [ -z "$seen_2" ] && grep -q "lost the rendezvous" "$DIR/h2.out" && seen_2=$(($(now_ms) - cut))
+  sleep 0.05
+done
 took=$(($(now_ms) - cut))
 wait
-check "the cut host's idist-run gives up in $took ms (node_timeout 2 s + grace 1 s: under 5000), exit 1" \
-  eval '[ "$(rc 2)" = 1 ] && [ $took -lt 5000 ]'
+check "the surviving side (the rendezvous on alpha) notices the cut in ${seen_0:-more than 20000} ms (default node_timeout 5 s: at most 5500)" \
+  eval '[ -n "$seen_0" ] && [ "$seen_0" -le 5500 ]'
+check "the cut host notices in ${seen_2:-more than 20000} ms (at most 5500) and its idist-run exits 1 in $took ms (+ grace 1 s: under 7000)" \
+  eval '[ -n "$seen_2" ] && [ "$seen_2" -le 5500 ] && [ "$(rc 2)" = 1 ] && [ $took -lt 7000 ]'
 check "... naming the rendezvous that went silent" contains "$(out 2)" \
-  "lost the rendezvous at $EP (node 0): stopped answering (no heartbeat for 2s)"
+  "lost the rendezvous at $EP (node 0): stopped answering (no heartbeat for 5s)"
 check "the other two exit 0" equals "$(rc 0)/$(rc 1)" 0/0
 check "... after the rendezvous dropped mike for its silence" contains "$(out 0)" \
-  "attempt 0 ended: node 1 (mike) stopped answering (no heartbeat for 2s); restarting every node"
+  "attempt 0 ended: node 1 (mike) stopped answering (no heartbeat for 5s); restarting every node"
 check "... and re-formed without it: 4 ranks of attempt 1 sum 50" \
   equals "$(grep -cE 'rank [0-3]/4 port [0-9]+ attempt 1 sum 50 right' <<<"$(out 0; out 1)")" 4
 

@@ -168,3 +168,19 @@ TEST_CASE("after a failure ends an attempt, the budget is spent once and the fir
   CHECK(b.last("verdict").value("restarts_left", -1) == 0);
   CHECK(text_of(b.last("verdict"), "cause") == "rank 1 on node 0 (ha) exited with code 7");
 }
+
+TEST_CASE("silence is noticed at node_timeout, not up to a heartbeat later") {
+  // A check once per heartbeat would see node b's silence only at the first beat past 0.5 s
+  // (0.8 s here); its own deadline is 0.5 s after its last message.
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .heartbeat = 400ms, .dead_after = 500ms});
+  Agent a(h, "ha"), b(h, "hb");
+  a.beat(h.io, 100ms);
+  a.join(true);
+  b.join();
+  const auto last_word = Clock::now();  // b says nothing after its join
+  REQUIRE(h.run_until([&] { return a.has("end"); }, 3s));
+  const auto took = Clock::now() - last_word;
+  CHECK(took >= 500ms);
+  CHECK(took < 750ms);  // the bound: node_timeout plus a quarter second of scheduling
+  CHECK(text_of(a.last("end"), "cause") == "node 1 (hb) stopped answering (no heartbeat for 0.5s)");
+}

@@ -65,6 +65,7 @@ struct NodeAgent::State {
   std::shared_ptr<Connection> connection;
   std::unique_ptr<PortReservation> port;  // hosting: rank 0's store port for this attempt
   std::unique_ptr<asio::steady_timer> beat_timer;
+  std::unique_ptr<asio::steady_timer> silence_timer;
   std::unique_ptr<asio::steady_timer> connect_timer;
   // Bounds what this node waits for, whatever the rendezvous does: an answer to a join, and
   // (on node 0) the drain at the end.
@@ -109,16 +110,28 @@ struct NodeAgent::State {
     connection->start([this](const Json& m) { on_message(m); }, [this](const std::string& why) { on_close(why); });
     if (pending_join) connection->send(*std::exchange(pending_join, std::nullopt));
     beat();
+    watch();
   }
 
   void beat() {
     if (finished || !connection || connection->closed()) return;
-    if (Clock::now() - last_heard > options.dead_after)
-      return connection->close(fmt::format("stopped answering (no heartbeat for {})", common::duration_text(options.dead_after)));
     connection->send(Json{{"t", "hb"}});
     beat_timer->expires_after(options.heartbeat);
     beat_timer->async_wait([this](auto ec) {
       if (!ec) beat();
+    });
+  }
+
+  // The rendezvous' silence, checked when it reaches dead_after rather than at our next
+  // heartbeat: noticed within dead_after of its last message, not up to a heartbeat later.
+  void watch() {
+    if (finished || !connection || connection->closed()) return;
+    const auto deadline = last_heard + options.dead_after;
+    if (Clock::now() >= deadline)
+      return connection->close(fmt::format("stopped answering (no heartbeat for {})", common::duration_text(options.dead_after)));
+    silence_timer->expires_at(deadline);
+    silence_timer->async_wait([this](auto ec) {
+      if (!ec) watch();
     });
   }
 
@@ -235,6 +248,7 @@ void NodeAgent::start(boost::asio::io_context& io, Events events) {
   s.io = &io;
   s.events = std::move(events);
   s.beat_timer = std::make_unique<asio::steady_timer>(io);
+  s.silence_timer = std::make_unique<asio::steady_timer>(io);
   s.connect_timer = std::make_unique<asio::steady_timer>(io);
   s.guard_timer = std::make_unique<asio::steady_timer>(io);
   if (s.listen_fd >= 0) {
@@ -328,6 +342,7 @@ void NodeAgent::finish(std::function<void()> done) {
   auto& s = *state_;
   s.finished = true;
   s.beat_timer->cancel();
+  s.silence_timer->cancel();
   s.connect_timer->cancel();
   if (s.connection) s.connection->close("the job is over here");
   if (!s.server) {
@@ -356,6 +371,7 @@ void NodeAgent::detach() {
   s.connection.reset();
   s.server.reset();
   s.beat_timer.reset();
+  s.silence_timer.reset();
   s.connect_timer.reset();
   s.guard_timer.reset();
 }

@@ -99,6 +99,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   bool failure = false;
   std::vector<int> bases;  // each node rank's first global rank, this attempt
   asio::steady_timer heartbeat_timer{io};
+  asio::steady_timer silence_timer{io};
   asio::steady_timer last_call_timer{io};
   asio::steady_timer join_timer{io};
   asio::steady_timer drain_timer{io};
@@ -114,6 +115,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     accept();
     arm_join_timer();
     beat();
+    watch();
   }
 
   void accept() {
@@ -519,6 +521,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     boost::system::error_code ignored;
     acceptor.close(ignored);
     heartbeat_timer.cancel();
+    silence_timer.cancel();
     last_call_timer.cancel();
     join_timer.cancel();
     drain_timer.cancel();
@@ -532,21 +535,37 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (done) done();
   }
 
-  // Heartbeats out, silence in.
+  // Heartbeats out.
   void beat() {
+    for (const auto& n : nodes)
+      if (n->joined && !n->gone) n->connection->send(Json{{"t", "hb"}});
+    heartbeat_timer.expires_after(options.heartbeat);
+    heartbeat_timer.async_wait([weak = weak_from_this()](auto ec) {
+      if (auto self = weak.lock(); self && !ec) self->beat();
+    });
+  }
+
+  // Silence in, checked at each node's own deadline rather than once per heartbeat, so that a
+  // node silent for dead_after is dropped then, not up to a heartbeat later: one timer, at the
+  // earliest deadline. A message only moves a deadline later, and a new connection's first
+  // deadline is at least dead_after away, so the timer is never late for anyone; with every
+  // node beating it fires about once per dead_after - heartbeat.
+  void watch() {
     const auto now = Clock::now();
+    auto next = now + options.dead_after;
     for (const auto& n : std::vector<NodePtr>(nodes)) {
       if (!n->joined || n->gone) continue;
-      if (now - n->last_seen > options.dead_after) {
+      const auto deadline = n->last_seen + options.dead_after;
+      if (now >= deadline) {
         n->silent = true;
         n->connection->close("silent");
         continue;
       }
-      n->connection->send(Json{{"t", "hb"}});
+      next = std::min(next, deadline);
     }
-    heartbeat_timer.expires_after(options.heartbeat);
-    heartbeat_timer.async_wait([weak = weak_from_this()](auto ec) {
-      if (auto self = weak.lock(); self && !ec) self->beat();
+    silence_timer.expires_at(next);
+    silence_timer.async_wait([weak = weak_from_this()](auto ec) {
+      if (auto self = weak.lock(); self && !ec) self->watch();
     });
   }
 

@@ -18,9 +18,9 @@
 //    ranked by their rank in the previous attempt (stable ranks while membership stays), then
 //    by host name, then by the order they joined in.
 //  - Silence. Agents and rendezvous send heartbeats every `heartbeat`; an agent silent for
-//    `dead_after` (kill -9, a cut link) is dropped and ends the attempt. An agent that loses
-//    the rendezvous stops its ranks and exits, naming it: the rendezvous host is a single
-//    point of failure (README).
+//    `dead_after` (a frozen agent, a cut link) is dropped and ends the attempt, checked at that
+//    deadline, not at the next heartbeat. An agent that loses the rendezvous stops its ranks
+//    and exits, naming it: the rendezvous host is a single point of failure (README).
 //  - Elastic (MIN < MAX): a round closes at MAX nodes, or at MIN after `last_call`; a node that
 //    arrives while the job runs makes it re-form at once (not counted as a restart, nor is any
 //    failure the re-form causes), and a lost node is left out of the next attempt if MIN remain.
