@@ -837,7 +837,7 @@ class Supervisor {
         teardown_signals_.cancel(e);
       });
     };
-    if (options_.coordinator) return options_.coordinator->finish(release);
+    if (options_.coordinator) return options_.coordinator->finish(run_.outcome, release);
     release();
   }
 

@@ -2,8 +2,8 @@
 # Jobs over several nodes that recover together (--rdzv-endpoint, one rendezvous for the job):
 # "nodes" are idist-run processes on loopback, each with ranks of its own; job_sum's ranks
 # check every sum. A rank that crashes while the other node computes, a node whose idist-run
-# is killed (fixed size, and MIN:MAX) or frozen, a node that arrives late, one restart budget
-# for the job.
+# is killed (fixed size, and MIN:MAX) or frozen, a node that cannot start its ranks, a node that
+# arrives late, one restart budget for the job.
 # usage: rendezvous.sh IDIST_RUN EXAMPLES_DIR JOB_SUM
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -203,6 +203,29 @@ check "... node 0 exits 1, naming it" eval '[ "$(rc a)" = 1 ] && contains "$(out
   "node 1 ($(hostname)) stopped answering (no heartbeat for 5s); 1 node left, the job needs 2"'
 check "... and node 1, thawed, finds its rendezvous gone and exits 1" \
   eval '[ "$(rc b)" = 1 ] && contains "$(out b)" "lost the rendezvous at 127.0.0.1:$port (node 0)"'
+
+# --- a node that cannot start its ranks says so; the others name it with that cause ---------------
+# Its --log-dir passes the check at start, then becomes a file while the round waits for a third
+# node: the attempt's directory cannot be made, and no rank of it starts.
+for bad in b a; do
+  new_port
+  mkdir -p "$DIR/logs_a" "$DIR/logs_b"
+  node a 3 --log-dir "$DIR/logs_a" -- 200 25 5
+  sleep 0.2
+  node b 3 --log-dir "$DIR/logs_b" -- 200 25 5
+  sleep 0.5
+  rm -rf "$DIR/logs_$bad" && touch "$DIR/logs_$bad"
+  node c 3 -- 200 25 5
+  wait
+  rm -rf "$DIR/logs_a" "$DIR/logs_b"
+  if [ $bad = b ]; then
+    check "node 1 cannot create its attempt's log directory: the other nodes exit 1 naming node 1 and why" \
+      eval '[ "$(rc a)/$(rc c)" = 1/1 ] && contains "$(out a; out c)" "attempt 0 ended: node 1 ($(hostname)) left the job: could not start every rank"'
+  else
+    check "node 0 cannot create its attempt's log directory: the other nodes exit 1 naming node 0 and why" \
+      eval '[ "$(rc b)/$(rc c)" = 1/1 ] && contains "$(out b)" "node 0'"'"'s idist-run left the job: could not start every rank"'
+  fi
+done
 
 # --- summary.json on every node: each attempt, and what ended it -------------------------------------
 new_port

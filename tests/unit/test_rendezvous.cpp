@@ -169,6 +169,18 @@ TEST_CASE("after a failure ends an attempt, the budget is spent once and the fir
   CHECK(text_of(b.last("verdict"), "cause") == "rank 1 on node 0 (ha) exited with code 7");
 }
 
+TEST_CASE("a node that leaves with a reason is named with it") {
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .max_restarts = 0, .dead_after = 60s});
+  Agent a(h, "ha"), b(h, "hb");
+  a.join(true);
+  b.join();
+  REQUIRE(h.run_until([&] { return a.has("assign") && b.has("assign"); }));
+  b.connection->send(Json{{"t", "leave"}, {"why", "could not start every rank"}});
+  b.connection->close_after_sends();
+  REQUIRE(h.run_until([&] { return a.has("end"); }));
+  CHECK(text_of(a.last("end"), "cause") == "node 1 (hb) left the job: could not start every rank");
+}
+
 TEST_CASE("silence is noticed at node_timeout, not up to a heartbeat later") {
   // A check once per heartbeat would see node b's silence only at the first beat past 0.5 s
   // (0.8 s here); its own deadline is 0.5 s after its last message.

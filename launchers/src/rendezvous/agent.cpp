@@ -78,6 +78,7 @@ struct NodeAgent::State {
   std::optional<RemoteVerdict> early_verdict;  // came while no over() waited for it
   std::string lost_why;
   bool finished = false;
+  bool final_verdict = false;  // success or failure came: this node leaves with the job
 
   bool hosting() const { return server != nullptr || listen_fd >= 0; }
 
@@ -161,6 +162,7 @@ struct NodeAgent::State {
       v.exit_code = field<int>(m, "exit_code", 1);
       v.restarts_left = field<int>(m, "restarts_left", 0);
       v.rank = field<int>(m, "rank", -1);
+      if (v.then != RemoteVerdict::Then::restart) final_verdict = true;
       deliver(v);
     } else if (type == "error") {
       lost_why = "the rendezvous at " + endpoint + " refused this node: " + field<std::string>(m, "message", "?");
@@ -338,13 +340,20 @@ void NodeAgent::over(int attempt, const std::optional<LocalFailure>& failure,
   if (s.connection && !s.connection->closed()) s.connection->send(message);
 }
 
-void NodeAgent::finish(std::function<void()> done) {
+void NodeAgent::finish(const std::string& outcome, std::function<void()> done) {
   auto& s = *state_;
   s.finished = true;
   s.beat_timer->cancel();
   s.silence_timer->cancel();
   s.connect_timer->cancel();
-  if (s.connection) s.connection->close("the job is over here");
+  if (s.connection && !s.final_verdict && !s.connection->closed()) {
+    // Leaving before the job's verdict (a signal, the timeout, ranks it could not start): the
+    // rendezvous names why, rather than a node lost for no known reason.
+    s.connection->send(Json{{"t", "leave"}, {"why", outcome}});
+    s.connection->close_after_sends();
+  } else if (s.connection) {
+    s.connection->close("the job is over here");
+  }
   if (!s.server) {
     s.guard_timer->cancel();
     return done();
@@ -358,7 +367,7 @@ void NodeAgent::finish(std::function<void()> done) {
   s.guard_timer->async_wait([call](auto ec) {
     if (!ec) call();
   });
-  s.server->when_drained([&s, call] {
+  s.server->when_drained(s.final_verdict ? std::string() : outcome, [&s, call] {
     s.guard_timer->cancel();
     call();
   });

@@ -30,6 +30,7 @@ struct Node {
   int master_port = 0;
   std::uint64_t order = 0;  // of joining, for ties
   Clock::time_point last_seen = Clock::now();
+  std::string left_why;  // its "leave": why its idist-run ends before the job does
   bool member = false;  // of the current attempt
   int node_rank = -1;   // in the current attempt, then the previous one
   bool over = false;    // its ranks of the current attempt are gone
@@ -150,6 +151,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (type == "join") return on_join(node, m);
     if (type == "fail") return on_fail(node, m);
     if (type == "over") return on_over(node, m);
+    if (type == "leave") {
+      node->left_why = field<std::string>(m, "why", "");
+      return;
+    }
     refuse(node, "an unknown message '" + type + "'");
   }
 
@@ -277,22 +282,27 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (node->member && !node->over) --outstanding;
     if (phase == Phase::done) return check_drained();
     if (!node->member) {
-      if (node->joined && phase == Phase::gathering) info("{} left before the job started: {}", node->name(), why);
+      if (node->joined && phase == Phase::gathering)
+        info("{} left before the job started: {}", node->name(), lost_text(node, why));
       return;
     }
     // A node whose ranks were done, or lost after the attempt had ended anyway: no news.
     if (node->over || phase != Phase::running) return maybe_decide();
-    {
-      Failure f;
-      f.node = node;
-      f.root = true;
-      f.how = node->silent ? fmt::format("{} stopped answering (no heartbeat for {})", node->name(),
-                                         common::duration_text(options.dead_after))
-                           : fmt::format("{} was lost: its idist-run {}", node->name(),
-                                         why == "the other side closed the connection" ? "ended or was killed" : why);
-      record(std::move(f));
-    }
+    Failure f;
+    f.node = node;
+    f.root = true;
+    f.how = lost_text(node, why);
+    record(std::move(f));
     maybe_decide();
+  }
+
+  // Why a node's connection closed, as a sentence naming it.
+  std::string lost_text(const NodePtr& node, const std::string& why) const {
+    if (node->silent)
+      return fmt::format("{} stopped answering (no heartbeat for {})", node->name(), common::duration_text(options.dead_after));
+    if (!node->left_why.empty()) return fmt::format("{} left the job: {}", node->name(), node->left_why);
+    return fmt::format("{} was lost: its idist-run {}", node->name(),
+                       why == "the other side closed the connection" ? "ended or was killed" : why);
   }
 
   // --- rounds ---------------------------------------------------------------------------------
@@ -569,11 +579,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     });
   }
 
-  void when_drained(std::function<void()> done) {
+  void when_drained(const std::string& why, std::function<void()> done) {
     // Node 0 leaves before the job's end (interrupted, timed out, a rank it could not start):
     // the others hear it as the job's failure, not as silence.
     if (phase != Phase::done) {
-      cause = "node 0's idist-run left the job (interrupted, timed out, or it could not start its ranks)";
+      cause = why.empty() ? "node 0's idist-run left the job (interrupted, timed out, or it could not start its ranks)"
+                          : "node 0's idist-run left the job: " + why;
       exit_code = 1;
       conclude(false);
     }
@@ -598,6 +609,8 @@ Server::~Server() {
 
 void Server::start() { impl_->start(); }
 
-void Server::when_drained(std::function<void()> done) { impl_->when_drained(std::move(done)); }
+void Server::when_drained(const std::string& why, std::function<void()> done) {
+  impl_->when_drained(why, std::move(done));
+}
 
 }  // namespace idist::launchers::rendezvous

@@ -34,7 +34,8 @@ class Server {
 
   void start();
   // After the final verdict: `done` once every agent has hung up (or after a grace period).
-  void when_drained(std::function<void()> done);
+  // Before it, node 0 leaves the job: every node hears so, with `why` (its outcome) if given.
+  void when_drained(const std::string& why, std::function<void()> done);
 
  private:
   struct Impl;

@@ -8,12 +8,13 @@
 //          hosting, master_port}                          rank_base, master_port}
 //   fail  {attempt, rank, how, exit_code}        end     {attempt, cause}: stop your ranks
 //   over  {attempt, failure?{rank,how,exit_code}} verdict {attempt, then: restart|success|failure,
-//   hb    {}                                              cause?, exit_code?, restarts_left}
-//                                                hb {}; error {message} (then it closes)
+//   leave {why}: then it closes                           cause?, exit_code?, restarts_left}
+//   hb    {}                                     hb {}; error {message} (then it closes)
 //
 // An agent joins, runs its ranks once assigned, says "fail" at its first failing rank and
 // "over" once its ranks are gone; the rendezvous answers every node's "over" with one verdict
-// for all. Heartbeats go both ways, so either side notices the other's silence.
+// for all. Heartbeats go both ways, so either side notices the other's silence. An agent that
+// leaves before the job's verdict says why ("leave"), so that the others hear its cause.
 
 #include <fcntl.h>
 

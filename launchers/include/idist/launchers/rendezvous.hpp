@@ -81,7 +81,7 @@ class NodeAgent final : public Coordinator {
   void failed(int attempt, const LocalFailure& failure) override;
   void over(int attempt, const std::optional<LocalFailure>& failure,
             std::function<void(const RemoteVerdict&)> verdict) override;
-  void finish(std::function<void()> done) override;
+  void finish(const std::string& outcome, std::function<void()> done) override;
   void detach() override;
 
  private:

@@ -116,9 +116,10 @@ class Coordinator {
   // Every local rank of the attempt is gone; `verdict` once every node's are.
   virtual void over(int attempt, const std::optional<LocalFailure>& failure,
                     std::function<void(const RemoteVerdict&)> verdict) = 0;
-  // The job is over here; `done` once this process may exit (node 0 hosts the rendezvous
-  // until every node has its verdict).
-  virtual void finish(std::function<void()> done) = 0;
+  // The job is over here, with `outcome` (JobResult::outcome: why, when this node leaves
+  // before the job's verdict); `done` once this process may exit (node 0 hosts the
+  // rendezvous until every node has its verdict).
+  virtual void finish(const std::string& outcome, std::function<void()> done) = 0;
   // The event loop is about to go: let go of everything bound to it.
   virtual void detach() = 0;
 };
