@@ -2,8 +2,8 @@
 # Jobs over several nodes that recover together (--rdzv-endpoint, one rendezvous for the job):
 # "nodes" are idist-run processes on loopback, each with ranks of its own; job_sum's ranks
 # check every sum. A rank that crashes while the other node computes, a node whose idist-run
-# is killed (fixed size, and MIN:MAX) or frozen, a node that cannot start its ranks, a node that
-# arrives late, one restart budget for the job.
+# is killed (fixed size, and MIN:MAX) or frozen, a node that never stops its ranks or cannot
+# start them, a node that arrives late, one restart budget for the job.
 # usage: rendezvous.sh IDIST_RUN EXAMPLES_DIR JOB_SUM
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -20,8 +20,18 @@ node() {
   local opts=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
   shift
+  node_running "$name" "$nnodes" "${opts[@]}" -- "$JOB_SUM" "$@"
+}
+# node_running NAME NNODES [idist-run options...] -- PROGRAM [args]: the same with any program.
+node_running() {
+  local name=$1 nnodes=$2
+  shift 2
+  local opts=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+  shift
+  rm -f "$DIR/$name.rc"
   (timeout 120 "$RUN" --nnodes "$nnodes" --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "rdzv-test-$$" -n 2 \
-     "${opts[@]}" "$JOB_SUM" "$@" >"$DIR/$name.out" 2>&1
+     "${opts[@]}" "$@" >"$DIR/$name.out" 2>&1
    echo $? >"$DIR/$name.rc") &
   NODE_PID=$!
 }
@@ -203,6 +213,33 @@ check "... node 0 exits 1, naming it" eval '[ "$(rc a)" = 1 ] && contains "$(out
   "node 1 ($(hostname)) stopped answering (no heartbeat for 5s); 1 node left, the job needs 2"'
 check "... and node 1, thawed, finds its rendezvous gone and exits 1" \
   eval '[ "$(rc b)" = 1 ] && contains "$(out b)" "lost the rendezvous at 127.0.0.1:$port (node 0)"'
+
+# --- a node that never finishes stopping its ranks -------------------------------------------------
+# Node 1's console reads, but slowly: once the attempt ends its ranks are gone, but their output
+# is still held for that console, so it never says "over" though its idist-run heartbeats on.
+# Past its --grace (0.5 s) and a margin of 5 s it is dropped, and node 0 gets the verdict.
+new_port
+mkfifo "$DIR/slow"
+python3 -c 'import sys, time
+while sys.stdin.buffer.read(512): time.sleep(0.1)' <"$DIR/slow" &
+reader=$!
+start=$(now_ms)
+node_running a 2 --grace 0.5 -- bash -c '[ "$RANK" = 0 ] && { sleep 1; exit 3; }; exec sleep 30'
+pid_a=$NODE_PID
+sleep 0.2
+(timeout 60 "$RUN" --nnodes 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "rdzv-test-$$" -n 2 --grace 0.5 \
+   bash -c 'exec yes "$(printf %0200d 0)"' >"$DIR/slow" 2>"$DIR/b.out"
+ echo $? >"$DIR/b.rc") &
+wait $pid_a
+took=$(($(now_ms) - start))
+check "node 1 never reports its ranks stopped: node 0 has its verdict in $took ms (rank 0 fails at 1 s, + 0.5 s grace + 5 s: under 9000)" \
+  eval '[ "$(rc a)" = 3 ] && [ $took -lt 9000 ]'
+check "... naming the failure and the node dropped" contains "$(out a)" \
+  "the job failed: rank 0 on node 0 ($(hostname)) exited with code 3; node 1 ($(hostname)) did not report its ranks stopped within 5.5s of attempt 0's end; 1 node left, the job needs 2"
+kill "$reader"
+wait
+check "... node 1 hears why it was dropped" contains "$(out b)" \
+  "refused this node: this node did not report its ranks stopped within 5.5s of attempt 0's end; dropped from the job"
 
 # --- a node that cannot start its ranks says so; the others name it with that cause ---------------
 # Its --log-dir passes the check at start, then becomes a file while the round waits for a third

@@ -1,7 +1,7 @@
 // The job-wide rendezvous (launchers/src/rendezvous/server.cpp) driven message by message:
 // a real Server on loopback, and simulated node agents whose every message the test writes,
 // so that orders the real agents produce only by chance (a failure that crosses a re-form's
-// `end`) happen every run.
+// `end`, a node that never says "over") happen every run.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -167,6 +167,31 @@ TEST_CASE("after a failure ends an attempt, the budget is spent once and the fir
   CHECK(text_of(b.last("verdict"), "then") == "restart");
   CHECK(b.last("verdict").value("restarts_left", -1) == 0);
   CHECK(text_of(b.last("verdict"), "cause") == "rank 1 on node 0 (ha) exited with code 7");
+}
+
+TEST_CASE("a member that heartbeats but never says over is dropped after its grace and the margin, named") {
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .max_restarts = 3, .dead_after = 60s, .stop_margin = 200ms});
+  Agent a(h, "ha"), b(h, "hb");
+  a.join(true, 100);
+  b.join(false, 300);  // the largest grace of the members counts
+  REQUIRE(h.run_until([&] { return a.has("assign") && b.has("assign"); }));
+  b.beat(h.io, 50ms);
+  const auto failed_at = Clock::now();
+  a.connection->send(fail_message(0, 0, 3));
+  a.connection->send(over_message(0, fail_message(0, 0, 3)));
+  REQUIRE(h.run_until([&] { return a.has("verdict"); }, 3s));
+  const auto took = Clock::now() - failed_at;
+  CHECK(took >= 500ms);
+  CHECK(took < 1500ms);
+  const auto verdict = a.last("verdict");
+  CHECK(text_of(verdict, "then") == "failure");
+  CHECK(text_of(verdict, "cause") ==
+        "rank 0 on node 0 (ha) exited with code 3; node 1 (hb) did not report its ranks stopped within 0.5s of "
+        "attempt 0's end; 1 node left, the job needs 2");
+  CHECK(verdict.value("exit_code", 0) == 3);
+  REQUIRE(h.run_until([&] { return b.closed; }));
+  CHECK(text_of(b.last("error"), "message") ==
+        "this node did not report its ranks stopped within 0.5s of attempt 0's end; dropped from the job");
 }
 
 TEST_CASE("a node that leaves with a reason is named with it") {

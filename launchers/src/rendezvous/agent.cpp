@@ -227,7 +227,8 @@ NodeAgent::~NodeAgent() {
   if (state_->listen_fd >= 0) ::close(state_->listen_fd);
 }
 
-RendezvousOptions rendezvous_options(const LaunchPlan& plan, int max_restarts, std::chrono::milliseconds join_timeout) {
+RendezvousOptions rendezvous_options(const LaunchPlan& plan, int max_restarts, std::chrono::milliseconds join_timeout,
+                                     std::chrono::milliseconds grace) {
   const auto& r = plan.rendezvous.value();
   return {.host = r.host,
           .port = r.port,
@@ -238,7 +239,8 @@ RendezvousOptions rendezvous_options(const LaunchPlan& plan, int max_restarts, s
           .nproc = plan.local_count,
           .max_restarts = max_restarts,
           .may_host = r.node_rank.value_or(0) == 0,
-          .join_timeout = join_timeout};
+          .join_timeout = join_timeout,
+          .grace = grace};
 }
 
 bool NodeAgent::hosting() const { return state_->hosting(); }
@@ -267,7 +269,8 @@ void NodeAgent::start(boost::asio::io_context& io, Events events) {
                                   .last_call = s.options.last_call,
                                   .heartbeat = s.options.heartbeat,
                                   .dead_after = s.options.dead_after,
-                                  .join_timeout = s.options.join_timeout});
+                                  .join_timeout = s.options.join_timeout,
+                                  .grace = s.options.grace});
     s.server->start();
     spdlog::info("rendezvous: hosting at {} for {} node{}", s.endpoint,
                  s.options.min_nodes == s.options.max_nodes ? std::to_string(s.options.max_nodes)
@@ -284,7 +287,8 @@ void NodeAgent::join(int attempt, std::function<void(const std::optional<RemoteV
   s.early_verdict.reset();
   s.joined = std::move(joined);
   Json message{{"t", "join"},     {"token", s.options.token}, {"host", common::host_name("localhost")},
-               {"nproc", s.options.nproc}, {"hosting", s.server != nullptr}, {"attempt", attempt}};
+               {"nproc", s.options.nproc}, {"hosting", s.server != nullptr}, {"attempt", attempt},
+               {"grace_ms", s.options.grace.count()}};
   if (s.options.node_rank) message["node_rank"] = *s.options.node_rank;
   if (s.server) {
     // Rank 0's store gets a fresh port for every attempt, taken while the last one is held.

@@ -30,7 +30,9 @@ struct Node {
   int master_port = 0;
   std::uint64_t order = 0;  // of joining, for ties
   Clock::time_point last_seen = Clock::now();
-  std::string left_why;  // its "leave": why its idist-run ends before the job does
+  std::chrono::milliseconds grace{-1};  // its --grace (from its join); negative: not said
+  std::string left_why;                 // its "leave": why its idist-run ends before the job does
+  std::string dropped_why;              // set: dropped for not reporting its ranks stopped in time
   bool member = false;  // of the current attempt
   int node_rank = -1;   // in the current attempt, then the previous one
   bool over = false;    // its ranks of the current attempt are gone
@@ -96,11 +98,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::optional<std::string> cause;
   bool reform = false;  // the attempt ends for a node that joined, not for a failure
   std::vector<Failure> failures;
+  std::vector<std::string> departures;  // members lost once the attempt was ending, for the verdict
   int exit_code = 1;
   bool failure = false;
   std::vector<int> bases;  // each node rank's first global rank, this attempt
   asio::steady_timer heartbeat_timer{io};
   asio::steady_timer silence_timer{io};
+  asio::steady_timer stop_timer{io};
   asio::steady_timer last_call_timer{io};
   asio::steady_timer join_timer{io};
   asio::steady_timer drain_timer{io};
@@ -176,6 +180,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (m.contains("node_rank") && m["node_rank"].is_number_integer()) node->wanted_rank = m["node_rank"].get<int>();
     node->hosting = field<bool>(m, "hosting", false);
     node->master_port = field<int>(m, "master_port", 0);
+    if (const auto grace = field<long long>(m, "grace_ms", -1); grace >= 0) node->grace = std::chrono::milliseconds(grace);
     if (node->member) return;  // already in this attempt: nothing to join
     node->over = false;
     if (!node->joined) {
@@ -286,8 +291,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         info("{} left before the job started: {}", node->name(), lost_text(node, why));
       return;
     }
-    // A node whose ranks were done, or lost after the attempt had ended anyway: no news.
-    if (node->over || phase != Phase::running) return maybe_decide();
+    // A node whose ranks were done, or lost after the attempt had ended anyway: not a failure,
+    // but one node fewer for the next attempt, named should that end the job.
+    if (node->over || phase != Phase::running) {
+      departures.push_back(lost_text(node, why));
+      return maybe_decide();
+    }
     Failure f;
     f.node = node;
     f.root = true;
@@ -300,6 +309,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::string lost_text(const NodePtr& node, const std::string& why) const {
     if (node->silent)
       return fmt::format("{} stopped answering (no heartbeat for {})", node->name(), common::duration_text(options.dead_after));
+    if (!node->dropped_why.empty()) return fmt::format("{} {}", node->name(), node->dropped_why);
     if (!node->left_why.empty()) return fmt::format("{} left the job: {}", node->name(), node->left_why);
     return fmt::format("{} was lost: its idist-run {}", node->name(),
                        why == "the other side closed the connection" ? "ended or was killed" : why);
@@ -443,6 +453,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     failure = false;
     reform = false;
     failures.clear();
+    departures.clear();
     cause.reset();
     exit_code = 1;
     blamed_rank = -1;
@@ -460,25 +471,53 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   void end_attempt() {
     phase = Phase::ending;
-    for (const auto& n : members)
-      if (!n->gone && !n->over) n->connection->send(Json{{"t", "end"}, {"attempt", attempt}, {"cause", *cause}});
+    std::chrono::milliseconds grace{0};
+    for (const auto& n : members) {
+      if (n->gone || n->over) continue;
+      n->connection->send(Json{{"t", "end"}, {"attempt", attempt}, {"cause", *cause}});
+      grace = std::max(grace, n->grace.count() >= 0 ? n->grace : options.grace);
+    }
+    arm_stop_timer(grace + options.stop_margin);
     maybe_decide();
+  }
+
+  // The verdict waits for every member's "over", but not for ever: a member that still
+  // heartbeats yet never finishes stopping its ranks (a console it cannot drain, a process it
+  // cannot reap) would hold every node. Past its --grace and a margin it is dropped, named.
+  void arm_stop_timer(std::chrono::milliseconds limit) {
+    stop_timer.expires_after(limit);
+    stop_timer.async_wait([weak = weak_from_this(), round = attempt, limit](auto ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->phase != Phase::ending || self->attempt != round) return;
+      for (const auto& n : std::vector<NodePtr>(self->members)) {
+        if (n->gone || n->over || !n->dropped_why.empty()) continue;
+        n->dropped_why = fmt::format("did not report its ranks stopped within {} of attempt {}'s end",
+                                     common::duration_text(limit), round);
+        self->info("{} {}: dropped from the job", n->name(), n->dropped_why);
+        // Its close (once the error is sent) counts it out and lets the verdict come.
+        self->refuse(n, fmt::format("this node {}; dropped from the job", n->dropped_why));
+      }
+    });
   }
 
   void maybe_decide() {
     if (phase != Phase::running && phase != Phase::ending) return;
     if (outstanding > 0) return;
     if (phase == Phase::running && !failure) return conclude(true);
+    stop_timer.cancel();
     const int live = live_members() + waiting_count();
     if (!failure && live >= options.min_nodes) return next_attempt(false);  // a re-form: not counted
     if (!failure) {
-      cause = std::string("a node left while the job re-formed");
+      cause = departures.empty() ? std::string("a node left while the job re-formed")
+                                 : fmt::format("while the job re-formed, {}", fmt::join(departures, "; "));
       exit_code = 1;
     }
     blame();
     if (restarts_used < options.max_restarts && live >= options.min_nodes) return next_attempt(true);
-    if (live < options.min_nodes)
+    if (live < options.min_nodes) {
+      if (failure && !departures.empty()) *cause += fmt::format("; {}", fmt::join(departures, "; "));
       *cause += fmt::format("; {} node{} left, the job needs {}", live, live == 1 ? "" : "s", options.min_nodes);
+    }
     conclude(false);
   }
 
@@ -517,6 +556,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     acceptor.close(ignored);
     join_timer.cancel();
     last_call_timer.cancel();
+    stop_timer.cancel();
     check_drained();
   }
 
@@ -532,6 +572,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     acceptor.close(ignored);
     heartbeat_timer.cancel();
     silence_timer.cancel();
+    stop_timer.cancel();
     last_call_timer.cancel();
     join_timer.cancel();
     drain_timer.cancel();

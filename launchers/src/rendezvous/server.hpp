@@ -21,6 +21,10 @@ struct ServerOptions {
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds dead_after{5000};
   std::chrono::milliseconds join_timeout{300000};
+  // A member that has not said "over" this long after its attempt ended (its own --grace,
+  // from its join, plus stop_margin) is dropped, so that the verdict never waits on it.
+  std::chrono::milliseconds grace{5000};
+  std::chrono::milliseconds stop_margin{5000};
   bool quiet = false;  // no log lines (the scale simulation)
 };
 

@@ -5,7 +5,7 @@
 //
 //   agent -> rendezvous                          rendezvous -> agent
 //   join  {token, host, nproc, node_rank?,       assign  {attempt, node_rank, nnodes, world_size,
-//          hosting, master_port}                          rank_base, master_port}
+//          hosting, master_port, grace_ms}                rank_base, master_port}
 //   fail  {attempt, rank, how, exit_code}        end     {attempt, cause}: stop your ranks
 //   over  {attempt, failure?{rank,how,exit_code}} verdict {attempt, then: restart|success|failure,
 //   leave {why}: then it closes                           cause?, exit_code?, restarts_left}

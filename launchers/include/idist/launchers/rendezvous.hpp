@@ -13,7 +13,9 @@
 //    of attempt k+1 (and a torch rank finds a fresh port). A failure anywhere (a rank that
 //    fails, an agent that vanishes) ends attempt k on every node: each stops its ranks and says
 //    so, then all get one verdict: restart (attempt k+1, IDIST_RESTART_COUNT=k+1 everywhere),
-//    success, or failure. --max-restarts is one budget for the job, kept here.
+//    success, or failure. --max-restarts is one budget for the job, kept here. A node that has
+//    not said its ranks are gone within its --grace plus a margin of the attempt's end is
+//    dropped, so that the verdict never waits for ever.
 //  - Node ranks. The hosting agent is node 0; a node's --node-rank is kept; the others are
 //    ranked by their rank in the previous attempt (stable ranks while membership stays), then
 //    by host name, then by the order they joined in.
@@ -50,6 +52,7 @@ struct RendezvousOptions {
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds dead_after{5000};
   std::chrono::milliseconds join_timeout{300000};  // for a round to fill; and for node 0 to listen
+  std::chrono::milliseconds grace{5000};           // --grace: how long stopping this node's ranks may take
 };
 
 // What the rendezvous gave this node for the current attempt.
@@ -90,8 +93,9 @@ class NodeAgent final : public Coordinator {
 };
 
 // The agent's options for a plan with a rendezvous (plan.rendezvous set): this node's ranks,
-// the job's restart budget, how long a round may take to fill.
-RendezvousOptions rendezvous_options(const LaunchPlan& plan, int max_restarts, std::chrono::milliseconds join_timeout);
+// the job's restart budget, how long a round may take to fill, this node's --grace.
+RendezvousOptions rendezvous_options(const LaunchPlan& plan, int max_restarts, std::chrono::milliseconds join_timeout,
+                                     std::chrono::milliseconds grace = std::chrono::seconds(5));
 
 // The assignment into the plan, before attempt_of makes the attempt's processes.
 inline void apply_assignment(LaunchPlan& plan, const Assignment& a) {
