@@ -2,8 +2,8 @@
 # Jobs over several nodes that recover together (--rdzv-endpoint, one rendezvous for the job):
 # "nodes" are idist-run processes on loopback, each with ranks of its own; job_sum's ranks
 # check every sum. A rank that crashes while the other node computes, a node whose idist-run
-# is killed (fixed size, and MIN:MAX) or frozen, a node that never stops its ranks or cannot
-# start them, a node that arrives late, one restart budget for the job.
+# is killed (fixed size, and MIN:MAX), frozen, or lost between attempts, a node that never stops
+# its ranks or cannot start them, a node that arrives late, one restart budget for the job.
 # usage: rendezvous.sh IDIST_RUN EXAMPLES_DIR JOB_SUM
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -240,6 +240,32 @@ kill "$reader"
 wait
 check "... node 1 hears why it was dropped" contains "$(out b)" \
   "refused this node: this node did not report its ranks stopped within 5.5s of attempt 0's end; dropped from the job"
+
+# --- a node lost between attempts, fixed N: the job ends at once, not after join_timeout ----------
+# Ranks that ignore SIGTERM: node 0 (--grace 2) takes 2 s to stop them after rank 0 fails, node 1
+# (--grace 0.2) is done at once and frozen while it awaits the verdict. When the restart verdict
+# comes, node 1 cannot join attempt 1; killed then, it is lost between attempts.
+new_port
+prog='trap "" TERM; [ "$RANK" = 0 ] && [ "$IDIST_RESTART_COUNT" = 0 ] && { sleep 1; exit 3; }; sleep 30'
+node_running a 2 --grace 2 --max-restarts 1 -- bash -c "$prog"
+pid_a=$NODE_PID
+sleep 0.2
+node_running b 2 --grace 0.2 --max-restarts 1 -- bash -c "$prog"
+pid_b=$NODE_PID
+wait_line b "stopping the ranks here"
+sleep 0.5
+agent_b=$(agent_of $pid_b)
+kill -STOP "$agent_b"
+wait_line a "restarting every node"
+kill -9 "$agent_b"
+start=$(now_ms)
+wait $pid_a
+took=$(($(now_ms) - start))
+wait
+check "node 1 killed while the job gathers for attempt 1 (--nnodes 2): node 0 ends the job in $took ms (not join_timeout's 30 s), exit 1" \
+  eval '[ "$(rc a)" = 1 ] && [ $took -lt 2000 ]'
+check "... naming it" contains "$(out a)" \
+  "before attempt 1 could start, node 1 ($(hostname)) was lost: its idist-run ended or was killed; 1 node left, the job needs 2"
 
 # --- a node that cannot start its ranks says so; the others name it with that cause ---------------
 # Its --log-dir passes the check at start, then becomes a file while the round waits for a third

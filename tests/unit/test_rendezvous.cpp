@@ -1,7 +1,7 @@
 // The job-wide rendezvous (launchers/src/rendezvous/server.cpp) driven message by message:
 // a real Server on loopback, and simulated node agents whose every message the test writes,
 // so that orders the real agents produce only by chance (a failure that crosses a re-form's
-// `end`, a node that never says "over") happen every run.
+// `end`, a node that never says "over", a node lost between attempts) happen every run.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -192,6 +192,47 @@ TEST_CASE("a member that heartbeats but never says over is dropped after its gra
   REQUIRE(h.run_until([&] { return b.closed; }));
   CHECK(text_of(b.last("error"), "message") ==
         "this node did not report its ranks stopped within 0.5s of attempt 0's end; dropped from the job");
+}
+
+TEST_CASE("a member lost between attempts ends a fixed-N job at once, naming it") {
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .max_restarts = 2, .dead_after = 60s, .join_timeout = 60s});
+  Agent a(h, "ha"), b(h, "hb");
+  a.join(true);
+  b.join();
+  REQUIRE(h.run_until([&] { return a.has("assign") && b.has("assign"); }));
+  a.connection->send(fail_message(0, 1, 7));
+  a.connection->send(over_message(0, fail_message(0, 1, 7)));
+  b.connection->send(over_message(0));
+  REQUIRE(h.run_until([&] { return a.has("verdict") && b.has("verdict"); }));
+  REQUIRE(text_of(a.last("verdict"), "then") == "restart");
+  a.join(true);
+  const auto lost_at = Clock::now();
+  b.connection->close("test");  // node b's idist-run goes instead of joining attempt 1
+  REQUIRE(h.run_until([&] { return a.count("verdict") == 2; }, 3s));
+  CHECK(Clock::now() - lost_at < 1s);
+  const auto verdict = a.last("verdict");
+  CHECK(text_of(verdict, "then") == "failure");
+  CHECK(text_of(verdict, "cause") ==
+        "before attempt 1 could start, node 1 (hb) was lost: its idist-run ended or was killed; 1 node left, the job "
+        "needs 2");
+}
+
+TEST_CASE("with MIN:MAX, a member lost between attempts is left out while MIN remain") {
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 3, .max_restarts = 2, .last_call = 50ms, .dead_after = 60s});
+  Agent a(h, "ha"), b(h, "hb"), c(h, "hc");
+  a.join(true);
+  b.join();
+  c.join();
+  REQUIRE(h.run_until([&] { return a.has("assign") && b.has("assign") && c.has("assign"); }));
+  a.connection->send(fail_message(0, 1, 7));
+  for (Agent* n : {&a, &b, &c}) n->connection->send(over_message(0));
+  REQUIRE(h.run_until([&] { return a.has("verdict") && b.has("verdict"); }));
+  c.connection->close("test");
+  a.join(true);
+  b.join();
+  REQUIRE(h.run_until([&] { return a.count("assign") == 2 && b.count("assign") == 2; }));
+  CHECK(a.last("assign").value("nnodes", 0) == 2);
+  CHECK(a.count("verdict") == 1);
 }
 
 TEST_CASE("a node that leaves with a reason is named with it") {

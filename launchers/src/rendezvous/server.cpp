@@ -287,9 +287,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (node->member && !node->over) --outstanding;
     if (phase == Phase::done) return check_drained();
     if (!node->member) {
-      if (node->joined && phase == Phase::gathering)
-        info("{} left before the job started: {}", node->name(), lost_text(node, why));
-      return;
+      if (!node->joined || phase != Phase::gathering) return;
+      // A node of the job (it ran in an attempt) lost while the next attempt gathers.
+      if (node->node_rank >= 0) return lost_between_attempts(node, why);
+      return info("{} left before the job started: {}", node->name(), lost_text(node, why));
     }
     // A node whose ranks were done, or lost after the attempt had ended anyway: not a failure,
     // but one node fewer for the next attempt, named should that end the job.
@@ -313,6 +314,22 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (!node->left_why.empty()) return fmt::format("{} left the job: {}", node->name(), node->left_why);
     return fmt::format("{} was lost: its idist-run {}", node->name(),
                        why == "the other side closed the connection" ? "ended or was killed" : why);
+  }
+
+  // After a restart verdict the members join again; one that is lost instead would leave the
+  // round waiting join_timeout for it. The job goes on while MIN nodes remain (with a fixed N:
+  // only if another node already waits in its place), else it ends now on every node.
+  void lost_between_attempts(const NodePtr& node, const std::string& why) {
+    const std::string text = lost_text(node, why);
+    if (agents >= options.min_nodes) {
+      info("before attempt {} could start, {}; {} nodes remain", attempt, text, agents);
+      return maybe_close_round();
+    }
+    cause = fmt::format("before attempt {} could start, {}; {} node{} left, the job needs {}", attempt, text, agents,
+                        agents == 1 ? "" : "s", options.min_nodes);
+    exit_code = 1;
+    blamed_rank = -1;
+    conclude(false);
   }
 
   // --- rounds ---------------------------------------------------------------------------------

@@ -92,7 +92,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
  private:
   void read_header() {
     asio::async_read(socket_, asio::buffer(header_), [self = shared_from_this()](auto ec, std::size_t) {
-      if (ec) return self->close(ec == asio::error::eof ? "the other side closed the connection" : ec.message());
+      // A reset is a close too: a process killed with bytes it had not read resets.
+      if (ec == asio::error::eof || ec == asio::error::connection_reset)
+        return self->close("the other side closed the connection");
+      if (ec) return self->close(ec.message());
       std::uint32_t n = 0;
       for (int i = 0; i < 4; ++i) n |= static_cast<std::uint32_t>(self->header_[static_cast<std::size_t>(i)]) << (8 * i);
       if (n > kMaxFrame) return self->close("a frame of " + std::to_string(n) + " bytes: not our protocol");

@@ -25,7 +25,8 @@
 //    and exits, naming it: the rendezvous host is a single point of failure (README).
 //  - Elastic (MIN < MAX): a round closes at MAX nodes, or at MIN after `last_call`; a node that
 //    arrives while the job runs makes it re-form at once (not counted as a restart, nor is any
-//    failure the re-form causes), and a lost node is left out of the next attempt if MIN remain.
+//    failure the re-form causes), and a lost node is left out of the next attempt if MIN remain;
+//    with fewer (or a fixed N), a node lost between attempts ends the job at once.
 //  - Cost: one join and one assignment per node per attempt, whatever the job's size.
 
 #include <chrono>
