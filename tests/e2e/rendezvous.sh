@@ -3,7 +3,8 @@
 # "nodes" are idist-run processes on loopback, each with ranks of its own; job_sum's ranks
 # check every sum. A rank that crashes while the other node computes, a node whose idist-run
 # is killed (fixed size, and MIN:MAX), frozen, or lost between attempts, a node that never stops
-# its ranks or cannot start them, a node that arrives late, one restart budget for the job.
+# its ranks or cannot start them, a node that arrives late, one restart budget for the job, a
+# port held by another program.
 # usage: rendezvous.sh IDIST_RUN EXAMPLES_DIR JOB_SUM
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -289,6 +290,26 @@ for bad in b a; do
       eval '[ "$(rc b)/$(rc c)" = 1/1 ] && contains "$(out b)" "node 0'"'"'s idist-run left the job: could not start every rank"'
   fi
 done
+
+# --- the endpoint's port held by another program -------------------------------------------------
+new_port
+python3 -c 'import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+time.sleep(30)' "$port" &
+holder=$!
+sleep 0.3
+start=$(now_ms)
+node a 2 -- 5 10 5
+wait "$NODE_PID"
+took=$(($(now_ms) - start))
+kill $holder
+wait
+check "the endpoint's port held by a plain listener: exit 1 in $took ms (under 6000)" \
+  eval '[ "$(rc a)" = 1 ] && [ $took -lt 6000 ]'
+check "... with one line naming the endpoint and the cause" equals "$(out a)" \
+  "idist-run: --rdzv-endpoint 127.0.0.1:$port: the port is in use by another program (not an idist rendezvous)"
 
 # --- summary.json on every node: each attempt, and what ended it -------------------------------------
 new_port

@@ -30,12 +30,18 @@ using Clock = std::chrono::steady_clock;
 
 // Between tries to reach a rendezvous that does not listen yet (node 0 starts later).
 constexpr auto kConnectRetry = std::chrono::milliseconds(100);
+// An endpoint of this host whose port someone else holds: how long (beyond one heartbeat, the
+// longest a rendezvous takes to say anything to a joined node) we wait for it to speak our
+// protocol before calling it another program's.
+constexpr auto kProbe = std::chrono::seconds(3);
 
-// A socket listening at host:port, or -1 with why not (EADDRINUSE: another agent hosts;
-// EADDRNOTAVAIL: the address is not this host's).
-int listen_at(const std::string& host, int port, int& error) {
+// A socket listening at host:port, or -1 with why not (EADDRNOTAVAIL: the address is not this
+// host's). `in_use`: one of the host's addresses is ours but its port is taken (EADDRINUSE):
+// another agent hosts there, or another program holds the port.
+int listen_at(const std::string& host, int port, int& error, bool& in_use) {
   int fd = -1;
   error = 0;
+  in_use = false;
   common::try_addresses(host, std::to_string(port), SOCK_STREAM, [&](const addrinfo& a, std::string&) {
     const int s = ::socket(a.ai_family, a.ai_socktype | SOCK_CLOEXEC, a.ai_protocol);
     if (s < 0) return error = errno, false;
@@ -43,6 +49,7 @@ int listen_at(const std::string& host, int port, int& error) {
     ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (::bind(s, a.ai_addr, a.ai_addrlen) != 0 || ::listen(s, 4096) != 0) {
       error = errno;
+      if (error == EADDRINUSE) in_use = true;
       ::close(s);
       return false;
     }
@@ -67,6 +74,7 @@ struct NodeAgent::State {
   std::unique_ptr<asio::steady_timer> beat_timer;
   std::unique_ptr<asio::steady_timer> silence_timer;
   std::unique_ptr<asio::steady_timer> connect_timer;
+  std::unique_ptr<asio::steady_timer> probe_timer;
   // Bounds what this node waits for, whatever the rendezvous does: an answer to a join, and
   // (on node 0) the drain at the end.
   std::unique_ptr<asio::steady_timer> guard_timer;
@@ -78,7 +86,15 @@ struct NodeAgent::State {
   std::optional<RemoteVerdict> early_verdict;  // came while no over() waited for it
   std::string lost_why;
   bool finished = false;
+  // Our bind found the endpoint's port taken on this host: until a message comes, whatever is
+  // there may not be a rendezvous at all.
+  bool probing = false;
+  bool heard = false;          // any message from the rendezvous
   bool final_verdict = false;  // success or failure came: this node leaves with the job
+
+  std::string port_taken() const {
+    return fmt::format("--rdzv-endpoint {}: the port is in use by another program (not an idist rendezvous)", endpoint);
+  }
 
   bool hosting() const { return server != nullptr || listen_fd >= 0; }
 
@@ -91,7 +107,8 @@ struct NodeAgent::State {
     asio::async_connect(*socket, endpoints, [this, socket](auto error, const tcp::endpoint&) {
       if (finished) return;
       if (error) {
-        if (Clock::now() >= connect_deadline)
+        // A port of ours that someone holds yet refuses connections: the probe ends it.
+        if (Clock::now() >= connect_deadline && !probing)
           return give_up(fmt::format("could not reach the rendezvous at {} within {} ({}): is node 0's idist-run "
                                      "started, with the same endpoint?",
                                      endpoint, common::duration_text(options.join_timeout), error.message()));
@@ -138,6 +155,8 @@ struct NodeAgent::State {
 
   void on_message(const Json& m) {
     last_heard = Clock::now();
+    heard = true;
+    if (probing) probe_timer->cancel();
     const auto type = m["t"].get<std::string>();
     if (type == "assign") {
       assignment.attempt = field<int>(m, "attempt", 0);
@@ -187,6 +206,7 @@ struct NodeAgent::State {
 
   void on_close(const std::string& why) {
     if (finished) return;
+    if (probing && !heard) return give_up(port_taken());
     const std::string text = !lost_why.empty()
                                  ? lost_why
                                  : fmt::format("lost the rendezvous at {} (node 0): {}", endpoint,
@@ -217,10 +237,15 @@ NodeAgent::NodeAgent(RendezvousOptions options) : state_(std::make_unique<State>
   s.endpoint = s.options.host + ":" + std::to_string(s.options.port);
   if (!s.options.may_host) return;
   int error = 0;
-  s.listen_fd = listen_at(s.options.host, s.options.port, error);
+  bool in_use = false;
+  s.listen_fd = listen_at(s.options.host, s.options.port, error, in_use);
   if (s.listen_fd < 0 && s.options.node_rank.value_or(-1) == 0)
     throw std::runtime_error(fmt::format("node 0 hosts the rendezvous, but cannot listen at {}: {}", s.endpoint,
                                          error == 0 ? "no address" : std::strerror(error)));
+  // The endpoint is this host's and its port is taken: by the agent that hosts (a node started
+  // here before us), or by another program, which would leave us waiting join_timeout for a
+  // rendezvous that never answers. start() finds out which.
+  s.probing = s.listen_fd < 0 && in_use;
 }
 
 NodeAgent::~NodeAgent() {
@@ -254,6 +279,7 @@ void NodeAgent::start(boost::asio::io_context& io, Events events) {
   s.beat_timer = std::make_unique<asio::steady_timer>(io);
   s.silence_timer = std::make_unique<asio::steady_timer>(io);
   s.connect_timer = std::make_unique<asio::steady_timer>(io);
+  s.probe_timer = std::make_unique<asio::steady_timer>(io);
   s.guard_timer = std::make_unique<asio::steady_timer>(io);
   if (s.listen_fd >= 0) {
     sockaddr_storage address{};
@@ -278,6 +304,12 @@ void NodeAgent::start(boost::asio::io_context& io, Events events) {
                  s.options.max_nodes == 1 ? "" : "s");
   }
   s.connect_deadline = Clock::now() + s.options.join_timeout;
+  if (s.probing) {
+    s.probe_timer->expires_after(kProbe + s.options.heartbeat);
+    s.probe_timer->async_wait([&s](auto ec) {
+      if (!ec && !s.heard && !s.finished) s.give_up(s.port_taken());
+    });
+  }
   s.connect();
 }
 
@@ -350,6 +382,7 @@ void NodeAgent::finish(const std::string& outcome, std::function<void()> done) {
   s.beat_timer->cancel();
   s.silence_timer->cancel();
   s.connect_timer->cancel();
+  s.probe_timer->cancel();
   if (s.connection && !s.final_verdict && !s.connection->closed()) {
     // Leaving before the job's verdict (a signal, the timeout, ranks it could not start): the
     // rendezvous names why, rather than a node lost for no known reason.
@@ -386,6 +419,7 @@ void NodeAgent::detach() {
   s.beat_timer.reset();
   s.silence_timer.reset();
   s.connect_timer.reset();
+  s.probe_timer.reset();
   s.guard_timer.reset();
 }
 
