@@ -4,7 +4,7 @@
 # check every sum. A rank that crashes while the other node computes, a node whose idist-run
 # is killed (fixed size, and MIN:MAX), frozen, or lost between attempts, a node that never stops
 # its ranks or cannot start them, a node that arrives late, one restart budget for the job, a
-# port held by another program.
+# port held by another program, a connection that never joins.
 # usage: rendezvous.sh IDIST_RUN EXAMPLES_DIR JOB_SUM
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -168,6 +168,18 @@ check "... re-formed without it: 4 ranks of attempt 1 sum 50" equals "$(count_re
 # --- MIN:MAX: a node that arrives late joins the next attempt --------------------------------------
 # The re-form stops node a's ranks, and node b's may fail on their lost peers before b's idist-run
 # reads the end: that must not count as a failure (--max-restarts 0 would end the job). 5 runs.
+# Meanwhile a lone node waits for a partner, and a connection to it that never joins is closed
+# after 10 s (a stranger must not hold a socket of the rendezvous for ever).
+new_port
+lone_port=$port
+node_running lone 2 -- /bin/true
+lone=$NODE_PID
+sleep 0.5
+(exec 3<>"/dev/tcp/127.0.0.1/$lone_port" || exit
+ start=$(now_ms)
+ timeout 20 cat <&3 >/dev/null
+ echo $(($(now_ms) - start)) >"$DIR/handshake.took") &
+handshake=$!
 reformed=0
 for run in 1 2 3 4 5; do
   new_port
@@ -190,6 +202,12 @@ for run in 1 2 3 4 5; do
 done
 check "a third node arriving while 2 of 2:3 run, --max-restarts 0: re-formed in $reformed of 5 runs (attempt 1: 6 ranks, each sum 105; the cause named)" \
   equals $reformed 5
+wait $handshake
+took=$(cat "$DIR/handshake.took" 2>/dev/null || echo none)
+check "a connection that never joins is closed by the rendezvous after $took ms (10 s)" \
+  eval '[ "$took" != none ] && [ "$took" -ge 9500 ] && [ "$took" -le 11000 ]'
+kill "$(agent_of $lone)" 2>/dev/null
+wait $lone
 
 # --- a frozen idist-run (SIGSTOP: its ranks run on, its heartbeats stop), default node_timeout -----
 # Each connection's silence is checked at its own deadline: node 1 is declared dead at most 5 s

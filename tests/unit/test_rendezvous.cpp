@@ -262,3 +262,14 @@ TEST_CASE("silence is noticed at node_timeout, not up to a heartbeat later") {
   CHECK(took < 750ms);  // the bound: node_timeout plus a quarter second of scheduling
   CHECK(text_of(a.last("end"), "cause") == "node 1 (hb) stopped answering (no heartbeat for 0.5s)");
 }
+
+TEST_CASE("a connection that never joins is closed after the handshake time") {
+  Harness h({.token = kToken, .dead_after = 60s, .handshake = 300ms});
+  Agent quiet(h, "quiet"), beating(h, "beating");
+  beating.beat(h.io, 50ms);  // heartbeats are not a join
+  const auto start = Clock::now();
+  REQUIRE(h.run_until([&] { return quiet.closed && beating.closed; }, 3s));
+  CHECK(quiet.closed_at - start >= 300ms);
+  CHECK(quiet.closed_at - start < 800ms);
+  CHECK(beating.closed_at - start < 800ms);
+}

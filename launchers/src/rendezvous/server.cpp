@@ -29,7 +29,8 @@ struct Node {
   bool hosting = false;
   int master_port = 0;
   std::uint64_t order = 0;  // of joining, for ties
-  Clock::time_point last_seen = Clock::now();
+  Clock::time_point connected_at = Clock::now();
+  Clock::time_point last_seen = connected_at;
   std::chrono::milliseconds grace{-1};  // its --grace (from its join); negative: not said
   std::string left_why;                 // its "leave": why its idist-run ends before the job does
   std::string dropped_why;              // set: dropped for not reporting its ranks stopped in time
@@ -613,16 +614,26 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     });
   }
 
-  // Silence in, checked at each node's own deadline rather than once per heartbeat, so that a
-  // node silent for dead_after is dropped then, not up to a heartbeat later: one timer, at the
-  // earliest deadline. A message only moves a deadline later, and a new connection's first
-  // deadline is at least dead_after away, so the timer is never late for anyone; with every
-  // node beating it fires about once per dead_after - heartbeat.
+  // Silence in, checked at each connection's own deadline rather than once per heartbeat, so
+  // that a node silent for dead_after is dropped then, not up to a heartbeat later: one timer,
+  // at the earliest deadline. A message only moves a deadline later, and a new connection's
+  // first deadline is at least min(dead_after, handshake) away, so the timer is never late for
+  // anyone; with every node beating it fires about once per dead_after - heartbeat.
+  // Connections that never join (a port scanner, a stuck client) are closed after `handshake`.
   void watch() {
     const auto now = Clock::now();
-    auto next = now + options.dead_after;
+    auto next = now + std::min(options.dead_after, options.handshake);
     for (const auto& n : std::vector<NodePtr>(nodes)) {
-      if (!n->joined || n->gone) continue;
+      if (n->gone) continue;
+      if (!n->joined) {
+        const auto deadline = n->connected_at + options.handshake;
+        if (now >= deadline) {
+          n->connection->close(fmt::format("it did not join within {}", common::duration_text(options.handshake)));
+          continue;
+        }
+        next = std::min(next, deadline);
+        continue;
+      }
       const auto deadline = n->last_seen + options.dead_after;
       if (now >= deadline) {
         n->silent = true;

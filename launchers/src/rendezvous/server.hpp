@@ -25,6 +25,8 @@ struct ServerOptions {
   // from its join, plus stop_margin) is dropped, so that the verdict never waits on it.
   std::chrono::milliseconds grace{5000};
   std::chrono::milliseconds stop_margin{5000};
+  // A connection that has not joined this long after connecting is closed.
+  std::chrono::milliseconds handshake{10000};
   bool quiet = false;  // no log lines (the scale simulation)
 };
 
