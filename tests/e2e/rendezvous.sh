@@ -261,19 +261,21 @@ check "... node 1 hears why it was dropped" contains "$(out b)" \
   "refused this node: this node did not report its ranks stopped within 5.5s of attempt 0's end; dropped from the job"
 
 # --- a node lost between attempts, fixed N: the job ends at once, not after join_timeout ----------
-# Ranks that ignore SIGTERM: node 0 (--grace 2) takes 2 s to stop them after rank 0 fails, node 1
-# (--grace 0.2) is done at once and frozen while it awaits the verdict. When the restart verdict
-# comes, node 1 cannot join attempt 1; killed then, it is lost between attempts.
+# Ranks that ignore SIGTERM: node 0 (--grace 3) takes 3 s to stop them after rank 0 fails, node 1
+# (--grace 0.2) is done at once and frozen while it awaits the verdict (its ranks reaped, its
+# "over" sent). When the restart verdict comes, node 1 cannot join attempt 1; killed then, it
+# is lost between attempts.
 new_port
 prog='trap "" TERM; [ "$RANK" = 0 ] && [ "$IDIST_RESTART_COUNT" = 0 ] && { sleep 1; exit 3; }; sleep 30'
-node_running a 2 --grace 2 --max-restarts 1 -- bash -c "$prog"
+node_running a 2 --grace 3 --max-restarts 1 -- bash -c "$prog"
 pid_a=$NODE_PID
 sleep 0.2
 node_running b 2 --grace 0.2 --max-restarts 1 -- bash -c "$prog"
 pid_b=$NODE_PID
 wait_line b "stopping the ranks here"
-sleep 0.5
 agent_b=$(agent_of $pid_b)
+for i in $(seq 100); do pgrep -P "$agent_b" >/dev/null || break; sleep 0.05; done
+sleep 0.2
 kill -STOP "$agent_b"
 wait_line a "restarting every node"
 kill -9 "$agent_b"
@@ -284,7 +286,8 @@ wait
 check "node 1 killed while the job gathers for attempt 1 (--nnodes 2): node 0 ends the job in $took ms (not join_timeout's 30 s), exit 1" \
   eval '[ "$(rc a)" = 1 ] && [ $took -lt 2000 ]'
 check "... naming it" contains "$(out a)" \
-  "before attempt 1 could start, node 1 ($(hostname)) was lost: its idist-run ended or was killed; 1 node left, the job needs 2"
+  "before attempt 1 could start, node 1 ($(hostname)) was lost: its idist-run ended or was killed; 1 node left, the job needs 2" ||
+  sed 's/^/#   a| /' "$DIR/a.out"
 
 # --- a node that cannot start its ranks says so; the others name it with that cause ---------------
 # Its --log-dir passes the check at start, then becomes a file while the round waits for a third
@@ -341,7 +344,8 @@ for n in a b; do
   summary=$(cat "$DIR"/logs_$n/*/summary.json 2>/dev/null)
   check "summary.json of node $n: attempt 0 ended by rank 2 on node 1, attempt 1 succeeded" \
     equals "$(jq -r '[.attempts[0].ended_by, (.attempts | length), .exit_code] | map(tostring) | join("|")' <<<"$summary")" \
-    "rank 2 on node 1 ($(hostname)) exited with code 7|2|0"
+    "rank 2 on node 1 ($(hostname)) exited with code 7|2|0" ||
+    { echo "#   summary.json: $summary"; sed "s/^/#   $n| /" "$DIR/$n.out"; }
 done
 
 finish
