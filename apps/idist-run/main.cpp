@@ -313,6 +313,7 @@ int run(const Cli& cli) {
     }
     auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout,
                                     std::chrono::milliseconds(static_cast<long long>(cli.grace_seconds * 1000)));
+    ro.stall_timeout = std::chrono::milliseconds(static_cast<long long>(cli.stall_seconds * 1000));
     checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro); });
     try {
       agent = std::make_shared<L::NodeAgent>(ro);

@@ -228,7 +228,9 @@ class Supervisor {
       status_ = std::make_unique<detail::StatusServer>(io_, [this] { return status_text(); });
     if (auto& c = options_.coordinator)
       c->start(io_, {.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
-                     .lost = [this](const std::string& why) { on_lost(why); }});
+                     .lost = [this](const std::string& why) { on_lost(why); },
+                     .views = [this] { return job_views(); },
+                     .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); }});
     start_attempt(0);
     io_.run();             // the job, then the console's last lines (see finish_attempt)
     if (options_.coordinator) options_.coordinator->detach();  // before io_ goes
@@ -631,6 +633,8 @@ class Supervisor {
     auto& a = current();
     for (const auto& line : report.lines) spdlog::error("{}", line);
     a.record.stall.insert(a.record.stall.end(), report.lines.begin(), report.lines.end());
+    // Over several nodes, what this node sees may be half the story: ask for the whole.
+    if (options_.coordinator) options_.coordinator->stalled(a.record.index);
     const auto generation = attempts_.size();
     inspect_stacks(report.to_inspect, [this, generation, suspect = report.suspect](std::vector<std::string> lines) {
       if (generation != attempts_.size()) return;
@@ -680,6 +684,21 @@ class Supervisor {
     f.exit_code = kStallExit;
     f.root_cause = true;
     return f;
+  }
+
+  // This node's ranks for a job-wide stall report (stall_report.hpp's JSON, under the
+  // rendezvous' frame size).
+  std::string job_views() {
+    if (attempts_.empty() || joining_) return "[]";
+    constexpr std::size_t kBudget = 40000;
+    return detail::views_to_json(rank_views(), common::recorder::now_ns(), host_, kBudget);
+  }
+
+  void on_job_report(const std::vector<std::string>& lines) {
+    if (attempts_.empty() || finished_) return;
+    for (const auto& line : lines) spdlog::error("{}", line);
+    auto& a = current();
+    a.record.stall.insert(a.record.stall.end(), lines.begin(), lines.end());
   }
 
   // `idist-run --status`: where this node's ranks are now.
@@ -783,7 +802,8 @@ class Supervisor {
       awaiting_verdict_ = false;
       auto& a = current();
       using Then = RemoteVerdict::Then;
-      if (v.then != Then::success && a.record.ended_by.empty()) a.record.ended_by = v.cause;
+      // The verdict names the job's first failure, which the first "end" to arrive may not have.
+      if (v.then != Then::success) a.record.ended_by = v.cause;
       std::string then;
       if (v.then == Then::restart)
         then = fmt::format("; restarting every node (attempt {}, {} restart{} left)", v.next_attempt, v.restarts_left,

@@ -89,4 +89,35 @@ check "... after the rendezvous dropped mike for its silence" contains "$(out 0)
 check "... and re-formed without it: 4 ranks of attempt 1 sum 50" \
   equals "$(grep -cE 'rank [0-3]/4 port [0-9]+ attempt 1 sum 50 right' <<<"$(out 0; out 1)")" 4
 
+# --- a cut link while every rank waits in a collective: the stall reports ----------------------
+# alpha and zulu, 2 + 2 ranks in a loop of all_reduces; zulu's cable is cut. Within the stall
+# timeout (2 s) plus 5 s each node says every rank there waits in the same collective, so the
+# network or the backend holds it; the job-wide report on alpha says zulu did not answer. (The
+# nodes' silence bound is raised to 12 s so that the reports come before the rendezvous drops
+# zulu, which then ends the job.)
+conf=(--stall-timeout 2 --rdzv-conf node_timeout=12 --grace 1)
+start 0 2 "${conf[@]}" -- 100000 1 5
+sleep 0.3
+start 1 2 "${conf[@]}" -- 100000 1 5
+for i in $(seq 200); do grep -q "attempt 0" "$DIR/h1.out" 2>/dev/null && break; sleep 0.05; done
+sleep 1.5
+netns_cut 1
+cut=$(now_ms)
+seen_0= seen_1= seen_job=
+while { [ -z "$seen_0" ] || [ -z "$seen_1" ] || [ -z "$seen_job" ]; } && [ $(($(now_ms) - cut)) -lt 15000 ]; do
+  [ -z "$seen_0" ] && grep -q "^idist-run: stall: .*every rank here entered it" "$DIR/h0.out" && seen_0=$(($(now_ms) - cut))
+  [ -z "$seen_1" ] && grep -q "^idist-run: stall: .*every rank here entered it" "$DIR/h1.out" && seen_1=$(($(now_ms) - cut))
+  [ -z "$seen_job" ] && grep -q "stall (job-wide): node 1 (zulu) did not answer" "$DIR/h0.out" && seen_job=$(($(now_ms) - cut))
+  sleep 0.05
+done
+wait
+grep -h "stall" "$DIR/h0.out" "$DIR/h1.out" | grep -v "stall:   |" | sed 's/^/  | /'
+check "a cut link: alpha says its ranks all wait in one collective, after ${seen_0:-more than 15000} ms (stall timeout 2 s + 5 s: at most 7000)" \
+  eval '[ -n "$seen_0" ] && [ "$seen_0" -le 7000 ]'
+check "... and so does zulu, on its side of the cut, after ${seen_1:-more than 15000} ms (at most 7000)" \
+  eval '[ -n "$seen_1" ] && [ "$seen_1" -le 7000 ]'
+check "... alpha's job-wide report says zulu did not answer, after ${seen_job:-more than 15000} ms (at most 7000)" \
+  eval '[ -n "$seen_job" ] && [ "$seen_job" -le 7000 ]'
+check "... and the job fails on both nodes ($(rc 0)/$(rc 1))" eval '[ "$(rc 0)" != 0 ] && [ "$(rc 1)" != 0 ]'
+
 finish

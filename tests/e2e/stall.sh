@@ -170,6 +170,33 @@ else
   echo "SKIP: no gdb here, so stall reports carry no stacks"
 fi
 
+# Two nodes on this host that meet at a rendezvous, a rank of node 1 frozen: node 0 sees only
+# its own ranks waiting, so it asks the rendezvous, and every node prints the job-wide report,
+# which names the frozen rank of the other node.
+: >"$DIR/n0"
+: >"$DIR/n1"
+port=$((21000 + RANDOM % 9000))
+for node in 0 1; do
+  "$RUN" --nnodes 2 --rdzv-endpoint 127.0.0.1:$port --rdzv-id "stall-$$" -n 2 --stall-timeout 2 --timeout 40 \
+    "$STALL" loop 400 20 >"$DIR/n$node" 2>&1 &
+  eval "node$node=\$!"
+  sleep 0.3
+done
+for i in $(seq 400); do grep -q "^rank 3 pid" "$DIR/n0" "$DIR/n1" && break; sleep 0.05; done
+pid=$(awk '$1 == "rank" && $2 == 3 && $3 == "pid" {print $4; exit}' "$DIR/n0" "$DIR/n1")
+sleep 0.5
+kill -STOP "$pid"
+start=$(now_ms)
+while ! grep -q "stall (job-wide)" "$DIR/n0" && [ $(($(now_ms) - start)) -lt 10000 ]; do sleep 0.05; done
+took=$(($(now_ms) - start))
+sleep 0.5
+kill -CONT "$pid"
+wait $node0 $node1
+grep -h "stall" "$DIR/n0" "$DIR/n1" | grep -v "stall:   |" | sed 's/^/  | /'
+check "two nodes, rank 3 (node 1) frozen: node 0 prints the job-wide report after $took ms (bound 7000)" eval \
+  '[ $took -lt 7000 ] && grep -qE "stall \(job-wide\): all_reduce #[0-9]+ on group world \(float32, 2 elements\): ranks 0, 1, 2 waiting [0-9.]+ s; rank 3 never entered it \(last completed: all_reduce #[0-9]+; state: stopped \(SIGSTOP or SIGTSTP\) on [^)]+\)" "$DIR/n0"'
+check "... and node 1 the same" eval 'grep -q "stall (job-wide): .*rank 3 never entered it" "$DIR/n1"'
+
 # A healthy job with compute phases longer than the stall timeout between collectives: no report.
 "$RUN" -n 3 --stall-timeout 1 "$STALL" loop 6 1500 >"$DIR/out" 2>&1
 rc=$?

@@ -185,6 +185,16 @@ struct NodeAgent::State {
       deliver(v);
     } else if (type == "error") {
       lost_why = "the rendezvous at " + endpoint + " refused this node: " + field<std::string>(m, "message", "?");
+    } else if (type == "look") {
+      // The views a job-wide stall report needs: this node's ranks, read now.
+      if (field<int>(m, "attempt", -1) == assignment.attempt && connection && !connection->closed())
+        connection->send(Json{{"t", "views"},
+                              {"attempt", assignment.attempt},
+                              {"id", field<std::uint64_t>(m, "id", 0)},
+                              {"ranks", events.views ? events.views() : std::string("[]")}});
+    } else if (type == "report") {
+      if (field<int>(m, "attempt", -1) == assignment.attempt && events.report)
+        events.report(field<std::vector<std::string>>(m, "lines", {}));
     }
   }
 
@@ -296,7 +306,8 @@ void NodeAgent::start(boost::asio::io_context& io, Events events) {
                                   .heartbeat = s.options.heartbeat,
                                   .dead_after = s.options.dead_after,
                                   .join_timeout = s.options.join_timeout,
-                                  .grace = s.options.grace});
+                                  .grace = s.options.grace,
+                                  .stall_timeout = s.options.stall_timeout});
     s.server->start();
     spdlog::info("rendezvous: hosting at {} for {} node{}", s.endpoint,
                  s.options.min_nodes == s.options.max_nodes ? std::to_string(s.options.max_nodes)
@@ -374,6 +385,11 @@ void NodeAgent::over(int attempt, const std::optional<LocalFailure>& failure,
   Json message{{"t", "over"}, {"attempt", attempt}};
   if (failure) message["failure"] = failure_json(*failure);
   if (s.connection && !s.connection->closed()) s.connection->send(message);
+}
+
+void NodeAgent::stalled(int attempt) {
+  auto& s = *state_;
+  if (s.connection && !s.connection->closed()) s.connection->send(Json{{"t", "stalled"}, {"attempt", attempt}});
 }
 
 void NodeAgent::finish(const std::string& outcome, std::function<void()> done) {

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "idist/common/duration.hpp"
+#include "idist/common/flight_recorder.hpp"
+#include "stall_report.hpp"
 
 namespace idist::launchers::rendezvous {
 namespace {
@@ -111,6 +113,19 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   asio::steady_timer drain_timer{io};
   bool last_call_armed = false;
   std::function<void()> drained;
+  // A job-wide stall report being gathered: the views of every member's ranks, until each has
+  // answered or kGatherWait has passed.
+  struct Gather {
+    std::uint64_t id = 0;
+    int attempt = 0;
+    std::vector<launchers::detail::RankView> views;
+    std::vector<NodePtr> waiting;
+  };
+  std::optional<Gather> gather;
+  std::uint64_t gathers = 0;
+  Clock::time_point next_gather{};              // every node asks at once: one gather answers all
+  launchers::detail::CallKeys stalls_reported;  // this attempt's, job-wide
+  asio::steady_timer gather_timer{io};
 
   template <class... Args>
   void info(fmt::format_string<Args...> format, Args&&... args) {
@@ -160,7 +175,66 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       node->left_why = field<std::string>(m, "why", "");
       return;
     }
+    if (type == "stalled") return on_stalled(m);
+    if (type == "views") return on_views(node, m);
     refuse(node, "an unknown message '" + type + "'");
+  }
+
+  // --- job-wide stall reports ------------------------------------------------------------------
+
+  static constexpr auto kGatherWait = std::chrono::seconds(2);
+
+  void on_stalled(const Json& m) {
+    if (phase != Phase::running || field<int>(m, "attempt", -1) != attempt || gather) return;
+    if (Clock::now() < next_gather || options.stall_timeout.count() <= 0) return;
+    gather = Gather{.id = ++gathers, .attempt = attempt, .views = {}, .waiting = {}};
+    for (const auto& n : members)
+      if (!n->gone) {
+        gather->waiting.push_back(n);
+        n->connection->send(Json{{"t", "look"}, {"attempt", attempt}, {"id", gather->id}});
+      }
+    gather_timer.expires_after(kGatherWait);
+    gather_timer.async_wait([weak = std::weak_ptr<Impl>(shared_from_this()), id = gather->id](auto ec) {
+      auto self = weak.lock();
+      if (!ec && self && self->gather && self->gather->id == id) self->finish_gather();
+    });
+  }
+
+  void on_views(const NodePtr& node, const Json& m) {
+    if (!gather || field<std::uint64_t>(m, "id", 0) != gather->id) return;
+    auto& waiting = gather->waiting;
+    const auto it = std::find(waiting.begin(), waiting.end(), node);
+    if (it == waiting.end()) return;
+    waiting.erase(it);
+    if (!launchers::detail::views_from_json(field<std::string>(m, "ranks", ""), common::recorder::now_ns(),
+                                            gather->views))
+      info("{} sent views of its ranks that are not ours; its ranks are left out", node->name());
+    if (waiting.empty()) finish_gather();
+  }
+
+  void finish_gather() {
+    gather_timer.cancel();
+    auto g = std::move(*gather);
+    gather.reset();
+    next_gather = Clock::now() + kGatherWait;
+    if (phase != Phase::running || g.attempt != attempt) return;
+    std::sort(g.views.begin(), g.views.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    auto report =
+        launchers::detail::stall_report(g.views, common::recorder::now_ns(), options.stall_timeout, stalls_reported);
+    if (!report) return;
+    std::vector<std::string> lines;
+    const std::string everyone = g.waiting.empty() ? "every rank of the job" : "every rank of the nodes that answered";
+    for (auto& line : report->lines) {
+      line = "stall (job-wide): " + line.substr(line.find(": ") + 2);
+      if (const auto at = line.find("every rank here"); at != std::string::npos)
+        line.replace(at, std::string_view("every rank here").size(), everyone);
+      lines.push_back(std::move(line));
+    }
+    for (const auto& n : g.waiting)
+      lines.push_back(fmt::format("stall (job-wide): {} did not answer within {}: its ranks are not in this report",
+                                  n->name(), common::duration_text(kGatherWait)));
+    for (const auto& n : members)
+      if (!n->gone) n->connection->send(Json{{"t", "report"}, {"attempt", attempt}, {"lines", lines}});
   }
 
   void refuse(const NodePtr& node, const std::string& why) {
@@ -468,6 +542,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       base += n.nproc;
     }
     phase = Phase::running;
+    stalls_reported.clear();
     failure = false;
     reform = false;
     failures.clear();

@@ -27,6 +27,9 @@ struct ServerOptions {
   std::chrono::milliseconds stop_margin{5000};
   // A connection that has not joined this long after connecting is closed.
   std::chrono::milliseconds handshake{10000};
+  // A job-wide stall report covers the calls some rank has waited in this long (the agents'
+  // --stall-timeout); 0: the agents ask for none.
+  std::chrono::milliseconds stall_timeout{0};
   bool quiet = false;  // no log lines (the scale simulation)
 };
 

@@ -11,9 +11,14 @@
 //   leave {why}: then it closes                           cause?, exit_code?, restarts_left}
 //   hb    {}                                     hb {}; error {message} (then it closes)
 //
+//   stalled {attempt}                            look {attempt, id}
+//   views {attempt, id, ranks}                   report {attempt, lines}
+//
 // An agent joins, runs its ranks once assigned, says "fail" at its first failing rank and
 // "over" once its ranks are gone; the rendezvous answers every node's "over" with one verdict
-// for all. Heartbeats go both ways, so either side notices the other's silence. An agent that
+// for all. Heartbeats go both ways, so either side notices the other's silence. An agent whose
+// ranks stall says "stalled"; the rendezvous asks every node to "look" at its ranks, and sends
+// the report made from all their "views" (stall_report.hpp) to every node. An agent that
 // leaves before the job's verdict says why ("leave"), so that the others hear its cause.
 
 #include <fcntl.h>

@@ -54,6 +54,7 @@ struct RendezvousOptions {
   std::chrono::milliseconds dead_after{5000};
   std::chrono::milliseconds join_timeout{300000};  // for a round to fill; and for node 0 to listen
   std::chrono::milliseconds grace{5000};           // --grace: how long stopping this node's ranks may take
+  std::chrono::milliseconds stall_timeout{0};      // --stall-timeout: node 0's, for job-wide stall reports
 };
 
 // What the rendezvous gave this node for the current attempt.
@@ -85,6 +86,7 @@ class NodeAgent final : public Coordinator {
   void failed(int attempt, const LocalFailure& failure) override;
   void over(int attempt, const std::optional<LocalFailure>& failure,
             std::function<void(const RemoteVerdict&)> verdict) override;
+  void stalled(int attempt) override;
   void finish(const std::string& outcome, std::function<void()> done) override;
   void detach() override;
 

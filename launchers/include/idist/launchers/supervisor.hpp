@@ -104,6 +104,10 @@ class Coordinator {
   struct Events {
     std::function<void(const std::string& cause)> end_attempt;  // another node ended it: stop the ranks
     std::function<void(const std::string& why)> lost;           // no rendezvous any more: stop, fail
+    // A job-wide stall report: this node's ranks as the report needs them (JSON text,
+    // stall_report.hpp); then the report's lines, the same on every node.
+    std::function<std::string()> views;
+    std::function<void(const std::vector<std::string>& lines)> report;
   };
   virtual ~Coordinator() = default;
   virtual void start(boost::asio::io_context& io, Events events) = 0;
@@ -120,6 +124,9 @@ class Coordinator {
   // before the job's verdict); `done` once this process may exit (node 0 hosts the
   // rendezvous until every node has its verdict).
   virtual void finish(const std::string& outcome, std::function<void()> done) = 0;
+  // Some local rank stalled (a local stall report was made): ask for a job-wide one, which
+  // comes back through Events::report. Nothing where there is nobody to ask.
+  virtual void stalled(int /*attempt*/) {}
   // The event loop is about to go: let go of everything bound to it.
   virtual void detach() = 0;
 };
