@@ -340,6 +340,7 @@ int run(const Cli& cli) {
   supervise.stall_action = cli.stall_action == "kill" ? L::SuperviseOptions::StallAction::kill
                                                       : L::SuperviseOptions::StallAction::report;
   supervise.status_socket = true;
+  supervise.stacks = true;
   if (timeout_seconds)
     supervise.timeout =
         std::chrono::milliseconds(std::max(1LL, static_cast<long long>(std::min(*timeout_seconds, 1e9) * 1000)));

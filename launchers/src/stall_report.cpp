@@ -47,6 +47,12 @@ std::string what(const Recorded& r) {
 
 bool collective(const Recorded& s) { return s.kind == rec::Kind::collective; }
 
+// A send or recv the rank is blocked in: isend and irecv stay open while the rank goes on
+// with its own work, so an open one says nothing of where the rank is.
+bool blocked_in_p2p(const Recorded& s) {
+  return !collective(s) && s.state == rec::State::entered && (s.op == "send" || s.op == "recv");
+}
+
 // Its process state: read on its node (another node's ranks carry theirs), with the node named.
 std::string state_of(const RankView& r) {
   if (r.host.empty()) return process_state(r.pid);
@@ -77,7 +83,10 @@ std::string where_is(const RankView& r, std::int64_t now_ns) {
   const Recorded* newest = newest_of(r);
   if (newest == nullptr) return "no call recorded yet";
   const auto since = seconds(now_ns - newest->entered_ns);
-  if (newest->state == rec::State::entered) return fmt::format("in {} for {}", call_text(*newest), since);
+  if (newest->state == rec::State::entered && (collective(*newest) || blocked_in_p2p(*newest)))
+    return fmt::format("in {} for {}", call_text(*newest), since);
+  if (newest->state == rec::State::entered)  // an isend or irecv it goes on past
+    return fmt::format("in its own code, {} posted {} ago", call_text(*newest), since);
   return fmt::format("in its own code, after {} ({} {} ago)", call_text(*newest),
                      newest->state == rec::State::failed ? "failed; entered" : "entered", since);
 }
@@ -91,8 +100,7 @@ std::optional<StallReport> p2p_stall(const std::vector<RankView>& ranks, std::in
                                      CallKeys& reported) {
   for (const auto& r : ranks) {
     const Recorded* newest = newest_of(r);
-    if (!r.running || newest == nullptr || collective(*newest) || newest->state != rec::State::entered ||
-        now_ns - newest->entered_ns < stall_ns)
+    if (!r.running || newest == nullptr || !blocked_in_p2p(*newest) || now_ns - newest->entered_ns < stall_ns)
       continue;
     if (!reported.insert({kP2pKey, r.rank, newest->position}).second) continue;
     StallReport report;
@@ -243,7 +251,7 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
     } else {
       // Held in a send or recv of its own: that is where it is.
       const Recorded* newest = newest_of(r);
-      if (newest != nullptr && !collective(*newest) && newest->state == rec::State::entered)
+      if (newest != nullptr && blocked_in_p2p(*newest))
         others.push_back(fmt::format("rank {} never entered it: it waits in {} ({}; {})", r.rank, call_text(*newest),
                                      before, process));
       else
@@ -266,18 +274,31 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
       }
   } else {
     lines.push_back(head + "; " + others.front());
-    for (std::size_t i = 1; i < others.size(); ++i) lines.push_back("stall: ... " + others[i]);
+    // A line per rank that is not waiting, up to a screenful: the report goes to every node.
+    constexpr std::size_t kMostLines = 16;
+    for (std::size_t i = 1; i < others.size() && i <= kMostLines; ++i) lines.push_back("stall: ... " + others[i]);
+    if (others.size() > kMostLines + 1)
+      lines.push_back(fmt::format("stall: ... and {} more ranks not waiting in it", others.size() - kMostLines - 1));
   }
   return report;
 }
 
+std::string views_text(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
+                       std::size_t per_rank);
+
 std::string views_to_json(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
                           std::size_t budget) {
   // A slot as an array: [state, kind, op, dtype, epoch, group, root, seq, count, age in ms,
-  // position], about 60 bytes.
-  constexpr std::size_t kSlotBytes = 80, kRankBytes = 120;
-  const std::size_t per_rank =
-      ranks.empty() ? 0 : std::clamp<std::size_t>((budget / ranks.size() - std::min(budget / ranks.size(), kRankBytes)) / kSlotBytes, 1, 8);
+  // position]. The newest 8 calls of each rank, fewer while the text is over budget.
+  std::string text = "[]";
+  for (std::size_t per_rank = 8;; per_rank /= 2) {
+    text = views_text(ranks, now_ns, host, per_rank);
+    if (text.size() <= budget || per_rank <= 1) return text;
+  }
+}
+
+std::string views_text(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
+                       std::size_t per_rank) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : ranks) {
     std::vector<const Recorded*> newest;

@@ -72,6 +72,9 @@ struct StallReport {
 std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
                                         std::chrono::milliseconds stall, CallKeys& reported);
 
+// The most a node's views take on the rendezvous' wire (its frames are at most 1 MiB).
+inline constexpr std::size_t kViewsBudget = 512 * 1024;
+
 // A node's ranks as a job-wide report needs them, for the rendezvous (JSON text): each rank's
 // newest calls (as many as keep the text under `budget` bytes), its process state read here,
 // and how long ago each call was first seen (not when: the nodes' clocks differ).

@@ -42,8 +42,10 @@ bool trusted(int fd) {
 }  // namespace
 
 struct StatusServer::Impl : std::enable_shared_from_this<StatusServer::Impl> {
-  Impl(asio::io_context& io, std::function<std::string()> report) : acceptor(io), report(std::move(report)) {}
+  Impl(asio::io_context& io, std::function<std::string()> report)
+      : acceptor(io), pause(io), report(std::move(report)) {}
   asio::local::stream_protocol::acceptor acceptor;
+  asio::steady_timer pause;  // after a failed accept (no descriptors left): not a busy loop
   std::function<std::string()> report;
 
   void accept() {
@@ -59,6 +61,13 @@ struct StatusServer::Impl : std::enable_shared_from_this<StatusServer::Impl> {
           boost::system::error_code ignored;
           peer->shutdown(asio::socket_base::shutdown_both, ignored);
         });
+      }
+      if (ec) {
+        self->pause.expires_after(std::chrono::milliseconds(200));
+        self->pause.async_wait([self](auto e) {
+          if (!e && self->acceptor.is_open()) self->accept();
+        });
+        return;
       }
       self->accept();
     });
@@ -82,6 +91,7 @@ StatusServer::StatusServer(asio::io_context& io, std::function<std::string()> re
 StatusServer::~StatusServer() {
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
+  impl_->pause.cancel();
 }
 
 std::vector<pid_t> jobs_answering_status() {
@@ -126,10 +136,18 @@ int print_status(std::optional<pid_t> pid) {
   // A job too busy to answer within this is itself worth saying.
   const timeval patience{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &patience, sizeof(patience));  // connect, when its backlog is full
   if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&address), len) != 0) {
     std::fprintf(stderr, "idist-run: --status %d: no idist-run job of this user answers as pid %d here (%s)\n", *pid,
                  *pid, std::strerror(errno));
     if (fd >= 0) ::close(fd);
+    return 1;
+  }
+  // Anyone may take an abstract name first: the answer counts only from this user (or root).
+  if (!detail::trusted(fd)) {
+    std::fprintf(stderr, "idist-run: --status %d: the socket of that name belongs to another user; not reading it\n",
+                 *pid);
+    ::close(fd);
     return 1;
   }
   std::string text;

@@ -650,7 +650,7 @@ class Supervisor {
   // `done` on it with the lines; at once with none where gdb is not installed.
   void inspect_stacks(const std::vector<std::pair<int, pid_t>>& ranks,
                       std::function<void(std::vector<std::string>)> done) {
-    if (ranks.empty() || !detail::stack_tool_available()) return done({});
+    if (ranks.empty() || !options_.stacks || !detail::stack_tool_available()) return done({});
     auto guard = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(io_.get_executor());
     std::thread([this, ranks, done = std::move(done), guard]() mutable {
       std::vector<std::string> lines;
@@ -690,8 +690,7 @@ class Supervisor {
   // rendezvous' frame size).
   std::string job_views() {
     if (attempts_.empty() || joining_) return "[]";
-    constexpr std::size_t kBudget = 40000;
-    return detail::views_to_json(rank_views(), common::recorder::now_ns(), host_, kBudget);
+    return detail::views_to_json(rank_views(), common::recorder::now_ns(), host_, detail::kViewsBudget);
   }
 
   void on_job_report(const std::vector<std::string>& lines) {

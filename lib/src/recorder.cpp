@@ -1,6 +1,7 @@
 #include "recorder.hpp"
 
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,10 @@ rec::Segment* map_segment() {
         if (segment->magic == rec::kMagic) {
           segment->rank = -1;
           segment->pid = static_cast<std::int32_t>(::getpid());
+          // idist-run's stall report takes our stack with a gdb it starts: where Yama allows
+          // ptrace only of descendants, a rank may name its tracer (and the tracer's
+          // descendants). No effect elsewhere.
+          ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(::getppid()), 0, 0, 0);
           return segment;
         }
         ::munmap(p, sizeof(rec::Segment));

@@ -429,7 +429,10 @@ std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::ve
   try {
     store = probe();
   } catch (const std::exception& e) {
-    // Rank 0 hosts the store: when it does not answer either, it is the one to look at.
+    // Rank 0 hosts the store: when it does not answer either, it is the one to look at; when it
+    // refuses, it has gone (it may have timed out first and left).
+    if (std::string_view(e.what()).find("refused") != std::string_view::npos)
+      return fmt::format("rank 0, which hosts the job's store, has closed it ({}): it has ended", e.what());
     return fmt::format("rank 0, which hosts the job's store, does not answer either ({}): it is stopped, frozen or "
                        "too busy to reply (idist-run's stall report says which)",
                        e.what());

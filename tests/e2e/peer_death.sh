@@ -75,7 +75,7 @@ for i in $(seq $runs); do
       MASTER_PORT=$port "$JOB_SUM" 50000000 0 $((700 + i)) >"$TMP/r$r" 2>&1 &
     eval "p$r=$!"
   done
-  sleep 0.8
+  sleep 1.5  # past init(), into the all_reduces
   eval "kill -KILL \$p$victim"
   start=$(now_ms)
   for r in 0 1 2; do

@@ -39,7 +39,10 @@ int main(int argc, char** argv) try {
   if (mode == "healthy") {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(std::stoi(argv[2]));
     const int size = idist::get_world_size();
-    for (int round = 0; std::chrono::steady_clock::now() < until; ++round) {
+    // Rank 0's clock decides when to stop, for every rank (each deciding alone, they could
+    // disagree by a round and wait forever for one another).
+    auto go_on = [&] { return idist::broadcast(static_cast<int>(std::chrono::steady_clock::now() < until), 0) != 0; };
+    for (int round = 0; go_on(); ++round) {
       const auto work = std::chrono::milliseconds(4000 + 1000 * ((rank + round) % 4));
       if (round % 2 == 0) {
         std::this_thread::sleep_for(work);

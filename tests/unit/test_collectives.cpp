@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "ranks.hpp"
 
@@ -274,6 +276,49 @@ TEST_CASE("shm: calls that do not match fail on the ranks that would read the ot
         if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
       }
       if (!raised && (group.rank() == 0 || group.rank() == 1)) failures.add(group.rank(), "another root went unnoticed");
+    });
+    // The same, followed by a barrier (a full step, which compares the one-sided step's notes).
+    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+      int v = group.rank() * 10;
+      const int root = group.rank() == 1 ? 1 : 0;
+      bool raised = false;
+      try {
+        group.broadcast(&v, 1, DType::int32, root);
+        group.barrier();
+      } catch (const Error& e) {
+        raised = true;
+        if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
+      }
+      if (!raised && (group.rank() == 0 || group.rank() == 1))
+        failures.add(group.rank(), "another root, then a barrier, went unnoticed");
+    });
+  }
+}
+
+// Matching rooted calls with uneven work between them: a rank that waits in writable_half for
+// a slow peer's arrival at the previous call must not take it for another call.
+TEST_CASE("shm: rooted calls in a loop with uneven work never raise a mismatch") {
+  if (test::backend_under_test() != "shm") return;
+  for (int size : {2, 3, 5}) {
+    CAPTURE(size);
+    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+      std::uint64_t seed = 12345u + static_cast<std::uint64_t>(group.rank());
+      for (int i = 0; i < 3000; ++i) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        if ((seed >> 60) == 0) std::this_thread::sleep_for(std::chrono::microseconds((seed >> 40) % 200));
+        float x = 1.0f;
+        const int root = i % group.size();
+        try {
+          if (i % 3 == 0) group.reduce(&x, 1, DType::float32, ReduceOp::SUM, root);
+          if (i % 3 == 1) group.broadcast(&x, 1, DType::float32, root);
+          if (i % 3 == 2) group.all_reduce(&x, 1, DType::float32, ReduceOp::SUM);
+        } catch (const Error& e) {
+          failures.add(group.rank(), "call " + std::to_string(i) + ": " + e.what());
+          return;
+        }
+        if (i % 3 == 0 && group.rank() == root && x != static_cast<float>(group.size()))
+          failures.add(group.rank(), "reduce " + std::to_string(i) + " gave " + std::to_string(x));
+      }
     });
   }
 }

@@ -191,7 +191,8 @@ struct NodeAgent::State {
         connection->send(Json{{"t", "views"},
                               {"attempt", assignment.attempt},
                               {"id", field<std::uint64_t>(m, "id", 0)},
-                              {"ranks", events.views ? events.views() : std::string("[]")}});
+                              {"ranks", Json::parse(events.views ? events.views() : std::string("[]"), nullptr,
+                                                    false)}});
     } else if (type == "report") {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.report)
         events.report(field<std::vector<std::string>>(m, "lines", {}));

@@ -206,8 +206,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     const auto it = std::find(waiting.begin(), waiting.end(), node);
     if (it == waiting.end()) return;
     waiting.erase(it);
-    if (!launchers::detail::views_from_json(field<std::string>(m, "ranks", ""), common::recorder::now_ns(),
-                                            gather->views))
+    if (!m.contains("ranks") ||
+        !launchers::detail::views_from_json(m["ranks"].dump(), common::recorder::now_ns(), gather->views))
       info("{} sent views of its ranks that are not ours; its ranks are left out", node->name());
     if (waiting.empty()) finish_gather();
   }

@@ -37,9 +37,9 @@ using Json = nlohmann::json;
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-// Far above any message (an assignment is ~200 bytes), far below what a stranger could make
-// us buffer.
-inline constexpr std::uint32_t kMaxFrame = 64 * 1024;
+// Above any message (an assignment is ~200 bytes; a node's views for a stall report are kept
+// under stall_report.hpp's kViewsBudget), far below what a stranger could make us buffer.
+inline constexpr std::uint32_t kMaxFrame = 1024 * 1024;
 
 // One end of an agent's connection: framed reads into `on_message` until the peer closes or
 // errs (`on_close`, once, with why); writes queued in order. Lives as long as a handler holds it.

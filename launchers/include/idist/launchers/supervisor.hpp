@@ -153,6 +153,9 @@ struct SuperviseOptions {
   StallAction stall_action = StallAction::report;
   // Answer `idist-run --status` while the job runs (status_socket.hpp).
   bool status_socket = false;
+  // Stall reports carry the suspects' stacks (gdb, from a thread of ours: only for a caller
+  // whose ranks are exec'd, as idist-run's are, never forked from a running program).
+  bool stacks = false;
 };
 
 // How a job ended, for a caller that reports it itself.

@@ -320,7 +320,7 @@ class ShmBackend final : public Backend {
       const Step s = step_;
       for (int r = 0; r < size_; ++r)
         if (r != rank_) {
-          wait_arrival(r, s);
+          wait_arrival(r, s, posted_);
           if (note_of(r, s) != posted_) [[unlikely]]
             throw_mismatch(r, s, posted_);
         }
@@ -343,10 +343,12 @@ class ShmBackend final : public Backend {
     shm::post(arrived_[rank_], word_of(s));  // releases the note with the arrival
   }
 
-  void wait_arrival(int r, Step s) {
+  // `expected`: the note r must have at s (this call's, or the previous call's in writable_half).
+  void wait_arrival(int r, Step s, const CallNote::Words& expected) {
     shm::wait_for(arrived_[r], policy_, [s = word_of(s)](std::uint32_t a) { return shm::reached(a, s); },
-                  [&] { check_missing(s, r); });
+                  [&] { check_missing(s, r, expected); });
   }
+  void wait_arrival(int r, Step s) { wait_arrival(r, s, note_); }
 
   // Rank r's note for step s, read once its arrival there was seen. r writes that slot again
   // at step s + 3, which it cannot post before this rank has posted s + 1: its own waits (a
@@ -382,8 +384,9 @@ class ShmBackend final : public Backend {
   // every sleeper at once instead of one peer's word after another; it compares every note
   // with its own first and puts the verdict beside the generation.
   void step() {
+    // After a one-sided step, its notes are compared here too (a root that did not wait there).
+    if (one_sided_) writable_half();
     const Step s = ++step_;
-    one_sided_ = false;
     arrive(s);
     if (watch_peers_) {
       for (int r = 0; r < size_; ++r)
@@ -405,7 +408,7 @@ class ShmBackend final : public Backend {
       return;
     }
     shm::wait_for(*gen_, policy_, [w = word_of(s)](std::uint32_t g) { return shm::reached(g, w); },
-                  [&] { check_missing(s, -1); });
+                  [&] { check_missing(s, -1, note_); });
     if (verdict.load(std::memory_order_relaxed) != 0) [[unlikely]]
       for (int r = 0; r < size_; ++r)
         if (r != rank_) check_note(r, s);
@@ -437,7 +440,7 @@ class ShmBackend final : public Backend {
   // Between naps in a wait at step s (for rank `only`, or for the whole step when -1): a rank
   // waited for that has exited fails the wait now, as does one that arrived in another call;
   // past the deadline, the missing ranks are named.
-  void check_missing(Step s, int only) {
+  void check_missing(Step s, int only, const CallNote::Words& expected) {
     std::string missing;
     int listed = 0;
     auto at = [&](int r) { return arrived_[r].value.load(std::memory_order_acquire); };
@@ -450,7 +453,7 @@ class ShmBackend final : public Backend {
       if (r == rank_ || (only >= 0 && r != only)) continue;
       // A rank at this very step in another call: the calls do not match (the step would
       // never complete: another call takes other steps).
-      if (at(r) == word_of(s) && note_of(r, s) != note_) throw_mismatch(r, s, note_);
+      if (at(r) == word_of(s) && note_of(r, s) != expected) throw_mismatch(r, s, expected);
       if (here(r)) continue;
       // Looked at again after the exit: a rank that arrived, then exited, is not lost.
       if (segment_->exited(r) && !here(r)) throw lost(r);
