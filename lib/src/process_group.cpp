@@ -478,6 +478,17 @@ class ProcessGroup::P2pRecord {
       : mark_(recorder().enter(o.epoch, o.group_id, static_cast<std::uint64_t>(tag), op, DType::uint8, bytes, peer,
                                common::recorder::Kind::p2p)) {}
   void leave(bool ok) { recorder().leave(mark_, ok); }
+  // Runs `body` between the entry and the end it had.
+  template <class Body>
+  void around(Body&& body) {
+    try {
+      body();
+    } catch (...) {
+      leave(false);
+      throw;
+    }
+    leave(true);
+  }
 
  private:
   Recorder::Mark mark_;
@@ -486,29 +497,17 @@ class ProcessGroup::P2pRecord {
 void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
   check_peer("send", "dst", dst, tag, data, bytes);
   if (bytes == 0) return;
-  P2pRecord record(options_, "send", dst, tag, bytes);
-  bool ok = false;
-  struct Leave {
-    P2pRecord& record;
-    const bool& ok;
-    ~Leave() { record.leave(ok); }
-  } leave{record, ok};
-  run("send", [&] { backend_->send(data, bytes, dst, static_cast<std::uint32_t>(tag))(); });
-  ok = true;
+  P2pRecord(options_, "send", dst, tag, bytes).around([&] {
+    run("send", [&] { backend_->send(data, bytes, dst, static_cast<std::uint32_t>(tag))(); });
+  });
 }
 
 void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
   check_peer("recv", "src", src, tag, data, bytes);
   if (bytes == 0) return;
-  P2pRecord record(options_, "recv", src, tag, bytes);
-  bool ok = false;
-  struct Leave {
-    P2pRecord& record;
-    const bool& ok;
-    ~Leave() { record.leave(ok); }
-  } leave{record, ok};
-  run("recv", [&] { backend_->recv(data, bytes, src, static_cast<std::uint32_t>(tag))(); });
-  ok = true;
+  P2pRecord(options_, "recv", src, tag, bytes).around([&] {
+    run("recv", [&] { backend_->recv(data, bytes, src, static_cast<std::uint32_t>(tag))(); });
+  });
 }
 
 Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) {
@@ -533,13 +532,7 @@ Work ProcessGroup::start(std::string_view op, Backend::Completion completion, P2
   // the whole context).
   auto where = site(op);
   auto done = std::async(std::launch::async, [health = health_, where, completion = std::move(completion), record]() mutable {
-                try {
-                  run(*health, [&] { return where; }, completion);
-                } catch (...) {
-                  record.leave(false);
-                  throw;
-                }
-                record.leave(true);
+                record.around([&] { run(*health, [&] { return where; }, completion); });
               }).share();
   return track(std::move(done), std::move(where));
 }
