@@ -246,6 +246,7 @@ class Supervisor {
 
   void start_attempt(int index) {
     tearing_down_ = false;
+    ended_remotely_ = false;
     stalls_reported_.clear();
     mismatches_reported_.clear();
     mismatched_ = false;
@@ -432,7 +433,11 @@ class Supervisor {
     if (blame == Blame::none) return;
     const auto index = static_cast<std::size_t>(&rank - a.ranks.data());
     if (!a.record.first_failure) {
-      if (tearing_down_) return;  // stopped by a signal, the timeout or another node: not a failure of its own
+      // Stopped by a signal, the timeout or another node: not a failure of its own. Except a
+      // rank that was already ending on its own when another node's end came (not collateral):
+      // it may be the cause that node's failure answers (a peer that lost its connection to
+      // it), and the rendezvous can only follow that blame to it if it hears of it.
+      if (tearing_down_ && !(ended_remotely_ && !rank.record->collateral)) return;
       a.record.first_failure = index;
       if (options_.coordinator) options_.coordinator->failed(a.record.index, local_failure(rank));
       if (blame == Blame::root_cause) return teardown(SIGTERM);
@@ -720,6 +725,7 @@ class Supervisor {
     if (a.record.ended_by.empty()) a.record.ended_by = cause;
     if (tearing_down_ || a.ranks_gone) return;
     spdlog::error("attempt {}: {}; stopping the ranks here", a.record.index, cause);
+    ended_remotely_ = true;
     teardown(SIGTERM);
   }
 
@@ -801,8 +807,7 @@ class Supervisor {
       awaiting_verdict_ = false;
       auto& a = current();
       using Then = RemoteVerdict::Then;
-      // The verdict names the job's first failure, which the first "end" to arrive may not have.
-      if (v.then != Then::success) a.record.ended_by = v.cause;
+      if (v.then != Then::success && a.record.ended_by.empty()) a.record.ended_by = v.cause;
       std::string then;
       if (v.then == Then::restart)
         then = fmt::format("; restarting every node (attempt {}, {} restart{} left)", v.next_attempt, v.restarts_left,
@@ -1076,6 +1081,7 @@ class Supervisor {
   // Every attempt stays until the end: its handlers may still be queued, and the summary needs it.
   std::vector<std::unique_ptr<LiveAttempt>> attempts_;
   bool tearing_down_ = false;
+  bool ended_remotely_ = false;  // this attempt's teardown came from another node's end
   bool joining_ = false;           // waiting for the other nodes before the attempt's ranks start
   bool awaiting_verdict_ = false;  // this node's ranks are gone; the other nodes' may not be
   std::optional<RemoteVerdict> job_failure_;

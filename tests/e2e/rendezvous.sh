@@ -314,13 +314,16 @@ done
 
 # --- the endpoint's port held by another program -------------------------------------------------
 new_port
+# It says when it listens: under load python's start can take longer than any fixed pause, and
+# a node started before would bind the port itself.
 python3 -c 'import socket, sys, time
 s = socket.socket()
 s.bind(("127.0.0.1", int(sys.argv[1])))
 s.listen()
-time.sleep(30)' "$port" &
+print("listening", flush=True)
+time.sleep(30)' "$port" >"$DIR/holder" &
 holder=$!
-sleep 0.3
+for i in $(seq 200); do grep -q listening "$DIR/holder" && break; sleep 0.05; done
 start=$(now_ms)
 node a 2 -- 5 10 5
 wait "$NODE_PID"
