@@ -635,17 +635,14 @@ class Supervisor {
   // A stall report: said, kept for summary.json, the suspects' stacks added where gdb can get
   // them; then, with --stall-action kill, the attempt ends as a failure of the suspect.
   void on_stall(detail::StallReport report) {
-    auto& a = current();
-    for (const auto& line : report.lines) spdlog::error("{}", line);
-    a.record.stall.insert(a.record.stall.end(), report.lines.begin(), report.lines.end());
+    say_stall(report.lines);
     // Over several nodes, what this node sees may be half the story: ask for the whole.
-    if (options_.coordinator) options_.coordinator->stalled(a.record.index);
+    if (options_.coordinator) options_.coordinator->stalled(current().record.index);
     const auto generation = attempts_.size();
     inspect_stacks(report.to_inspect, [this, generation, suspect = report.suspect](std::vector<std::string> lines) {
       if (generation != attempts_.size()) return;
-      for (const auto& line : lines) spdlog::error("{}", line);
+      say_stall(lines);
       auto& a = current();
-      a.record.stall.insert(a.record.stall.end(), lines.begin(), lines.end());
       if (options_.stall_action == SuperviseOptions::StallAction::kill && !tearing_down_ && !finished_ && !a.ranks_gone)
         stall_kill(suspect);
     });
@@ -700,9 +697,14 @@ class Supervisor {
 
   void on_job_report(const std::vector<std::string>& lines) {
     if (attempts_.empty() || finished_) return;
+    say_stall(lines);
+  }
+
+  // A stall report's lines: on the console, and kept for summary.json.
+  void say_stall(const std::vector<std::string>& lines) {
     for (const auto& line : lines) spdlog::error("{}", line);
-    auto& a = current();
-    a.record.stall.insert(a.record.stall.end(), lines.begin(), lines.end());
+    auto& stall = current().record.stall;
+    stall.insert(stall.end(), lines.begin(), lines.end());
   }
 
   // `idist-run --status`: where this node's ranks are now.
@@ -936,7 +938,7 @@ class Supervisor {
     } else if (last.stalled_rank && stop_ == Stop::none) {
       run_.exit_code = kStallExit;
       run_.outcome = fmt::format("stalled (--stall-action kill): {}",
-                                 last.stall.empty() ? "see the report" : last.stall.front().substr(7));
+                                 last.stall.empty() ? "see the report" : last.stall.front().substr(std::string_view("stall: ").size()));
       spdlog::error("exit status {}: the job stalled and was stopped{}", kStallExit, stopped);
     } else if (stop_ == Stop::timed_out) {
       run_.exit_code = kTimeoutExit;

@@ -262,36 +262,30 @@ TEST_CASE("shm: calls that do not match fail on the ranks that would read the ot
       }
     });
     // Another root for one rank: whoever waits on a rank in another call raises; the roots,
-    // which do not wait, raise at their next call at the latest.
-    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
-      int v = group.rank() * 10;
-      const int root = group.rank() == 1 ? 1 : 0;
-      bool raised = false;
-      try {
-        group.broadcast(&v, 1, DType::int32, root);
-        if (group.rank() != root && v != root * 10) failures.add(group.rank(), "got " + std::to_string(v));
-        group.all_reduce(&v, 1, DType::int32, ReduceOp::SUM);
-      } catch (const Error& e) {
-        raised = true;
-        if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
-      }
-      if (!raised && (group.rank() == 0 || group.rank() == 1)) failures.add(group.rank(), "another root went unnoticed");
-    });
-    // The same, followed by a barrier (a full step, which compares the one-sided step's notes).
-    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
-      int v = group.rank() * 10;
-      const int root = group.rank() == 1 ? 1 : 0;
-      bool raised = false;
-      try {
-        group.broadcast(&v, 1, DType::int32, root);
-        group.barrier();
-      } catch (const Error& e) {
-        raised = true;
-        if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
-      }
-      if (!raised && (group.rank() == 0 || group.rank() == 1))
-        failures.add(group.rank(), "another root, then a barrier, went unnoticed");
-    });
+    // which do not wait, raise at their next call at the latest: an all_reduce (which writes
+    // first) or a barrier (a full step, which compares the one-sided step's notes).
+    for (const bool then_barrier : {false, true}) {
+      test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+        int v = group.rank() * 10;
+        const int root = group.rank() == 1 ? 1 : 0;
+        bool raised = false;
+        try {
+          group.broadcast(&v, 1, DType::int32, root);
+          if (!then_barrier && group.rank() != root && v != root * 10) failures.add(group.rank(), "got " + std::to_string(v));
+          if (then_barrier) {
+            group.barrier();
+          } else {
+            group.all_reduce(&v, 1, DType::int32, ReduceOp::SUM);
+          }
+        } catch (const Error& e) {
+          raised = true;
+          if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
+        }
+        if (!raised && (group.rank() == 0 || group.rank() == 1))
+          failures.add(group.rank(), std::string("another root, then ") + (then_barrier ? "a barrier" : "an all_reduce") +
+                                         ", went unnoticed");
+      });
+    }
   }
 }
 

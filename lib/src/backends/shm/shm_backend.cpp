@@ -222,7 +222,6 @@ class ShmBackend final : public Backend {
     }
   }
 
-  // root writes each rank's block into that rank's own half; no one else writes.
   // root writes each rank's block into that rank's own half; no one else writes. The root is
   // the one writer of every half here, so it alone needs the others past the previous step.
   void scatter(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
@@ -311,28 +310,32 @@ class ShmBackend final : public Backend {
 
   int name(int r) const { return names_.empty() ? r : names_[static_cast<std::size_t>(r)]; }
 
+  // Step numbers: 64 bits here, so that the notes' slot (step % 3) never skips at a wrap; the
+  // words in the segment carry the low 32 bits, compared with wrap-around (shm::reached).
+  using Step = std::uint64_t;
+  static std::uint32_t word_of(Step s) { return static_cast<std::uint32_t>(s); }
+
   // My half for the next step, once every rank is done reading what the step before the last
   // left there (see the top of this file: only needed after a one-sided step).
   // The notes of that step are compared here too: a rank that did not wait in it (a root)
   // learns that the others made another call (another root), one call late but not never.
   char* writable_half() {
     if (one_sided_) {
-      const Step s = step_;
-      for (int r = 0; r < size_; ++r)
-        if (r != rank_) {
-          wait_arrival(r, s, posted_);
-          if (note_of(r, s) != posted_) [[unlikely]]
-            throw_mismatch(r, s, posted_);
-        }
+      wait_all(step_, posted_);
       one_sided_ = false;
     }
     return next_half(rank_);
   }
 
-  // Step numbers: 64 bits here, so that the notes' slot (step % 3) never skips at a wrap; the
-  // words in the segment carry the low 32 bits, compared with wrap-around (shm::reached).
-  using Step = std::uint64_t;
-  static std::uint32_t word_of(Step s) { return static_cast<std::uint32_t>(s); }
+  // Every other rank's arrival at step s, each with the note `expected` (or a mismatch).
+  void wait_all(Step s, const CallNote::Words& expected) {
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        wait_arrival(r, s, expected);
+        if (note_of(r, s) != expected) [[unlikely]]
+          throw_mismatch(r, s, expected);
+      }
+  }
 
   // Posts this rank's arrival at step s, with its call's note beside it.
   void arrive(Step s) {
@@ -388,14 +391,7 @@ class ShmBackend final : public Backend {
     if (one_sided_) writable_half();
     const Step s = ++step_;
     arrive(s);
-    if (watch_peers_) {
-      for (int r = 0; r < size_; ++r)
-        if (r != rank_) {
-          wait_arrival(r, s);
-          check_note(r, s);
-        }
-      return;
-    }
+    if (watch_peers_) return wait_all(s, note_);
     auto& verdict = gen_->note[s % 3][0];
     if (count_->value.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<std::uint32_t>(size_)) {
       count_->value.store(0, std::memory_order_relaxed);
@@ -429,12 +425,7 @@ class ShmBackend final : public Backend {
     const Step s = ++step_;
     one_sided_ = true;
     arrive(s);
-    if (rank_ != dst) return;
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) {
-        wait_arrival(r, s);
-        check_note(r, s);
-      }
+    if (rank_ == dst) wait_all(s, note_);
   }
 
   // Between naps in a wait at step s (for rank `only`, or for the whole step when -1): a rank
