@@ -139,29 +139,28 @@ std::string list(const std::vector<int>& ranks) {
 std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t since_ns) {
   std::vector<Recorded> out;
   if (segment.magic != rec::kMagic) return out;
-  const auto next = segment.next.load(std::memory_order_acquire);
-  for (std::uint32_t i = 0; i < rec::kSlots; ++i) {
-    const auto& slot = segment.slots[i];
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      const auto before = slot.version.load(std::memory_order_acquire);
-      if (before & 1) continue;
-      Recorded r;
-      r.state = static_cast<rec::State>(slot.state.load(std::memory_order_acquire));
-      r.op.assign(slot.op, strnlen(slot.op, sizeof(slot.op)));
-      r.dtype = slot.dtype;
-      r.kind = static_cast<rec::Kind>(slot.kind);
-      r.epoch = slot.epoch;
-      r.group = slot.group;
-      r.root = slot.root;
-      r.seq = slot.seq;
-      r.count = slot.count;
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (slot.version.load(std::memory_order_relaxed) != before) continue;
-      r.entered_ns = since_ns;
-      // The newest call written to slot i (next - 1 is the newest of all).
-      r.position = next == 0 ? 0 : (next - 1) - ((next - 1 + rec::kSlots - i) % rec::kSlots);
-      if (r.state != rec::State::empty) out.push_back(std::move(r));
-      break;
+  for (const auto& ring : segment.rings) {
+    for (const auto& slot : ring.slots) {
+      for (int attempt = 0; attempt < 3; ++attempt) {
+        const auto before = slot.version.load(std::memory_order_acquire);
+        if (before & 1) continue;
+        Recorded r;
+        r.state = static_cast<rec::State>(slot.state.load(std::memory_order_acquire));
+        r.op = rec::op_name(static_cast<rec::Op>(slot.op));
+        r.dtype = slot.dtype;
+        r.kind = static_cast<rec::Kind>(slot.kind);
+        r.epoch = slot.epoch;
+        r.group = slot.group;
+        r.root = slot.root;
+        r.seq = slot.seq;
+        r.count = slot.count;
+        r.position = slot.order;
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (slot.version.load(std::memory_order_relaxed) != before) continue;
+        r.entered_ns = since_ns;
+        if (r.state != rec::State::empty) out.push_back(std::move(r));
+        break;
+      }
     }
   }
   return out;

@@ -119,9 +119,9 @@ class RecorderMemory {
   const common::recorder::Segment& segment() const { return *segment_; }
   // When the rank last entered a call, as far as we saw (the rank itself reads no clock).
   std::int64_t unchanged_since() {
-    const auto next = segment_->next.load(std::memory_order_acquire);
-    if (next != seen_next_ || since_ns_ == 0) {
-      seen_next_ = next;
+    const auto entered = common::recorder::entered(*segment_);
+    if (entered != seen_entered_ || since_ns_ == 0) {
+      seen_entered_ = entered;
       since_ns_ = common::recorder::now_ns();
     }
     return since_ns_;
@@ -131,7 +131,7 @@ class RecorderMemory {
   RecorderMemory(int fd, common::recorder::Segment* segment) : fd_(fd), segment_(segment) {}
   int fd_;
   common::recorder::Segment* segment_;
-  std::uint64_t seen_next_ = 0;
+  std::uint64_t seen_entered_ = 0;
   std::int64_t since_ns_ = 0;
 };
 

@@ -127,13 +127,14 @@ void ProcessGroup::check_signatures(const Signature& mine, const std::string& in
   WireSignature wire;
   wire.invalid = invalid.empty() ? 0 : 1;
   std::memcpy(wire.why, invalid.data(), std::min(invalid.size(), sizeof(wire.why) - 1));
-  std::memcpy(wire.op, mine.op.data(), std::min(mine.op.size(), sizeof(wire.op) - 1));
+  const auto name = mine.name();
+  std::memcpy(wire.op, name.data(), std::min(name.size(), sizeof(wire.op) - 1));
   wire.dtype = static_cast<std::uint8_t>(mine.dtype);
   wire.reduce = static_cast<std::uint8_t>(mine.reduce);
   wire.root = mine.root;
   wire.count = mine.count;
   std::vector<WireSignature> all(static_cast<std::size_t>(size()));
-  run(mine.op, [&] {
+  run(name, [&] {
     backend_->all_gather(&wire, all.data(), sizeof(wire));
     for (int r = 0; r < size(); ++r) {
       const auto& s = all[static_cast<std::size_t>(r)];
@@ -176,14 +177,14 @@ void ProcessGroup::run_body(const Call& call) {
   if (options_.debug) check_signatures(call.signature);
   if (!call.body) return;
   const auto& sig = call.signature;
-  const auto mark = recorder().enter(options_.epoch, options_.group_id, number, sig.op, sig.dtype, sig.count, sig.root);
+  const auto mark = ring_.enter(options_.epoch, options_.group_id, number, sig.op, sig.dtype, sig.count, sig.root);
   bool ok = false;
   struct Leave {
-    Recorder::Mark mark;
+    RecorderRing::Mark mark;
     const bool& ok;
-    ~Leave() { recorder().leave(mark, ok); }
+    ~Leave() { RecorderRing::leave(mark, ok); }
   } leave{mark, ok};
-  run(call.signature.op, [&] {
+  run(sig.name(), [&] {
     try {
       call.body();
     } catch (const TimeoutFailure& e) {
@@ -192,12 +193,13 @@ void ProcessGroup::run_body(const Call& call) {
       try {
         const auto& s = call.signature;
         WireSignature wire;
-        std::memcpy(wire.op, s.op.data(), std::min(s.op.size(), sizeof(wire.op) - 1));
+        const auto name = s.name();
+        std::memcpy(wire.op, name.data(), std::min(name.size(), sizeof(wire.op) - 1));
         wire.dtype = static_cast<std::uint8_t>(s.dtype);
         wire.reduce = static_cast<std::uint8_t>(s.reduce);
         wire.root = s.root;
         wire.count = s.count;
-        why = options_.explain_timeout(s.op, describe(wire, kAnyCount), number);
+        why = options_.explain_timeout(s.name(), describe(wire, kAnyCount), number);
       } catch (const std::exception& ex) {
         why = std::string("could not find out which ranks are missing: ") + ex.what();
       }
@@ -215,7 +217,7 @@ void ProcessGroup::execute(const Call& call) {
 
 Work ProcessGroup::enqueue(Call call) {
   if (alone()) return Work();
-  auto where = site(call.signature.op);
+  auto where = site(call.signature.name());
   auto done = std::async(std::launch::async, [this, previous = tail_, call = std::move(call)] {
                 if (previous.valid()) previous.wait();
                 run_body(call);
@@ -236,7 +238,7 @@ Work ProcessGroup::track(std::shared_future<void> done, ErrorSite where) {
 // --- reductions --------------------------------------------------------------------------------
 
 ProcessGroup::Call ProcessGroup::all_reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op) {
-  Call call{{"all_reduce", dtype, count, op, -1}, {}};
+  Call call{{Op::all_reduce, dtype, count, op, -1}, {}};
   validate(call.signature, [&] {
     check_buffer("all_reduce", data, count);
     check_reduce("all_reduce", dtype, op);
@@ -254,7 +256,7 @@ Work ProcessGroup::iall_reduce(void* data, std::size_t count, DType dtype, Reduc
 }
 
 ProcessGroup::Call ProcessGroup::reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
-  Call call{{"reduce", dtype, count, op, root}, {}};
+  Call call{{Op::reduce, dtype, count, op, root}, {}};
   validate(call.signature, [&] {
     check_root("reduce", "dst", root);
     check_buffer("reduce", data, count);
@@ -273,7 +275,7 @@ Work ProcessGroup::ireduce(void* data, std::size_t count, DType dtype, ReduceOp 
 }
 
 void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
-  Call call{{"reduce_scatter", dtype, count, op, -1}, {}};
+  Call call{{Op::reduce_scatter, dtype, count, op, -1}, {}};
   validate(call.signature, [&] {
     check_buffer("reduce_scatter", in, count);
     check_buffer("reduce_scatter", out, count);
@@ -290,7 +292,7 @@ std::vector<std::size_t> ProcessGroup::all_gather_counts(std::size_t count, DTyp
   if (alone()) return {count};
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(size()));
   const std::uint64_t mine = count;
-  execute({{"all_gather", dtype, kAnyCount, ReduceOp::SUM, -1},
+  execute({{Op::all_gather, dtype, kAnyCount, ReduceOp::SUM, -1},
            [&] { backend_->all_gather(&mine, counts.data(), sizeof(mine)); }});
   return {counts.begin(), counts.end()};
 }
@@ -312,7 +314,7 @@ void ProcessGroup::all_gather_v(const void* in, std::size_t count, const std::ve
 }
 
 ProcessGroup::Call ProcessGroup::all_gather_call(const void* in, std::size_t count, DType dtype, void* out) {
-  Call call{{"all_gather", dtype, count, ReduceOp::SUM, -1}, {}};
+  Call call{{Op::all_gather, dtype, count, ReduceOp::SUM, -1}, {}};
   validate(call.signature, [&] {
     check_buffer("all_gather", in, count);
     check_buffer("all_gather", out, count);
@@ -352,7 +354,7 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& value) {
 }
 
 void ProcessGroup::gather(const void* in, std::size_t count, DType dtype, void* out, int root) {
-  Call call{{"gather", dtype, count, ReduceOp::SUM, root}, {}};
+  Call call{{Op::gather, dtype, count, ReduceOp::SUM, root}, {}};
   validate(call.signature, [&] {
     check_root("gather", "dst", root);
     check_buffer("gather", in, count);
@@ -365,7 +367,7 @@ void ProcessGroup::gather(const void* in, std::size_t count, DType dtype, void* 
 }
 
 void ProcessGroup::scatter(const void* in, std::size_t in_count, void* out, std::size_t count, DType dtype, int root) {
-  Call call{{"scatter", dtype, count, ReduceOp::SUM, root}, {}};
+  Call call{{Op::scatter, dtype, count, ReduceOp::SUM, root}, {}};
   validate(call.signature, [&] {
     check_root("scatter", "src", root);
     check_buffer("scatter", out, count);
@@ -384,7 +386,7 @@ void ProcessGroup::scatter(const void* in, std::size_t in_count, void* out, std:
 // --- broadcast ---------------------------------------------------------------------------------
 
 ProcessGroup::Call ProcessGroup::broadcast_call(void* data, std::size_t count, DType dtype, int src) {
-  Call call{{"broadcast", dtype, count, ReduceOp::SUM, src}, {}};
+  Call call{{Op::broadcast, dtype, count, ReduceOp::SUM, src}, {}};
   validate(call.signature, [&] {
     check_root("broadcast", "src", src);
     check_buffer("broadcast", data, count);
@@ -403,7 +405,7 @@ void ProcessGroup::broadcast(void* data, std::size_t count, DType dtype, int src
       std::uint64_t dtype;
     } mine{count, static_cast<std::uint64_t>(dtype)};
     std::vector<Meta> all(static_cast<std::size_t>(size()));
-    execute({{"broadcast", DType::uint8, kAnyCount, ReduceOp::SUM, src},
+    execute({{Op::broadcast, DType::uint8, kAnyCount, ReduceOp::SUM, src},
              [&] { backend_->all_gather(&mine, all.data(), sizeof(Meta)); }});
     const auto& want = all[static_cast<std::size_t>(src)];
     for (int r = 0; r < size(); ++r) {
@@ -452,11 +454,11 @@ Tensor ProcessGroup::broadcast(const std::optional<Tensor>& value, int src) {
 // --- barrier -----------------------------------------------------------------------------------
 
 void ProcessGroup::barrier() {
-  execute({{"barrier", DType::uint8, 0, ReduceOp::SUM, -1}, [this] { backend_->barrier(); }});
+  execute({{Op::barrier, DType::uint8, 0, ReduceOp::SUM, -1}, [this] { backend_->barrier(); }});
 }
 
 Work ProcessGroup::ibarrier() {
-  return enqueue({{"barrier", DType::uint8, 0, ReduceOp::SUM, -1}, [this] { backend_->barrier(); }});
+  return enqueue({{Op::barrier, DType::uint8, 0, ReduceOp::SUM, -1}, [this] { backend_->barrier(); }});
 }
 
 // --- sub-groups --------------------------------------------------------------------------------
@@ -474,10 +476,10 @@ std::unique_ptr<ProcessGroup> ProcessGroup::make_group(const std::vector<int>& m
 // A point-to-point call in the flight recorder, entered now and left when `ok` says how.
 class ProcessGroup::P2pRecord {
  public:
-  P2pRecord(const ProcessGroupOptions& o, std::string_view op, int peer, int tag, std::size_t bytes)
-      : mark_(recorder().enter(o.epoch, o.group_id, static_cast<std::uint64_t>(tag), op, DType::uint8, bytes, peer,
-                               common::recorder::Kind::p2p)) {}
-  void leave(bool ok) { recorder().leave(mark_, ok); }
+  P2pRecord(const ProcessGroupOptions& o, Op op, int peer, int tag, std::size_t bytes)
+      : mark_(RecorderRing::shared().enter(o.epoch, o.group_id, static_cast<std::uint64_t>(tag), op, DType::uint8, bytes,
+                                           peer, common::recorder::Kind::p2p)) {}
+  void leave(bool ok) { RecorderRing::leave(mark_, ok); }
   // Runs `body` between the entry and the end it had.
   template <class Body>
   void around(Body&& body) {
@@ -491,13 +493,13 @@ class ProcessGroup::P2pRecord {
   }
 
  private:
-  Recorder::Mark mark_;
+  RecorderRing::Mark mark_;
 };
 
 void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
   check_peer("send", "dst", dst, tag, data, bytes);
   if (bytes == 0) return;
-  P2pRecord(options_, "send", dst, tag, bytes).around([&] {
+  P2pRecord(options_, Op::send, dst, tag, bytes).around([&] {
     run("send", [&] { backend_->send(data, bytes, dst, static_cast<std::uint32_t>(tag))(); });
   });
 }
@@ -505,7 +507,7 @@ void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
 void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
   check_peer("recv", "src", src, tag, data, bytes);
   if (bytes == 0) return;
-  P2pRecord(options_, "recv", src, tag, bytes).around([&] {
+  P2pRecord(options_, Op::recv, src, tag, bytes).around([&] {
     run("recv", [&] { backend_->recv(data, bytes, src, static_cast<std::uint32_t>(tag))(); });
   });
 }
@@ -515,7 +517,7 @@ Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) 
   if (bytes == 0) return Work();
   Backend::Completion completion;
   run("isend", [&] { completion = backend_->send(data, bytes, dst, static_cast<std::uint32_t>(tag)); });
-  return start("isend", std::move(completion), P2pRecord(options_, "isend", dst, tag, bytes));
+  return start("isend", std::move(completion), P2pRecord(options_, Op::isend, dst, tag, bytes));
 }
 
 Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
@@ -523,7 +525,7 @@ Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
   if (bytes == 0) return Work();
   Backend::Completion completion;
   run("irecv", [&] { completion = backend_->recv(data, bytes, src, static_cast<std::uint32_t>(tag)); });
-  return start("irecv", std::move(completion), P2pRecord(options_, "irecv", src, tag, bytes));
+  return start("irecv", std::move(completion), P2pRecord(options_, Op::irecv, src, tag, bytes));
 }
 
 Work ProcessGroup::start(std::string_view op, Backend::Completion completion, P2pRecord record) {

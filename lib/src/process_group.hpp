@@ -26,6 +26,7 @@
 #include "backend.hpp"
 #include "idist/errors.hpp"
 #include "idist/work.hpp"
+#include "recorder.hpp"
 
 namespace idist::detail {
 
@@ -121,12 +122,14 @@ class ProcessGroup {
   };
 
   // What every rank must agree on for a collective; compared across ranks under IDIST_DEBUG.
+  using Op = common::recorder::Op;
   struct Signature {
-    std::string_view op;
+    Op op = Op::none;
     DType dtype = DType::uint8;
     std::uint64_t count = 0;  // kAnyCount where ranks may differ (all_gather)
     ReduceOp reduce = ReduceOp::SUM;
     std::int32_t root = -1;
+    std::string_view name() const { return common::recorder::op_name(op); }
   };
   static constexpr std::uint64_t kAnyCount = ~std::uint64_t{0};
 
@@ -179,6 +182,9 @@ class ProcessGroup {
   std::shared_ptr<Health> health_ = std::make_shared<Health>();
   std::shared_future<void> tail_;  // the last async collective
   std::vector<std::shared_future<void>> in_flight_;
+  // This group's collectives in the flight recorder (they run one at a time, so a ring of
+  // their own is written without atomic adds); its point-to-point calls go to the shared ring.
+  RecorderRing ring_ = RecorderRing::own();
 };
 
 }  // namespace idist::detail

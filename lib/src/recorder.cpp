@@ -4,9 +4,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "idist/common/flight_recorder.hpp"
@@ -40,9 +38,9 @@ rec::Segment* map_segment() {
       }
     }
   }
-  static rec::Segment own;
-  own.pid = static_cast<std::int32_t>(::getpid());
-  return &own;
+  static rec::Segment private_segment;
+  private_segment.pid = static_cast<std::int32_t>(::getpid());
+  return &private_segment;
 }
 
 rec::Segment& segment() {
@@ -66,43 +64,20 @@ bool enabled() {
 
 }  // namespace
 
-Recorder::Mark Recorder::enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, std::string_view op, DType dtype,
-                               std::uint64_t count, std::int32_t root, rec::Kind kind) noexcept {
-  if (!enabled()) return 0;
+RecorderRing RecorderRing::own() {
+  if (!enabled()) return {};
   auto& s = segment();
-  const auto mark = s.next.fetch_add(1, std::memory_order_relaxed);
-  auto& slot = s.slots[mark % rec::kSlots];
-  const auto v = slot.version.load(std::memory_order_relaxed);
-  slot.version.store(v | 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  slot.state.store(static_cast<std::uint8_t>(rec::State::entered), std::memory_order_relaxed);
-  slot.dtype = static_cast<std::uint8_t>(dtype);
-  slot.kind = static_cast<std::uint8_t>(kind);
-  const auto n = std::min(op.size(), sizeof(slot.op) - 1);
-  std::memcpy(slot.op, op.data(), n);
-  slot.op[n] = '\0';
-  slot.epoch = epoch;
-  slot.group = group;
-  slot.root = root;
-  slot.seq = seq;
-  slot.count = count;
-  slot.version.store((v | 1) + 1, std::memory_order_release);
-  return mark;
+  for (std::uint32_t i = 1; i < rec::kRings; ++i) {
+    std::uint32_t free = 0;
+    if (s.rings[i].owned.compare_exchange_strong(free, 1, std::memory_order_acquire)) return {&s, &s.rings[i], true};
+  }
+  return {&s, &s.rings[0], false};
 }
 
-void Recorder::leave(Mark mark, bool ok) noexcept {
-  if (!enabled()) return;
+RecorderRing RecorderRing::shared() {
+  if (!enabled()) return {};
   auto& s = segment();
-  if (s.next.load(std::memory_order_relaxed) - mark > rec::kSlots) return;  // written over since
-  auto& slot = s.slots[mark % rec::kSlots];
-  // No clock read here: the next call's entry dates this one's end closely enough for a stall
-  // report, and a clock read is a tenth of a shared-memory all_reduce of 8 bytes.
-  slot.state.store(static_cast<std::uint8_t>(ok ? rec::State::completed : rec::State::failed), std::memory_order_release);
-}
-
-Recorder& recorder() {
-  static Recorder r;
-  return r;
+  return {&s, &s.rings[0], false};
 }
 
 }  // namespace idist::detail

@@ -67,6 +67,16 @@ check "a rank sleeping in its own code: named, with where it sleeps" eval \
   'grep -qE "stall: all_reduce #3 on group world .*: ranks 0, 2 waiting .* rank 1 never entered it \(last completed: all_reduce #2; state: sleeping in [a-z_]+" "$DIR/out"'
 check "... and the job ends well (exit 0)" equals "$rc" 0
 
+# The same in sub-groups: one whose calls the recorder keeps in a ring of the group's own, and
+# one beyond those rings, in the ring the rest share.
+"$RUN" -n 3 --stall-timeout 1 --timeout 60 "$STALL" groups 1 3 >"$DIR/out" 2>&1
+rc=$?
+for g in 3 8; do
+  check "a rank sleeping before an all_reduce on new_group #$g: named" eval \
+    'grep -qE "stall: all_reduce #1 on group new_group #$g \(float32, 2 elements\): ranks 0, 2 waiting [0-9.]+ s; rank 1 never entered it \(last completed: all_reduce #0; state: sleeping in [a-z_]+" "$DIR/out"'
+done
+check "... and the job ends well (exit 0)" equals "$rc" 0
+
 # Over shared memory a call that does not match the others' fails on every rank, in the
 # library: each says both calls.
 "$RUN" -n 3 --stall-timeout 60 "$STALL" skip_barrier 2 >"$DIR/out" 2>&1

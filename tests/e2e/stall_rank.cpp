@@ -7,6 +7,10 @@
 //   stall_rank recv RANK SECONDS            rank 0 receives from that rank in round 3, which sleeps
 //                                           SECONDS in its own code before it sends
 //                                           (the same bytes: gloo over TCP completes it, wrongly)
+//   stall_rank groups RANK SECONDS          9 groups of every rank (more than the flight recorder
+//                                           has rings of their own: the last share one), an
+//                                           all_reduce on each; then that rank sleeps SECONDS
+//                                           before an all_reduce on group 3, and again on group 8
 //   stall_rank healthy SECONDS              a healthy job for SECONDS: phases of 4-7 s of work (sleep
 //                                           or spin, unequal between ranks: up to 3 s of waiting in
 //                                           the collective after it), then all_reduce, broadcast,
@@ -28,7 +32,7 @@
 
 int main(int argc, char** argv) try {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS | healthy SECONDS\n");
+    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS | groups RANK SECONDS | healthy SECONDS\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -69,6 +73,21 @@ int main(int argc, char** argv) try {
       std::printf("rank %d round %d\n", rank, round);
       std::fflush(stdout);
     }
+    idist::finalize();
+    return 0;
+  }
+  if (mode == "groups") {
+    std::vector<int> everyone(static_cast<std::size_t>(idist::get_world_size()));
+    for (std::size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
+    std::vector<idist::Group> groups;
+    for (int g = 0; g < 9; ++g) groups.push_back(idist::new_group(everyone));
+    std::vector<float> x(2, 1.0f);
+    for (const auto& g : groups) idist::all_reduce(x, idist::AllReduceOptions{.group = g});
+    for (const std::size_t g : {3u, 8u}) {
+      if (rank == std::stoi(argv[2])) std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
+      idist::all_reduce(x, idist::AllReduceOptions{.group = groups[g]});
+    }
+    std::printf("rank %d done\n", rank);
     idist::finalize();
     return 0;
   }

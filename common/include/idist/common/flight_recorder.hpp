@@ -1,49 +1,100 @@
 #pragma once
 // The flight recorder's memory, as a rank writes it and its idist-run reads it: the last
-// kSlots collectives and point-to-point calls the rank entered, each with its group, its number
-// in that group, what it was (op, dtype, count, root or peer) and whether it has ended. idist-run makes one per rank
-// (a memfd, IDIST_RECORDER_FD in the rank) and reads it while the rank runs, is frozen or
-// spins: no call into the rank, no file anywhere. Like the env contract, a format both halves
-// agree on; plain data and atomics, no code of either half.
+// kSlots collectives and point-to-point calls of each ring the rank wrote, each with its group,
+// its number in that group, what it was (op, dtype, count, root or peer) and whether it has
+// ended. idist-run makes one per rank (a memfd, IDIST_RECORDER_FD in the rank) and reads it
+// while the rank runs, is frozen or spins: no call into the rank, no file anywhere. Like the
+// env contract, a format both halves agree on; plain data and atomics, no code of either half.
+//
+// Rings, because an 8-byte shared-memory all_reduce costs about 0.2 us and the recorder may
+// add 2% of that, a dozen cycles: no atomic read-modify-write, no string copy. A group's
+// collectives run one after another, so a group that owns a ring writes it with plain stores.
+// Ring 0 is shared (slots claimed with an atomic add): point-to-point calls, which any thread
+// may make at once, and the groups beyond the owned rings.
 
 #include <time.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 
 namespace idist::common::recorder {
 
-inline constexpr std::uint64_t kMagic = 0x3152434552445349ull;  // "IDSRECR1"
-inline constexpr std::uint32_t kSlots = 64;
+inline constexpr std::uint64_t kMagic = 0x3252434552445349ull;  // "IDSRECR2"
+inline constexpr std::uint32_t kSlots = 64;                      // per ring
+inline constexpr std::uint32_t kRings = 8;                       // ring 0 shared, 7 for groups
 
 enum class State : std::uint8_t { empty = 0, entered = 1, completed = 2, failed = 3 };
 // A point-to-point call has no number shared by the group: its slot's `seq` is its tag,
 // `root` its peer (a group rank) and `count` its bytes.
 enum class Kind : std::uint8_t { collective = 0, p2p = 1 };
 
-struct Slot {
+// The calls by number: the rank writes one byte, the reader names it.
+enum class Op : std::uint8_t {
+  none,
+  all_reduce,
+  reduce,
+  reduce_scatter,
+  all_gather,
+  gather,
+  scatter,
+  broadcast,
+  barrier,
+  send,
+  recv,
+  isend,
+  irecv,
+};
+inline constexpr std::array<std::string_view, 13> kOpNames = {
+    "?", "all_reduce", "reduce", "reduce_scatter", "all_gather", "gather", "scatter",
+    "broadcast", "barrier", "send", "recv", "isend", "irecv"};
+constexpr std::string_view op_name(Op op) {
+  const auto i = static_cast<std::size_t>(op);
+  return i < kOpNames.size() ? kOpNames[i] : kOpNames[0];
+}
+
+// One cache line: a call costs the rank one line of stores.
+struct alignas(64) Slot {
   // Even when the slot is whole; odd while the rank writes it (a reader copies and retries).
   std::atomic<std::uint32_t> version{0};
   std::atomic<std::uint8_t> state{0};  // State
+  std::uint8_t op = 0;                 // Op
   std::uint8_t dtype = 0;              // idist::DType
-  char op[17] = {};                    // "all_reduce", NUL-terminated
   std::uint8_t kind = 0;               // Kind
   std::uint32_t epoch = 0;             // which init() of the process (numbers restart with each)
   std::int32_t group = -1;             // -1: the world; else new_group's number
   std::int32_t root = -1;
   std::uint64_t seq = 0;               // the collective's number in its group, as on every member
   std::uint64_t count = 0;
+  // The process's calls entered before this one, over all rings: orders calls of different
+  // rings. Counted without a locked add, so threads entering calls at the same moment may
+  // share a number; it only orders, never identifies.
+  std::uint64_t order = 0;
   // No time: a clock read costs a tenth of an 8-byte shared-memory all_reduce. The reader dates
-  // calls itself, by when it first saw the segment's `next` at its present value.
+  // calls itself, by when it first saw the rings' `next` at their present values.
+};
+
+struct alignas(64) Ring {
+  std::atomic<std::uint32_t> owned{0};  // 1 while a group writes it alone (never ring 0)
+  std::atomic<std::uint64_t> next{0};   // slots written so far; the newest is (next - 1) % kSlots
+  Slot slots[kSlots];
 };
 
 struct Segment {
   std::uint64_t magic = kMagic;
   std::int32_t rank = -1;
   std::int32_t pid = 0;
-  std::atomic<std::uint64_t> next{0};  // slots written so far; the newest is (next - 1) % kSlots
-  Slot slots[kSlots];
+  alignas(64) std::atomic<std::uint64_t> order{0};  // see Slot::order
+  Ring rings[kRings];
 };
+
+// Calls entered so far, over all rings: changes whenever the rank enters a call.
+inline std::uint64_t entered(const Segment& s) {
+  std::uint64_t n = 0;
+  for (const auto& ring : s.rings) n += ring.next.load(std::memory_order_acquire);
+  return n;
+}
 
 // The reader's clock: coarse (a few ms) and cheap, which is all a stall needs.
 inline std::int64_t now_ns() {
