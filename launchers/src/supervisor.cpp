@@ -223,7 +223,8 @@ class Supervisor {
       timeout_timer_.expires_after(*options_.timeout);
       timeout_timer_.async_wait([this](auto ec) { on_timeout(ec); });
     }
-    if (options_.stall_timeout.count() > 0) check_stalls();
+    // Also without stall reports: the reading dates the ranks' calls, which --status shows.
+    if (options_.stall_timeout.count() > 0 || options_.status_socket) check_stalls();
     if (options_.status_socket)
       status_ = std::make_unique<detail::StatusServer>(io_, [this] { return status_text(); });
     if (auto& c = options_.coordinator)
@@ -622,9 +623,11 @@ class Supervisor {
     if (finished_) return;
     if (!attempts_.empty() && !joining_ && !tearing_down_) {
       const auto views = rank_views();
-      check_mismatches(views);
-      if (auto report = detail::stall_report(views, common::recorder::now_ns(), options_.stall_timeout, stalls_reported_))
-        on_stall(std::move(*report));
+      if (options_.stall_timeout.count() > 0) {
+        check_mismatches(views);
+        if (auto report = detail::stall_report(views, common::recorder::now_ns(), options_.stall_timeout, stalls_reported_))
+          on_stall(std::move(*report));
+      }
     }
     stall_timer_.expires_after(kStallCheck);
     stall_timer_.async_wait([this](auto ec) {
