@@ -367,16 +367,17 @@ bool stack_tool_available() {
 }
 
 std::vector<std::string> stack_of(pid_t pid) {
-  // Each thread's innermost frames: where it waits is what a stall report needs.
+  // Each thread's innermost frames: where it waits, and deep enough to reach the program's own
+  // call (a rank waiting in an shm all_reduce has main at frame 19).
   const auto command = fmt::format(
-      "timeout -s KILL 10 gdb -p {} -batch -nx -q -ex 'set pagination off' -ex 'thread apply all -ascending bt 12' "
+      "timeout -s KILL 10 gdb -p {} -batch -nx -q -ex 'set pagination off' -ex 'thread apply all -ascending bt 24' "
       "</dev/null 2>/dev/null",
       pid);
   std::vector<std::string> lines;
   FILE* out = ::popen(command.c_str(), "r");
   if (out == nullptr) return lines;
   char buffer[1024];
-  constexpr std::size_t kMostLines = 40;
+  constexpr std::size_t kMostLines = 60;
   while (std::fgets(buffer, sizeof(buffer), out) != nullptr) {
     std::string line(buffer);
     while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
