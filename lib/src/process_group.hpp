@@ -184,7 +184,9 @@ class ProcessGroup {
   std::vector<std::shared_future<void>> in_flight_;
   // This group's collectives in the flight recorder (they run one at a time, so a ring of
   // their own is written without atomic adds); its point-to-point calls go to the shared ring.
-  RecorderRing ring_ = RecorderRing::own();
+  // None for a group of one, which records nothing (and leaves the recorder unlooked-for in a
+  // process that idist::spawn then forks).
+  RecorderRing ring_ = alone() ? RecorderRing() : RecorderRing::own();
 };
 
 }  // namespace idist::detail

@@ -1,11 +1,14 @@
 #include "recorder.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
-#include <memory>
+#include <new>
+#include <thread>
 
 #include "idist/common/flight_recorder.hpp"
 #include "idist/env_contract.hpp"
@@ -14,6 +17,9 @@ namespace idist::detail {
 namespace {
 
 namespace rec = common::recorder;
+
+// Memory of our own where idist-run gave us none (a rank started by hand, by mpirun, by srun).
+rec::Segment private_segment;
 
 // idist-run's memfd when it gave us one (mapped shared, so it reads what we write), else
 // memory of our own: the recording costs the same either way.
@@ -38,46 +44,65 @@ rec::Segment* map_segment() {
       }
     }
   }
-  static rec::Segment private_segment;
+  new (&private_segment) rec::Segment();  // in a forked child: not the parent's calls
   private_segment.pid = static_cast<std::int32_t>(::getpid());
   return &private_segment;
-}
-
-rec::Segment& segment() {
-  static rec::Segment* s = map_segment();
-  return *s;
 }
 
 // IDIST_FLIGHT_RECORDER=0: nothing recorded (to measure what recording costs). A bad value
 // fails init() (read_contract); here, before or without init, it leaves the recorder on.
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv(std::string(env::kFlightRecorder).c_str());
-    try {
-      return v == nullptr || env::parse_flag(env::kFlightRecorder, v);
-    } catch (const std::exception&) {
-      return true;
-    }
-  }();
-  return on;
+  const char* v = std::getenv(std::string(env::kFlightRecorder).c_str());
+  try {
+    return v == nullptr || env::parse_flag(env::kFlightRecorder, v);
+  } catch (const std::exception&) {
+    return true;
+  }
+}
+
+// The process's recorder, looked for on first use: null when it is off. A child that
+// idist::spawn forks runs a rank of its own, with its own IDIST_RECORDER_FD, so a fork makes the
+// child look again (and a lock held by another thread of the parent means nothing in the child:
+// hence a flag it can clear, not a mutex).
+std::atomic<bool> looked{false};
+std::atomic_flag looking = ATOMIC_FLAG_INIT;
+rec::Segment* found = nullptr;  // written before `looked` is set
+
+void look_again_in_child() {
+  found = nullptr;
+  looked.store(false, std::memory_order_relaxed);
+  looking.clear(std::memory_order_relaxed);
+}
+
+rec::Segment* segment() {
+  if (looked.load(std::memory_order_acquire)) return found;
+  while (looking.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
+  if (!looked.load(std::memory_order_relaxed)) {
+    static const bool registered = ::pthread_atfork(nullptr, nullptr, look_again_in_child) == 0;
+    (void)registered;
+    found = enabled() ? map_segment() : nullptr;
+    looked.store(true, std::memory_order_release);
+  }
+  looking.clear(std::memory_order_release);
+  return found;
 }
 
 }  // namespace
 
 RecorderRing RecorderRing::own() {
-  if (!enabled()) return {};
-  auto& s = segment();
+  auto* s = segment();
+  if (s == nullptr) return {};
   for (std::uint32_t i = 1; i < rec::kRings; ++i) {
     std::uint32_t free = 0;
-    if (s.rings[i].owned.compare_exchange_strong(free, 1, std::memory_order_acquire)) return {&s, &s.rings[i], true};
+    if (s->rings[i].owned.compare_exchange_strong(free, 1, std::memory_order_acquire)) return {s, &s->rings[i], true};
   }
-  return {&s, &s.rings[0], false};
+  return {s, &s->rings[0], false};
 }
 
 RecorderRing RecorderRing::shared() {
-  if (!enabled()) return {};
-  auto& s = segment();
-  return {&s, &s.rings[0], false};
+  auto* s = segment();
+  if (s == nullptr) return {};
+  return {s, &s->rings[0], false};
 }
 
 }  // namespace idist::detail

@@ -77,6 +77,10 @@ for how in throw exit3 signal; do
   echo "$out" | grep '^caught' | sed 's/^/# /'
 done
 
+out=$(IDIST_INTRANODE=off timeout 60 "$CHECK" mismatch 2>&1)
+check "spawn after the caller's own init: ranks whose collectives do not match make spawn fail" equals $? 0 ||
+  echo "$out" | tail -5
+check "... naming both calls" contains "$out" "called all_reduce (int32, 2 elements)"
 out=$(timeout 60 "$CHECK" fds 2>&1)
 check "fn writes through a close-on-exec descriptor the caller opened" contains "$out" "fds: 2 lines"
 out=$(timeout 60 "$CHECK" nosync 2>&1)

@@ -194,6 +194,29 @@ int main(int argc, char** argv) try {
     return 0;
   }
   if (mode == "twice") return twice();
+  if (mode == "mismatch") {
+    // Ranks that call all_reduce with different dtypes of one size (gloo over TCP completes it,
+    // wrongly), spawned by a caller that ran a world of its own first: the ranks' flight
+    // recorders are theirs, not the caller's, so the supervisor sees it and spawn fails.
+    idist::init();
+    idist::finalize();
+    try {
+      idist::spawn([](int) {
+        if (idist::get_rank() == 1) {
+          std::vector<std::int32_t> t(2, 1);
+          idist::all_reduce(t);
+        } else {
+          std::vector<float> t(2, 1.0f);
+          idist::all_reduce(t);
+        }
+      }, {.nproc_per_node = 2});
+    } catch (const idist::Error& e) {
+      std::printf("spawn failed: %s\n", e.what());
+      return 0;
+    }
+    std::printf("not ok - spawn returned although its ranks' collectives did not match\n");
+    return 1;
+  }
   if (mode == "fds") {  // a descriptor of the caller's, close-on-exec, used from fn
     const std::string path = "spawn_check_fds." + std::to_string(::getpid());
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
