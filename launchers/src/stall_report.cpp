@@ -102,7 +102,7 @@ std::optional<StallReport> p2p_stall(const std::vector<RankView>& ranks, std::in
     const Recorded* newest = newest_of(r);
     if (!r.running || newest == nullptr || !blocked_in_p2p(*newest) || now_ns - newest->entered_ns < stall_ns)
       continue;
-    if (!reported.insert({kP2pKey, r.rank, newest->position}).second) continue;
+    if (!reported.insert({kP2pKey, r.rank, newest->id}).second) continue;
     StallReport report;
     std::string line = fmt::format("stall: rank {} waiting {} in {}", r.rank, seconds(now_ns - newest->entered_ns),
                                    call_text(*newest));
@@ -139,8 +139,8 @@ std::string list(const std::vector<int>& ranks) {
 std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t since_ns) {
   std::vector<Recorded> out;
   if (segment.magic != rec::kMagic) return out;
-  for (const auto& ring : segment.rings) {
-    for (const auto& slot : ring.slots) {
+  for (std::uint64_t ring_index = 0; ring_index < rec::kRings; ++ring_index) {
+    for (const auto& slot : segment.rings[ring_index].slots) {
       for (int attempt = 0; attempt < 3; ++attempt) {
         const auto before = slot.version.load(std::memory_order_acquire);
         if (before & 1) continue;
@@ -155,6 +155,7 @@ std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t si
         r.seq = slot.seq;
         r.count = slot.count;
         r.position = slot.order;
+        r.id = ring_index << 56 | (slot.number & ((std::uint64_t{1} << 56) - 1));
         std::atomic_thread_fence(std::memory_order_acquire);
         if (slot.version.load(std::memory_order_relaxed) != before) continue;
         r.entered_ns = since_ns;
@@ -288,7 +289,7 @@ std::string views_text(const std::vector<RankView>& ranks, std::int64_t now_ns, 
 std::string views_to_json(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
                           std::size_t budget) {
   // A slot as an array: [state, kind, op, dtype, epoch, group, root, seq, count, age in ms,
-  // position]. The newest 8 calls of each rank, fewer while the text is over budget.
+  // position, id]. The newest 8 calls of each rank, fewer while the text is over budget.
   std::string text = "[]";
   for (std::size_t per_rank = 8;; per_rank /= 2) {
     text = views_text(ranks, now_ns, host, per_rank);
@@ -307,7 +308,7 @@ std::string views_text(const std::vector<RankView>& ranks, std::int64_t now_ns, 
     nlohmann::json slots = nlohmann::json::array();
     for (const auto* s : newest)
       slots.push_back({static_cast<int>(s->state), static_cast<int>(s->kind), s->op, s->dtype, s->epoch, s->group,
-                       s->root, s->seq, s->count, (now_ns - s->entered_ns) / 1000000, s->position});
+                       s->root, s->seq, s->count, (now_ns - s->entered_ns) / 1000000, s->position, s->id});
     out.push_back({{"rank", r.rank},
                    {"pid", r.pid},
                    {"running", r.running},
@@ -344,6 +345,7 @@ bool views_from_json(const std::string& text, std::int64_t now_ns, std::vector<R
         c.count = s.at(8).get<std::uint64_t>();
         c.entered_ns = now_ns - s.at(9).get<std::int64_t>() * 1000000;
         c.position = s.at(10).get<std::uint64_t>();
+        c.id = s.at(11).get<std::uint64_t>();
         v.slots.push_back(std::move(c));
       }
       out.push_back(std::move(v));

@@ -116,15 +116,22 @@ class RecorderMemory {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
-  const common::recorder::Segment& segment() const { return *segment_; }
-  // When the rank last entered a call, as far as we saw (the rank itself reads no clock).
-  std::int64_t unchanged_since() {
-    const auto entered = common::recorder::entered(*segment_);
-    if (entered != seen_entered_ || since_ns_ == 0) {
-      seen_entered_ = entered;
+  // The rank's calls, each dated by when we first saw the recorder as it is now (the rank
+  // reads no clock). A call entered while we read moves the count: it is dated now, not by
+  // the count we saw before it (which could be a long computation ago: a false stall).
+  std::vector<detail::Recorded> read() {
+    const auto before = common::recorder::entered(*segment_);
+    if (before != seen_entered_ || since_ns_ == 0) {
+      seen_entered_ = before;
       since_ns_ = common::recorder::now_ns();
     }
-    return since_ns_;
+    auto calls = detail::read_recorder(*segment_, since_ns_);
+    if (const auto after = common::recorder::entered(*segment_); after != before) {
+      seen_entered_ = after;
+      since_ns_ = common::recorder::now_ns();
+      for (auto& c : calls) c.entered_ns = since_ns_;
+    }
+    return calls;
   }
 
  private:
@@ -608,7 +615,7 @@ class Supervisor {
       v.pid = r.record->pid;
       v.running = r.running();
       if (!v.running && r.record->status) v.ended = detail::describe(*r.record->status);
-      if (r.recorder) v.slots = detail::read_recorder(r.recorder->segment(), r.recorder->unchanged_since());
+      if (r.recorder) v.slots = r.recorder->read();
       views.push_back(std::move(v));
     }
     return views;

@@ -46,14 +46,26 @@ class RecorderRing {
              common::recorder::Kind kind = common::recorder::Kind::collective) noexcept {
     namespace rec = common::recorder;
     if (ring_ == nullptr) return {};
-    const auto n = owned_ ? ring_->next.load(std::memory_order_relaxed) : ring_->next.fetch_add(1, std::memory_order_relaxed);
-    // Plain load and store: a race between threads can only repeat a number (see Slot::order).
+    std::uint64_t n = 0;
+    if (owned_) {
+      n = ring_->next.load(std::memory_order_relaxed);
+      ring_->next.store(n + 1, std::memory_order_relaxed);
+    } else {
+      n = ring_->next.fetch_add(1, std::memory_order_relaxed);
+    }
+    auto& slot = ring_->slots[n % rec::kSlots];
+    auto v = slot.version.load(std::memory_order_relaxed);
+    if (owned_) {
+      slot.version.store(v | 1, std::memory_order_relaxed);
+    } else if ((v & 1) != 0 || !slot.version.compare_exchange_strong(v, v | 1, std::memory_order_relaxed)) {
+      // Ring 0 came round to a slot another thread is still writing (it was pre-empted there):
+      // this call goes unrecorded rather than mixed into that one.
+      return {};
+    }
+    std::atomic_thread_fence(std::memory_order_release);
+    // Plain load and store: see Slot::order.
     const auto order = segment_->order.load(std::memory_order_relaxed);
     segment_->order.store(order + 1, std::memory_order_relaxed);
-    auto& slot = ring_->slots[n % rec::kSlots];
-    const auto v = slot.version.load(std::memory_order_relaxed);
-    slot.version.store(v | 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
     slot.state.store(static_cast<std::uint8_t>(rec::State::entered), std::memory_order_relaxed);
     slot.op = static_cast<std::uint8_t>(op);
     slot.dtype = static_cast<std::uint8_t>(dtype);
@@ -63,9 +75,9 @@ class RecorderRing {
     slot.root = root;
     slot.seq = seq;
     slot.count = count;
+    slot.number = n;
     slot.order = order;
     slot.version.store((v | 1) + 1, std::memory_order_release);
-    if (owned_) ring_->next.store(n + 1, std::memory_order_release);
     return {&slot, n, owned_ ? nullptr : ring_};
   }
 

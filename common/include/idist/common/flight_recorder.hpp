@@ -49,6 +49,7 @@ enum class Op : std::uint8_t {
 inline constexpr std::array<std::string_view, 13> kOpNames = {
     "?", "all_reduce", "reduce", "reduce_scatter", "all_gather", "gather", "scatter",
     "broadcast", "barrier", "send", "recv", "isend", "irecv"};
+static_assert(kOpNames.size() == static_cast<std::size_t>(Op::irecv) + 1, "a name for every Op");
 constexpr std::string_view op_name(Op op) {
   const auto i = static_cast<std::size_t>(op);
   return i < kOpNames.size() ? kOpNames[i] : kOpNames[0];
@@ -67,17 +68,23 @@ struct alignas(64) Slot {
   std::int32_t root = -1;
   std::uint64_t seq = 0;               // the collective's number in its group, as on every member
   std::uint64_t count = 0;
+  std::uint64_t number = 0;  // the ring's count of slots written before this one: with the ring, an id
   // The process's calls entered before this one, over all rings: orders calls of different
-  // rings. Counted without a locked add, so threads entering calls at the same moment may
-  // share a number; it only orders, never identifies.
+  // rings. Counted without a locked add, so where threads enter calls at once, numbers repeat
+  // or, for a few calls, run backwards: "the newest call" of a rank whose threads call at once
+  // is a guess. It only orders; it never identifies a call.
   std::uint64_t order = 0;
   // No time: a clock read costs a tenth of an 8-byte shared-memory all_reduce. The reader dates
   // calls itself, by when it first saw the rings' `next` at their present values.
 };
 
+static_assert(sizeof(Slot) == 64);
+
 struct alignas(64) Ring {
   std::atomic<std::uint32_t> owned{0};  // 1 while a group writes it alone (never ring 0)
-  std::atomic<std::uint64_t> next{0};   // slots written so far; the newest is (next - 1) % kSlots
+  // Slots claimed so far; the newest is (next - 1) % kSlots. Counted before the slot is
+  // written, so that a reader who sees a new call also sees `next` moved (and dates it anew).
+  std::atomic<std::uint64_t> next{0};
   Slot slots[kSlots];
 };
 
