@@ -77,6 +77,16 @@ for g in 3 8; do
 done
 check "... and the job ends well (exit 0)" equals "$rc" 0
 
+# Two threads of each rank at once, collectives on a group and point-to-point around the world
+# (over TCP and over shared memory): the recorder's rings are written together, read every half
+# second; no call is taken for another (no mismatch), and the stall after is named as above.
+for intranode in off shm; do
+  IDIST_INTRANODE=$intranode "$RUN" -n 4 --stall-timeout 1 --timeout 120 "$STALL" threads 1 2 3000 >"$DIR/out" 2>&1
+  rc=$?
+  check "two threads per rank at once (IDIST_INTRANODE=$intranode): the stall named, no mismatch, exit $rc" eval \
+    '[ $rc = 0 ] && ! grep -q "mismatch" "$DIR/out" && grep -qE "stall: all_reduce #3000 on group new_group #0 \(float32, 2 elements\): ranks 0, 2, 3 waiting [0-9.]+ s; rank 1 never entered it \(last completed: all_reduce #2999; state: sleeping" "$DIR/out"'
+done
+
 # Over shared memory a call that does not match the others' fails on every rank, in the
 # library: each says both calls.
 "$RUN" -n 3 --stall-timeout 60 "$STALL" skip_barrier 2 >"$DIR/out" 2>&1

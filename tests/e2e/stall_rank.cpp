@@ -11,6 +11,10 @@
 //                                           has rings of their own: the last share one), an
 //                                           all_reduce on each; then that rank sleeps SECONDS
 //                                           before an all_reduce on group 3, and again on group 8
+//   stall_rank threads RANK SECONDS [N]     two threads at once, N times (2000): all_reduce on a group of every rank,
+//                                           and send/recv around the world (the recorder's own
+//                                           ring and its shared one, written together); then that
+//                                           rank sleeps SECONDS before one more group all_reduce
 //   stall_rank healthy SECONDS              a healthy job for SECONDS: phases of 4-7 s of work (sleep
 //                                           or spin, unequal between ranks: up to 3 s of waiting in
 //                                           the collective after it), then all_reduce, broadcast,
@@ -32,7 +36,7 @@
 
 int main(int argc, char** argv) try {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS | groups RANK SECONDS | healthy SECONDS\n");
+    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS | groups RANK SECONDS | threads RANK SECONDS | healthy SECONDS\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -87,6 +91,37 @@ int main(int argc, char** argv) try {
       if (rank == std::stoi(argv[2])) std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
       idist::all_reduce(x, idist::AllReduceOptions{.group = groups[g]});
     }
+    std::printf("rank %d done\n", rank);
+    idist::finalize();
+    return 0;
+  }
+  if (mode == "threads") {
+    const int size = idist::get_world_size();
+    std::vector<int> everyone(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) everyone[static_cast<std::size_t>(r)] = r;
+    const idist::Group group = idist::new_group(everyone);
+    const int rounds = argc > 4 ? std::stoi(argv[4]) : 2000;
+    std::thread ring([&] {
+      std::vector<float> message(4, static_cast<float>(rank)), got(4);
+      for (int i = 0; i < rounds; ++i) {
+        if (rank % 2 == 0) {
+          idist::send(message, (rank + 1) % size, 1);
+          idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
+        } else {
+          idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
+          idist::send(message, (rank + 1) % size, 1);
+        }
+      }
+    });
+    std::vector<float> x(2, 1.0f);
+    for (int i = 0; i < rounds; ++i) {
+      x.assign(2, 1.0f);
+      idist::all_reduce(x, idist::AllReduceOptions{.group = group});
+      if (x[0] != static_cast<float>(size)) throw std::runtime_error("all_reduce gave " + std::to_string(x[0]));
+    }
+    ring.join();
+    if (rank == std::stoi(argv[2])) std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
+    idist::all_reduce(x, idist::AllReduceOptions{.group = group});
     std::printf("rank %d done\n", rank);
     idist::finalize();
     return 0;
