@@ -34,7 +34,10 @@ std::string seconds(std::int64_t ns) { return fmt::format("{:.1f} s", static_cas
 // Its arguments: "float32, 2 elements, root 0"; "" for a barrier.
 std::string details(const Recorded& r) {
   if (r.op == "barrier") return "";
-  std::string out = fmt::format("{}, {} element{}", dtype_name(r.dtype), r.count, r.count == 1 ? "" : "s");
+  // All ones: a count each rank chooses (all_gather of unequal parts), compared by nobody.
+  std::string out = r.count == ~std::uint64_t{0}
+                        ? dtype_name(r.dtype) + ", each rank's own count"
+                        : fmt::format("{}, {} element{}", dtype_name(r.dtype), r.count, r.count == 1 ? "" : "s");
   if (r.root >= 0) out += fmt::format(", root {}", r.root);
   return out;
 }

@@ -3,9 +3,11 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <new>
 #include <thread>
@@ -21,6 +23,9 @@ namespace rec = common::recorder;
 // Memory of our own where idist-run gave us none (a rank started by hand, by mpirun, by srun).
 rec::Segment private_segment;
 
+// This process's number among those that recorded in the segment (see Slot::epoch).
+std::uint32_t life = 0;
+
 // idist-run's memfd when it gave us one (mapped shared, so it reads what we write), else
 // memory of our own: the recording costs the same either way.
 rec::Segment* map_segment() {
@@ -34,6 +39,7 @@ rec::Segment* map_segment() {
         if (segment->magic == rec::kMagic) {
           segment->rank = -1;
           segment->pid = static_cast<std::int32_t>(::getpid());
+          life = segment->lives.fetch_add(1, std::memory_order_relaxed) + 1;
           // idist-run's stall report takes our stack with a gdb it starts: where Yama allows
           // ptrace only of descendants, a rank may name its tracer (and the tracer's
           // descendants). No effect elsewhere.
@@ -46,6 +52,7 @@ rec::Segment* map_segment() {
   }
   new (&private_segment) rec::Segment();  // in a forked child: not the parent's calls
   private_segment.pid = static_cast<std::int32_t>(::getpid());
+  life = 1;
   return &private_segment;
 }
 
@@ -70,6 +77,7 @@ rec::Segment* found = nullptr;  // written before `looked` is set
 
 void look_again_in_child() {
   found = nullptr;
+  life = 0;
   looked.store(false, std::memory_order_relaxed);
   looking.clear(std::memory_order_relaxed);
 }
@@ -92,17 +100,22 @@ rec::Segment* segment() {
 RecorderRing RecorderRing::own() {
   auto* s = segment();
   if (s == nullptr) return {};
+  const auto me = static_cast<std::int32_t>(::getpid());
   for (std::uint32_t i = 1; i < rec::kRings; ++i) {
-    std::uint32_t free = 0;
-    if (s->rings[i].owned.compare_exchange_strong(free, 1, std::memory_order_acquire)) return {s, &s->rings[i], true};
+    auto owner = s->rings[i].owner.load(std::memory_order_relaxed);
+    // A ring left owned by a program of this rank that has ended without finalize() (the rank
+    // runs programs in turn) is free again.
+    if (owner != 0 && (owner == me || ::kill(owner, 0) == 0 || errno != ESRCH)) continue;
+    if (s->rings[i].owner.compare_exchange_strong(owner, me, std::memory_order_acquire))
+      return {s, &s->rings[i], life, true};
   }
-  return {s, &s->rings[0], false};
+  return {s, &s->rings[0], life, false};
 }
 
 RecorderRing RecorderRing::shared() {
   auto* s = segment();
   if (s == nullptr) return {};
-  return {s, &s->rings[0], false};
+  return {s, &s->rings[0], life, false};
 }
 
 }  // namespace idist::detail

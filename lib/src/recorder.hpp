@@ -31,14 +31,15 @@ class RecorderRing {
   static RecorderRing shared();
 
   RecorderRing() = default;
-  RecorderRing(RecorderRing&& other) noexcept : segment_(other.segment_), ring_(other.ring_), owned_(other.owned_) {
+  RecorderRing(RecorderRing&& other) noexcept
+      : segment_(other.segment_), ring_(other.ring_), life_(other.life_), owned_(other.owned_) {
     other.ring_ = nullptr;
     other.owned_ = false;
   }
   RecorderRing& operator=(RecorderRing&&) = delete;
   RecorderRing(const RecorderRing&) = delete;
   ~RecorderRing() {
-    if (owned_) ring_->owned.store(0, std::memory_order_release);
+    if (owned_) ring_->owner.store(0, std::memory_order_release);
   }
 
   Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, common::recorder::Op op, DType dtype,
@@ -70,7 +71,7 @@ class RecorderRing {
     slot.op = static_cast<std::uint8_t>(op);
     slot.dtype = static_cast<std::uint8_t>(dtype);
     slot.kind = static_cast<std::uint8_t>(kind);
-    slot.epoch = epoch;
+    slot.epoch = life_ | (epoch & 0xffff);
     slot.group = group;
     slot.root = root;
     slot.seq = seq;
@@ -93,11 +94,12 @@ class RecorderRing {
   }
 
  private:
-  RecorderRing(common::recorder::Segment* segment, common::recorder::Ring* ring, bool owned)
-      : segment_(segment), ring_(ring), owned_(owned) {}
+  RecorderRing(common::recorder::Segment* segment, common::recorder::Ring* ring, std::uint32_t life, bool owned)
+      : segment_(segment), ring_(ring), life_(life << 16), owned_(owned) {}
 
   common::recorder::Segment* segment_ = nullptr;
   common::recorder::Ring* ring_ = nullptr;
+  std::uint32_t life_ = 0;  // this process's number in the segment, as Slot::epoch's high bits
   bool owned_ = false;
 };
 

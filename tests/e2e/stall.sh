@@ -87,6 +87,22 @@ for intranode in off shm; do
     '[ $rc = 0 ] && ! grep -q "mismatch" "$DIR/out" && grep -qE "stall: all_reduce #3000 on group new_group #0 \(float32, 2 elements\): ranks 0, 2, 3 waiting [0-9.]+ s; rank 1 never entered it \(last completed: all_reduce #2999; state: sleeping" "$DIR/out"'
 done
 
+# Each rank a script that runs two programs in turn, each numbering its collectives from #0:
+# the first's calls are not compared with the second's (they once made a healthy job exit 1),
+# and a stall in the second is named as in a program alone.
+EX=$(realpath "$2")
+for intranode in off shm; do
+  IDIST_INTRANODE=$intranode "$RUN" -n 3 --timeout 60 bash -c "'$EX/broadcast' >/dev/null && '$EX/all_gather' >/dev/null" \
+    >"$DIR/out" 2>&1
+  rc=$?
+  check "a rank's script runs two programs in turn (IDIST_INTRANODE=$intranode): no mismatch, exit $rc" eval \
+    '[ $rc = 0 ] && ! grep -q "mismatch" "$DIR/out"'
+done
+"$RUN" -n 3 --stall-timeout 1 --timeout 60 bash -c "'$EX/broadcast' >/dev/null && exec '$STALL' sleep 1 3" >"$DIR/out" 2>&1
+rc=$?
+check "... and a stall in the second program: named, the job ends well (exit $rc)" eval \
+  '[ $rc = 0 ] && ! grep -q "mismatch" "$DIR/out" && grep -qE "stall: all_reduce #3 on group world .*: ranks 0, 2 waiting .* rank 1 never entered it \(last completed: all_reduce #2; state: sleeping" "$DIR/out"'
+
 # Over shared memory a call that does not match the others' fails on every rank, in the
 # library: each says both calls.
 "$RUN" -n 3 --stall-timeout 60 "$STALL" skip_barrier 2 >"$DIR/out" 2>&1

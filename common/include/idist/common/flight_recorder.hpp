@@ -63,7 +63,10 @@ struct alignas(64) Slot {
   std::uint8_t op = 0;                 // Op
   std::uint8_t dtype = 0;              // idist::DType
   std::uint8_t kind = 0;               // Kind
-  std::uint32_t epoch = 0;             // which init() of the process (numbers restart with each)
+  // Which process of the rank (high 16 bits: a rank's script may run several programs in turn,
+  // each numbering its calls from 0) and which init() of that process (low 16: numbers restart
+  // with each). Alike on every rank for the same program's same init().
+  std::uint32_t epoch = 0;
   std::int32_t group = -1;             // -1: the world; else new_group's number
   std::int32_t root = -1;
   std::uint64_t seq = 0;               // the collective's number in its group, as on every member
@@ -81,7 +84,7 @@ struct alignas(64) Slot {
 static_assert(sizeof(Slot) == 64);
 
 struct alignas(64) Ring {
-  std::atomic<std::uint32_t> owned{0};  // 1 while a group writes it alone (never ring 0)
+  std::atomic<std::int32_t> owner{0};  // the pid whose group writes it alone (never ring 0); 0: free
   // Slots claimed so far; the newest is (next - 1) % kSlots. Counted before the slot is
   // written, so that a reader who sees a new call also sees `next` moved (and dates it anew).
   std::atomic<std::uint64_t> next{0};
@@ -92,6 +95,7 @@ struct Segment {
   std::uint64_t magic = kMagic;
   std::int32_t rank = -1;
   std::int32_t pid = 0;
+  std::atomic<std::uint32_t> lives{0};  // processes that have recorded here (see Slot::epoch)
   alignas(64) std::atomic<std::uint64_t> order{0};  // see Slot::order
   Ring rings[kRings];
 };
