@@ -76,7 +76,7 @@ std::string call_text(const Recorded& r) {
 const Recorded* newest_of(const RankView& r) {
   const Recorded* newest = nullptr;
   for (const auto& s : r.slots)
-    if (newest == nullptr || s.position > newest->position) newest = &s;
+    if (s.kind != rec::Kind::member && (newest == nullptr || s.position > newest->position)) newest = &s;
   return newest;
 }
 
@@ -158,13 +158,34 @@ std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t si
         r.seq = slot.seq;
         r.count = slot.count;
         r.position = slot.order;
-        r.id = ring_index << 56 | (slot.number & ((std::uint64_t{1} << 56) - 1));
+        r.history = slot.history;
+        r.id = ring_index << 56 | (slot.number.load(std::memory_order_relaxed) & ((std::uint64_t{1} << 56) - 1));
         std::atomic_thread_fence(std::memory_order_acquire);
         if (slot.version.load(std::memory_order_relaxed) != before) continue;
         r.entered_ns = since_ns;
         if (r.state != rec::State::empty) out.push_back(std::move(r));
         break;
       }
+    }
+  }
+  // The groups it belongs to, as records of their own (Kind::member), after its calls.
+  for (const auto& e : segment.groups) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const auto before = e.version.load(std::memory_order_acquire);
+      if (before & 1) continue;
+      Recorded r;
+      r.kind = rec::Kind::member;
+      r.state = rec::State::completed;
+      r.epoch = e.epoch;
+      r.group = e.group;
+      r.seq = e.seq;
+      r.history = e.history;
+      r.has_call = e.has_call != 0;
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (e.version.load(std::memory_order_relaxed) != before) continue;
+      r.entered_ns = since_ns;
+      if (r.epoch != 0) out.push_back(std::move(r));
+      break;
     }
   }
   return out;
@@ -218,14 +239,17 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
     const Recorded* at = nullptr;     // its call with this number in the group
     const Recorded* last = nullptr;   // its latest call in the group
     const Recorded* done = nullptr;   // its latest completed call in the group
+    bool member = false;  // of ref's group, by the groups it recorded (a rank that never called into it)
     for (const auto& s : r.slots) {
-      if (!collective(s) || s.group != ref.group || s.epoch != ref.epoch) continue;
+      if (s.group != ref.group || s.epoch != ref.epoch) continue;
+      if (s.kind == rec::Kind::member) member = true;
+      if (!collective(s)) continue;
       if (s.seq == ref.seq) at = &s;
       if (last == nullptr || s.seq > last->seq) last = &s;
       if (s.state == rec::State::completed && (done == nullptr || s.seq > done->seq)) done = &s;
     }
     // Sub-groups: a rank that never called into the group is taken for a non-member.
-    if (ref.group >= 0 && last == nullptr) continue;
+    if (ref.group >= 0 && last == nullptr && !member) continue;
     const std::string process = r.running ? "state: " + state_of(r) : r.ended;
     if (at != nullptr && same_call(*at, ref) && at->state == rec::State::entered && r.running) {
       waiting.push_back(r.rank);
@@ -411,6 +435,9 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
   return lines;
 }
 
+// A group whose mismatch has been said: its calls' histories differ from then on.
+constexpr std::uint64_t kGroupSaid = ~std::uint64_t{0};
+
 std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
                                          CallKeys& reported) {
   // (epoch, group, number) -> the calls made at it, and by whom.
@@ -418,6 +445,15 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
   for (const auto& r : ranks)
     for (const auto& s : r.slots)
       if (collective(s)) at[{s.epoch, s.group, s.seq}].push_back({&s, r.rank});
+  // A shared-ring group's latest call, kept apart from the ring: compared by history alone, so
+  // that a mismatch other calls pushed out of the ring is still seen at the job's end.
+  for (const auto& r : ranks)
+    for (const auto& s : r.slots)
+      if (s.kind == rec::Kind::member && s.has_call) {
+        auto& calls = at[{s.epoch, s.group, s.seq}];
+        const bool recorded = std::any_of(calls.begin(), calls.end(), [&](const auto& c) { return c.second == r.rank; });
+        if (!recorded) calls.push_back({&s, r.rank});
+      }
   std::vector<std::string> lines;
   for (const auto& [key, calls] : at) {
     const auto [epoch, group, seq] = key;
@@ -425,6 +461,7 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
     // The calls, each with its ranks, in the order first seen.
     std::vector<std::pair<const Recorded*, std::vector<int>>> kinds;
     for (const auto& [call, rank] : calls) {
+      if (!collective(*call)) continue;  // a member's latest call: its history only
       auto same = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return same_call(*k.first, *call); });
       if (same == kinds.end()) {
         kinds.push_back({call, {rank}});
@@ -432,8 +469,35 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
         same->second.push_back(rank);
       }
     }
-    if (kinds.size() < 2) continue;
+    if (kinds.size() < 2) {
+      // The same call here, but not the same calls before it: a mismatch whose call has left
+      // the recorder (the ranks went on for a whole ring since). Said once per group.
+      if (reported.count({epoch, group, kGroupSaid}) != 0) continue;
+      std::vector<std::pair<std::uint64_t, std::vector<int>>> histories;
+      for (const auto& [call, rank] : calls) {
+        auto same = std::find_if(histories.begin(), histories.end(), [&](const auto& h) { return h.first == call->history; });
+        if (same == histories.end()) same = histories.insert(histories.end(), {call->history, {}});
+        if (std::find(same->second.begin(), same->second.end(), rank) == same->second.end()) same->second.push_back(rank);
+      }
+      if (histories.size() < 2) continue;
+      reported.insert({epoch, group, kGroupSaid});
+      std::vector<std::string> sides;
+      for (auto& [history, who] : histories) {
+        std::sort(who.begin(), who.end());
+        sides.push_back(list(who));
+      }
+      const auto seen = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return collective(*c.first); });
+      lines.push_back(fmt::format("mismatch: collective #{} on group {}: {}the ranks' calls up to it did not match ({}), "
+                                  "and the call that differed has left the recorder (a call that did not raise "
+                                  "returned wrong results: shared memory raises on every rank, gloo over TCP and mpi do "
+                                  "with IDIST_DEBUG=1)",
+                                  seq, group_name(group),
+                                  seen == calls.end() ? "" : "every rank called " + what(*seen->first) + ", but ",
+                                  fmt::join(sides, " against ")));
+      continue;
+    }
     reported.insert({epoch, group, seq});
+    reported.insert({epoch, group, kGroupSaid});
     std::vector<std::string> parts;
     for (auto& [call, who] : kinds) {
       std::sort(who.begin(), who.end());

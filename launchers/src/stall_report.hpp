@@ -37,6 +37,8 @@ struct Recorded {
   // call still open has waited at least since then.
   std::int64_t entered_ns = 0;
   std::uint64_t position = 0;  // the rank's calls before this one (the newest has the highest)
+  std::uint64_t history = 0;   // the group's calls up to this one, folded (Slot::history)
+  bool has_call = false;       // a member record (Kind::member) that holds its group's latest call
   std::uint64_t id = 0;        // which call of the rank: its ring's number (top byte), its number there
   common::recorder::Kind kind = common::recorder::Kind::collective;
 };

@@ -186,7 +186,8 @@ class ProcessGroup {
   // their own is written without atomic adds); its point-to-point calls go to the shared ring.
   // None for a group of one, which records nothing (and leaves the recorder unlooked-for in a
   // process that idist::spawn then forks).
-  RecorderRing ring_ = alone() ? RecorderRing() : RecorderRing::own();
+  RecorderRing ring_ = alone() ? RecorderRing() : RecorderRing::own(options_.epoch, options_.group_id);
+  std::uint64_t history_ = 0;  // this group's calls so far, folded (Slot::history)
 };
 
 }  // namespace idist::detail

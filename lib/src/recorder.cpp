@@ -97,9 +97,11 @@ rec::Segment* segment() {
 
 }  // namespace
 
-RecorderRing RecorderRing::own() {
+RecorderRing RecorderRing::own(std::uint32_t epoch, std::int32_t group) {
   auto* s = segment();
   if (s == nullptr) return {};
+  auto& entry = s->groups[static_cast<std::uint32_t>(group + 1) % rec::kGroups];
+  write_entry(entry, life << 16 | (epoch & 0xffff), group, false, 0, 0);
   const auto me = static_cast<std::int32_t>(::getpid());
   for (std::uint32_t i = 1; i < rec::kRings; ++i) {
     auto owner = s->rings[i].owner.load(std::memory_order_relaxed);
@@ -109,7 +111,9 @@ RecorderRing RecorderRing::own() {
     if (s->rings[i].owner.compare_exchange_strong(owner, me, std::memory_order_acquire))
       return {s, &s->rings[i], life, true};
   }
-  return {s, &s->rings[0], life, false};
+  RecorderRing shared{s, &s->rings[0], life, false};
+  shared.entry_ = &entry;
+  return shared;
 }
 
 RecorderRing RecorderRing::shared() {

@@ -25,15 +25,18 @@ class RecorderRing {
     const common::recorder::Ring* shared = nullptr;  // the ring, where others write it too
   };
 
-  // A ring of its own when one is free, else the shared one.
-  static RecorderRing own();
+  // A ring of its own when one is free, else the shared one, for the collectives of group
+  // `group` (-1: the world) made by init() number `epoch`; the group is entered as this
+  // rank's in Segment::groups.
+  static RecorderRing own(std::uint32_t epoch, std::int32_t group);
   // The shared ring, for writers that may run on several threads at once.
   static RecorderRing shared();
 
   RecorderRing() = default;
   RecorderRing(RecorderRing&& other) noexcept
-      : segment_(other.segment_), ring_(other.ring_), life_(other.life_), owned_(other.owned_) {
+      : segment_(other.segment_), ring_(other.ring_), entry_(other.entry_), life_(other.life_), owned_(other.owned_) {
     other.ring_ = nullptr;
+    other.entry_ = nullptr;
     other.owned_ = false;
   }
   RecorderRing& operator=(RecorderRing&&) = delete;
@@ -43,27 +46,25 @@ class RecorderRing {
   }
 
   Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, common::recorder::Op op, DType dtype,
-             std::uint64_t count, std::int32_t root,
+             std::uint64_t count, std::int32_t root, std::uint64_t history,
              common::recorder::Kind kind = common::recorder::Kind::collective) noexcept {
     namespace rec = common::recorder;
     if (ring_ == nullptr) return {};
     std::uint64_t n = 0;
+    rec::Slot* claimed = nullptr;
+    std::uint32_t v = 0;
     if (owned_) {
       n = ring_->next.load(std::memory_order_relaxed);
       ring_->next.store(n + 1, std::memory_order_relaxed);
-    } else {
-      n = ring_->next.fetch_add(1, std::memory_order_relaxed);
-    }
-    auto& slot = ring_->slots[n % rec::kSlots];
-    auto v = slot.version.load(std::memory_order_relaxed);
-    if (owned_) {
-      slot.version.store(v | 1, std::memory_order_relaxed);
-    } else if ((v & 1) != 0 || !slot.version.compare_exchange_strong(v, v | 1, std::memory_order_relaxed)) {
-      // Ring 0 came round to a slot another thread is still writing (it was pre-empted there):
-      // this call goes unrecorded rather than mixed into that one.
+      claimed = &ring_->slots[n % rec::kSlots];
+      v = claimed->version.load(std::memory_order_relaxed);
+      claimed->version.store(v | 1, std::memory_order_relaxed);
+    } else if ((claimed = claim_shared(n, v)) == nullptr) {
       return {};
     }
+    auto& slot = *claimed;
     std::atomic_thread_fence(std::memory_order_release);
+    slot.number.store(n, std::memory_order_relaxed);  // first: see leave()
     // Plain load and store: see Slot::order.
     const auto order = segment_->order.load(std::memory_order_relaxed);
     segment_->order.store(order + 1, std::memory_order_relaxed);
@@ -76,9 +77,10 @@ class RecorderRing {
     slot.root = root;
     slot.seq = seq;
     slot.count = count;
-    slot.number = n;
     slot.order = order;
+    slot.history = history;
     slot.version.store((v | 1) + 1, std::memory_order_release);
+    if (entry_ != nullptr) write_entry(*entry_, life_ | (epoch & 0xffff), group, true, seq, history);
     return {&slot, n, owned_ ? nullptr : ring_};
   }
 
@@ -87,18 +89,53 @@ class RecorderRing {
   static void leave(Mark mark, bool ok) noexcept {
     namespace rec = common::recorder;
     if (mark.slot == nullptr) return;
-    // Only the shared ring can have written over it since.
-    if (mark.shared != nullptr && mark.shared->next.load(std::memory_order_relaxed) - mark.number > rec::kSlots) return;
+    // Only the shared ring can have written over it since (when every slot was an open call).
+    if (mark.shared != nullptr && mark.slot->number.load(std::memory_order_relaxed) != mark.number) return;
     mark.slot->state.store(static_cast<std::uint8_t>(ok ? rec::State::completed : rec::State::failed),
                            std::memory_order_release);
   }
 
+  // A group's entry in Segment::groups. Groups 64 numbers apart share one: a writer that finds
+  // the other writing leaves it.
+  static void write_entry(common::recorder::GroupEntry& e, std::uint32_t epoch, std::int32_t group, bool has_call,
+                          std::uint64_t seq, std::uint64_t history) noexcept {
+    auto v = e.version.load(std::memory_order_relaxed);
+    if ((v & 1) != 0 || !e.version.compare_exchange_strong(v, v | 1, std::memory_order_relaxed)) return;
+    std::atomic_thread_fence(std::memory_order_release);
+    e.epoch = epoch;
+    e.group = group;
+    e.has_call = has_call ? 1 : 0;
+    e.seq = seq;
+    e.history = history;
+    e.version.store((v | 1) + 1, std::memory_order_release);
+  }
+
  private:
+  // A slot of the shared ring, claimed for writing (its version made odd), and its number `n`;
+  // nullptr when none could be had. It passes over slots other threads are writing and slots
+  // whose call is still open: a flood of other calls must not push out the one a rank waits
+  // in. When every slot is an open call, the oldest claimed goes.
+  common::recorder::Slot* claim_shared(std::uint64_t& n, std::uint32_t& v) noexcept {
+    namespace rec = common::recorder;
+    for (std::uint32_t tries = 0; tries <= rec::kSlots; ++tries) {
+      n = ring_->next.fetch_add(1, std::memory_order_relaxed);
+      auto& slot = ring_->slots[n % rec::kSlots];
+      v = slot.version.load(std::memory_order_relaxed);
+      if ((v & 1) != 0) continue;
+      if (tries < rec::kSlots &&
+          slot.state.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(rec::State::entered))
+        continue;
+      if (slot.version.compare_exchange_strong(v, v | 1, std::memory_order_relaxed)) return &slot;
+    }
+    return nullptr;
+  }
+
   RecorderRing(common::recorder::Segment* segment, common::recorder::Ring* ring, std::uint32_t life, bool owned)
       : segment_(segment), ring_(ring), life_(life << 16), owned_(owned) {}
 
   common::recorder::Segment* segment_ = nullptr;
   common::recorder::Ring* ring_ = nullptr;
+  common::recorder::GroupEntry* entry_ = nullptr;  // a group's in the shared ring: its latest call kept there
   std::uint32_t life_ = 0;  // this process's number in the segment, as Slot::epoch's high bits
   bool owned_ = false;
 };

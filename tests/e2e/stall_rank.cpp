@@ -15,6 +15,15 @@
 //                                           and send/recv around the world (the recorder's own
 //                                           ring and its shared one, written together); then that
 //                                           rank sleeps SECONDS before one more group all_reduce
+//   stall_rank late RANK AFTER G             10 groups of every rank (the last 3 in the recorder's
+//                                           shared ring); that rank's all_reduce on group G (-1:
+//                                           the world) is of int32, not float32; then AFTER more
+//                                           calls push it out of the recorder (all_reduces on the
+//                                           world, or sends around the world for a group)
+//   stall_rank first RANK SECONDS           that rank sleeps before its first call on a new group
+//   stall_rank flood RANK SECONDS           that rank sleeps before an all_reduce on group 9 (in the
+//                                           shared ring) while a thread of every rank sends
+//                                           around the world (in the same ring)
 //   stall_rank healthy SECONDS              a healthy job for SECONDS: phases of 4-7 s of work (sleep
 //                                           or spin, unequal between ranks: up to 3 s of waiting in
 //                                           the collective after it), then all_reduce, broadcast,
@@ -36,7 +45,7 @@
 
 int main(int argc, char** argv) try {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS | groups RANK SECONDS | threads RANK SECONDS | healthy SECONDS\n");
+    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS | groups RANK SECONDS | threads RANK SECONDS [N] | late RANK AFTER G | first RANK SECONDS | flood RANK SECONDS | healthy SECONDS\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -90,6 +99,56 @@ int main(int argc, char** argv) try {
     for (const std::size_t g : {3u, 8u}) {
       if (rank == std::stoi(argv[2])) std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
       idist::all_reduce(x, idist::AllReduceOptions{.group = groups[g]});
+    }
+    std::printf("rank %d done\n", rank);
+    idist::finalize();
+    return 0;
+  }
+  if (mode == "late" || mode == "first" || mode == "flood") {
+    const int size = idist::get_world_size();
+    const int who = std::stoi(argv[2]);
+    std::vector<int> everyone(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) everyone[static_cast<std::size_t>(r)] = r;
+    std::vector<idist::Group> groups;
+    for (int g = 0; g < 10; ++g) groups.push_back(idist::new_group(everyone));
+    auto send_around = [&] {
+      std::vector<float> message(4, static_cast<float>(rank)), got(4);
+      if (rank % 2 == 0) {
+        idist::send(message, (rank + 1) % size, 1);
+        idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
+      } else {
+        idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
+        idist::send(message, (rank + 1) % size, 1);
+      }
+    };
+    std::vector<float> x(2, 1.0f);
+    if (mode == "late") {
+      const int g = std::stoi(argv[4]);
+      const idist::AllReduceOptions on{.group = g < 0 ? idist::Group{} : groups[static_cast<std::size_t>(g)]};
+      if (rank == who) {
+        std::vector<std::int32_t> y(2, 1);
+        idist::all_reduce(y, on);
+      } else {
+        idist::all_reduce(x, on);
+      }
+      for (int i = 0; i < std::stoi(argv[3]); ++i) {
+        if (g < 0) {
+          idist::all_reduce(x);
+        } else {
+          send_around();
+        }
+      }
+    } else if (mode == "first") {
+      if (rank == who) std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
+      idist::all_reduce(x, idist::AllReduceOptions{.group = groups[0]});
+    } else {
+      for (const auto& g : groups) idist::all_reduce(x, idist::AllReduceOptions{.group = g});
+      std::thread sender([&] {
+        for (int i = 0; i < 300; ++i) send_around();
+      });
+      if (rank == who) std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
+      idist::all_reduce(x, idist::AllReduceOptions{.group = groups[9]});
+      sender.join();
     }
     std::printf("rank %d done\n", rank);
     idist::finalize();

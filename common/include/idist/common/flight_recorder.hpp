@@ -24,11 +24,14 @@ namespace idist::common::recorder {
 inline constexpr std::uint64_t kMagic = 0x3252434552445349ull;  // "IDSRECR2"
 inline constexpr std::uint32_t kSlots = 64;                      // per ring
 inline constexpr std::uint32_t kRings = 8;                       // ring 0 shared, 7 for groups
+inline constexpr std::uint32_t kGroups = 64;                     // Segment::groups
 
 enum class State : std::uint8_t { empty = 0, entered = 1, completed = 2, failed = 3 };
 // A point-to-point call has no number shared by the group: its slot's `seq` is its tag,
 // `root` its peer (a group rank) and `count` its bytes.
-enum class Kind : std::uint8_t { collective = 0, p2p = 1 };
+// A `member` record is no call: a group the rank belongs to (Segment::groups), as the reader
+// lists it beside the calls.
+enum class Kind : std::uint8_t { collective = 0, p2p = 1, member = 2 };
 
 // The calls by number: the rank writes one byte, the reader names it.
 enum class Op : std::uint8_t {
@@ -71,12 +74,18 @@ struct alignas(64) Slot {
   std::int32_t root = -1;
   std::uint64_t seq = 0;               // the collective's number in its group, as on every member
   std::uint64_t count = 0;
-  std::uint64_t number = 0;  // the ring's count of slots written before this one: with the ring, an id
+  // The ring's count of slots claimed before this one: with the ring, an id. Atomic, as a
+  // thread ending a call in the shared ring checks the slot is still its call's.
+  std::atomic<std::uint64_t> number{0};
   // The process's calls entered before this one, over all rings: orders calls of different
   // rings. Counted without a locked add, so where threads enter calls at once, numbers repeat
   // or, for a few calls, run backwards: "the newest call" of a rank whose threads call at once
   // is a guess. It only orders; it never identifies a call.
   std::uint64_t order = 0;
+  // The group's calls up to this one folded together (fold_call): equal on two ranks at the
+  // same number only if every call of theirs matched so far, so that a mismatch is seen even
+  // once the call itself has left the ring. 0 for point-to-point calls.
+  std::uint64_t history = 0;
   // No time: a clock read costs a tenth of an 8-byte shared-memory all_reduce. The reader dates
   // calls itself, by when it first saw the rings' `next` at their present values.
 };
@@ -91,6 +100,20 @@ struct alignas(64) Ring {
   Slot slots[kSlots];
 };
 
+// A group the rank belongs to, written when the group is made, so that a rank that never
+// called into it is still known as a member (and named as the one missing). A group that
+// writes the shared ring also keeps its latest call's number and history here, which a flood
+// of other calls in that ring cannot push out: a mismatch of its calls is still seen at the
+// job's end. Entry (group + 1) % kGroups: another group 64 numbers apart takes it over.
+struct alignas(32) GroupEntry {
+  std::atomic<std::uint32_t> version{0};  // as Slot::version
+  std::uint32_t epoch = 0;                 // as Slot::epoch; 0: unused
+  std::int32_t group = -1;
+  std::uint32_t has_call = 0;  // seq and history hold its latest call (shared-ring groups only)
+  std::uint64_t seq = 0;
+  std::uint64_t history = 0;
+};
+
 struct Segment {
   std::uint64_t magic = kMagic;
   std::int32_t rank = -1;
@@ -98,7 +121,18 @@ struct Segment {
   std::atomic<std::uint32_t> lives{0};  // processes that have recorded here (see Slot::epoch)
   alignas(64) std::atomic<std::uint64_t> order{0};  // see Slot::order
   Ring rings[kRings];
+  GroupEntry groups[kGroups];
 };
+
+// Slot::history after one more call: what the ranks must agree on (op, dtype, count, root).
+constexpr std::uint64_t fold_call(std::uint64_t history, Op op, std::uint8_t dtype, std::uint64_t count,
+                                  std::int32_t root) {
+  const std::uint64_t word = static_cast<std::uint64_t>(op) | static_cast<std::uint64_t>(dtype) << 8 |
+                             static_cast<std::uint64_t>(static_cast<std::uint32_t>(root)) << 16;
+  // One multiply (a few cycles of the recorder's dozen): odd, so a difference in the word
+  // survives it, and a difference in the count is carried by the next call's multiply.
+  return ((history ^ word) * 0x9e3779b97f4a7c15ull ^ count) + 1;
+}
 
 // Calls entered so far, over all rings: changes whenever the rank enters a call.
 inline std::uint64_t entered(const Segment& s) {
