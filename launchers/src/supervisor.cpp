@@ -116,6 +116,14 @@ class RecorderMemory {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
+  // The process that records, where it is not the rank's own (a script that runs the program
+  // as its child): one of the rank's process group, as a child of the rank is unless it moved.
+  // The rank itself otherwise, and once that process has ended (its pid may be another's).
+  pid_t recording(pid_t rank) const {
+    const pid_t pid = segment_->pid;
+    return pid > 0 && pid != rank && ::getpgid(pid) == rank ? pid : rank;
+  }
+
   // The rank's calls, each dated by when we first saw the recorder as it is now (the rank
   // reads no clock). A call entered while we read moves the count: it is dated now, not by
   // the count we saw before it (which could be a long computation ago: a false stall).
@@ -615,7 +623,10 @@ class Supervisor {
       v.pid = r.record->pid;
       v.running = r.running();
       if (!v.running && r.record->status) v.ended = detail::describe(*r.record->status);
-      if (r.recorder) v.slots = r.recorder->read();
+      if (r.recorder) {
+        v.slots = r.recorder->read();
+        v.pid = r.recorder->recording(v.pid);
+      }
       views.push_back(std::move(v));
     }
     return views;
