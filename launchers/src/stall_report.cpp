@@ -5,10 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,10 @@ constexpr std::array<const char*, 8> kDTypeNames = {"int8",    "uint8",    "int3
 
 std::string dtype_name(std::uint8_t d) { return d < kDTypeNames.size() ? kDTypeNames[d] : "dtype " + std::to_string(d); }
 
+constexpr std::array<const char*, 7> kReduceNames = {"SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "XOR"};
+
+std::string reduce_name(std::uint8_t r) { return r < kReduceNames.size() ? kReduceNames[r] : "op " + std::to_string(r); }
+
 std::string group_name(std::int32_t g) { return g < 0 ? "world" : "new_group #" + std::to_string(g); }
 
 std::string seconds(std::int64_t ns) { return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9); }
@@ -34,10 +40,13 @@ std::string seconds(std::int64_t ns) { return fmt::format("{:.1f} s", static_cas
 // Its arguments: "float32, 2 elements, root 0"; "" for a barrier.
 std::string details(const Recorded& r) {
   if (r.op == "barrier") return "";
-  // All ones: a count each rank chooses (all_gather of unequal parts), compared by nobody.
-  std::string out = r.count == ~std::uint64_t{0}
-                        ? dtype_name(r.dtype) + ", each rank's own count"
-                        : fmt::format("{}, {} element{}", dtype_name(r.dtype), r.count, r.count == 1 ? "" : "s");
+  // All ones: a count told at run time (an all_gather of each rank's own part, a broadcast
+  // whose size goes first).
+  std::string out = dtype_name(r.dtype);
+  if (r.reduce != 0 && r.op.find("reduce") != std::string::npos) out += " " + reduce_name(r.reduce);
+  out += r.count != ~std::uint64_t{0} ? fmt::format(", {} element{}", r.count, r.count == 1 ? "" : "s")
+         : r.op == "all_gather"       ? ", each rank's own count"
+                                      : ", its count sent first";
   if (r.root >= 0) out += fmt::format(", root {}", r.root);
   return out;
 }
@@ -130,7 +139,7 @@ std::optional<StallReport> p2p_stall(const std::vector<RankView>& ranks, std::in
 }
 
 bool same_call(const Recorded& a, const Recorded& b) {
-  return a.op == b.op && a.dtype == b.dtype && a.count == b.count && a.root == b.root;
+  return a.op == b.op && a.dtype == b.dtype && a.count == b.count && a.root == b.root && a.reduce == b.reduce;
 }
 
 std::string list(const std::vector<int>& ranks) {
@@ -142,6 +151,18 @@ std::string list(const std::vector<int>& ranks) {
 std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t since_ns) {
   std::vector<Recorded> out;
   if (segment.magic != rec::kMagic) return out;
+  // A program of the rank that has ended (the rank's script went on to the next) waits in
+  // nothing: a call it left open (killed in it) ended with it.
+  std::map<std::uint32_t, bool> ended;
+  auto life_ended = [&](std::uint32_t epoch) {
+    const std::uint32_t life = epoch >> 16;
+    const auto known = ended.find(life);
+    if (known != ended.end()) return known->second;
+    const auto entry = segment.life_pids[life % rec::kLives].load(std::memory_order_acquire);
+    const auto pid = static_cast<pid_t>(entry & 0xffffffff);
+    const bool gone = (entry >> 32) != life || pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH);
+    return ended[life] = gone;
+  };
   for (std::uint64_t ring_index = 0; ring_index < rec::kRings; ++ring_index) {
     for (const auto& slot : segment.rings[ring_index].slots) {
       for (int attempt = 0; attempt < 3; ++attempt) {
@@ -155,6 +176,7 @@ std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t si
         r.epoch = slot.epoch;
         r.group = slot.group;
         r.root = slot.root;
+        r.reduce = slot.reduce;
         r.seq = slot.seq;
         r.count = slot.count;
         r.position = slot.order;
@@ -163,6 +185,7 @@ std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t si
         std::atomic_thread_fence(std::memory_order_acquire);
         if (slot.version.load(std::memory_order_relaxed) != before) continue;
         r.entered_ns = since_ns;
+        if (r.state == rec::State::entered && life_ended(r.epoch)) r.state = rec::State::failed;
         if (r.state != rec::State::empty) out.push_back(std::move(r));
         break;
       }
@@ -316,7 +339,7 @@ std::string views_text(const std::vector<RankView>& ranks, std::int64_t now_ns, 
 std::string views_to_json(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
                           std::size_t budget) {
   // A slot as an array: [state, kind, op, dtype, epoch, group, root, seq, count, age in ms,
-  // position, id]. The newest 8 calls of each rank, fewer while the text is over budget.
+  // position, id, reduce]. The newest 8 calls of each rank, fewer while the text is over budget.
   std::string text = "[]";
   for (std::size_t per_rank = 8;; per_rank /= 2) {
     text = views_text(ranks, now_ns, host, per_rank);
@@ -329,13 +352,17 @@ std::string views_text(const std::vector<RankView>& ranks, std::int64_t now_ns, 
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : ranks) {
     std::vector<const Recorded*> newest;
-    for (const auto& s : r.slots) newest.push_back(&s);
+    for (const auto& s : r.slots)
+      if (s.kind != rec::Kind::member) newest.push_back(&s);
     std::sort(newest.begin(), newest.end(), [](auto* a, auto* b) { return a->position > b->position; });
     if (newest.size() > per_rank) newest.resize(per_rank);
+    // Its groups, beyond the cap: a rank that never called into a group is still its member.
+    for (const auto& s : r.slots)
+      if (s.kind == rec::Kind::member) newest.push_back(&s);
     nlohmann::json slots = nlohmann::json::array();
     for (const auto* s : newest)
       slots.push_back({static_cast<int>(s->state), static_cast<int>(s->kind), s->op, s->dtype, s->epoch, s->group,
-                       s->root, s->seq, s->count, (now_ns - s->entered_ns) / 1000000, s->position, s->id});
+                       s->root, s->seq, s->count, (now_ns - s->entered_ns) / 1000000, s->position, s->id, s->reduce});
     out.push_back({{"rank", r.rank},
                    {"pid", r.pid},
                    {"running", r.running},
@@ -373,6 +400,7 @@ bool views_from_json(const std::string& text, std::int64_t now_ns, std::vector<R
         c.entered_ns = now_ns - s.at(9).get<std::int64_t>() * 1000000;
         c.position = s.at(10).get<std::uint64_t>();
         c.id = s.at(11).get<std::uint64_t>();
+        c.reduce = s.at(12).get<std::uint8_t>();
         v.slots.push_back(std::move(c));
       }
       out.push_back(std::move(v));

@@ -28,6 +28,7 @@ struct Recorded {
   common::recorder::State state = common::recorder::State::empty;
   std::string op;
   std::uint8_t dtype = 0;
+  std::uint8_t reduce = 0;  // idist::ReduceOp
   std::uint32_t epoch = 0;
   std::int32_t group = -1;
   std::int32_t root = -1;

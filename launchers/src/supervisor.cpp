@@ -102,7 +102,9 @@ class RecorderMemory {
       ::close(fd);
       return nullptr;
     }
-    auto memory = std::unique_ptr<RecorderMemory>(new RecorderMemory(fd, new (p) common::recorder::Segment()));
+    auto* segment = new (p) common::recorder::Segment();
+    segment->tracer = static_cast<std::int32_t>(::getpid());  // gdb, for stall reports
+    auto memory = std::unique_ptr<RecorderMemory>(new RecorderMemory(fd, segment));
     return memory;
   }
   ~RecorderMemory() {

@@ -177,9 +177,10 @@ void ProcessGroup::run_body(const Call& call) {
   if (options_.debug) check_signatures(call.signature);
   if (!call.body) return;
   const auto& sig = call.signature;
-  history_ = common::recorder::fold_call(history_, sig.op, static_cast<std::uint8_t>(sig.dtype), sig.count, sig.root);
-  const auto mark =
-      ring_.enter(options_.epoch, options_.group_id, number, sig.op, sig.dtype, sig.count, sig.root, history_);
+  history_ = common::recorder::fold_call(history_, sig.op, static_cast<std::uint8_t>(sig.dtype), sig.count, sig.root,
+                                         static_cast<std::uint8_t>(sig.reduce));
+  const auto mark = ring_.enter(options_.epoch, options_.group_id, number, sig.op, sig.dtype, sig.count, sig.root,
+                                sig.reduce, history_);
   bool ok = false;
   struct Leave {
     RecorderRing::Mark mark;
@@ -480,7 +481,7 @@ class ProcessGroup::P2pRecord {
  public:
   P2pRecord(const ProcessGroupOptions& o, Op op, int peer, int tag, std::size_t bytes)
       : mark_(RecorderRing::shared().enter(o.epoch, o.group_id, static_cast<std::uint64_t>(tag), op, DType::uint8, bytes,
-                                           peer, 0, common::recorder::Kind::p2p)) {}
+                                           peer, ReduceOp::SUM, 0, common::recorder::Kind::p2p)) {}
   void leave(bool ok) { RecorderRing::leave(mark_, ok); }
   // Runs `body` between the entry and the end it had.
   template <class Body>

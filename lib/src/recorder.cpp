@@ -40,10 +40,14 @@ rec::Segment* map_segment() {
           segment->rank = -1;
           segment->pid = static_cast<std::int32_t>(::getpid());
           life = segment->lives.fetch_add(1, std::memory_order_relaxed) + 1;
+          segment->life_pids[life % rec::kLives].store(std::uint64_t{life} << 32 | static_cast<std::uint32_t>(::getpid()),
+                                                      std::memory_order_release);
           // idist-run's stall report takes our stack with a gdb it starts: where Yama allows
           // ptrace only of descendants, a rank may name its tracer (and the tracer's
           // descendants). No effect elsewhere.
-          ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(::getppid()), 0, 0, 0);
+          // idist-run, which need not be our parent (a rank's script may run us as its child).
+          const pid_t tracer = segment->tracer > 0 ? segment->tracer : ::getppid();
+          ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(tracer), 0, 0, 0);
           return segment;
         }
         ::munmap(p, sizeof(rec::Segment));

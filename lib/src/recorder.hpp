@@ -6,6 +6,8 @@
 // enter() and leave() are inline and take no lock, no atomic read-modify-write on an owned
 // ring and no clock: they run on every collective (see flight_recorder.hpp for the budget).
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -41,12 +43,16 @@ class RecorderRing {
   }
   RecorderRing& operator=(RecorderRing&&) = delete;
   RecorderRing(const RecorderRing&) = delete;
+  // Freed only by its owner: a child forked without exec that runs its destructors must not
+  // free its parent's ring (a second writer there would mix slots).
   ~RecorderRing() {
-    if (owned_) ring_->owner.store(0, std::memory_order_release);
+    if (!owned_) return;
+    auto me = static_cast<std::int32_t>(::getpid());
+    ring_->owner.compare_exchange_strong(me, 0, std::memory_order_release);
   }
 
   Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, common::recorder::Op op, DType dtype,
-             std::uint64_t count, std::int32_t root, std::uint64_t history,
+             std::uint64_t count, std::int32_t root, ReduceOp reduce, std::uint64_t history,
              common::recorder::Kind kind = common::recorder::Kind::collective) noexcept {
     namespace rec = common::recorder;
     if (ring_ == nullptr) return {};
@@ -75,6 +81,7 @@ class RecorderRing {
     slot.epoch = life_ | (epoch & 0xffff);
     slot.group = group;
     slot.root = root;
+    slot.reduce = static_cast<std::uint8_t>(reduce);
     slot.seq = seq;
     slot.count = count;
     slot.order = order;

@@ -4,6 +4,7 @@
 //   stall_rank skip_barrier RANK            that rank skips the barrier after round 3
 //   stall_rank count RANK                   that rank's round-3 all_reduce has another count
 //   stall_rank dtype RANK                   that rank's round-3 all_reduce is of int32, not float32
+//   stall_rank max RANK                     that rank's round-3 all_reduce takes the MAX, not the SUM
 //   stall_rank recv RANK SECONDS            rank 0 receives from that rank in round 3, which sleeps
 //                                           SECONDS in its own code before it sends
 //                                           (the same bytes: gloo over TCP completes it, wrongly)
@@ -45,7 +46,7 @@
 
 int main(int argc, char** argv) try {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | recv RANK SECONDS | groups RANK SECONDS | threads RANK SECONDS [N] | late RANK AFTER G | first RANK SECONDS | flood RANK SECONDS | healthy SECONDS\n");
+    std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | max RANK | recv RANK SECONDS | groups RANK SECONDS | threads RANK SECONDS [N] | late RANK AFTER G | first RANK SECONDS | flood RANK SECONDS | healthy SECONDS\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -203,6 +204,8 @@ int main(int argc, char** argv) try {
     if (i == 3 && rank == who && mode == "dtype") {
       std::vector<std::int32_t> y(2, 1);
       idist::all_reduce(y);
+    } else if (i == 3 && rank == who && mode == "max") {
+      idist::all_reduce(x, idist::ReduceOp::MAX);
     } else {
       idist::all_reduce(x);
     }

@@ -25,6 +25,7 @@ inline constexpr std::uint64_t kMagic = 0x3252434552445349ull;  // "IDSRECR2"
 inline constexpr std::uint32_t kSlots = 64;                      // per ring
 inline constexpr std::uint32_t kRings = 8;                       // ring 0 shared, 7 for groups
 inline constexpr std::uint32_t kGroups = 64;                     // Segment::groups
+inline constexpr std::uint32_t kLives = 64;                      // Segment::life_pids
 
 enum class State : std::uint8_t { empty = 0, entered = 1, completed = 2, failed = 3 };
 // A point-to-point call has no number shared by the group: its slot's `seq` is its tag,
@@ -72,6 +73,7 @@ struct alignas(64) Slot {
   std::uint32_t epoch = 0;
   std::int32_t group = -1;             // -1: the world; else new_group's number
   std::int32_t root = -1;
+  std::uint8_t reduce = 0;             // idist::ReduceOp (SUM where the call has none)
   std::uint64_t seq = 0;               // the collective's number in its group, as on every member
   std::uint64_t count = 0;
   // The ring's count of slots claimed before this one: with the ring, an id. Atomic, as a
@@ -118,17 +120,23 @@ struct Segment {
   std::uint64_t magic = kMagic;
   std::int32_t rank = -1;
   std::int32_t pid = 0;
+  std::int32_t tracer = 0;  // idist-run's pid: the rank lets it attach gdb (PR_SET_PTRACER)
   std::atomic<std::uint32_t> lives{0};  // processes that have recorded here (see Slot::epoch)
+  // Life L's process as L << 32 | pid, at L % kLives: a call left open by a program that has
+  // ended (killed mid-call, then the rank's script went on) is no wait.
+  std::atomic<std::uint64_t> life_pids[kLives] = {};
   alignas(64) std::atomic<std::uint64_t> order{0};  // see Slot::order
   Ring rings[kRings];
   GroupEntry groups[kGroups];
 };
 
-// Slot::history after one more call: what the ranks must agree on (op, dtype, count, root).
+// Slot::history after one more call: what the ranks must agree on (op, dtype, count, root,
+// reduction).
 constexpr std::uint64_t fold_call(std::uint64_t history, Op op, std::uint8_t dtype, std::uint64_t count,
-                                  std::int32_t root) {
+                                  std::int32_t root, std::uint8_t reduce) {
   const std::uint64_t word = static_cast<std::uint64_t>(op) | static_cast<std::uint64_t>(dtype) << 8 |
-                             static_cast<std::uint64_t>(static_cast<std::uint32_t>(root)) << 16;
+                             static_cast<std::uint64_t>(static_cast<std::uint32_t>(root)) << 16 |
+                             static_cast<std::uint64_t>(reduce) << 48;
   // One multiply (a few cycles of the recorder's dozen): odd, so a difference in the word
   // survives it, and a difference in the count is carried by the next call's multiply.
   return ((history ^ word) * 0x9e3779b97f4a7c15ull ^ count) + 1;
