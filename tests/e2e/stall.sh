@@ -63,9 +63,17 @@ done
 
 # Over TCP, another count: gloo lets two ranks through and holds the third; when they time out,
 # the one left behind says the others got past it, and they say it timed out earlier.
-IDIST_INTRANODE=off IDIST_TIMEOUT=2 "$RUN" -n 3 --stall-timeout 0 --timeout 30 "$STALL" count 0 >"$DIR/out" 2>&1
+# On a loaded machine (a full parallel run) the others may fail, and idist-run stop rank 0, before
+# rank 0 has said its line, or their word may come after rank 0's 2 s window: run once more.
+for try in 1 2; do
+  IDIST_INTRANODE=off IDIST_TIMEOUT=2 "$RUN" -n 3 --stall-timeout 0 --timeout 30 "$STALL" count 0 >"$DIR/out" 2>&1
+  grep -q "^\[idist rank 0/3\] .*others got past it" "$DIR/out" && break
+  echo "# try $try: rank 0 did not say the others got past it (a loaded machine?); it said:"
+  grep "rank 0/3" "$DIR/out" | cut -c1-300 | sed 's/^/#   /'
+done
 check "IDIST_TIMEOUT=2, another count over TCP: rank 0's timeout says the others got past its call" eval \
-  'grep -qE "^\[idist rank 0/3\] all_reduce\(gloo\): .*this rank is in all_reduce\(float32, count 3, SUM\) as #3, but others got past it and timed out later \(rank 1 in barrier as #4, rank 2 in barrier as #4\)" "$DIR/out"'
+  'grep -qE "^\[idist rank 0/3\] all_reduce\(gloo\): .*this rank is in all_reduce\(float32, count 3, SUM\) as #3, but others got past it and timed out later \(rank 1 in barrier as #4, rank 2 in barrier as #4\)" "$DIR/out"' ||
+  grep "rank 0/3" "$DIR/out" | cut -c1-400 | sed 's/^/  | /'
 
 # A rank in its own code (sleep) before a collective: named as sleeping, the job then ends well.
 "$RUN" -n 3 --stall-timeout 1 --timeout 60 "$STALL" sleep 1 4 >"$DIR/out" 2>&1
