@@ -28,7 +28,7 @@ check "... pointing at mpirun" contains "$out" "mpirun -np 2 idist-run --backend
 
 # A rank that never joins: the others raise TimeoutError within IDIST_TIMEOUT, no hang.
 start=$(now_ms)
-out=$(RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 20000)) IDIST_TIMEOUT=1 "$API" 2>&1)
+out=$(RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(random_port) IDIST_TIMEOUT=1 "$API" 2>&1)
 rc=$?
 check "rank 0 alone: init fails" test $rc -ne 0
 check "rank 0 alone: the error says so" contains "$out" "[idist rank 0/2] init(gloo): "

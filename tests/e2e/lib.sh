@@ -184,3 +184,8 @@ finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]
 }
+
+# A port for a test's own rendezvous or store: above Linux's ephemeral range (no outgoing
+# connection holds it) and above 32767, so never one that idist-run derives from a job id
+# (20000-32767 by default) for a test running beside this one (e2e.slurm's jobs).
+random_port() { echo $((61000 + RANDOM % 4000)); }

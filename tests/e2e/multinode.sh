@@ -13,8 +13,8 @@ node1=
 trap '[ -n "$node1" ] && kill "$node1" 2>/dev/null; rm -rf "$DIR"' EXIT
 # A node that fails early must fail the test quickly, not leave the other waiting 300 s.
 export IDIST_TIMEOUT=30
-# Below Linux's ephemeral range, so no outgoing connection holds it.
-port=$((21000 + RANDOM % 9000))
+# (random_port: clear of Linux's ephemeral ports and of the ports idist-run derives for other tests' jobs)
+port=$(random_port)
 export IDIST_JOB_TOKEN=$RANDOM$RANDOM
 
 node() { timeout 60 "$RUN" --nnodes 2 --node-rank "$1" --master-addr 127.0.0.1 --master-port "$port" -n 2 "${@:2}"; }

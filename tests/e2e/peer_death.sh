@@ -69,7 +69,7 @@ kill_runs "shared memory" 50000000
 runs=8 named=0 late=0
 for i in $(seq $runs); do
   victim=$((i % 3))
-  port=$((21000 + RANDOM % 9000))
+  port=$(random_port)
   for r in 0 1 2; do
     env -u IDIST_JOB_TOKEN RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 \
       MASTER_PORT=$port "$JOB_SUM" 50000000 0 $((700 + i)) >"$TMP/r$r" 2>&1 &
@@ -94,7 +94,7 @@ check "... within a second ($late late)" equals $late 0
 T=2
 worst=0 late=0 silent=0 tried=0
 for delay in 0.01 0.02 0.03 0.04 0.05 0.06 0.08 0.1; do
-  port=$((21000 + RANDOM % 9000))
+  port=$(random_port)
   start=$(now_ms)
   for r in 0 1 2; do
     env -u IDIST_JOB_TOKEN RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port IDIST_TIMEOUT=$T \

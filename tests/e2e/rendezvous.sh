@@ -40,7 +40,7 @@ node_running() {
 agent_of() { pgrep -P "$(pgrep -P "$1" timeout)" idist-run; }
 rc() { cat "$DIR/$1.rc"; }
 out() { cat "$DIR/$1.out"; }
-new_port() { port=$((21000 + RANDOM % 9000)); }
+new_port() { port=$(random_port); }
 count_re() { grep -cE -- "$2" <<<"$1" || true; }
 # wait_line NAME TEXT [SECONDS=20]: until node NAME's output has TEXT; false after SECONDS.
 wait_line() {

@@ -94,7 +94,7 @@ out=$(timeout 60 "$CHECK" threads 2>&1)
 check "spawn with a second thread running is refused, naming why" contains "$out" "this process runs 2 threads"
 
 # Two "nodes" without a scheduler: nnodes, node_rank, master_addr, master_port, rdzv_id.
-port=$((20000 + RANDOM % 10000))
+port=$(random_port)
 timeout 60 "$CHECK" node 1 $port "id$port" >node1.out 2>&1 &
 out=$(timeout 60 "$CHECK" node 0 $port "id$port" 2>&1)
 wait $!
@@ -146,7 +146,7 @@ check "the refusal says the launcher decides" contains "$out" "are the launcher'
 
 # torchrun's environment, set by hand: Debian's torchrun itself fails under Python 3.11 before
 # starting anything (its Std enum, torch/distributed/elastic/multiprocessing/api.py).
-port=$((20000 + RANDOM % 10000))
+port=$(random_port)
 torchrun_env() { env RANK=$1 WORLD_SIZE=2 LOCAL_RANK=$1 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 \
   MASTER_PORT=$port TORCHELASTIC_RUN_ID=t$port "${@:2}"; }
 torchrun_env 1 timeout 60 "$CHECK" parallel >rank1.out 2>&1 &

@@ -276,7 +276,7 @@ fi
 # which names the frozen rank of the other node.
 : >"$DIR/n0"
 : >"$DIR/n1"
-port=$((21000 + RANDOM % 9000))
+port=$(random_port)
 for node in 0 1; do
   "$RUN" --nnodes 2 --rdzv-endpoint 127.0.0.1:$port --rdzv-id "stall-$$" -n 2 --stall-timeout 2 --timeout 40 \
     "$STALL" loop 400 20 >"$DIR/n$node" 2>&1 &
