@@ -188,4 +188,21 @@ finish() {
 # A port for a test's own rendezvous or store: above Linux's ephemeral range (no outgoing
 # connection holds it) and above 32767, so never one that idist-run derives from a job id
 # (20000-32767 by default) for a test running beside this one (e2e.slurm's jobs).
-random_port() { echo $((61000 + RANDOM % 4000)); }
+random_port() {
+  local p i
+  for i in $(seq 50); do
+    p=$((61000 + RANDOM % 4000))
+    # Not one another test running beside this one listens on.
+    ss -Hltn "sport = :$p" 2>/dev/null | grep -q . || break
+  done
+  echo $p
+}
+# Until something listens on 127.0.0.1:PORT (at most 10 s): the node that hosts a rendezvous
+# is up before the next one starts, which would otherwise host it in its place.
+wait_listening() {
+  local i
+  for i in $(seq 200); do
+    ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+    sleep 0.05
+  done
+}

@@ -58,7 +58,7 @@ for run in $(seq 0 9); do
   crash=$((run % 4))  # ranks 0, 1 are node 0's (it hosts), 2, 3 node 1's
   export JOB_SUM_CRASH="$crash:5"
   node a 2 --max-restarts 2 -- 20 25 5
-  sleep 0.2
+  wait_listening "$port"  # node a hosts: it binds the endpoint first
   node b 2 --max-restarts 2 -- 20 25 5
   wait
   unset JOB_SUM_CRASH
@@ -107,7 +107,7 @@ fi
 new_port
 export JOB_SUM_CRASH="1:5:0,3:5:1"
 node a 2 --max-restarts 1 -- 20 25 5
-sleep 0.2
+wait_listening "$port"  # node a hosts: it binds the endpoint first
 node b 2 --max-restarts 1 -- 20 25 5
 wait
 check "the budget is the job's: two failures on two nodes, --max-restarts 1: both nodes exit 7" equals "$(rc a)/$(rc b)" 7/7
@@ -117,7 +117,7 @@ for n in a b; do
 done
 new_port
 node a 2 --max-restarts 2 -- 20 25 5
-sleep 0.2
+wait_listening "$port"  # node a hosts: it binds the endpoint first
 node b 2 --max-restarts 2 -- 20 25 5
 wait
 unset JOB_SUM_CRASH
@@ -129,7 +129,7 @@ for victim in b a; do
   new_port
   node a 2 --max-restarts 3 --grace 1 -- 400 25 5
   pid_a=$NODE_PID
-  sleep 0.2
+  wait_listening "$port"  # node a hosts: it binds the endpoint first
   node b 2 --max-restarts 3 --grace 1 -- 400 25 5
   pid_b=$NODE_PID
   sleep 1.5
@@ -155,7 +155,7 @@ check "no rank outlives its idist-run" equals "$(pgrep -c -f "$JOB_SUM 400 25 5"
 # --- MIN:MAX: a lost node is left out, the others go on ----------------------------------------------
 new_port
 node a 2:3 --max-restarts 2 --rdzv-conf last_call_timeout=0.5 -- 80 25 5
-sleep 0.2
+wait_listening "$port"  # node a hosts: it binds the endpoint first
 node b 2:3 --max-restarts 2 --rdzv-conf last_call_timeout=0.5 -- 80 25 5
 node c 2:3 --max-restarts 2 --rdzv-conf last_call_timeout=0.5 -- 80 25 5
 pid_c=$NODE_PID
@@ -185,7 +185,7 @@ for run in 1 2 3 4 5; do
   new_port
   node a 2:3 --max-restarts 0 --rdzv-conf last_call_timeout=0.3 -- 40 25 5
   pid_a=$NODE_PID
-  sleep 0.2
+  wait_listening "$port"  # node a hosts: it binds the endpoint first
   node b 2:3 --max-restarts 0 --rdzv-conf last_call_timeout=0.3 -- 40 25 5
   pid_b=$NODE_PID
   sleep 0.7
@@ -215,7 +215,7 @@ wait $lone
 # scheduling); a check once per heartbeat made that up to 6 s.
 new_port
 node a 2 --max-restarts 1 --grace 1 -- 400 25 5
-sleep 0.2
+wait_listening "$port"  # node a hosts: it binds the endpoint first
 node b 2 --max-restarts 1 --grace 1 -- 400 25 5
 pid_b=$NODE_PID
 sleep 1.5
@@ -245,7 +245,7 @@ reader=$!
 start=$(now_ms)
 node_running a 2 --grace 0.5 -- bash -c '[ "$RANK" = 0 ] && { sleep 1; exit 3; }; exec sleep 30'
 pid_a=$NODE_PID
-sleep 0.2
+wait_listening "$port"  # node a hosts: it binds the endpoint first
 (timeout 60 "$RUN" --nnodes 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "rdzv-test-$$" -n 2 --grace 0.5 \
    bash -c 'exec yes "$(printf %0200d 0)"' >"$DIR/slow" 2>"$DIR/b.out"
  echo $? >"$DIR/b.rc") &
@@ -269,7 +269,7 @@ new_port
 prog='trap "" TERM; [ "$RANK" = 0 ] && [ "$IDIST_RESTART_COUNT" = 0 ] && { sleep 1; exit 3; }; sleep 30'
 node_running a 2 --grace 3 --max-restarts 1 -- bash -c "$prog"
 pid_a=$NODE_PID
-sleep 0.2
+wait_listening "$port"  # node a hosts: it binds the endpoint first
 node_running b 2 --grace 0.2 --max-restarts 1 -- bash -c "$prog"
 pid_b=$NODE_PID
 wait_line b "stopping the ranks here"
@@ -296,7 +296,7 @@ for bad in b a; do
   new_port
   mkdir -p "$DIR/logs_a" "$DIR/logs_b"
   node a 3 --log-dir "$DIR/logs_a" -- 200 25 5
-  sleep 0.2
+  wait_listening "$port"  # node a hosts: it binds the endpoint first
   node b 3 --log-dir "$DIR/logs_b" -- 200 25 5
   sleep 0.5
   rm -rf "$DIR/logs_$bad" && touch "$DIR/logs_$bad"
@@ -339,7 +339,7 @@ check "... with one line naming the endpoint and the cause" equals "$(out a)" \
 new_port
 export JOB_SUM_CRASH="2:3"
 node a 2 --max-restarts 1 --log-dir "$DIR/logs_a" -- 10 10 5
-sleep 0.2
+wait_listening "$port"  # node a hosts: it binds the endpoint first
 node b 2 --max-restarts 1 --log-dir "$DIR/logs_b" -- 10 10 5
 wait
 unset JOB_SUM_CRASH

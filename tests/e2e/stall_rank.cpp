@@ -44,6 +44,23 @@
 #include <thread>
 #include <vector>
 
+namespace {
+
+// One message of N floats around the world: each rank sends to the next and receives from the
+// one before (even ranks send first, so that an odd world cannot deadlock).
+void send_around(int rank, int size, std::size_t n) {
+  std::vector<float> message(n, static_cast<float>(rank)), got(n);
+  if (rank % 2 == 0) {
+    idist::send(message, (rank + 1) % size, 1);
+    idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
+  } else {
+    idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
+    idist::send(message, (rank + 1) % size, 1);
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) try {
   if (argc < 3) {
     std::fprintf(stderr, "usage: stall_rank loop ROUNDS PAUSE_MS | sleep RANK SECONDS | skip_barrier RANK | count RANK | dtype RANK | max RANK | recv RANK SECONDS | groups RANK SECONDS | threads RANK SECONDS [N] | late RANK AFTER G | first RANK SECONDS | flood RANK SECONDS | healthy SECONDS\n");
@@ -74,15 +91,7 @@ int main(int argc, char** argv) try {
       int value = rank == round % size ? round : -1;
       idist::broadcast(std::span<int>(&value, 1), round % size);
       if (value != round) throw std::runtime_error("broadcast gave " + std::to_string(value));
-      std::vector<float> message(16, static_cast<float>(rank));
-      if (rank % 2 == 0) {
-        idist::send(message, (rank + 1) % size, 1);
-        idist::recv(std::span<float>(message), (rank + size - 1) % size, 1);
-      } else {
-        std::vector<float> got(16);
-        idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
-        idist::send(message, (rank + 1) % size, 1);
-      }
+      send_around(rank, size, 16);
       idist::barrier();
       std::printf("rank %d round %d\n", rank, round);
       std::fflush(stdout);
@@ -112,16 +121,6 @@ int main(int argc, char** argv) try {
     for (int r = 0; r < size; ++r) everyone[static_cast<std::size_t>(r)] = r;
     std::vector<idist::Group> groups;
     for (int g = 0; g < 10; ++g) groups.push_back(idist::new_group(everyone));
-    auto send_around = [&] {
-      std::vector<float> message(4, static_cast<float>(rank)), got(4);
-      if (rank % 2 == 0) {
-        idist::send(message, (rank + 1) % size, 1);
-        idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
-      } else {
-        idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
-        idist::send(message, (rank + 1) % size, 1);
-      }
-    };
     std::vector<float> x(2, 1.0f);
     if (mode == "late") {
       const int g = std::stoi(argv[4]);
@@ -136,7 +135,7 @@ int main(int argc, char** argv) try {
         if (g < 0) {
           idist::all_reduce(x);
         } else {
-          send_around();
+          send_around(rank, size, 4);
         }
       }
     } else if (mode == "first") {
@@ -145,7 +144,7 @@ int main(int argc, char** argv) try {
     } else {
       for (const auto& g : groups) idist::all_reduce(x, idist::AllReduceOptions{.group = g});
       std::thread sender([&] {
-        for (int i = 0; i < 300; ++i) send_around();
+        for (int i = 0; i < 300; ++i) send_around(rank, size, 4);
       });
       if (rank == who) std::this_thread::sleep_for(std::chrono::seconds(std::stoi(argv[3])));
       idist::all_reduce(x, idist::AllReduceOptions{.group = groups[9]});
@@ -162,16 +161,7 @@ int main(int argc, char** argv) try {
     const idist::Group group = idist::new_group(everyone);
     const int rounds = argc > 4 ? std::stoi(argv[4]) : 2000;
     std::thread ring([&] {
-      std::vector<float> message(4, static_cast<float>(rank)), got(4);
-      for (int i = 0; i < rounds; ++i) {
-        if (rank % 2 == 0) {
-          idist::send(message, (rank + 1) % size, 1);
-          idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
-        } else {
-          idist::recv(std::span<float>(got), (rank + size - 1) % size, 1);
-          idist::send(message, (rank + 1) % size, 1);
-        }
-      }
+      for (int i = 0; i < rounds; ++i) send_around(rank, size, 4);
     });
     std::vector<float> x(2, 1.0f);
     for (int i = 0; i < rounds; ++i) {

@@ -93,7 +93,8 @@ check "kill -9 of idist-run: no process of the run left" no_run_leftovers "$(run
 "$RUN" -v -n 2 "$RANKS/escape_then_sleep.sh" >"$TMP/out.kill2" 2>&1 &
 pid=$!
 wait_for_lines "$TMP/out.kill2" " up" 2
-sleep 0.2
+# Each sleep is exec'd a moment after its "up".
+for i in $(seq 100); do [ "$(pgrep -fc "sleep 1000$MARKER")" = 4 ] && break; sleep 0.05; done
 check "2 ranks and 2 escaped helpers are running before kill -9" equals "$(pgrep -fc "sleep 1000$MARKER")" 4
 kill -9 $pid
 wait $pid 2>/dev/null
