@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 #include <sstream>
 
@@ -204,6 +205,7 @@ std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t si
       r.seq = e.seq;
       r.history = e.history;
       r.has_call = e.has_call != 0;
+      r.op = rec::op_name(static_cast<rec::Op>(e.op));
       std::atomic_thread_fence(std::memory_order_acquire);
       if (e.version.load(std::memory_order_relaxed) != before) continue;
       r.entered_ns = since_ns;
@@ -263,14 +265,21 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
     const Recorded* last = nullptr;   // its latest call in the group
     const Recorded* done = nullptr;   // its latest completed call in the group
     bool member = false;  // of ref's group, by the groups it recorded (a rank that never called into it)
+    const Recorded* entry = nullptr;  // a shared-ring group's latest call, kept beside the ring
     for (const auto& s : r.slots) {
       if (s.group != ref.group || s.epoch != ref.epoch) continue;
-      if (s.kind == rec::Kind::member) member = true;
+      if (s.kind == rec::Kind::member) {
+        member = true;
+        if (s.has_call) entry = &s;
+      }
       if (!collective(s)) continue;
       if (s.seq == ref.seq) at = &s;
       if (last == nullptr || s.seq > last->seq) last = &s;
       if (s.state == rec::State::completed && (done == nullptr || s.seq > done->seq)) done = &s;
     }
+    // Its latest call in a shared ring, pushed out by other calls: it has ended (a call still
+    // open stays in the ring), so it is the last one completed.
+    if (entry != nullptr && entry->seq != ref.seq && (last == nullptr || entry->seq > last->seq)) last = done = entry;
     // Sub-groups: a rank that never called into the group is taken for a non-member.
     if (ref.group >= 0 && last == nullptr && !member) continue;
     const std::string process = r.running ? "state: " + state_of(r) : r.ended;
@@ -466,8 +475,8 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
 // A group whose mismatch has been said: its calls' histories differ from then on.
 constexpr std::uint64_t kGroupSaid = ~std::uint64_t{0};
 
-std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
-                                         CallKeys& reported) {
+std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, CallKeys& reported,
+                                         CallKeys* held) {
   // (epoch, group, number) -> the calls made at it, and by whom.
   std::map<std::tuple<std::uint32_t, std::int32_t, std::uint64_t>, std::vector<std::pair<const Recorded*, int>>> at;
   for (const auto& r : ranks)
@@ -482,10 +491,21 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
         const bool recorded = std::any_of(calls.begin(), calls.end(), [&](const auto& c) { return c.second == r.rank; });
         if (!recorded) calls.push_back({&s, r.rank});
       }
+  // Each group's ranks, by the records they have of it.
+  std::map<std::pair<std::uint32_t, std::int32_t>, std::set<int>> members;
+  for (const auto& r : ranks)
+    for (const auto& s : r.slots)
+      if (collective(s) || s.kind == rec::Kind::member) members[{s.epoch, s.group}].insert(r.rank);
   std::vector<std::string> lines;
   for (const auto& [key, calls] : at) {
     const auto [epoch, group, seq] = key;
     if (reported.count({epoch, group, seq}) != 0) continue;
+    // Not every rank of the group here yet: on the next read (once).
+    const auto& all = members[{epoch, group}];
+    const bool everyone = std::all_of(all.begin(), all.end(), [&](int rank) {
+      return std::any_of(calls.begin(), calls.end(), [&](const auto& c) { return c.second == rank; });
+    });
+    const auto wait = [&] { return held != nullptr && !everyone && held->insert({epoch, group, seq}).second; };
     // The calls, each with its ranks, in the order first seen.
     std::vector<std::pair<const Recorded*, std::vector<int>>> kinds;
     for (const auto& [call, rank] : calls) {
@@ -507,7 +527,7 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
         if (same == histories.end()) same = histories.insert(histories.end(), {call->history, {}});
         if (std::find(same->second.begin(), same->second.end(), rank) == same->second.end()) same->second.push_back(rank);
       }
-      if (histories.size() < 2) continue;
+      if (histories.size() < 2 || wait()) continue;
       reported.insert({epoch, group, kGroupSaid});
       std::vector<std::string> sides;
       for (auto& [history, who] : histories) {
@@ -524,6 +544,7 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
                                   fmt::join(sides, " against ")));
       continue;
     }
+    if (wait()) continue;
     reported.insert({epoch, group, seq});
     reported.insert({epoch, group, kGroupSaid});
     std::vector<std::string> parts;

@@ -99,8 +99,11 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
 
 // One line per collective number at which the ranks' recorders disagree (another op, dtype,
 // count or root in the same group), whether it completed or not: a mismatch that a backend let
-// through gives wrong answers without an error. Each (group, number) once.
-std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks,
-                                         CallKeys& reported);
+// through gives wrong answers without an error. Each (group, number) once. With `held` (a read
+// while the ranks run), a number that some of the group's ranks have not reached yet waits for
+// the next read, so that the line names every rank's call; then it is said as it stands (a rank
+// that never comes must not hide it). Without (the job's end), everything is said.
+std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, CallKeys& reported,
+                                         CallKeys* held = nullptr);
 
 }  // namespace idist::launchers::detail

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -141,6 +142,17 @@ class RecorderMemory {
       since_ns_ = common::recorder::now_ns();
       for (auto& c : calls) c.entered_ns = since_ns_;
     }
+    // An open call keeps the date it was first seen open: the calls entered after it (another
+    // thread's sends while this one waits in a collective) move the count, not its wait.
+    std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> open;
+    for (auto& c : calls) {
+      if (c.state != common::recorder::State::entered || c.kind == common::recorder::Kind::member) continue;
+      const std::pair key(c.epoch, c.id);
+      if (const auto seen = open_since_.find(key); seen != open_since_.end())
+        c.entered_ns = std::min(c.entered_ns, seen->second);
+      open.emplace(key, c.entered_ns);
+    }
+    open_since_ = std::move(open);
     return calls;
   }
 
@@ -150,6 +162,7 @@ class RecorderMemory {
   common::recorder::Segment* segment_;
   std::uint64_t seen_entered_ = 0;
   std::int64_t since_ns_ = 0;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> open_since_;  // (epoch, id): first seen open
 };
 
 // How often the recorders are read for stalls: often enough that a stall is reported within a
@@ -267,6 +280,7 @@ class Supervisor {
     ended_remotely_ = false;
     stalls_reported_.clear();
     mismatches_reported_.clear();
+    mismatches_held_.clear();
     mismatched_ = false;
     auto live = std::make_unique<LiveAttempt>();
     live->record.index = index;
@@ -634,9 +648,11 @@ class Supervisor {
     return views;
   }
 
-  // Collectives the ranks' recorders disagree on, said at once (once each).
-  void check_mismatches(const std::vector<detail::RankView>& views) {
-    for (const auto& line : detail::mismatch_report(views, mismatches_reported_)) spdlog::error("{}", line);
+  // Collectives the ranks' recorders disagree on, each said once. `running`: the ranks may
+  // still reach a call some have not (see mismatch_report).
+  void check_mismatches(const std::vector<detail::RankView>& views, bool running) {
+    for (const auto& line : detail::mismatch_report(views, mismatches_reported_, running ? &mismatches_held_ : nullptr))
+      spdlog::error("{}", line);
   }
 
   void check_stalls() {
@@ -644,7 +660,7 @@ class Supervisor {
     if (!attempts_.empty() && !joining_ && !tearing_down_) {
       const auto views = rank_views();
       if (options_.stall_timeout.count() > 0) {
-        check_mismatches(views);
+        check_mismatches(views, true);
         if (auto report = detail::stall_report(views, common::recorder::now_ns(), options_.stall_timeout, stalls_reported_))
           on_stall(std::move(*report));
       }
@@ -800,7 +816,7 @@ class Supervisor {
     leftover_timer_.cancel();
     // The ranks are gone but their recorders are still here: a job too short for the periodic
     // check, whose ranks called different collectives, must not end looking right.
-    check_mismatches(rank_views());
+    check_mismatches(rank_views(), false);
     if (!mismatches_reported_.empty()) mismatched_ = true;
     if (a.record.first_failure) follow_lost_connections(a);
     // A node stopped here (a signal, the timeout, a rank it could not start, a lost rendezvous)
@@ -1102,6 +1118,7 @@ class Supervisor {
   std::unique_ptr<detail::StatusServer> status_;
   detail::CallKeys stalls_reported_;      // this attempt's
   detail::CallKeys mismatches_reported_;  // the same
+  detail::CallKeys mismatches_held_;      // seen before every rank of the group reached them
   bool mismatched_ = false;  // the last attempt's ranks called different collectives somewhere
   // Every attempt stays until the end: its handlers may still be queued, and the summary needs it.
   std::vector<std::unique_ptr<LiveAttempt>> attempts_;

@@ -105,7 +105,7 @@ RecorderRing RecorderRing::own(std::uint32_t epoch, std::int32_t group) {
   auto* s = segment();
   if (s == nullptr) return {};
   auto& entry = s->groups[static_cast<std::uint32_t>(group + 1) % rec::kGroups];
-  write_entry(entry, life << 16 | (epoch & 0xffff), group, false, 0, 0);
+  write_entry(entry, life << 16 | (epoch & 0xffff), group, false, rec::Op::none, 0, 0);
   const auto me = static_cast<std::int32_t>(::getpid());
   for (std::uint32_t i = 1; i < rec::kRings; ++i) {
     auto owner = s->rings[i].owner.load(std::memory_order_relaxed);

@@ -87,7 +87,7 @@ class RecorderRing {
     slot.order = order;
     slot.history = history;
     slot.version.store((v | 1) + 1, std::memory_order_release);
-    if (entry_ != nullptr) write_entry(*entry_, life_ | (epoch & 0xffff), group, true, seq, history);
+    if (entry_ != nullptr) write_entry(*entry_, life_ | (epoch & 0xffff), group, true, op, seq, history);
     return {&slot, n, owned_ ? nullptr : ring_};
   }
 
@@ -105,13 +105,14 @@ class RecorderRing {
   // A group's entry in Segment::groups. Groups 64 numbers apart share one: a writer that finds
   // the other writing leaves it.
   static void write_entry(common::recorder::GroupEntry& e, std::uint32_t epoch, std::int32_t group, bool has_call,
-                          std::uint64_t seq, std::uint64_t history) noexcept {
+                          common::recorder::Op op, std::uint64_t seq, std::uint64_t history) noexcept {
     auto v = e.version.load(std::memory_order_relaxed);
     if ((v & 1) != 0 || !e.version.compare_exchange_strong(v, v | 1, std::memory_order_relaxed)) return;
     std::atomic_thread_fence(std::memory_order_release);
     e.epoch = epoch;
     e.group = group;
     e.has_call = has_call ? 1 : 0;
+    e.op = static_cast<std::uint8_t>(op);
     e.seq = seq;
     e.history = history;
     e.version.store((v | 1) + 1, std::memory_order_release);

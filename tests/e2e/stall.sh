@@ -26,7 +26,7 @@ for victim in 0 2; do
   : >"$DIR/out"  # emptied now: the job empties it only after the fork
   "$RUN" -n 3 --stall-timeout 2 --timeout 60 "$STALL" loop 300 20 >"$DIR/out" 2>&1 &
   job=$!
-  for i in $(seq 100); do grep -q "rank $victim pid" "$DIR/out" && break; sleep 0.05; done
+  for i in $(seq 400); do grep -q "rank $victim pid" "$DIR/out" && break; sleep 0.05; done
   pid=$(awk -v r="$victim" '$1 == "rank" && $2 == r && $3 == "pid" {print $4}' "$DIR/out")
   sleep 0.5
   kill -STOP "$pid"
@@ -96,7 +96,7 @@ check "... and the job ends well (exit 0)" equals "$rc" 0
 # (over TCP and over shared memory): the recorder's rings are written together, read every half
 # second; no call is taken for another (no mismatch), and the stall after is named as above.
 for intranode in off shm; do
-  IDIST_INTRANODE=$intranode "$RUN" -n 4 --stall-timeout 1 --timeout 120 "$STALL" threads 1 2 3000 >"$DIR/out" 2>&1
+  IDIST_INTRANODE=$intranode "$RUN" -n 4 --stall-timeout 1 --timeout 120 "$STALL" threads 1 3 3000 >"$DIR/out" 2>&1
   rc=$?
   check "two threads per rank at once (IDIST_INTRANODE=$intranode): the stall named, no mismatch, exit $rc" eval \
     '[ $rc = 0 ] && ! grep -q "mismatch" "$DIR/out" && grep -qE "stall: all_reduce #3000 on group new_group #0 \(float32, 2 elements\): ranks 0, 2, 3 waiting [0-9.]+ s; rank 1 never entered it \(last completed: all_reduce #2999; state: sleeping" "$DIR/out"'
@@ -126,8 +126,8 @@ check "a rank late for its first call on a new group: named, exit $rc" eval \
 # A wait in the shared ring outlives a flood of sends there.
 "$RUN" -n 3 --stall-timeout 1 --timeout 60 "$STALL" flood 1 3 >"$DIR/out" 2>&1
 rc=$?
-check "a wait on new_group #9 while 300 sends go by: named, exit $rc" eval \
-  '[ $rc = 0 ] && grep -qE "stall: all_reduce #1 on group new_group #9 .*: ranks 0, 2 waiting [0-9.]+ s; rank 1 never entered it .*state: sleeping" "$DIR/out"'
+check "a wait on new_group #9 while 300 sends go by: named, with rank 1's last call there (out of its ring), exit $rc" eval \
+  '[ $rc = 0 ] && grep -qE "stall: all_reduce #1 on group new_group #9 .*: ranks 0, 2 waiting [0-9.]+ s; rank 1 never entered it \(last completed: all_reduce #0; state: sleeping" "$DIR/out"'
 # A rank whose script runs the program as a child: the program's state and pid, not the shell's.
 "$RUN" -n 3 --stall-timeout 1 --timeout 60 bash -c "'$STALL' sleep 1 3; true" >"$DIR/out" 2>&1
 rc=$?
@@ -174,8 +174,9 @@ check "shared memory, a rank that skips a barrier: every rank raises, naming bot
   '[ $rc -ne 0 ] && [ $(grep -c "the ranks. calls do not match: this rank called .*barrier" "$DIR/out") -ge 2 ]'
 "$RUN" -n 3 --stall-timeout 60 "$STALL" count 0 >"$DIR/out" 2>&1
 rc=$?
-check "shared memory, another count on rank 0: every rank raises (exit $rc)" eval \
-  '[ $rc -ne 0 ] && [ $(grep -c "^\[idist rank [0-2]/3\] all_reduce(gloo): the ranks. calls do not match" "$DIR/out") = 3 ]'
+# At least 2: the first to raise ends the job, which may stop a third before it prints.
+check "shared memory, another count on rank 0: the ranks raise (exit $rc)" eval \
+  '[ $rc -ne 0 ] && [ $(grep -c "^\[idist rank [0-2]/3\] all_reduce(gloo): the ranks. calls do not match" "$DIR/out") -ge 2 ]'
 check "... naming both counts" contains "$(cat "$DIR/out")" \
   "this rank called all_reduce (float32 SUM, 12 bytes), rank 1 called all_reduce (float32 SUM, 8 bytes) (shared memory)"
 

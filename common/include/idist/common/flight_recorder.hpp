@@ -111,7 +111,8 @@ struct alignas(32) GroupEntry {
   std::atomic<std::uint32_t> version{0};  // as Slot::version
   std::uint32_t epoch = 0;                 // as Slot::epoch; 0: unused
   std::int32_t group = -1;
-  std::uint32_t has_call = 0;  // seq and history hold its latest call (shared-ring groups only)
+  std::uint8_t has_call = 0;  // op, seq and history hold its latest call (shared-ring groups only)
+  std::uint8_t op = 0;        // an Op
   std::uint64_t seq = 0;
   std::uint64_t history = 0;
 };
