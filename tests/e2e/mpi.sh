@@ -45,6 +45,17 @@ check "the refusal names OMPI_COMM_WORLD_LOCAL_SIZE and --force-spawn" \
 out=$("${MPIRUN[@]}" -np 2 "$RUN" --dry-run --launcher spawn -n 2 "$EX/all_reduce" 2>/dev/null | head -c 20000)
 check "--launcher spawn under mpirun ignores MPI's variables" contains "$out" '"launcher": "spawn"'
 
+# The mpi backend, a rank that calls exit(7) while the others wait in an all_reduce for it: its
+# exit handlers must not wait for them in MPI_Finalize (until IDIST_TIMEOUT). mpirun ends the
+# job at once, with its code.
+start=$(now_ms)
+out=$(JOB_SUM_CRASH=1:3 JOB_SUM_EXIT=1 IDIST_TIMEOUT=60 "${MPIRUN[@]}" -x JOB_SUM_CRASH -x JOB_SUM_EXIT -x IDIST_TIMEOUT \
+  -np 3 "$RUN" --backend mpi "$(realpath "$3")" 20 25 5 2>&1)
+rc=$?
+took=$(($(now_ms) - start))
+check "--backend mpi, rank 1 calls exit(7) mid-job: mpirun ends the job in $took ms (bound 20000), exit $rc" eval \
+  '[ $took -lt 20000 ] && [ $rc = 7 ]' || sed 's/^/  | /' <<<"$out"
+
 # Two mpirun jobs at once on this host, each with its own input: Open MPI's job id (a different
 # one per mpirun) gives each its own store port, so neither sees the other's values.
 two_jobs "two mpirun jobs at once" "${MPIRUN[@]}" -np 3 "$RUN" "$(realpath "$3")" 40 25

@@ -93,8 +93,12 @@ void end_mpi() {
 // MPI started by idist ends when the process does, not at idist::finalize(): MPI cannot start
 // twice in a process, and a program may init and finalize idist more than once (as torch
 // finalizes MPI only at exit). A program that failed at init ends MPI here too, so that
-// mpirun does not report a process that exited without it.
-void end_mpi_at_exit() {
+// mpirun does not report a process that exited without it. Not on a failing exit (a status
+// other than 0): MPI_Finalize waits for every rank, and the others may be waiting in a
+// collective for this one, until their timeout. Left unended, the process's exit status
+// reaches mpirun, which ends the job at once and names it with that status.
+void end_mpi_at_exit(int status, void*) {
+  if (status != 0) return;
   auto& p = process();
   std::lock_guard lock(p.mu);
   if (p.started_by_us) end_mpi();
@@ -610,7 +614,7 @@ void start_mpi() {
   if (initialized == 0) {
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     p.started_by_us = true;
-    std::atexit(&end_mpi_at_exit);
+    ::on_exit(&end_mpi_at_exit, nullptr);  // glibc's atexit that is told the status
     if (provided < MPI_THREAD_MULTIPLE)
       throw std::runtime_error(fmt::format(
           "this MPI library provides only {}; the mpi backend needs MPI_THREAD_MULTIPLE", thread_level(provided)));
