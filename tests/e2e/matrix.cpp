@@ -16,9 +16,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -165,6 +167,44 @@ void reductions(const Case& c, const std::vector<std::size_t>& counts) {
       for (std::size_t i = 0; i < count && ok; ++i)
         ok = same(out[i], c.member() ? fold<T>(c.ranks, block * count + i, op) : mine(i));
       expect(ok, "reduce_scatter " + what + " count " + std::to_string(count));
+    }
+  }
+}
+
+// MIN and MAX with a NaN from one member (each in turn), in the even elements: those come back
+// NaN on every member whichever rank held it, the odd ones as without it (torch.minimum's and
+// torch.maximum's rule; a MAX over the ranks' losses catches a NaN anywhere).
+template <class T>
+void nans(const Case& c) {
+  const int me = idist::get_rank();
+  const std::string type(idist::to_string(idist::dtype_of<T>));
+  const std::size_t count = 7;
+  for (auto op : {idist::ReduceOp::MIN, idist::ReduceOp::MAX}) {
+    for (const int holder : c.ranks) {
+      auto mine = [&](std::size_t i) {
+        return me == holder && i % 2 == 0 ? make<T>(std::numeric_limits<double>::quiet_NaN()) : input<T>(me, i);
+      };
+      auto unchanged = [&](std::size_t i, T own) {
+        return std::isnan(num(mine(i))) ? std::isnan(num(own)) : same(own, mine(i));
+      };
+      auto reduced = [&](std::size_t i, T own) {
+        return i % 2 == 0 ? std::isnan(num(own)) : same(own, fold<T>(c.ranks, i, op));
+      };
+      const std::string what = type + " " + std::string(idist::to_string(op)) + ", a NaN from rank " +
+                               std::to_string(holder) + ", on " + c.label;
+      std::vector<T> buf(count);
+      for (std::size_t i = 0; i < count; ++i) buf[i] = mine(i);
+      idist::all_reduce(buf, {.op = op, .group = c.group});
+      bool ok = true;
+      for (std::size_t i = 0; i < count && ok; ++i) ok = c.member() ? reduced(i, buf[i]) : unchanged(i, buf[i]);
+      expect(ok, "all_reduce " + what);
+      const int dst = c.ranks.front();
+      for (std::size_t i = 0; i < count; ++i) buf[i] = mine(i);
+      idist::reduce(buf, {.dst = dst, .op = op, .group = c.group});
+      ok = true;
+      for (std::size_t i = 0; i < count && ok; ++i)
+        ok = c.member() && me == dst ? reduced(i, buf[i]) : unchanged(i, buf[i]);
+      expect(ok, "reduce " + what);
     }
   }
 }
@@ -346,6 +386,12 @@ int run_matrix(bool quick) {
     reductions<idist::bfloat16>(c, counts);
     reductions<float>(c, counts);
     reductions<double>(c, counts);
+    if (full) {
+      nans<float>(c);
+      nans<double>(c);
+      nans<idist::float16>(c);
+      nans<idist::bfloat16>(c);
+    }
     movement<std::uint8_t>(c);
     movement<idist::float16>(c);
     movement<double>(c);

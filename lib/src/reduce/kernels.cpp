@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace idist::detail {
 namespace {
@@ -32,13 +33,22 @@ struct Product {
   template <class W>
   W operator()(W a, W b) const { return static_cast<W>(a * b); }
 };
+// A NaN on any rank wins, whichever rank holds it (as torch.minimum and torch.maximum): the
+// idiom of a MAX over each rank's loss to catch a NaN anywhere must not depend on the order in
+// which a transport combines the ranks. std::min and std::max keep or drop it by that order.
 struct Min {
   template <class W>
-  W operator()(W a, W b) const { return std::min(a, b); }
+  W operator()(W a, W b) const {
+    if constexpr (std::is_floating_point_v<W>) return (b < a || b != b) ? b : a;
+    return std::min(a, b);
+  }
 };
 struct Max {
   template <class W>
-  W operator()(W a, W b) const { return std::max(a, b); }
+  W operator()(W a, W b) const {
+    if constexpr (std::is_floating_point_v<W>) return (b > a || b != b) ? b : a;
+    return std::max(a, b);
+  }
 };
 struct And {
   template <class W>

@@ -31,6 +31,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "backends/gloo/gloo_store.hpp"
@@ -41,14 +42,19 @@ namespace idist::detail {
 namespace {
 
 // Gloo's own kernels for the classical ops on native types (vectorised); ours for the 16-bit
-// floats, which Gloo would otherwise sum as integers, and for the bitwise ops it lacks.
+// floats, which Gloo would otherwise sum as integers, for the bitwise ops it lacks, and for MIN
+// and MAX on floats (Gloo's keep or drop a NaN by the order in which it meets the ranks).
 template <class T>
 ReduceFn gloo_kernel(ReduceOp op) {
   switch (op) {
     case ReduceOp::SUM: return static_cast<ReduceFn>(&gloo::sum<T>);
     case ReduceOp::PRODUCT: return static_cast<ReduceFn>(&gloo::product<T>);
-    case ReduceOp::MIN: return static_cast<ReduceFn>(&gloo::min<T>);
-    case ReduceOp::MAX: return static_cast<ReduceFn>(&gloo::max<T>);
+    case ReduceOp::MIN:
+      if constexpr (std::is_floating_point_v<T>) return nullptr;
+      return static_cast<ReduceFn>(&gloo::min<T>);
+    case ReduceOp::MAX:
+      if constexpr (std::is_floating_point_v<T>) return nullptr;
+      return static_cast<ReduceFn>(&gloo::max<T>);
     default: return nullptr;
   }
 }

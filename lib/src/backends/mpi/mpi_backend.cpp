@@ -74,9 +74,10 @@ int to_int(std::size_t n, std::string_view what) {
 struct MpiProcess {
   std::mutex mu;
   bool started_by_us = false;
-  bool halves_ready = false;
+  bool own_ops_ready = false;
   MPI_Datatype half_type;  // two opaque bytes: float16 and bfloat16 alike
   MPI_Op half_ops[2][4];   // [float16, bfloat16][SUM, PRODUCT, MIN, MAX]
+  MPI_Op float_ops[2][2];  // [float32, float64][MIN, MAX]: a NaN wins, as in our other backends
 };
 
 // Never destroyed: the exit hook and a world backend torn down by static destruction may
@@ -104,47 +105,54 @@ void end_mpi_at_exit(int status, void*) {
   if (p.started_by_us) end_mpi();
 }
 
-// --- the 16-bit floats: a user-defined MPI_Op per (dtype, op) over our own kernels ----------
+// --- user-defined MPI_Ops over our own kernels: every op on the 16-bit floats (MPI has none), ---
+// --- MIN and MAX on the others (MPI's keep or drop a NaN by the ranks' order) ----------------
 
 template <DType D, ReduceOp Op>
-void reduce_halves(void* in, void* inout, int* len, MPI_Datatype*) {
+void reduce_own(void* in, void* inout, int* len, MPI_Datatype*) {
   reduce_kernel(D, Op)(inout, inout, in, static_cast<std::size_t>(*len));
 }
 
 template <DType D>
 constexpr std::array<MPI_User_function*, 4> kHalfFunctions = {
-    &reduce_halves<D, ReduceOp::SUM>, &reduce_halves<D, ReduceOp::PRODUCT>, &reduce_halves<D, ReduceOp::MIN>,
-    &reduce_halves<D, ReduceOp::MAX>};
+    &reduce_own<D, ReduceOp::SUM>, &reduce_own<D, ReduceOp::PRODUCT>, &reduce_own<D, ReduceOp::MIN>,
+    &reduce_own<D, ReduceOp::MAX>};
 static_assert(static_cast<int>(ReduceOp::SUM) == 0 && static_cast<int>(ReduceOp::MAX) == 3,
               "half_ops is indexed by ReduceOp");
 
 // Attributes of MPI_COMM_SELF are deleted first thing in MPI_Finalize, whoever calls it (us or
 // a program that started MPI itself): the one moment at which freeing MPI objects is still
 // legal and certainly last.
-int free_halves(MPI_Comm, int, void*, void*) {
+int free_own_ops(MPI_Comm, int, void*, void*) {
   auto& p = process();
   for (auto& row : p.half_ops)
     for (auto& op : row) MPI_Op_free(&op);
+  for (auto& row : p.float_ops)
+    for (auto& op : row) MPI_Op_free(&op);
   MPI_Type_free(&p.half_type);
-  p.halves_ready = false;
+  p.own_ops_ready = false;
   return MPI_SUCCESS;
 }
 
-const MpiProcess& halves() {
+const MpiProcess& own_ops() {
   auto& p = process();
   std::lock_guard lock(p.mu);
-  if (p.halves_ready) return p;
+  if (p.own_ops_ready) return p;
   check(MPI_Type_contiguous(2, MPI_BYTE, &p.half_type), "MPI_Type_contiguous");
   check(MPI_Type_commit(&p.half_type), "MPI_Type_commit");
   for (std::size_t op = 0; op < 4; ++op) {
     check(MPI_Op_create(kHalfFunctions<DType::float16>[op], 1, &p.half_ops[0][op]), "MPI_Op_create");
     check(MPI_Op_create(kHalfFunctions<DType::bfloat16>[op], 1, &p.half_ops[1][op]), "MPI_Op_create");
   }
+  check(MPI_Op_create(&reduce_own<DType::float32, ReduceOp::MIN>, 1, &p.float_ops[0][0]), "MPI_Op_create");
+  check(MPI_Op_create(&reduce_own<DType::float32, ReduceOp::MAX>, 1, &p.float_ops[0][1]), "MPI_Op_create");
+  check(MPI_Op_create(&reduce_own<DType::float64, ReduceOp::MIN>, 1, &p.float_ops[1][0]), "MPI_Op_create");
+  check(MPI_Op_create(&reduce_own<DType::float64, ReduceOp::MAX>, 1, &p.float_ops[1][1]), "MPI_Op_create");
   int keyval = MPI_KEYVAL_INVALID;
-  check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_halves, &keyval, nullptr), "MPI_Comm_create_keyval");
+  check(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_own_ops, &keyval, nullptr), "MPI_Comm_create_keyval");
   check(MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr), "MPI_Comm_set_attr");
   MPI_Comm_free_keyval(&keyval);  // the attribute keeps it alive until it is deleted
-  p.halves_ready = true;
+  p.own_ops_ready = true;
   return p;
 }
 
@@ -158,7 +166,7 @@ MPI_Datatype element_type(DType dtype) {
     case DType::float32: return MPI_FLOAT;
     case DType::float64: return MPI_DOUBLE;
     case DType::float16:
-    case DType::bfloat16: return halves().half_type;
+    case DType::bfloat16: return own_ops().half_type;
   }
   throw std::invalid_argument("unknown dtype");
 }
@@ -167,8 +175,10 @@ MPI_Op reduce_op(DType dtype, ReduceOp op) {
   if (dtype == DType::float16 || dtype == DType::bfloat16) {
     if (is_bitwise(op))
       throw std::invalid_argument(fmt::format("MPI has no {} on {}", to_string(op), to_string(dtype)));
-    return halves().half_ops[dtype == DType::float16 ? 0 : 1][static_cast<std::size_t>(op)];
+    return own_ops().half_ops[dtype == DType::float16 ? 0 : 1][static_cast<std::size_t>(op)];
   }
+  if ((dtype == DType::float32 || dtype == DType::float64) && (op == ReduceOp::MIN || op == ReduceOp::MAX))
+    return own_ops().float_ops[dtype == DType::float32 ? 0 : 1][op == ReduceOp::MIN ? 0 : 1];
   switch (op) {
     case ReduceOp::SUM: return MPI_SUM;
     case ReduceOp::PRODUCT: return MPI_PROD;
