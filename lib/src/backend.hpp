@@ -123,6 +123,11 @@ class IDIST_API Backend {
   using Completion = std::function<void()>;
   virtual Completion send(const void* data, std::size_t bytes, int dst, std::uint32_t tag);
   virtual Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag);
+  // The group is going away (finalize): the completions still waiting fail now, not at their
+  // timeout. A transfer nobody will match (an irecv whose Work was dropped) would otherwise
+  // hold the group's end, and with it every rank's finalize, for the whole timeout. A backend
+  // whose pending transfers fail when the peer closes its side (gloo) has nothing to do.
+  virtual void cancel_transfers() {}
 
  protected:
   // Throws std::invalid_argument "the X backend does not support OP": every rank reaches the

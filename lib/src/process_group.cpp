@@ -27,6 +27,7 @@ ErrorSite ProcessGroup::site(std::string_view op) const {
 }
 
 ProcessGroup::~ProcessGroup() {
+  if (backend_) backend_->cancel_transfers();
   for (auto& done : in_flight_) done.wait();
 }
 

@@ -166,6 +166,10 @@ class HierarchicalBackend final : public Backend {
     if (same_host(src)) return local_->recv(data, bytes, local_index(src), tag);
     return flat_->recv(data, bytes, src, tag);
   }
+  void cancel_transfers() override {
+    if (local_) local_->cancel_transfers();
+    if (flat_) flat_->cancel_transfers();
+  }
 
  private:
   // The inner backends share this call's deadline while it lasts.

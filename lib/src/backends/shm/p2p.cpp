@@ -61,6 +61,24 @@ void Mailboxes::give_up(int r, const std::string& what, bool timeout) const {
   throw TimeoutFailure(timed_out(what, options_.timeout, "no progress from " + peer(r)));
 }
 
+void Mailboxes::close() {
+  closed_.store(true, std::memory_order_release);
+  // The waits on a ring's words look again within a nap; those on a box's condition now.
+  for (auto& box : out_) {
+    std::lock_guard lock(box->mu);
+    box->turn_changed.notify_all();
+  }
+  for (auto& box : in_) {
+    std::lock_guard lock(box->mu);
+    box->changed.notify_all();
+  }
+}
+
+void Mailboxes::throw_if_closed(const std::string& what) const {
+  if (closed_.load(std::memory_order_acquire))
+    throw std::runtime_error(what + " was still pending when its group was torn down (finalize): nothing matched it");
+}
+
 void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, Clock::time_point deadline) {
   const auto size = static_cast<std::uint32_t>(options_.ring_bytes);
   std::uint32_t tail = ring.tail.value.load(std::memory_order_relaxed);
@@ -71,6 +89,7 @@ void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, 
         if (segment_->exited(dst) && tail - ring.head.value.load(std::memory_order_acquire) == size)
           give_up(dst, "while sending to it", false);
         if (Clock::now() > deadline) give_up(dst, "send to " + peer(dst) + " (the receiver did not take the message)", true);
+        throw_if_closed("a send to " + peer(dst));
       });
       continue;
     }
@@ -95,6 +114,7 @@ void Mailboxes::read(Ring& ring, char* out, std::size_t bytes, int src, Clock::t
         if (segment_->exited(src) && ring.tail.value.load(std::memory_order_acquire) == head)
           give_up(src, "before sending all it was to send", false);
         if (Clock::now() > deadline) give_up(src, "recv from " + peer(src), true);
+        throw_if_closed("a recv from " + peer(src));
       });
       continue;
     }
@@ -141,8 +161,11 @@ void Mailboxes::complete_send(const char* data, std::size_t bytes, int dst, std:
   auto& box = *out_[static_cast<std::size_t>(dst)];
   {
     std::unique_lock lock(box.mu);
-    if (!box.turn_changed.wait_until(lock, deadline, [&] { return box.turn == ticket || !box.broken.empty(); }))
+    if (!box.turn_changed.wait_until(lock, deadline, [&] {
+          return box.turn == ticket || !box.broken.empty() || closed_.load(std::memory_order_acquire);
+        }))
       give_up(dst, "send to " + peer(dst) + " (behind earlier sends to it)", true);
+    if (box.turn != ticket) throw_if_closed("a send to " + peer(dst));
     if (!box.broken.empty()) throw std::runtime_error("an earlier send to " + peer(dst) + " failed: " + box.broken);
   }
   try {
@@ -194,6 +217,7 @@ void Mailboxes::complete_recv(char* data, std::size_t bytes, int src, std::uint3
       std::memcpy(data, message.data(), bytes);
       return;
     }
+    throw_if_closed("a recv from " + peer(src));  // after its message, which may be here already
     if (box.reading) {
       // Another completion reads the ring; it hands over what it finds.
       if (box.changed.wait_until(lock, deadline) == std::cv_status::timeout) give_up(src, "recv from " + peer(src), true);

@@ -276,6 +276,7 @@ class ShmBackend final : public Backend {
   Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) override {
     return mailboxes_->recv(data, bytes, src, tag);
   }
+  void cancel_transfers() override { mailboxes_->close(); }
 
  private:
   // Halves by step parity (see the top of this file): written before step t in halves t % 2,
