@@ -119,6 +119,16 @@ std::string plan_error(const std::string& what) {
 Situation look_around(const std::string& op, const SpawnOptions& o, bool want_ranks) {
   auto options = launch_options(op, o);
   Situation s;
+  // The ranks to start here. mpi's are mpirun's to start: said here in the caller's words (the
+  // plan's refusal names idist-run's options).
+  auto spawn_plan = [&] {
+    if (o.backend == "mpi")
+      fail(op, o,
+           fmt::format("backend mpi needs its ranks started by mpirun, not by {}: run the program under `mpirun -np "
+                       "{}` (each process then joins as one rank), or use backend gloo",
+                       op, options.nproc_per_node.value_or(1)));
+    return L::make_plan(options);
+  };
   try {
     // idist-run's ranks (and a process a Parallel here set up) carry the whole contract.
     const auto contract = env::read_contract();
@@ -145,13 +155,15 @@ Situation look_around(const std::string& op, const SpawnOptions& o, bool want_ra
       s.nnodes = plan.job.nnodes;
       // A task alone on its node, asked for several ranks: they are started per task.
       if (want_ranks && o.nproc_per_node.value_or(1) > 1 && !o.nnodes && plan.job.local_world_size == 1)
-        s.spawn = L::make_plan(options);
+        s.spawn = spawn_plan();
       else
         s.adopt = std::move(plan);
       return s;
     }
-    if (want_ranks) s.spawn = L::make_plan(options);
+    if (want_ranks) s.spawn = spawn_plan();
     return s;
+  } catch (const Error&) {
+    throw;  // said already
   } catch (const env::ContractError& e) {
     fail(op, o, e.what());
   } catch (const L::UsageError& e) {

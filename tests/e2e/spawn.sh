@@ -120,6 +120,12 @@ for n in 2 3; do
   check "Parallel nproc_per_node=$n: fn runs in the ranks, not the caller" equals "$(count "$out" "caller's process: no")" $n
 done
 
+out=$(timeout 60 "$CHECK" spawn-mpi 2>&1)
+rc=$?
+check "spawn with backend mpi is refused (exit $rc), pointing at mpirun in spawn's words" eval \
+  '[ $rc -ne 0 ] && contains "$out" "backend mpi needs its ranks started by mpirun, not by spawn: run the program under \`mpirun -np 2\`"' ||
+  echo "$out" | tail -3
+
 out=$(timeout 60 "$CHECK" parallel-doc 2>&1)
 check "Parallel p({.backend = \"gloo\", .nproc_per_node = 2}) (the README's form) spawns 2" \
   equals "$(count "$out" "/2: collectives ok")" 2

@@ -255,6 +255,10 @@ int main(int argc, char** argv) try {
     ::waitpid(child, nullptr, 0);
     return rc;
   }
+  if (mode == "spawn-mpi") {  // mpi's ranks are mpirun's to start
+    idist::spawn([](int) {}, {.backend = "mpi", .nproc_per_node = 2});
+    return 0;
+  }
   if (mode == "parallel-doc") {  // the README's form, braced options straight into the constructor
     idist::Parallel parallel({.backend = "gloo", .nproc_per_node = 2});
     parallel.run([](int lr) { collectives(lr, "parallel-doc"); });
