@@ -537,7 +537,7 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
       const auto seen = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return collective(*c.first); });
       lines.push_back(fmt::format("mismatch: collective #{} on group {}: {}the ranks' calls up to it did not match ({}), "
                                   "and the call that differed has left the recorder (a call that did not raise "
-                                  "returned wrong results: shared memory raises on every rank, gloo over TCP and mpi do "
+                                  "returned wrong results: shared memory raises where it would read such data, gloo over TCP and mpi do "
                                   "with IDIST_DEBUG=1)",
                                   seq, group_name(group),
                                   seen == calls.end() ? "" : "every rank called " + what(*seen->first) + ", but ",
@@ -553,7 +553,7 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
       parts.push_back(fmt::format("{} called {}", list(who), what(*call)));
     }
     lines.push_back(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match (a call that "
-                                "did not raise returned wrong results: shared memory raises on every rank, gloo over "
+                                "did not raise returned wrong results: shared memory raises where it would read such data, gloo over "
                                 "TCP and mpi do with IDIST_DEBUG=1)",
                                 seq, group_name(group), fmt::join(parts, ", ")));
   }
