@@ -122,11 +122,12 @@ Situation look_around(const std::string& op, const SpawnOptions& o, bool want_ra
   // The ranks to start here. mpi's are mpirun's to start: said here in the caller's words (the
   // plan's refusal names idist-run's options).
   auto spawn_plan = [&] {
-    if (o.backend == "mpi")
+    const int world = o.nproc_per_node.value_or(1) * o.nnodes.value_or(1);
+    if (o.backend == "mpi" && world > 1)  // a world of one is MPI's singleton
       fail(op, o,
            fmt::format("backend mpi needs its ranks started by mpirun, not by {}: run the program under `mpirun -np "
                        "{}` (each process then joins as one rank), or use backend gloo",
-                       op, options.nproc_per_node.value_or(1)));
+                       op, world));
     return L::make_plan(options);
   };
   try {

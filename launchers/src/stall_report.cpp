@@ -283,6 +283,12 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
     // Sub-groups: a rank that never called into the group is taken for a non-member.
     if (ref.group >= 0 && last == nullptr && !member) continue;
     const std::string process = r.running ? "state: " + state_of(r) : r.ended;
+    if (at == nullptr && entry != nullptr && entry->seq == ref.seq) {
+      // Entered, and pushed out of the ring since: so it has left it (an open call stays).
+      others.push_back(fmt::format("rank {} has left it ({} #{}; its record since pushed out by later calls; {})",
+                                   r.rank, entry->op, ref.seq, process));
+      continue;
+    }
     if (at != nullptr && same_call(*at, ref) && at->state == rec::State::entered && r.running) {
       waiting.push_back(r.rank);
       longest = std::max(longest, now_ns - at->entered_ns);
@@ -476,7 +482,7 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
 constexpr std::uint64_t kGroupSaid = ~std::uint64_t{0};
 
 std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, CallKeys& reported,
-                                         CallKeys* held) {
+                                         HeldMismatches* held, bool running) {
   // (epoch, group, number) -> the calls made at it, and by whom.
   std::map<std::tuple<std::uint32_t, std::int32_t, std::uint64_t>, std::vector<std::pair<const Recorded*, int>>> at;
   for (const auto& r : ranks)
@@ -505,7 +511,16 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
     const bool everyone = std::all_of(all.begin(), all.end(), [&](int rank) {
       return std::any_of(calls.begin(), calls.end(), [&](const auto& c) { return c.second == rank; });
     });
-    const auto wait = [&] { return held != nullptr && !everyone && held->insert({epoch, group, seq}).second; };
+    // Said now, or held until the next read when some rank of the group has yet to reach it
+    // (then said as it is then, or as it was, if the call has left the recorders since).
+    const auto say = [&, epoch = epoch, group = group, seq = seq](std::string line) {
+      const std::tuple key(epoch, group, seq);
+      if (running && held != nullptr && !everyone && held->emplace(key, line).second) return;
+      if (held != nullptr) held->erase(key);
+      reported.insert(key);
+      reported.insert({epoch, group, kGroupSaid});
+      lines.push_back(std::move(line));
+    };
     // The calls, each with its ranks, in the order first seen.
     std::vector<std::pair<const Recorded*, std::vector<int>>> kinds;
     for (const auto& [call, rank] : calls) {
@@ -527,35 +542,46 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
         if (same == histories.end()) same = histories.insert(histories.end(), {call->history, {}});
         if (std::find(same->second.begin(), same->second.end(), rank) == same->second.end()) same->second.push_back(rank);
       }
-      if (histories.size() < 2 || wait()) continue;
-      reported.insert({epoch, group, kGroupSaid});
+      if (histories.size() < 2) continue;
       std::vector<std::string> sides;
       for (auto& [history, who] : histories) {
         std::sort(who.begin(), who.end());
         sides.push_back(list(who));
       }
       const auto seen = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return collective(*c.first); });
-      lines.push_back(fmt::format("mismatch: collective #{} on group {}: {}the ranks' calls up to it did not match ({}), "
-                                  "and the call that differed has left the recorder (a call that did not raise "
-                                  "returned wrong results: shared memory raises where it would read such data, gloo over TCP and mpi do "
-                                  "with IDIST_DEBUG=1)",
-                                  seq, group_name(group),
-                                  seen == calls.end() ? "" : "every rank called " + what(*seen->first) + ", but ",
-                                  fmt::join(sides, " against ")));
+      say(fmt::format("mismatch: collective #{} on group {}: {}the ranks' calls up to it did not match ({}), and the "
+                      "call that differed has left the recorder (a call that did not raise returned wrong results: "
+                      "shared memory raises where it would read such data, gloo over TCP and mpi do with "
+                      "IDIST_DEBUG=1)",
+                      seq, group_name(group),
+                      seen == calls.end() ? "" : "every rank called " + what(*seen->first) + ", but ",
+                      fmt::join(sides, " against ")));
       continue;
     }
-    if (wait()) continue;
-    reported.insert({epoch, group, seq});
-    reported.insert({epoch, group, kGroupSaid});
     std::vector<std::string> parts;
     for (auto& [call, who] : kinds) {
       std::sort(who.begin(), who.end());
       parts.push_back(fmt::format("{} called {}", list(who), what(*call)));
     }
-    lines.push_back(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match (a call that "
-                                "did not raise returned wrong results: shared memory raises where it would read such data, gloo over "
-                                "TCP and mpi do with IDIST_DEBUG=1)",
-                                seq, group_name(group), fmt::join(parts, ", ")));
+    say(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match (a call that did not "
+                    "raise returned wrong results: shared memory raises where it would read such data, gloo over "
+                    "TCP and mpi do with IDIST_DEBUG=1)",
+                    seq, group_name(group), fmt::join(parts, ", ")));
+  }
+  // Held at an earlier read, and gone from the recorders since: as it was then.
+  if (held != nullptr) {
+    for (auto it = held->begin(); it != held->end();) {
+      if (at.count(it->first) != 0) {
+        ++it;
+        continue;
+      }
+      const auto [epoch, group, seq] = it->first;
+      if (reported.insert(it->first).second) {
+        reported.insert({epoch, group, kGroupSaid});
+        lines.push_back(it->second);
+      }
+      it = held->erase(it);
+    }
   }
   return lines;
 }

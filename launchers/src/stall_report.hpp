@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -99,11 +100,13 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
 
 // One line per collective number at which the ranks' recorders disagree (another op, dtype,
 // count or root in the same group), whether it completed or not: a mismatch that a backend let
-// through gives wrong answers without an error. Each (group, number) once. With `held` (a read
-// while the ranks run), a number that some of the group's ranks have not reached yet waits for
-// the next read, so that the line names every rank's call; then it is said as it stands (a rank
-// that never comes must not hide it). Without (the job's end), everything is said.
+// through gives wrong answers without an error. Each (group, number) once. While the ranks run
+// (`running`, with `held` kept between reads), a number that some of the group's ranks have not
+// reached yet waits for the next read, so that the line names every rank's call; then it is
+// said as it stands (a rank that never comes must not hide it), or as it was when held if the
+// call has left the recorders since. At the job's end everything is said, the held ones too.
+using HeldMismatches = std::map<std::tuple<std::uint32_t, std::int32_t, std::uint64_t>, std::string>;
 std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, CallKeys& reported,
-                                         CallKeys* held = nullptr);
+                                         HeldMismatches* held = nullptr, bool running = false);
 
 }  // namespace idist::launchers::detail

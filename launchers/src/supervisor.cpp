@@ -651,7 +651,7 @@ class Supervisor {
   // Collectives the ranks' recorders disagree on, each said once. `running`: the ranks may
   // still reach a call some have not (see mismatch_report).
   void check_mismatches(const std::vector<detail::RankView>& views, bool running) {
-    for (const auto& line : detail::mismatch_report(views, mismatches_reported_, running ? &mismatches_held_ : nullptr))
+    for (const auto& line : detail::mismatch_report(views, mismatches_reported_, &mismatches_held_, running))
       spdlog::error("{}", line);
   }
 
@@ -1118,7 +1118,7 @@ class Supervisor {
   std::unique_ptr<detail::StatusServer> status_;
   detail::CallKeys stalls_reported_;      // this attempt's
   detail::CallKeys mismatches_reported_;  // the same
-  detail::CallKeys mismatches_held_;      // seen before every rank of the group reached them
+  detail::HeldMismatches mismatches_held_;  // seen before every rank of the group reached them
   bool mismatched_ = false;  // the last attempt's ranks called different collectives somewhere
   // Every attempt stays until the end: its handlers may still be queued, and the summary needs it.
   std::vector<std::unique_ptr<LiveAttempt>> attempts_;

@@ -123,10 +123,13 @@ class IDIST_API Backend {
   using Completion = std::function<void()>;
   virtual Completion send(const void* data, std::size_t bytes, int dst, std::uint32_t tag);
   virtual Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag);
-  // The group is going away (finalize): the completions still waiting fail now, not at their
-  // timeout. A transfer nobody will match (an irecv whose Work was dropped) would otherwise
-  // hold the group's end, and with it every rank's finalize, for the whole timeout. A backend
-  // whose pending transfers fail when the peer closes its side (gloo) has nothing to do.
+  // The group is going away on this rank (finalize): it posts no more transfers. A peer's
+  // pending transfer that only this rank could end (its receive, with no send of ours pending;
+  // its send, with no receive of ours pending) may fail now rather than at its timeout, and
+  // ours when the peer's side ends likewise; a transfer still matched goes on. Otherwise an
+  // irecv nobody matches (its Work dropped) holds the group's end, and every rank's finalize,
+  // for the whole timeout. gloo has nothing to do: a pending transfer fails when the peer's
+  // connection closes.
   virtual void cancel_transfers() {}
 
  protected:

@@ -2,6 +2,7 @@
 // tags, ordering, Work's wait/is_completed, and the errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <numeric>
 
@@ -190,6 +191,39 @@ TEST_CASE("an irecv nobody matches, its Work dropped, does not hold the group's 
             // gloo: rank 0's group may be gone already, which it tells at once: not the case here.
           }
         }
+      },
+      10s);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  CHECK_MESSAGE(took < 5s, "the groups' end took " << took.count() << " ms (timeout 10 s)");
+}
+
+TEST_CASE("an isend whose Work was dropped before the group's end still arrives whole") {
+  // Rank 1 leaves at once (its group's end waits for the send); rank 0 receives later. 4 MiB:
+  // more than a shared-memory ring holds, so the sender is mid-message when its group ends.
+  const std::size_t n = 1 << 20;
+  test::run_ranks(2, [n](ProcessGroup& g, test::Failures& failures) {
+    g.barrier();
+    if (g.rank() == 1) {
+      static std::vector<float> out(n, 3.0f);  // outlives the group
+      g.isend(out.data(), n * sizeof(float), 0, 6);
+      return;
+    }
+    std::this_thread::sleep_for(300ms);
+    std::vector<float> in(n);
+    g.recv(in.data(), n * sizeof(float), 1, 6);
+    if (std::count(in.begin(), in.end(), 3.0f) != static_cast<std::ptrdiff_t>(n)) failures.add(0, "the message came wrong");
+  });
+}
+
+TEST_CASE("two irecvs nobody matches, one each way: both groups end at once (shared memory)") {
+  if (test::backend_under_test() != "shm") return;  // gloo: each waits for the other to close
+  const auto start = std::chrono::steady_clock::now();
+  test::run_ranks(
+      2,
+      [](ProcessGroup& g, test::Failures&) {
+        g.barrier();
+        static std::int64_t values[2];  // outlive the groups
+        g.irecv(&values[g.rank()], sizeof(std::int64_t), 1 - g.rank(), 5);
       },
       10s);
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);

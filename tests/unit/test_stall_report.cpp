@@ -51,25 +51,49 @@ TEST_CASE("a mismatch seen before every rank reached the call waits one read, th
   // Rank 2 has not reached call #3 yet at the first read.
   std::vector<RankView> views = {rank(0, {call(2, 2), call(3, 3, rec::State::entered)}),
                                  rank(1, {call(2, 2), call(3, 2, rec::State::entered)}), rank(2, {call(2, 2)})};
-  CallKeys reported, held;
-  CHECK(mismatch_report(views, reported, &held).empty());
+  CallKeys reported;
+  HeldMismatches held;
+  CHECK(mismatch_report(views, reported, &held, true).empty());
   views[2].slots.push_back(call(3, 2, rec::State::entered));
-  const auto lines = mismatch_report(views, reported, &held);
+  const auto lines = mismatch_report(views, reported, &held, true);
   REQUIRE(lines.size() == 1);
   CHECK(has(lines, "collective #3 on group world: rank 0 called all_reduce"));
   CHECK(has(lines, "ranks 1, 2 called all_reduce"));
-  CHECK(mismatch_report(views, reported, &held).empty());  // once
+  CHECK(mismatch_report(views, reported, &held, true).empty());  // once
 }
 
 TEST_CASE("a mismatch whose last rank never comes is said at the next read, as it stands") {
   const std::vector<RankView> views = {rank(0, {call(3, 3, rec::State::entered)}),
                                        rank(1, {call(3, 2, rec::State::entered)}), rank(2, {call(2, 2)})};
-  CallKeys reported, held;
-  CHECK(mismatch_report(views, reported, &held).empty());
-  const auto lines = mismatch_report(views, reported, &held);
+  CallKeys reported;
+  HeldMismatches held;
+  CHECK(mismatch_report(views, reported, &held, true).empty());
+  const auto lines = mismatch_report(views, reported, &held, true);
   REQUIRE(lines.size() == 1);
   CHECK(has(lines, "rank 0 called all_reduce"));
   CHECK(has(lines, "rank 1 called all_reduce"));
+}
+
+TEST_CASE("a held mismatch whose call then leaves the recorders is said as it was held") {
+  std::vector<RankView> views = {rank(0, {call(3, 3, rec::State::entered)}),
+                                 rank(1, {call(3, 2, rec::State::entered)}), rank(2, {call(2, 2)})};
+  CallKeys reported;
+  HeldMismatches held;
+  CHECK(mismatch_report(views, reported, &held, true).empty());
+  for (auto& v : views) v.slots = {call(200, 2)};  // a whole ring of calls later
+  const auto lines = mismatch_report(views, reported, &held, true);
+  REQUIRE(lines.size() == 1);
+  CHECK(has(lines, "collective #3 on group world: rank 0 called all_reduce"));
+  CHECK(held.empty());
+}
+
+TEST_CASE("at the job's end the held mismatches are said too") {
+  const std::vector<RankView> views = {rank(0, {call(3, 3, rec::State::entered)}),
+                                       rank(1, {call(3, 2, rec::State::entered)}), rank(2, {call(2, 2)})};
+  CallKeys reported;
+  HeldMismatches held;
+  CHECK(mismatch_report(views, reported, &held, true).empty());
+  CHECK(mismatch_report({}, reported, &held, false).size() == 1);
 }
 
 TEST_CASE("at the job's end (no held set) a mismatch is said at once, whoever reached it") {
@@ -80,8 +104,9 @@ TEST_CASE("at the job's end (no held set) a mismatch is said at once, whoever re
 
 TEST_CASE("calls that match are never held or said") {
   const std::vector<RankView> views = {rank(0, {call(3, 2, rec::State::entered)}), rank(1, {call(2, 2)})};
-  CallKeys reported, held;
-  CHECK(mismatch_report(views, reported, &held).empty());
+  CallKeys reported;
+  HeldMismatches held;
+  CHECK(mismatch_report(views, reported, &held, true).empty());
   CHECK(held.empty());
 }
 
@@ -108,4 +133,26 @@ TEST_CASE("a rank whose last call on a shared-ring group left the ring: it is th
   INFO(report->lines[0]);
   CHECK(has(report->lines, "ranks 0, 2 waiting 5.0 s; rank 1 never entered it (last completed: all_reduce #0;"));
   CHECK(report->suspect == 1);
+}
+
+TEST_CASE("a rank whose record of the very call waited in was pushed out of its shared ring: it has left it") {
+  Recorded entry;
+  entry.kind = rec::Kind::member;
+  entry.state = rec::State::completed;
+  entry.op = "broadcast";
+  entry.epoch = kEpoch;
+  entry.group = 9;
+  entry.seq = 1;
+  entry.has_call = true;
+  const std::int64_t now = 100'000'000'000;
+  auto waiting = call(1, 2, rec::State::entered, 9);
+  waiting.op = "broadcast";
+  waiting.entered_ns = now - 5'000'000'000;
+  const std::vector<RankView> views = {rank(0, {waiting, entry}), rank(1, {entry}), rank(2, {waiting, entry})};
+  CallKeys reported;
+  const auto report = stall_report(views, now, std::chrono::seconds(1), reported);
+  REQUIRE(report);
+  INFO(report->lines[0]);
+  CHECK(has(report->lines, "rank 1 has left it (broadcast #1; its record since pushed out by later calls;"));
+  CHECK(!has(report->lines, "never entered"));
 }

@@ -21,7 +21,7 @@
 
 namespace idist::common::recorder {
 
-inline constexpr std::uint64_t kMagic = 0x3252434552445349ull;  // "IDSRECR2"
+inline constexpr std::uint64_t kMagic = 0x3352434552445349ull;  // "ISDRECR3" in memory
 inline constexpr std::uint32_t kSlots = 64;                      // per ring
 inline constexpr std::uint32_t kRings = 8;                       // ring 0 shared, 7 for groups
 inline constexpr std::uint32_t kGroups = 64;                     // Segment::groups

@@ -15,6 +15,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <climits>
@@ -74,6 +75,7 @@ int to_int(std::size_t n, std::string_view what) {
 struct MpiProcess {
   std::mutex mu;
   bool started_by_us = false;
+  std::atomic<int> backends{0};  // alive: the program is still in a job (idist::finalize() not yet called)
   bool own_ops_ready = false;
   MPI_Datatype half_type;  // two opaque bytes: float16 and bfloat16 alike
   MPI_Op half_ops[2][4];   // [float16, bfloat16][SUM, PRODUCT, MIN, MAX]
@@ -94,13 +96,15 @@ void end_mpi() {
 // MPI started by idist ends when the process does, not at idist::finalize(): MPI cannot start
 // twice in a process, and a program may init and finalize idist more than once (as torch
 // finalizes MPI only at exit). A program that failed at init ends MPI here too, so that
-// mpirun does not report a process that exited without it. Not on a failing exit (a status
-// other than 0): MPI_Finalize waits for every rank, and the others may be waiting in a
-// collective for this one, until their timeout. Left unended, the process's exit status
-// reaches mpirun, which ends the job at once and names it with that status.
+// mpirun does not report a process that exited without it. Not on a failing exit in the middle
+// of the job (a status other than 0 before idist::finalize()): MPI_Finalize waits for every
+// rank, and the others may be waiting in a collective for this one, until their timeout. Left
+// unended, the process's exit status reaches mpirun, which ends the job at once and names it.
+// After idist::finalize() it does end MPI, whatever the status: the others are finishing too,
+// and one still writing its results must not be killed for this one's exit.
 void end_mpi_at_exit(int status, void*) {
-  if (status != 0) return;
   auto& p = process();
+  if (status != 0 && p.backends.load() > 0) return;
   std::lock_guard lock(p.mu);
   if (p.started_by_us) end_mpi();
 }
@@ -319,6 +323,7 @@ class MpiBackend final : public Backend {
  public:
   // Owns `comm` from here on, also when this throws.
   MpiBackend(MPI_Comm comm, std::chrono::milliseconds timeout) : comm_(comm), timeout_(timeout) {
+    ++process().backends;
     try {
       check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
       check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -341,11 +346,15 @@ class MpiBackend final : public Backend {
       check(MPI_Comm_set_errhandler(internal_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     } catch (...) {
       release();
+      --process().backends;
       throw;
     }
   }
 
-  ~MpiBackend() override { release(); }
+  ~MpiBackend() override {
+    release();
+    --process().backends;
+  }
 
   MpiBackend(const MpiBackend&) = delete;
   MpiBackend& operator=(const MpiBackend&) = delete;

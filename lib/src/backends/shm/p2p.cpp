@@ -22,8 +22,33 @@ struct MessageHeader {
 struct Mailboxes::Ring {
   Word tail;  // bytes written
   Word head;  // bytes read
+  // The transfers on this ring that its sender and its receiver have posted and not yet seen
+  // end, and whether each side's group has ended (it posts nothing more: close()). A wait
+  // gives up when the other side has ended with nothing pending that could end it: a receive
+  // nobody will send to, a send nobody will read.
+  alignas(64) std::atomic<std::uint32_t> sends{0};
+  std::atomic<std::uint32_t> recvs{0};
+  std::atomic<std::uint32_t> sender_closed{0};
+  std::atomic<std::uint32_t> receiver_closed{0};
   char* bytes() { return reinterpret_cast<char*>(this + 1); }
 };
+static_assert(sizeof(Mailboxes::Ring) % 64 == 0, "the ring's bytes start on a cache line");
+
+namespace {
+
+// Counts a posted transfer on its ring until its completion ends, however it ends.
+class Pending {
+ public:
+  explicit Pending(std::atomic<std::uint32_t>& count) : count_(count) {}
+  ~Pending() { count_.fetch_sub(1, std::memory_order_acq_rel); }
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+
+ private:
+  std::atomic<std::uint32_t>& count_;
+};
+
+}  // namespace
 
 std::size_t Mailboxes::bytes_needed(int size, std::size_t ring_bytes) {
   const auto n = static_cast<std::size_t>(size);
@@ -62,21 +87,25 @@ void Mailboxes::give_up(int r, const std::string& what, bool timeout) const {
 }
 
 void Mailboxes::close() {
-  closed_.store(true, std::memory_order_release);
-  // The waits on a ring's words look again within a nap; those on a box's condition now.
-  for (auto& box : out_) {
-    std::lock_guard lock(box->mu);
-    box->turn_changed.notify_all();
-  }
-  for (auto& box : in_) {
-    std::lock_guard lock(box->mu);
-    box->changed.notify_all();
+  // Every ring, used or not: a peer may have sent to us what we never asked for.
+  for (int r = 0; r < options_.size; ++r) {
+    if (r == options_.rank) continue;
+    auto& in = ring(r, options_.rank);
+    in.receiver_closed.store(1, std::memory_order_release);
+    wake_now(in.head);  // a sender waiting for room looks again
+    auto& out = ring(options_.rank, r);
+    out.sender_closed.store(1, std::memory_order_release);
+    wake_now(out.tail);  // a receiver waiting for bytes looks again
   }
 }
 
-void Mailboxes::throw_if_closed(const std::string& what) const {
-  if (closed_.load(std::memory_order_acquire))
-    throw std::runtime_error(what + " was still pending when its group was torn down (finalize): nothing matched it");
+// The other side's group has ended with nothing pending that could end this wait (read in
+// that order: its count drops only after what its transfer wrote or read).
+bool Mailboxes::nobody_sends(Ring& r) {
+  return r.sender_closed.load(std::memory_order_acquire) != 0 && r.sends.load(std::memory_order_acquire) == 0;
+}
+bool Mailboxes::nobody_reads(Ring& r) {
+  return r.receiver_closed.load(std::memory_order_acquire) != 0 && r.recvs.load(std::memory_order_acquire) == 0;
 }
 
 void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, Clock::time_point deadline) {
@@ -89,7 +118,9 @@ void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, 
         if (segment_->exited(dst) && tail - ring.head.value.load(std::memory_order_acquire) == size)
           give_up(dst, "while sending to it", false);
         if (Clock::now() > deadline) give_up(dst, "send to " + peer(dst) + " (the receiver did not take the message)", true);
-        throw_if_closed("a send to " + peer(dst));
+        if (nobody_reads(ring) && tail - ring.head.value.load(std::memory_order_acquire) == size)
+          throw std::runtime_error("send to " + peer(dst) + ": its group there has ended (finalize) with no receive "
+                                   "from this rank pending: nothing will take the rest of the message");
       });
       continue;
     }
@@ -114,7 +145,9 @@ void Mailboxes::read(Ring& ring, char* out, std::size_t bytes, int src, Clock::t
         if (segment_->exited(src) && ring.tail.value.load(std::memory_order_acquire) == head)
           give_up(src, "before sending all it was to send", false);
         if (Clock::now() > deadline) give_up(src, "recv from " + peer(src), true);
-        throw_if_closed("a recv from " + peer(src));
+        if (nobody_sends(ring) && ring.tail.value.load(std::memory_order_acquire) == head)
+          throw std::runtime_error("recv from " + peer(src) + ": its group there has ended (finalize) with no send "
+                                   "to this rank pending: nothing will match this receive");
       });
       continue;
     }
@@ -138,7 +171,10 @@ std::function<void()> Mailboxes::send(const void* data, std::size_t bytes, int d
     std::lock_guard lock(box.mu);
     ticket = box.tickets++;
   }
-  return [self = shared_from_this(), data, bytes, dst, tag, ticket] {
+  auto& r = ring(options_.rank, dst);
+  r.sends.fetch_add(1, std::memory_order_acq_rel);
+  return [self = shared_from_this(), data, bytes, dst, tag, ticket, &r] {
+    const Pending pending(r.sends);
     self->complete_send(static_cast<const char*>(data), bytes, dst, tag, ticket);
   };
 }
@@ -151,7 +187,10 @@ std::function<void()> Mailboxes::recv(void* data, std::size_t bytes, int src, st
     std::lock_guard lock(box.mu);
     ticket = box.tickets[tag]++;
   }
-  return [self = shared_from_this(), data, bytes, src, tag, ticket] {
+  auto& r = ring(src, options_.rank);
+  r.recvs.fetch_add(1, std::memory_order_acq_rel);
+  return [self = shared_from_this(), data, bytes, src, tag, ticket, &r] {
+    const Pending pending(r.recvs);
     self->complete_recv(static_cast<char*>(data), bytes, src, tag, ticket);
   };
 }
@@ -161,11 +200,8 @@ void Mailboxes::complete_send(const char* data, std::size_t bytes, int dst, std:
   auto& box = *out_[static_cast<std::size_t>(dst)];
   {
     std::unique_lock lock(box.mu);
-    if (!box.turn_changed.wait_until(lock, deadline, [&] {
-          return box.turn == ticket || !box.broken.empty() || closed_.load(std::memory_order_acquire);
-        }))
+    if (!box.turn_changed.wait_until(lock, deadline, [&] { return box.turn == ticket || !box.broken.empty(); }))
       give_up(dst, "send to " + peer(dst) + " (behind earlier sends to it)", true);
-    if (box.turn != ticket) throw_if_closed("a send to " + peer(dst));
     if (!box.broken.empty()) throw std::runtime_error("an earlier send to " + peer(dst) + " failed: " + box.broken);
   }
   try {
@@ -217,7 +253,6 @@ void Mailboxes::complete_recv(char* data, std::size_t bytes, int src, std::uint3
       std::memcpy(data, message.data(), bytes);
       return;
     }
-    throw_if_closed("a recv from " + peer(src));  // after its message, which may be here already
     if (box.reading) {
       // Another completion reads the ring; it hands over what it finds.
       if (box.changed.wait_until(lock, deadline) == std::cv_status::timeout) give_up(src, "recv from " + peer(src), true);

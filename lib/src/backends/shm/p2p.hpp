@@ -47,11 +47,14 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
 
   std::function<void()> send(const void* data, std::size_t bytes, int dst, std::uint32_t tag);
   std::function<void()> recv(void* data, std::size_t bytes, int src, std::uint32_t tag);
-  // Backend::cancel_transfers: the completions waiting now, and any started after, fail.
+  // Backend::cancel_transfers: this side of every ring posts nothing more. A peer's transfer
+  // that only we could have ended (its receive, with no send of ours pending; its send, with
+  // no receive of ours pending) then fails at once, and ours likewise once the peer closes.
   void close();
 
- private:
   struct Ring;
+
+ private:
   struct Outbox {
     std::mutex mu;
     std::condition_variable turn_changed;
@@ -77,7 +80,8 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   void complete_recv(char* data, std::size_t bytes, int src, std::uint32_t tag, std::uint64_t ticket);
   static void forget_if_idle(Inbox& box, std::uint32_t tag);
   [[noreturn]] void give_up(int peer, const std::string& what, bool timeout) const;
-  void throw_if_closed(const std::string& what) const;
+  static bool nobody_sends(Ring& r);
+  static bool nobody_reads(Ring& r);
   std::string peer(int r) const {
     return options_.word + std::to_string(options_.names.empty() ? r : options_.names[static_cast<std::size_t>(r)]);
   }
@@ -88,7 +92,6 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   std::vector<std::unique_ptr<Outbox>> out_;
   std::vector<std::unique_ptr<Inbox>> in_;
   std::unique_ptr<std::atomic<bool>[]> used_;  // per peer: a transfer was posted with it
-  std::atomic<bool> closed_{false};
 };
 
 }  // namespace idist::detail::shm
