@@ -28,6 +28,19 @@ Recorded call(std::uint64_t seq, std::uint64_t count, rec::State state = rec::St
   return r;
 }
 
+// A shared-ring group's entry (Kind::member), holding its latest call.
+Recorded group_entry(std::int32_t group, std::uint64_t seq, const std::string& op) {
+  Recorded r;
+  r.kind = rec::Kind::member;
+  r.state = rec::State::completed;
+  r.op = op;
+  r.epoch = kEpoch;
+  r.group = group;
+  r.seq = seq;
+  r.has_call = true;
+  return r;
+}
+
 // A rank as another node's views bring it: its process state already read (no /proc here).
 RankView rank(int number, std::vector<Recorded> slots) {
   RankView v;
@@ -112,19 +125,11 @@ TEST_CASE("calls that match are never held or said") {
 
 TEST_CASE("a rank whose last call on a shared-ring group left the ring: it is the last one completed") {
   // Group 9's call #0 was pushed out of rank 1's shared ring by sends; its group entry keeps it.
-  Recorded entry;
-  entry.kind = rec::Kind::member;
-  entry.state = rec::State::completed;
-  entry.op = "all_reduce";
-  entry.epoch = kEpoch;
-  entry.group = 9;
-  entry.seq = 0;
-  entry.has_call = true;
+  const Recorded entry = group_entry(9, 0, "all_reduce");
   const std::int64_t now = 100'000'000'000;
   auto waiting = call(1, 2, rec::State::entered, 9);
   waiting.entered_ns = now - 5'000'000'000;
-  Recorded member_of_9 = entry;
-  member_of_9.seq = 1;
+  const Recorded member_of_9 = group_entry(9, 1, "all_reduce");
   const std::vector<RankView> views = {rank(0, {waiting, member_of_9}), rank(1, {entry}), rank(2, {waiting, member_of_9})};
   CallKeys reported;
   const auto report = stall_report(views, now, std::chrono::seconds(1), reported);
@@ -136,14 +141,7 @@ TEST_CASE("a rank whose last call on a shared-ring group left the ring: it is th
 }
 
 TEST_CASE("a rank whose record of the very call waited in was pushed out of its shared ring: it has left it") {
-  Recorded entry;
-  entry.kind = rec::Kind::member;
-  entry.state = rec::State::completed;
-  entry.op = "broadcast";
-  entry.epoch = kEpoch;
-  entry.group = 9;
-  entry.seq = 1;
-  entry.has_call = true;
+  const Recorded entry = group_entry(9, 1, "broadcast");
   const std::int64_t now = 100'000'000'000;
   auto waiting = call(1, 2, rec::State::entered, 9);
   waiting.op = "broadcast";
