@@ -936,6 +936,21 @@ class Supervisor {
     spdlog::error("{}rank {} (pid {} on {}) {}{}{}", restarts ? "attempt " + std::to_string(a.record.index) + ": " : "",
                   r.rank, r.pid, host_, detail::describe(*r.status), detail::collateral_list(a.record), then);
     report_stderr(a);
+    report_early_exit(a);
+  }
+
+  // The rank the failed one lost its connection to had exited 0: no failure of its own to
+  // blame, but the cause all the same (it returned while the others still called into the job).
+  void report_early_exit(const LiveAttempt& a) const {
+    const auto i = *a.record.first_failure;
+    if (!a.ranks[i].err) return;
+    const auto peer = lost_peer(a.ranks[i].err->output.tail().last_lines(kTailLines));
+    if (!peer) return;
+    for (const auto& r : a.record.ranks)
+      if (r.rank == *peer && r.status && WIFEXITED(*r.status) && WEXITSTATUS(*r.status) == 0)
+        spdlog::error("rank {} had exited with code 0 while the others still ran: a rank that returns before a "
+                      "collective the others call, or without idist::finalize(), fails them",
+                      r.rank);
   }
 
   // The last lines of the attempt's first failure's stderr.

@@ -5,7 +5,8 @@
 // usage: job_sum [ROUNDS=20 PAUSE_MS=25] VALUE   (the value last, so a test can append it)
 // JOB_SUM_CRASH=RANK:ROUND[:ATTEMPT],...: in that attempt (IDIST_RESTART_COUNT; 0 by default)
 // that rank exits with code 7 before that round, while the others are computing (_Exit: as a
-// crash, no exit handlers). JOB_SUM_EXIT=1 makes it std::exit(7), as a program that gives up.
+// crash, no exit handlers). JOB_SUM_EXIT=CODE makes it std::exit(CODE) instead, as a program
+// that gives up (7), or returns early (0).
 #include <idist/idist.hpp>
 
 #include <chrono>
@@ -49,7 +50,7 @@ int main(int argc, char** argv) try {
   for (int i = 0; i < rounds; ++i) {
     if (rank == crash_rank && i == crash_round) {
       std::fprintf(stderr, "job_sum: rank %d crashes before round %d (JOB_SUM_CRASH)\n", rank, i);
-      if (std::getenv("JOB_SUM_EXIT") != nullptr) std::exit(7);
+      if (const char* code = std::getenv("JOB_SUM_EXIT")) std::exit(std::atoi(code));
       std::_Exit(7);
     }
     std::vector<std::int64_t> x = {value * (rank + 1)};

@@ -49,7 +49,7 @@ check "--launcher spawn under mpirun ignores MPI's variables" contains "$out" '"
 # exit handlers must not wait for them in MPI_Finalize (until IDIST_TIMEOUT). mpirun ends the
 # job at once, with its code.
 start=$(now_ms)
-out=$(JOB_SUM_CRASH=1:3 JOB_SUM_EXIT=1 IDIST_TIMEOUT=60 "${MPIRUN[@]}" -x JOB_SUM_CRASH -x JOB_SUM_EXIT -x IDIST_TIMEOUT \
+out=$(JOB_SUM_CRASH=1:3 JOB_SUM_EXIT=7 IDIST_TIMEOUT=60 "${MPIRUN[@]}" -x JOB_SUM_CRASH -x JOB_SUM_EXIT -x IDIST_TIMEOUT \
   -np 3 "$RUN" --backend mpi "$(realpath "$3")" 20 25 5 2>&1)
 rc=$?
 took=$(($(now_ms) - start))

@@ -121,4 +121,14 @@ echo "  rank 2 stopped during start-up at $tried moments: the others failed with
 check "a stopped rank at start-up: the others fail within IDIST_TIMEOUT + 3 s every time ($late late of $tried)" equals $late 0
 check "... and, failing in init(), name rank 2 ($silent of $tried do not)" equals $silent 0
 check "... the stop landed in $tried runs" test $tried -gt 3
+
+# 3. A rank that returns 0 in the middle of the job (before the others' next all_reduce): the
+# others fail, and idist-run names the early exit as the cause, on both transports.
+for intranode in shm off; do
+  out=$(JOB_SUM_CRASH=1:3 JOB_SUM_EXIT=0 IDIST_INTRANODE=$intranode timeout 60 "$RUN" -n 3 "$JOB_SUM" 20 25 5 2>&1)
+  rc=$?
+  check "rank 1 returns 0 mid-job (IDIST_INTRANODE=$intranode): the job fails (exit $rc), naming the early exit" eval \
+    '[ $rc -ne 0 ] && [ $rc -ne 124 ] && contains "$out" "rank 1 had exited with code 0 while the others still ran"' ||
+    sed 's/^/  | /' <<<"$out"
+done
 finish
