@@ -165,6 +165,11 @@ class RecorderMemory {
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> open_since_;  // (epoch, id): first seen open
 };
 
+// A stop signal repeated within this is the same one delivered twice (a Ctrl-C reaches the
+// whole foreground group: a wrapper such as timeout forwards it to us as well), not a second
+// Ctrl-C: no hand presses twice in 0.2 s.
+constexpr auto kSameSignal = std::chrono::milliseconds(200);
+
 // How often the recorders are read for stalls: often enough that a stall is reported within a
 // second of its timeout, rarely enough to cost nothing.
 constexpr auto kStallCheck = std::chrono::milliseconds(500);
@@ -597,12 +602,17 @@ class Supervisor {
       spdlog::info("{}: leaving the job's rendezvous", detail::signal_name(sig));
       return end_job();
     }
-    if (interrupted_by_) {
+    if (interrupted_by_ && sig == *interrupted_by_ && std::chrono::steady_clock::now() - interrupted_at_ < kSameSignal) {
+      // One Ctrl-C reaches us twice when a wrapper forwards it too (timeout, a script's trap):
+      // the terminal sends it to the whole foreground group.
+      spdlog::debug("{} again within {} ms: the same one, twice", detail::signal_name(sig), kSameSignal.count());
+    } else if (interrupted_by_) {
       spdlog::warn("{} again: killing every rank now", detail::signal_name(sig));
       signal_running(SIGKILL);
       detail::signal_descendants(SIGKILL);
     } else {
       interrupted_by_ = sig;
+      interrupted_at_ = std::chrono::steady_clock::now();
       if (stop_ == Stop::none) stop_ = Stop::interrupted;
       spdlog::info("{}: stopping every rank", detail::signal_name(sig));
       teardown(detail::is_stop_signal(sig) ? sig : SIGTERM);
@@ -1147,6 +1157,7 @@ class Supervisor {
   bool finished_ = false;
   Stop stop_ = Stop::none;
   std::optional<int> interrupted_by_;
+  std::chrono::steady_clock::time_point interrupted_at_;
   detail::RunRecord run_;  // by conclude()
   JobResult result_;
 };

@@ -240,6 +240,18 @@ check "a second SIGINT kills at once (not after --grace 30)" test $elapsed -lt 2
 check "a second SIGINT: exit 128+2 of the first" equals $rc 130
 check "a second SIGINT: no run leftovers" no_run_leftovers "$(run_id_in "$TMP/twice.err")"
 
+# --- one Ctrl-C delivered twice (the terminal's, and timeout's forward of it): the grace holds ----
+"$RUN" -v -n 2 --grace 30 "$RANKS/deaf.sh" >"$TMP/dup.out" 2>"$TMP/dup.err" &
+pid=$!
+wait_for_lines "$TMP/dup.out" " up" 2
+kill -INT $pid; kill -INT $pid
+sleep 0.5
+check "one SIGINT delivered twice within 0.2 s: the ranks still have their grace" kill -0 $pid
+check "... and it is not taken for a second Ctrl-C" eval '! grep -q "again: killing" "$TMP/dup.err"'
+kill -INT $pid  # now a second Ctrl-C
+wait $pid
+check "... a later SIGINT still kills at once (exit 130)" equals $? 130
+
 # --- bad values: one line naming the option, exit 2 ------------------------------------------------
 bad() {
   local what=$1 expect=$2
