@@ -203,6 +203,24 @@ double parse_timeout(const std::string& text) {
   return value;
 }
 
+// --grace, --stall-timeout: seconds from 0 (none, or off) to `max`; a positive value under a
+// millisecond would be 0 to the timers (and turn the stall reports off without a word), nan
+// passes a range check.
+CLI::Validator seconds_from_zero(double max) {
+  return CLI::Validator(
+      [max](std::string& text) -> std::string {
+        double value = 0;
+        const auto* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
+          return "'" + text + "' is not a number of seconds";
+        if (value < 0 || value > max) return fmt::format("{} is out of range (0 to {} seconds)", text, max);
+        if (value > 0 && value < 0.001) return text + " is under a millisecond: give 0, or at least 0.001";
+        return "";
+      },
+      "SECONDS");
+}
+
 // --log-dir must be a directory we can write to, checked before any rank starts.
 void check_log_dir(const std::string& dir) {
   std::error_code ec;
@@ -474,11 +492,11 @@ int main(int argc, char** argv) {
                                                      std::end(idist::env::kBackendNames))));
   app.add_flag("--tag-output", cli.tag_output, "Prefix each output line with [rank N]");
   app.add_option("--grace", cli.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping ranks")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(seconds_from_zero(3600))
       ->capture_default_str();
   app.add_option("--stall-timeout", cli.stall_seconds,
                  "Seconds a rank may wait in one collective before idist-run reports who is stuck where (0: never)")
-      ->check(CLI::Range(0.0, 1e6))
+      ->check(seconds_from_zero(1e6))
       ->capture_default_str();
   app.add_option("--stall-action", cli.stall_action,
                  "After a stall report: report (and keep waiting) or kill (end the attempt as a failure: restarts "

@@ -266,6 +266,9 @@ bad "--forward-signals USR1,BOGUS" "--forward-signals" --forward-signals USR1,BO
 bad "--forward-signals KILL" "--forward-signals" --forward-signals KILL /bin/true
 bad "--timeout 0" "--timeout" --timeout 0 /bin/true
 bad "--timeout abc" "--timeout" --timeout abc /bin/true
+bad "--grace nan" "--grace: 'nan' is not a number of seconds" --grace nan /bin/true
+bad "--stall-timeout nan" "--stall-timeout: 'nan' is not a number" --stall-timeout nan /bin/true
+bad "--stall-timeout 1e-9 (0 to the timers: off without a word)" "under a millisecond" --stall-timeout 1e-9 /bin/true
 bad "--max-restarts -1" "--max-restarts" --max-restarts -1 /bin/true
 bad "--log-dir under a file" "--log-dir" --log-dir "$TMP/big.txt/sub" /bin/true
 
