@@ -313,7 +313,12 @@ int run(const Cli& cli) {
     if (timeout_seconds || cli.max_restarts > 0 || !cli.log_dir.empty())
       spdlog::warn("--timeout, --max-restarts and --log-dir do nothing when idist-run execs in place (one task per "
                    "rank): there is no rank of ours to watch; the outer launcher's options do it");
-    L::exec_in_place(plan, path, environ);
+    try {
+      L::exec_in_place(plan, path, environ);
+    } catch (const std::runtime_error& e) {
+      spdlog::error("{}", e.what());
+      return L::kCannotExecute;  // a shell's code for a program found but not executable
+    }
   }
 
   for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)

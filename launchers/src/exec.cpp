@@ -1,5 +1,7 @@
 #include "idist/launchers/exec.hpp"
 
+#include "idist/launchers/program.hpp"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +20,8 @@ void exec_in_place(const LaunchPlan& plan, const std::string& path, char** base_
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   ::execve(path.c_str(), argv.data(), envp.data());
-  throw std::runtime_error("cannot execute " + path + ": " + std::strerror(errno));
+  const int err = errno;
+  throw std::runtime_error("cannot execute " + path + ": " + exec_failure(path, err));
 }
 
 }  // namespace idist::launchers

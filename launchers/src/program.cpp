@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <string_view>
 
 namespace idist::launchers {
@@ -49,6 +51,22 @@ std::string resolve_program(const std::string& name) {
   }
   if (seen_non_executable) throw UsageError("program '" + name + "' was found in PATH but is not executable");
   throw UsageError("program '" + name + "' not found in PATH");
+}
+
+std::string exec_failure(const std::string& path, int err) {
+  if (err == ENOENT) {
+    std::ifstream in(path, std::ios::binary);
+    std::string first;
+    std::getline(in, first);
+    if (first.rfind("#!", 0) == 0) {
+      const auto start = first.find_first_not_of(" \t", 2);
+      const auto end = first.find_first_of(" \t\r", start);
+      if (start != std::string::npos)
+        return "its interpreter " + first.substr(start, end - start) + " (the #! line) does not exist";
+    }
+  }
+  if (err == ENOEXEC) return "not a program this system runs, nor a script with a #! line (Exec format error)";
+  return std::strerror(err);
 }
 
 }  // namespace idist::launchers

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "console.hpp"
+#include "idist/launchers/program.hpp"
 #include "process_tree.hpp"
 
 namespace idist::launchers::detail {
@@ -87,7 +88,9 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
   for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(const_cast<char*>(supervisor_marker().c_str()));  // what the guardian looks for
   envp.push_back(nullptr);
+  // The child may only make system calls: the likely reasons are put into words here.
   const std::string exec_error = "idist-run: rank " + std::to_string(spec.rank) + ": cannot execute " + spec.path + ": ";
+  const std::string no_interpreter = exec_failure(spec.path, ENOENT), no_format = exec_failure(spec.path, ENOEXEC);
 
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) != 0) fail("pipe");
@@ -128,11 +131,12 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
     for (const int fd : spec.pass_fds) ::fcntl(fd, F_SETFD, 0);
     if (spec.entry) run_entry(spec);
     ::execve(spec.path.c_str(), argv.data(), envp.data());
-    const char* why = ::strerror(errno);
+    const int err = errno;
+    const char* why = err == ENOENT ? no_interpreter.c_str() : err == ENOEXEC ? no_format.c_str() : ::strerror(err);
     [[maybe_unused]] auto a = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
     [[maybe_unused]] auto b = ::write(STDERR_FILENO, why, std::strlen(why));
     [[maybe_unused]] auto c = ::write(STDERR_FILENO, "\n", 1);
-    ::_exit(127);
+    ::_exit(kCannotExecute);
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);

@@ -231,5 +231,18 @@ check "[store] ... and rank 0 -> exit $rc0: $err0" \
   eval '[ $rc0 = 1 ] && [ "$(wc -l <<<"$err0")" = 1 ] && contains "$err0" "missing rank 1"'
 check "[store] ... nothing left behind" no_env_leftovers "IDIST_BAD_INPUT_ROW=$MARKER.$ROW"
 
+# Programs that exist but cannot be executed: a shell's 126, and why in words.
+printf '#!/nonexistent/interp\necho hi\n' >"$TMP/badinterp.sh"
+printf 'echo hi\n' >"$TMP/noshebang.sh"
+chmod +x "$TMP/badinterp.sh" "$TMP/noshebang.sh"
+out=$("$RUN" -n 1 "$TMP/badinterp.sh" 2>&1)
+rc=$?
+check "[exec] a script whose #! interpreter is missing: exit $rc (126), naming the interpreter" eval \
+  '[ $rc = 126 ] && contains "$out" "its interpreter /nonexistent/interp (the #! line) does not exist"' || echo "$out"
+out=$("$RUN" -n 1 "$TMP/noshebang.sh" 2>&1)
+rc=$?
+check "[exec] a script without #!: exit $rc (126), saying so" eval \
+  '[ $rc = 126 ] && contains "$out" "nor a script with a #! line"' || echo "$out"
+
 echo "# $ROW rows"
 finish

@@ -16,4 +16,13 @@ class UsageError : public std::runtime_error {
 // executable, so the job fails before any rank starts rather than N times after.
 std::string resolve_program(const std::string& name);
 
+// Why execve of `path` (a file that exists) failed with `err`, for a person: ENOENT then means
+// its #! interpreter is missing ("its interpreter /usr/bin/python9 (the #! line) does not
+// exist"), ENOEXEC a script without a #! line.
+std::string exec_failure(const std::string& path, int err);
+
+// A rank whose program could not be executed exits with this, as a shell's "found but cannot
+// execute" (127 stays for "not found").
+inline constexpr int kCannotExecute = 126;
+
 }  // namespace idist::launchers
