@@ -17,6 +17,12 @@ void LineForwarder::feed(const char* data, std::size_t size) {
     const auto nl = in.find('\n');
     if (nl == std::string_view::npos) {
       pending_.append(in);
+      // A progress bar (tqdm) redraws its line after a '\r' and may not end it for a whole
+      // epoch: what comes up to its last '\r' goes now, not at the line's end.
+      if (const auto cr = pending_.rfind('\r'); cr != std::string::npos) {
+        emit(std::string_view(pending_).substr(0, cr + 1));
+        pending_.erase(0, cr + 1);
+      }
       if (pending_.size() >= kMaxLine) {
         emit(pending_);
         pending_.clear();

@@ -15,7 +15,8 @@ class LineForwarder {
   LineForwarder(detail::Console& console, detail::Channel channel, std::string prefix)
       : console_(console), channel_(channel), prefix_(std::move(prefix)) {}
 
-  // Writes every complete line in data; keeps the rest for the next call.
+  // Writes every complete line in data, and a line's redrawn part up to its last '\r' (a
+  // progress bar); keeps the rest for the next call.
   void feed(const char* data, std::size_t size);
   // At end of stream: writes what is left, so the last partial line is not lost. It gets a
   // newline so that the next line (another rank's, or our summary) starts on its own.

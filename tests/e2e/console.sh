@@ -131,4 +131,14 @@ else
   echo "# SKIP: terminal case: script(1) or python3 missing"
 fi
 
+# A progress bar (tqdm's '\r' redraws, no newline for the whole run): each redraw shows while
+# the rank runs, not at the line's end (each one goes at the next '\r': a redraw late).
+"$RUN" -n 1 bash -c 'for i in 1 2 3; do printf "\rprogress %d" $i; sleep 1.5; done; echo' >"$TMP/bar.out" 2>&1 &
+job=$!
+sleep 2.5
+check "a progress bar's first redraw is shown while the rank runs" grep -q "progress 1" "$TMP/bar.out"
+wait $job
+check "... and every redraw, then its newline (exit $?)" eval \
+  '[ "$(tr "\r" "\n" <"$TMP/bar.out" | grep -c "^progress [123]$")" = 3 ]'
+
 finish
