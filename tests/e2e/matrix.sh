@@ -104,7 +104,7 @@ else
   check "$label: rank 2 raised (exit 3)" equals "${codes[2]}" 3
   check "$label: the error names the op and backend" contains "$out" "all_reduce($backend)"
   [ "$label" = shm ] && check "shm: both survivors name the dead rank" equals \
-    "$(count "$out" "connection to rank 1 lost: it exited during all_reduce (shared memory)")" 2
+    "$(count "$out" "connection to rank 1 lost: it exited while this rank waited for it in all_reduce (shared memory)")" 2
 fi
 elapsed=$(($(now_ms) - start))
 echo "  survivors done after $elapsed ms"

@@ -82,7 +82,7 @@ for i in $(seq $runs); do
     [ $r = $victim ] && { eval "wait \$p$r" 2>/dev/null; continue; }
     eval "wait \$p$r"
     [ $(($(now_ms) - start)) -gt 1000 ] && late=$((late + 1))
-    grep -q "all_reduce(gloo): connection to rank $victim lost: it exited during all_reduce (shared memory)" "$TMP/r$r" &&
+    grep -q "all_reduce(gloo): connection to rank $victim lost: it exited while this rank waited for it in all_reduce (shared memory)" "$TMP/r$r" &&
       named=$((named + 1))
   done
 done

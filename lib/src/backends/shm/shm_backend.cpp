@@ -438,7 +438,7 @@ class ShmBackend final : public Backend {
     auto at = [&](int r) { return arrived_[r].value.load(std::memory_order_acquire); };
     auto here = [&](int r) { return shm::reached(at(r), word_of(s)); };
     auto lost = [&](int r) {
-      return std::runtime_error("connection to " + word_ + std::to_string(name(r)) + " lost: it exited during " + op_ +
+      return std::runtime_error("connection to " + word_ + std::to_string(name(r)) + " lost: it exited while this rank waited for it in " + op_ +
                                 " (shared memory)");
     };
     for (int r = 0; r < size_; ++r) {
