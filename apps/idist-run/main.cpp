@@ -315,9 +315,9 @@ int run(const Cli& cli) {
                    "rank): there is no rank of ours to watch; the outer launcher's options do it");
     try {
       L::exec_in_place(plan, path, environ);
-    } catch (const std::runtime_error& e) {
+    } catch (const L::ExecError& e) {
       spdlog::error("{}", e.what());
-      return L::kCannotExecute;  // a shell's code for a program found but not executable
+      return e.code();
     }
   }
 

@@ -21,7 +21,9 @@ void exec_in_place(const LaunchPlan& plan, const std::string& path, char** base_
   argv.push_back(nullptr);
   ::execve(path.c_str(), argv.data(), envp.data());
   const int err = errno;
-  throw std::runtime_error("cannot execute " + path + ": " + exec_failure(path, err));
+  const auto why = exec_failure(path, err);
+  throw ExecError("cannot execute " + path + ": " + why,
+                  err == ENOENT && why == std::strerror(ENOENT) ? kNotFound : kCannotExecute);
 }
 
 }  // namespace idist::launchers

@@ -18,8 +18,9 @@ void LineForwarder::feed(const char* data, std::size_t size) {
     if (nl == std::string_view::npos) {
       pending_.append(in);
       // A progress bar (tqdm) redraws its line after a '\r' and may not end it for a whole
-      // epoch: what comes up to its last '\r' goes now, not at the line's end.
-      if (const auto cr = pending_.rfind('\r'); cr != std::string::npos) {
+      // epoch: what comes up to its last '\r' goes now, not at the line's end. Not a '\r' that
+      // ends the read: it may be half of a "\r\n", whose line goes whole.
+      if (const auto cr = pending_.rfind('\r'); cr != std::string::npos && cr + 1 < pending_.size()) {
         emit(std::string_view(pending_).substr(0, cr + 1));
         pending_.erase(0, cr + 1);
       }

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -59,10 +60,15 @@ std::string exec_failure(const std::string& path, int err) {
     std::string first;
     std::getline(in, first);
     if (first.rfind("#!", 0) == 0) {
+      if (!first.empty() && first.back() == '\r')
+        return "its #! line ends in \\r (Windows line endings): convert the script (dos2unix)";
       const auto start = first.find_first_not_of(" \t", 2);
-      const auto end = first.find_first_of(" \t\r", start);
-      if (start != std::string::npos)
-        return "its interpreter " + first.substr(start, end - start) + " (the #! line) does not exist";
+      const auto end = first.find_first_of(" \t", start);
+      if (start != std::string::npos) {
+        const auto interpreter = first.substr(start, end - start);
+        if (::access(interpreter.c_str(), F_OK) != 0)
+          return "its interpreter " + interpreter + " (the #! line) does not exist";
+      }
     }
   }
   if (err == ENOEXEC) return "not a program this system runs, nor a script with a #! line (Exec format error)";

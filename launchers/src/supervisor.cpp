@@ -165,9 +165,9 @@ class RecorderMemory {
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> open_since_;  // (epoch, id): first seen open
 };
 
-// A stop signal repeated within this is the same one delivered twice (a Ctrl-C reaches the
-// whole foreground group: a wrapper such as timeout forwards it to us as well), not a second
-// Ctrl-C: no hand presses twice in 0.2 s.
+// A stop signal within this of the first is the same stop delivered twice (a Ctrl-C reaches
+// the whole foreground group: a wrapper such as timeout, or a script's trap, forwards it to us
+// as well), not a second Ctrl-C: no hand presses twice in 0.2 s.
 constexpr auto kSameSignal = std::chrono::milliseconds(200);
 
 // How often the recorders are read for stalls: often enough that a stall is reported within a
@@ -602,10 +602,10 @@ class Supervisor {
       spdlog::info("{}: leaving the job's rendezvous", detail::signal_name(sig));
       return end_job();
     }
-    if (interrupted_by_ && sig == *interrupted_by_ && std::chrono::steady_clock::now() - interrupted_at_ < kSameSignal) {
-      // One Ctrl-C reaches us twice when a wrapper forwards it too (timeout, a script's trap):
-      // the terminal sends it to the whole foreground group.
-      spdlog::debug("{} again within {} ms: the same one, twice", detail::signal_name(sig), kSameSignal.count());
+    if (interrupted_by_ && std::chrono::steady_clock::now() - interrupted_at_ < kSameSignal) {
+      // One Ctrl-C reaches us twice when a wrapper forwards it too (timeout; a script's trap,
+      // maybe as SIGTERM): the terminal sends it to the whole foreground group.
+      spdlog::debug("{} within {} ms of the first: the same stop, delivered twice", detail::signal_name(sig), kSameSignal.count());
     } else if (interrupted_by_) {
       spdlog::warn("{} again: killing every rank now", detail::signal_name(sig));
       signal_running(SIGKILL);

@@ -21,8 +21,19 @@ std::string resolve_program(const std::string& name);
 // exist"), ENOEXEC a script without a #! line.
 std::string exec_failure(const std::string& path, int err);
 
-// A rank whose program could not be executed exits with this, as a shell's "found but cannot
-// execute" (127 stays for "not found").
+// A rank whose program could not be executed exits with these, as a shell does: found but
+// not executable, and not found (a file gone since it was resolved).
 inline constexpr int kCannotExecute = 126;
+inline constexpr int kNotFound = 127;
+
+// execve failed (exec_in_place): what exec_failure says, for idist-run to exit with `code`.
+class ExecError : public std::runtime_error {
+ public:
+  ExecError(const std::string& what, int code) : std::runtime_error(what), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
 
 }  // namespace idist::launchers

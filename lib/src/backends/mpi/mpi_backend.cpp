@@ -75,7 +75,8 @@ int to_int(std::size_t n, std::string_view what) {
 struct MpiProcess {
   std::mutex mu;
   bool started_by_us = false;
-  std::atomic<int> backends{0};  // alive: the program is still in a job (idist::finalize() not yet called)
+  std::atomic<int> backends{0};     // built and alive: the program is in the middle of a job
+  std::atomic<bool> built{false};   // one was built: with none alive, idist::finalize() ran
   bool own_ops_ready = false;
   MPI_Datatype half_type;  // two opaque bytes: float16 and bfloat16 alike
   MPI_Op half_ops[2][4];   // [float16, bfloat16][SUM, PRODUCT, MIN, MAX]
@@ -100,11 +101,13 @@ void end_mpi() {
 // of the job (a status other than 0 before idist::finalize()): MPI_Finalize waits for every
 // rank, and the others may be waiting in a collective for this one, until their timeout. Left
 // unended, the process's exit status reaches mpirun, which ends the job at once and names it.
-// After idist::finalize() it does end MPI, whatever the status: the others are finishing too,
-// and one still writing its results must not be killed for this one's exit.
+// Nor on one before any backend was built (an init that failed on this rank alone: the others
+// wait for it in theirs). After idist::finalize() it does end MPI, whatever the status: the
+// others are finishing too, and one still writing its results must not be killed for this
+// one's exit.
 void end_mpi_at_exit(int status, void*) {
   auto& p = process();
-  if (status != 0 && p.backends.load() > 0) return;
+  if (status != 0 && (p.backends.load() > 0 || !p.built.load())) return;
   std::lock_guard lock(p.mu);
   if (p.started_by_us) end_mpi();
 }
@@ -349,6 +352,7 @@ class MpiBackend final : public Backend {
       --process().backends;
       throw;
     }
+    process().built = true;
   }
 
   ~MpiBackend() override {

@@ -23,36 +23,51 @@ struct Mailboxes::Ring {
   Word tail;  // bytes written
   Word head;  // bytes read
   // The transfers on this ring that its sender and its receiver have posted and not yet seen
-  // end, and whether each side's group has ended (it posts nothing more: close()). A wait
-  // gives up when the other side has ended with nothing pending that could end it: a receive
-  // nobody will send to, a send nobody will read.
+  // end. With each rank's closed word (close()), a wait gives up when the other side's group
+  // has ended with nothing pending that could end it: a receive nobody will send to, a send
+  // nobody will read.
   alignas(64) std::atomic<std::uint32_t> sends{0};
   std::atomic<std::uint32_t> recvs{0};
-  std::atomic<std::uint32_t> sender_closed{0};
-  std::atomic<std::uint32_t> receiver_closed{0};
   char* bytes() { return reinterpret_cast<char*>(this + 1); }
 };
 static_assert(sizeof(Mailboxes::Ring) % 64 == 0, "the ring's bytes start on a cache line");
 
 namespace {
 
-// Counts a posted transfer on its ring until its completion ends, however it ends.
+// Counts a posted transfer on its ring until its completion has run, or has been dropped
+// without running (a group broken by an earlier failure skips it): whichever comes first.
 class Pending {
  public:
-  explicit Pending(std::atomic<std::uint32_t>& count) : count_(count) {}
-  ~Pending() { count_.fetch_sub(1, std::memory_order_acq_rel); }
+  explicit Pending(std::atomic<std::uint32_t>& count) : count_(count) { count_.fetch_add(1, std::memory_order_acq_rel); }
+  ~Pending() { release(); }
   Pending(const Pending&) = delete;
   Pending& operator=(const Pending&) = delete;
+  void release() {
+    if (!released_.exchange(true, std::memory_order_acq_rel)) count_.fetch_sub(1, std::memory_order_acq_rel);
+  }
 
  private:
   std::atomic<std::uint32_t>& count_;
+  std::atomic<bool> released_{false};
+};
+
+// A rank's word saying that its group has ended here (Mailboxes::close), one cache line each,
+// after the rings: a wait on a ring reads only its peer's.
+struct Closed {
+  alignas(64) std::atomic<std::uint32_t> value{0};
 };
 
 }  // namespace
 
 std::size_t Mailboxes::bytes_needed(int size, std::size_t ring_bytes) {
   const auto n = static_cast<std::size_t>(size);
-  return n * n * (sizeof(Ring) + ring_bytes);
+  return n * n * (sizeof(Ring) + ring_bytes) + n * sizeof(Closed);
+}
+
+std::atomic<std::uint32_t>& Mailboxes::closed(int r) const {
+  const auto n = static_cast<std::size_t>(options_.size);
+  auto* words = reinterpret_cast<Closed*>(rings_ + n * n * (sizeof(Ring) + options_.ring_bytes));
+  return words[r].value;
 }
 
 Mailboxes::Mailboxes(std::shared_ptr<Segment> segment, char* rings, Options options)
@@ -86,26 +101,17 @@ void Mailboxes::give_up(int r, const std::string& what, bool timeout) const {
   throw TimeoutFailure(timed_out(what, options_.timeout, "no progress from " + peer(r)));
 }
 
-void Mailboxes::close() {
-  // Every ring, used or not: a peer may have sent to us what we never asked for.
-  for (int r = 0; r < options_.size; ++r) {
-    if (r == options_.rank) continue;
-    auto& in = ring(r, options_.rank);
-    in.receiver_closed.store(1, std::memory_order_release);
-    wake_now(in.head);  // a sender waiting for room looks again
-    auto& out = ring(options_.rank, r);
-    out.sender_closed.store(1, std::memory_order_release);
-    wake_now(out.tail);  // a receiver waiting for bytes looks again
-  }
-}
+// One word, not one per ring: the n^2 rings' pages stay untouched where never used. The
+// peers' waits look at it between their naps.
+void Mailboxes::close() { closed(options_.rank).store(1, std::memory_order_release); }
 
 // The other side's group has ended with nothing pending that could end this wait (read in
 // that order: its count drops only after what its transfer wrote or read).
-bool Mailboxes::nobody_sends(Ring& r) {
-  return r.sender_closed.load(std::memory_order_acquire) != 0 && r.sends.load(std::memory_order_acquire) == 0;
+bool Mailboxes::nobody_sends(int src, Ring& r) const {
+  return closed(src).load(std::memory_order_acquire) != 0 && r.sends.load(std::memory_order_acquire) == 0;
 }
-bool Mailboxes::nobody_reads(Ring& r) {
-  return r.receiver_closed.load(std::memory_order_acquire) != 0 && r.recvs.load(std::memory_order_acquire) == 0;
+bool Mailboxes::nobody_reads(int dst, Ring& r) const {
+  return closed(dst).load(std::memory_order_acquire) != 0 && r.recvs.load(std::memory_order_acquire) == 0;
 }
 
 void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, Clock::time_point deadline) {
@@ -118,7 +124,7 @@ void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, 
         if (segment_->exited(dst) && tail - ring.head.value.load(std::memory_order_acquire) == size)
           give_up(dst, "while sending to it", false);
         if (Clock::now() > deadline) give_up(dst, "send to " + peer(dst) + " (the receiver did not take the message)", true);
-        if (nobody_reads(ring) && tail - ring.head.value.load(std::memory_order_acquire) == size)
+        if (nobody_reads(dst, ring) && tail - ring.head.value.load(std::memory_order_acquire) == size)
           throw std::runtime_error("send to " + peer(dst) + ": its group there has ended (finalize) with no receive "
                                    "from this rank pending: nothing will take the rest of the message");
       });
@@ -145,7 +151,7 @@ void Mailboxes::read(Ring& ring, char* out, std::size_t bytes, int src, Clock::t
         if (segment_->exited(src) && ring.tail.value.load(std::memory_order_acquire) == head)
           give_up(src, "before sending all it was to send", false);
         if (Clock::now() > deadline) give_up(src, "recv from " + peer(src), true);
-        if (nobody_sends(ring) && ring.tail.value.load(std::memory_order_acquire) == head)
+        if (nobody_sends(src, ring) && ring.tail.value.load(std::memory_order_acquire) == head)
           throw std::runtime_error("recv from " + peer(src) + ": its group there has ended (finalize) with no send "
                                    "to this rank pending: nothing will match this receive");
       });
@@ -171,10 +177,12 @@ std::function<void()> Mailboxes::send(const void* data, std::size_t bytes, int d
     std::lock_guard lock(box.mu);
     ticket = box.tickets++;
   }
-  auto& r = ring(options_.rank, dst);
-  r.sends.fetch_add(1, std::memory_order_acq_rel);
-  return [self = shared_from_this(), data, bytes, dst, tag, ticket, &r] {
-    const Pending pending(r.sends);
+  auto pending = std::make_shared<Pending>(ring(options_.rank, dst).sends);
+  return [self = shared_from_this(), data, bytes, dst, tag, ticket, pending] {
+    struct Release {
+      Pending& p;
+      ~Release() { p.release(); }
+    } release{*pending};
     self->complete_send(static_cast<const char*>(data), bytes, dst, tag, ticket);
   };
 }
@@ -187,10 +195,12 @@ std::function<void()> Mailboxes::recv(void* data, std::size_t bytes, int src, st
     std::lock_guard lock(box.mu);
     ticket = box.tickets[tag]++;
   }
-  auto& r = ring(src, options_.rank);
-  r.recvs.fetch_add(1, std::memory_order_acq_rel);
-  return [self = shared_from_this(), data, bytes, src, tag, ticket, &r] {
-    const Pending pending(r.recvs);
+  auto pending = std::make_shared<Pending>(ring(src, options_.rank).recvs);
+  return [self = shared_from_this(), data, bytes, src, tag, ticket, pending] {
+    struct Release {
+      Pending& p;
+      ~Release() { p.release(); }
+    } release{*pending};
     self->complete_recv(static_cast<char*>(data), bytes, src, tag, ticket);
   };
 }

@@ -80,8 +80,9 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   void complete_recv(char* data, std::size_t bytes, int src, std::uint32_t tag, std::uint64_t ticket);
   static void forget_if_idle(Inbox& box, std::uint32_t tag);
   [[noreturn]] void give_up(int peer, const std::string& what, bool timeout) const;
-  static bool nobody_sends(Ring& r);
-  static bool nobody_reads(Ring& r);
+  std::atomic<std::uint32_t>& closed(int r) const;
+  bool nobody_sends(int src, Ring& r) const;
+  bool nobody_reads(int dst, Ring& r) const;
   std::string peer(int r) const {
     return options_.word + std::to_string(options_.names.empty() ? r : options_.names[static_cast<std::size_t>(r)]);
   }
