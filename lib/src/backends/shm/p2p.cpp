@@ -36,9 +36,13 @@ namespace {
 
 // Counts a posted transfer on its ring until its completion has run, or has been dropped
 // without running (a group broken by an earlier failure skips it): whichever comes first.
+// It keeps the mailboxes, and so the segment its count lives in, mapped until then.
 class Pending {
  public:
-  explicit Pending(std::atomic<std::uint32_t>& count) : count_(count) { count_.fetch_add(1, std::memory_order_acq_rel); }
+  Pending(std::atomic<std::uint32_t>& count, std::shared_ptr<const void> keep)
+      : count_(count), keep_(std::move(keep)) {
+    count_.fetch_add(1, std::memory_order_acq_rel);
+  }
   ~Pending() { release(); }
   Pending(const Pending&) = delete;
   Pending& operator=(const Pending&) = delete;
@@ -48,6 +52,7 @@ class Pending {
 
  private:
   std::atomic<std::uint32_t>& count_;
+  std::shared_ptr<const void> keep_;
   std::atomic<bool> released_{false};
 };
 
@@ -177,7 +182,7 @@ std::function<void()> Mailboxes::send(const void* data, std::size_t bytes, int d
     std::lock_guard lock(box.mu);
     ticket = box.tickets++;
   }
-  auto pending = std::make_shared<Pending>(ring(options_.rank, dst).sends);
+  auto pending = std::make_shared<Pending>(ring(options_.rank, dst).sends, shared_from_this());
   return [self = shared_from_this(), data, bytes, dst, tag, ticket, pending] {
     struct Release {
       Pending& p;
@@ -195,7 +200,7 @@ std::function<void()> Mailboxes::recv(void* data, std::size_t bytes, int src, st
     std::lock_guard lock(box.mu);
     ticket = box.tickets[tag]++;
   }
-  auto pending = std::make_shared<Pending>(ring(src, options_.rank).recvs);
+  auto pending = std::make_shared<Pending>(ring(src, options_.rank).recvs, shared_from_this());
   return [self = shared_from_this(), data, bytes, src, tag, ticket, pending] {
     struct Release {
       Pending& p;
