@@ -605,7 +605,8 @@ class Supervisor {
     if (interrupted_by_ && std::chrono::steady_clock::now() - interrupted_at_ < kSameSignal) {
       // One Ctrl-C reaches us twice when a wrapper forwards it too (timeout; a script's trap,
       // maybe as SIGTERM): the terminal sends it to the whole foreground group.
-      spdlog::debug("{} within {} ms of the first: the same stop, delivered twice", detail::signal_name(sig), kSameSignal.count());
+      spdlog::debug("{} within {} ms of the first: the same stop, delivered twice", detail::signal_name(sig),
+                    kSameSignal.count());
     } else if (interrupted_by_) {
       spdlog::warn("{} again: killing every rank now", detail::signal_name(sig));
       signal_running(SIGKILL);

@@ -19,7 +19,8 @@ namespace idist::detail {
 // BackendPlugin: a plugin built against another value (or another idist version) is refused,
 // naming both. The sizes below catch what a forgotten raise would miss between two builds of
 // one version.
-inline constexpr int kPluginAbi = 3;  // 2: Backend::traits(), default operations, BackendInit::hosts; 3: cancel_transfers()
+// 2: Backend::traits(), default operations, BackendInit::hosts; 3: Backend::cancel_transfers()
+inline constexpr int kPluginAbi = 3;
 
 struct PluginSizes {
   std::size_t backend_init = sizeof(BackendInit);

@@ -468,7 +468,8 @@ class GlooBackend final : public Backend {
       // summary names who died.
       throw std::runtime_error(connecting ? who + " did not complete its connection in time: stopped, or unreachable "
                                                   "from here? (gloo: " + what + ")"
-                                          : "connection to " + who + " lost: did it exit, crash or call finalize()? (gloo: " + what + ")");
+                                          : "connection to " + who +
+                                                " lost: did it exit, crash or call finalize()? (gloo: " + what + ")");
     }
   }
   template <class F>

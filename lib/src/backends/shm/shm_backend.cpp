@@ -438,8 +438,8 @@ class ShmBackend final : public Backend {
     auto at = [&](int r) { return arrived_[r].value.load(std::memory_order_acquire); };
     auto here = [&](int r) { return shm::reached(at(r), word_of(s)); };
     auto lost = [&](int r) {
-      return std::runtime_error("connection to " + word_ + std::to_string(name(r)) + " lost: it exited while this rank waited for it in " + op_ +
-                                " (shared memory)");
+      return std::runtime_error("connection to " + word_ + std::to_string(name(r)) +
+                                " lost: it exited while this rank waited for it in " + op_ + " (shared memory)");
     };
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || (only >= 0 && r != only)) continue;
