@@ -538,12 +538,6 @@ Work ProcessGroup::start(std::string_view op, Backend::Completion completion, P2
   // the whole context).
   auto where = site(op);
   auto done = std::async(std::launch::async, [health = health_, where, completion = std::move(completion), record]() mutable {
-                // Dropped here, run or not (a broken group skips it): what it holds (shm's count
-                // of pending transfers) must not wait for the last Work to go.
-                struct Drop {
-                  Backend::Completion& c;
-                  ~Drop() { c = nullptr; }
-                } drop{completion};
                 record.around([&] { run(*health, [&] { return where; }, completion); });
               }).share();
   return track(std::move(done), std::move(where));
