@@ -192,30 +192,32 @@ void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOption
   if (r.heartbeat >= r.dead_after) throw UsageError("--rdzv-conf: heartbeat must be shorter than node_timeout");
 }
 
-// --timeout: seconds, fractions allowed, above 0.
-double parse_timeout(const std::string& text) {
+// Seconds, fractions allowed: a finite number and nothing else (nan passes a range check).
+std::optional<double> parse_seconds(const std::string& text) {
   double value = 0;
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
-    throw UsageError("--timeout '" + text + "' is not a number of seconds");
-  if (value <= 0) throw UsageError("--timeout " + text + " is out of range (above 0 seconds)");
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) return std::nullopt;
   return value;
 }
 
+// --timeout: seconds above 0.
+double parse_timeout(const std::string& text) {
+  const auto value = parse_seconds(text);
+  if (!value) throw UsageError("--timeout '" + text + "' is not a number of seconds");
+  if (*value <= 0) throw UsageError("--timeout " + text + " is out of range (above 0 seconds)");
+  return *value;
+}
+
 // --grace, --stall-timeout: seconds from 0 (none, or off) to `max`; a positive value under a
-// millisecond would be 0 to the timers (and turn the stall reports off without a word), nan
-// passes a range check.
+// millisecond would be 0 to the timers (and turn the stall reports off without a word).
 CLI::Validator seconds_from_zero(double max) {
   return CLI::Validator(
       [max](std::string& text) -> std::string {
-        double value = 0;
-        const auto* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value))
-          return "'" + text + "' is not a number of seconds";
-        if (value < 0 || value > max) return fmt::format("{} is out of range (0 to {} seconds)", text, max);
-        if (value > 0 && value < 0.001) return text + " is under a millisecond: give 0, or at least 0.001";
+        const auto value = parse_seconds(text);
+        if (!value) return "'" + text + "' is not a number of seconds";
+        if (*value < 0 || *value > max) return fmt::format("{} is out of range (0 to {} seconds)", text, max);
+        if (*value > 0 && *value < 0.001) return text + " is under a millisecond: give 0, or at least 0.001";
         return "";
       },
       "SECONDS");

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <stdexcept>
 
 namespace idist::launchers {
@@ -20,10 +19,8 @@ void exec_in_place(const LaunchPlan& plan, const std::string& path, char** base_
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
   ::execve(path.c_str(), argv.data(), envp.data());
-  const int err = errno;
-  const auto why = exec_failure(path, err);
-  throw ExecError("cannot execute " + path + ": " + why,
-                  err == ENOENT && why == std::strerror(ENOENT) ? kNotFound : kCannotExecute);
+  const auto failure = exec_failure(path, errno);
+  throw ExecError("cannot execute " + path + ": " + failure.why, failure.code);
 }
 
 }  // namespace idist::launchers

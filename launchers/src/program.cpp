@@ -54,25 +54,25 @@ std::string resolve_program(const std::string& name) {
   throw UsageError("program '" + name + "' not found in PATH");
 }
 
-std::string exec_failure(const std::string& path, int err) {
-  if (err == ENOENT) {
-    std::ifstream in(path, std::ios::binary);
-    std::string first;
-    std::getline(in, first);
-    if (first.rfind("#!", 0) == 0) {
-      if (!first.empty() && first.back() == '\r')
-        return "its #! line ends in \\r (Windows line endings): convert the script (dos2unix)";
-      const auto start = first.find_first_not_of(" \t", 2);
-      const auto end = first.find_first_of(" \t", start);
-      if (start != std::string::npos) {
-        const auto interpreter = first.substr(start, end - start);
-        if (::access(interpreter.c_str(), F_OK) != 0)
-          return "its interpreter " + interpreter + " (the #! line) does not exist";
-      }
+ExecFailure exec_failure(const std::string& path, int err) {
+  if (err == ENOEXEC) return {"not a program this system runs, nor a script with a #! line (Exec format error)"};
+  if (err != ENOENT) return {std::strerror(err)};
+  // The #! line: the kernel reads at most 256 bytes of it.
+  char head[256] = {};
+  std::ifstream in(path, std::ios::binary);
+  in.read(head, sizeof(head));
+  const std::string_view text(head, static_cast<std::size_t>(in.gcount()));
+  if (text.rfind("#!", 0) == 0) {
+    const auto line = text.substr(0, text.find('\n'));
+    if (line.back() == '\r') return {"its #! line ends in \\r (Windows line endings): convert the script (dos2unix)"};
+    const auto start = line.find_first_not_of(" \t", 2);
+    if (start != std::string_view::npos) {
+      const std::string interpreter(line.substr(start, line.find_first_of(" \t", start) - start));
+      if (::access(interpreter.c_str(), F_OK) != 0)
+        return {"its interpreter " + interpreter + " (the #! line) does not exist"};
     }
   }
-  if (err == ENOEXEC) return "not a program this system runs, nor a script with a #! line (Exec format error)";
-  return std::strerror(err);
+  return {std::strerror(err), kNotFound};
 }
 
 }  // namespace idist::launchers

@@ -90,8 +90,7 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
   envp.push_back(nullptr);
   // The child may only make system calls: the likely reasons are put into words here.
   const std::string exec_error = "idist-run: rank " + std::to_string(spec.rank) + ": cannot execute " + spec.path + ": ";
-  const std::string no_interpreter = exec_failure(spec.path, ENOENT), no_format = exec_failure(spec.path, ENOEXEC);
-  const bool gone = no_interpreter == std::strerror(ENOENT);  // no #! to blame: the file itself
+  const auto missing = exec_failure(spec.path, ENOENT), no_format = exec_failure(spec.path, ENOEXEC);
 
   int out[2] = {-1, -1}, err[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) != 0) fail("pipe");
@@ -133,11 +132,11 @@ SpawnedRank spawn_rank(const ProcessSpec& spec) {
     if (spec.entry) run_entry(spec);
     ::execve(spec.path.c_str(), argv.data(), envp.data());
     const int err = errno;
-    const char* why = err == ENOENT ? no_interpreter.c_str() : err == ENOEXEC ? no_format.c_str() : ::strerror(err);
+    const char* why = err == ENOENT ? missing.why.c_str() : err == ENOEXEC ? no_format.why.c_str() : ::strerror(err);
     [[maybe_unused]] auto a = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
     [[maybe_unused]] auto b = ::write(STDERR_FILENO, why, std::strlen(why));
     [[maybe_unused]] auto c = ::write(STDERR_FILENO, "\n", 1);
-    ::_exit(err == ENOENT && gone ? kNotFound : kCannotExecute);
+    ::_exit(err == ENOENT ? missing.code : kCannotExecute);
   }
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);

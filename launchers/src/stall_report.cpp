@@ -19,6 +19,7 @@
 #include <set>
 #include <tuple>
 #include <sstream>
+#include <string_view>
 
 namespace idist::launchers::detail {
 namespace {
@@ -481,6 +482,11 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
 // A group whose mismatch has been said: its calls' histories differ from then on.
 constexpr std::uint64_t kGroupSaid = ~std::uint64_t{0};
 
+// What every mismatch line ends with.
+constexpr std::string_view kWrongResults =
+    "(a call that did not raise returned wrong results: shared memory raises where it would read such data, gloo "
+    "over TCP and mpi do with IDIST_DEBUG=1)";
+
 std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, CallKeys& reported,
                                          HeldMismatches* held, bool running) {
   // (epoch, group, number) -> the calls made at it, and by whom.
@@ -503,6 +509,11 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
     for (const auto& s : r.slots)
       if (collective(s) || s.kind == rec::Kind::member) members[{s.epoch, s.group}].insert(r.rank);
   std::vector<std::string> lines;
+  auto said = [&](const std::tuple<std::uint32_t, std::int32_t, std::uint64_t>& key, std::string line) {
+    reported.insert(key);
+    reported.insert({std::get<0>(key), std::get<1>(key), kGroupSaid});
+    lines.push_back(std::move(line));
+  };
   for (const auto& [key, calls] : at) {
     const auto [epoch, group, seq] = key;
     if (reported.count({epoch, group, seq}) != 0) continue;
@@ -513,13 +524,10 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
     });
     // Said now, or held until the next read when some rank of the group has yet to reach it
     // (then said as it is then, or as it was, if the call has left the recorders since).
-    const auto say = [&, epoch = epoch, group = group, seq = seq](std::string line) {
-      const std::tuple key(epoch, group, seq);
+    const auto say = [&, &key = key](std::string line) {
       if (running && held != nullptr && !everyone && held->emplace(key, line).second) return;
       if (held != nullptr) held->erase(key);
-      reported.insert(key);
-      reported.insert({epoch, group, kGroupSaid});
-      lines.push_back(std::move(line));
+      said(key, std::move(line));
     };
     // The calls, each with its ranks, in the order first seen.
     std::vector<std::pair<const Recorded*, std::vector<int>>> kinds;
@@ -550,12 +558,10 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
       }
       const auto seen = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return collective(*c.first); });
       say(fmt::format("mismatch: collective #{} on group {}: {}the ranks' calls up to it did not match ({}), and the "
-                      "call that differed has left the recorder (a call that did not raise returned wrong results: "
-                      "shared memory raises where it would read such data, gloo over TCP and mpi do with "
-                      "IDIST_DEBUG=1)",
+                      "call that differed has left the recorder {}",
                       seq, group_name(group),
                       seen == calls.end() ? "" : "every rank called " + what(*seen->first) + ", but ",
-                      fmt::join(sides, " against ")));
+                      fmt::join(sides, " against "), kWrongResults));
       continue;
     }
     std::vector<std::string> parts;
@@ -563,10 +569,8 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
       std::sort(who.begin(), who.end());
       parts.push_back(fmt::format("{} called {}", list(who), what(*call)));
     }
-    say(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match (a call that did not "
-                    "raise returned wrong results: shared memory raises where it would read such data, gloo over "
-                    "TCP and mpi do with IDIST_DEBUG=1)",
-                    seq, group_name(group), fmt::join(parts, ", ")));
+    say(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match {}", seq, group_name(group),
+                    fmt::join(parts, ", "), kWrongResults));
   }
   // Held at an earlier read, and gone from the recorders since: as it was then.
   if (held != nullptr) {
@@ -575,11 +579,7 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
         ++it;
         continue;
       }
-      const auto [epoch, group, seq] = it->first;
-      if (reported.insert(it->first).second) {
-        reported.insert({epoch, group, kGroupSaid});
-        lines.push_back(it->second);
-      }
+      if (reported.count(it->first) == 0) said(it->first, it->second);
       it = held->erase(it);
     }
   }

@@ -16,15 +16,20 @@ class UsageError : public std::runtime_error {
 // executable, so the job fails before any rank starts rather than N times after.
 std::string resolve_program(const std::string& name);
 
-// Why execve of `path` (a file that exists) failed with `err`, for a person: ENOENT then means
-// its #! interpreter is missing ("its interpreter /usr/bin/python9 (the #! line) does not
-// exist"), ENOEXEC a script without a #! line.
-std::string exec_failure(const std::string& path, int err);
-
 // A rank whose program could not be executed exits with these, as a shell does: found but
 // not executable, and not found (a file gone since it was resolved).
 inline constexpr int kCannotExecute = 126;
 inline constexpr int kNotFound = 127;
+
+// Why execve of `path` (a file that was there) failed with `err`, for a person, and the code
+// to exit with: ENOENT means its #! interpreter is missing ("its interpreter /usr/bin/python9
+// (the #! line) does not exist") or, with no #! to blame, the file itself (kNotFound); ENOEXEC
+// a script without a #! line.
+struct ExecFailure {
+  std::string why;
+  int code = kCannotExecute;
+};
+ExecFailure exec_failure(const std::string& path, int err);
 
 // execve failed (exec_in_place): what exec_failure says, for idist-run to exit with `code`.
 class ExecError : public std::runtime_error {
