@@ -238,6 +238,7 @@ void HostMemory::release(void* p) { ::operator delete(p, std::align_val_t{kAlign
 void HostMemory::upload(void* dst, const void* host, std::size_t bytes) { std::memcpy(dst, host, bytes); }
 void HostMemory::download(void* host, const void* src, std::size_t bytes) { std::memcpy(host, src, bytes); }
 void HostMemory::fill(void* dst, unsigned char byte, std::size_t bytes) { std::memset(dst, byte, bytes); }
+void HostMemory::copy(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
 
 // --- the report ---------------------------------------------------------------------------------
 

@@ -5,6 +5,13 @@
 // then "nccl_check: N checks, M failed" (exit 0 when none failed, 1 otherwise). Without a
 // GPU: "nccl_check: SKIPPED: <reason>" and exit 77.
 //
+// `nccl_check --timeout` checks the one path a world of one cannot reach by waiting for a
+// peer: a collective whose work cannot start (a host function holds the default stream, which
+// the backend's stream follows) times out after IDIST_TIMEOUT, aborts the communicator and
+// raises TimeoutError, promptly; the next call says the communicator was aborted; finalize()
+// returns. `nccl_check --backend mpi` only checks that the mpi backend refuses a device
+// buffer (a world of one is MPI's singleton).
+//
 // Written for a world of one (our GPU machine has one GPU, and NCCL refuses two ranks on one
 // GPU); the expected values are closed forms in the world size, so on a machine with several
 // GPUs it also runs as `idist-run -n <GPUs> --backend nccl ./nccl_check`.
@@ -18,13 +25,17 @@
 #include <cuda_runtime.h>
 #include <idist/idist.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -323,14 +334,108 @@ void check_the_rest() {
   });
 }
 
+// A backend without device buffers refuses GPU memory with a clear error, before reading it.
+std::string device_buffer_refused() {
+  float* device = nullptr;
+  check_cuda(cudaMalloc(&device, 4 * sizeof(float)), "cudaMalloc");
+  std::string why = "no error";
+  try {
+    idist::all_reduce(std::span<float>(device, 4));
+  } catch (const idist::Error& e) {
+    why = std::string(e.what()).find("GPU memory") != std::string::npos ? "" : e.what();
+  }
+  cudaFree(device);
+  return why;
+}
+
+int finish() {
+  std::printf("nccl_check: %d checks, %d failed\n", checks, failures);
+  return failures == 0 ? 0 : 1;
+}
+
+// Holds the legacy default stream for `seconds`: the backend's stream waits for it before
+// every operation, so nothing the next collective queues can run until then.
+void CUDART_CB hold_stream(void* seconds) {
+  std::this_thread::sleep_for(std::chrono::seconds(*static_cast<int*>(seconds)));
+}
+
+int check_timeout() {
+  // IDIST_TIMEOUT is the script's (2 s); the stream is held far longer.
+  static int held_seconds = 20;
+  idist::init({.backend = "nccl"});
+  std::printf("nccl_check --timeout: IDIST_TIMEOUT=%s, default stream held %d s\n",
+              std::getenv("IDIST_TIMEOUT") != nullptr ? std::getenv("IDIST_TIMEOUT") : "(unset)", held_seconds);
+  Buffer<float> data(Memory::device, 1000);
+  data.upload(values<float>(1000, [](std::size_t i) { return static_cast<double>(i); }));
+  check_cuda(cudaLaunchHostFunc(cudaStreamLegacy, hold_stream, &held_seconds), "cudaLaunchHostFunc");
+  run_case("a collective that cannot start raises TimeoutError within IDIST_TIMEOUT + 3 s", [&]() -> std::string {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      idist::all_reduce(data.span());
+    } catch (const idist::TimeoutError& e) {
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("     raised after %.1f s: %s\n", took, e.what());
+      if (std::string(e.what()).find("aborted") == std::string::npos) return "the error does not say the communicator was aborted";
+      const char* limit = std::getenv("IDIST_TIMEOUT");
+      if (took > (limit != nullptr ? std::atof(limit) : 300.0) + 3.0) return "raised only after " + std::to_string(took) + " s";
+      return "";
+    } catch (const std::exception& e) {
+      return std::string("not a TimeoutError: ") + e.what();
+    }
+    return "no error";
+  });
+  run_case("the next call says the communicator is unusable, at once", [&]() -> std::string {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      idist::all_reduce(data.span());
+    } catch (const idist::Error& e) {
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("     raised after %.3f s: %s\n", took, e.what());
+      return took < 1.0 ? "" : "took " + std::to_string(took) + " s";
+    }
+    return "no error";
+  });
+  run_case("finalize() returns after the abort", [] {
+    idist::finalize();
+    return std::string();
+  });
+  // Exits without waiting for the held stream (the process's end releases it).
+  std::fflush(stdout);
+  std::_Exit(finish());
+}
+
+int check_mpi_refusal() {
+  try {
+    idist::init({.backend = "mpi"});
+  } catch (const std::exception& e) {
+    std::printf("nccl_check --backend mpi: SKIPPED: the mpi backend cannot start here: %s\n", e.what());
+    return 77;
+  }
+  run_case("mpi refuses a device buffer", device_buffer_refused);
+  idist::finalize();
+  return finish();
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   int devices = 0;
   if (const auto status = cudaGetDeviceCount(&devices); status != cudaSuccess || devices == 0) {
     std::printf("nccl_check: SKIPPED: no CUDA device is visible (cudaGetDeviceCount: %s)\n",
                 status != cudaSuccess ? cudaGetErrorString(status) : "0 devices");
     return 77;
+  }
+  const std::string_view mode = argc > 1 ? argv[1] : "";
+  try {
+    if (mode == "--timeout") return check_timeout();
+    if (mode == "--backend" && argc > 2 && std::string_view(argv[2]) == "mpi") return check_mpi_refusal();
+  } catch (const std::exception& e) {
+    std::printf("nccl_check %s: %s\n", argv[1], e.what());
+    return 1;
+  }
+  if (!mode.empty()) {
+    std::fprintf(stderr, "nccl_check: unknown argument '%s' (none, --timeout or --backend mpi)\n", argv[1]);
+    return 2;
   }
   try {
     idist::init({.backend = "nccl"});
@@ -367,19 +472,9 @@ int main() {
   // The same device buffer handed to gloo: refused with a clear error, not read as host memory.
   run_case("gloo refuses a device buffer", [] {
     idist::init({.backend = "gloo"});
-    float* device = nullptr;
-    check_cuda(cudaMalloc(&device, 4 * sizeof(float)), "cudaMalloc");
-    std::string why = "no error";
-    try {
-      idist::all_reduce(std::span<float>(device, 4));
-    } catch (const idist::Error& e) {
-      why = std::string(e.what()).find("GPU memory") != std::string::npos ? "" : e.what();
-    }
-    cudaFree(device);
+    const auto why = device_buffer_refused();
     idist::finalize();
     return why;
   });
-
-  std::printf("nccl_check: %d checks, %d failed\n", checks, failures);
-  return failures == 0 ? 0 : 1;
+  return finish();
 }
