@@ -103,8 +103,8 @@ set terminal pngcairo size 1000,420 font ',10'
 set output '{args.plot}'
 set multiplot layout 1,2
 set logscale x 2
-set format x '%.0s%cB'
-set key left top
+set xtics ('8 B' 8, '1 KiB' 1024, '32 KiB' 32768, '1 MiB' 1048576, '32 MiB' 33554432, '1 GiB' 1073741824)
+set key left top Left reverse
 set title 'all\\_gather (a copy on the GPU in a world of one): algbw'
 set ylabel 'GB/s'
 set xlabel 'size'
