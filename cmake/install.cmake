@@ -5,6 +5,8 @@
 #   runtime  libidist.so.0, libidist-launch.so.0, idist-run, its man page   -> idist
 #   dev      headers, the .so links, the CMake package, the pkg-config files  -> idist-dev
 #   backend-NAME  <libdir>/idist/libidist-backend-NAME.so                    -> idist-backend-NAME
+#   torch, torch-dev  libidist-torch.so.0; its header, .so link, CMake targets, pkg-config
+#                 (torch/CMakeLists.txt, where libtorch was found)            -> idist-torch
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -33,6 +35,10 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/idist.pc.in ${PROJECT_BINARY_DIR}/idi
 configure_file(${PROJECT_SOURCE_DIR}/cmake/idist-launch.pc.in ${PROJECT_BINARY_DIR}/idist-launch.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/idist.pc ${PROJECT_BINARY_DIR}/idist-launch.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+if(TARGET idist_torch)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/idist-torch.pc.in ${PROJECT_BINARY_DIR}/idist-torch.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/idist-torch.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT torch-dev)
+endif()
 
 # idist-run does no collectives and does not link libidist: nothing to find at run time.
 install(TARGETS idist-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)

@@ -127,6 +127,7 @@ std::string_view name_of(ReduceOp op) {
     case ReduceOp::AND: return "and";
     case ReduceOp::OR: return "or";
     case ReduceOp::XOR: return "xor";
+    case ReduceOp::AVG: return "avg";  // not benchmarked: the raw references have no AVG
   }
   return "?";
 }
@@ -152,7 +153,8 @@ double bus_factor(Collective c, int n) {
 std::uint64_t reduction_input(ReduceOp op, int rank, std::size_t i) {
   const auto r = static_cast<std::uint64_t>(rank);
   switch (op) {
-    case ReduceOp::SUM: return (r + i) % 3;                 // sums up to 2 x ranks
+    case ReduceOp::SUM:
+    case ReduceOp::AVG: return (r + i) % 3;                 // sums up to 2 x ranks
     case ReduceOp::PRODUCT: return 1 + (r + i) % 2;         // products are powers of two
     case ReduceOp::MIN:
     case ReduceOp::MAX: return (5 * r + i) % 7;

@@ -227,6 +227,7 @@ T fold(ReduceOp op, int ranks, std::size_t i) {
         case ReduceOp::AND: acc &= v; break;
         case ReduceOp::OR: acc |= v; break;
         case ReduceOp::XOR: acc ^= v; break;
+        case ReduceOp::AVG: break;  // floating only, never an integer dtype here
       }
     }
     return static_cast<T>(acc);  // modulo 2^bits, as C++20 defines it

@@ -241,13 +241,27 @@ Work ProcessGroup::track(std::shared_future<void> done, ErrorSite where) {
 
 // --- reductions --------------------------------------------------------------------------------
 
+// AVG: the backends that take device buffers (nccl) average themselves (ncclAvg); the others
+// sum, and the result, in host memory, is divided here.
+ReduceOp ProcessGroup::backend_op(ReduceOp op) const {
+  return op == ReduceOp::AVG && !backend_->traits().device_buffers ? ReduceOp::SUM : op;
+}
+
+void ProcessGroup::average(ReduceOp op, void* data, std::size_t count, DType dtype) const {
+  if (op == ReduceOp::AVG && backend_op(op) != op) divide(data, count, dtype, size());
+}
+
 ProcessGroup::Call ProcessGroup::all_reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op) {
   Call call{{Op::all_reduce, dtype, count, op, -1}, {}};
   validate(call.signature, [&] {
     check_buffer("all_reduce", data, count);
     check_reduce("all_reduce", dtype, op);
   });
-  if (count > 0) call.body = [this, data, count, dtype, op] { backend_->all_reduce(data, count, dtype, op); };
+  if (count > 0)
+    call.body = [this, data, count, dtype, op] {
+      backend_->all_reduce(data, count, dtype, backend_op(op));
+      average(op, data, count, dtype);
+    };
   return call;
 }
 
@@ -266,7 +280,11 @@ ProcessGroup::Call ProcessGroup::reduce_call(void* data, std::size_t count, DTyp
     check_buffer("reduce", data, count);
     check_reduce("reduce", dtype, op);
   });
-  if (count > 0) call.body = [this, data, count, dtype, op, root] { backend_->reduce(data, count, dtype, op, root); };
+  if (count > 0)
+    call.body = [this, data, count, dtype, op, root] {
+      backend_->reduce(data, count, dtype, backend_op(op), root);
+      if (rank() == root) average(op, data, count, dtype);
+    };
   return call;
 }
 
@@ -286,7 +304,11 @@ void ProcessGroup::reduce_scatter(const void* in, void* out, std::size_t count, 
     check_reduce("reduce_scatter", dtype, op);
   });
   if (alone()) return backend_->copy(out, in, count * dtype_size(dtype));
-  if (count > 0) call.body = [&] { backend_->reduce_scatter(in, out, count, dtype, op); };
+  if (count > 0)
+    call.body = [&] {
+      backend_->reduce_scatter(in, out, count, dtype, backend_op(op));
+      average(op, out, count, dtype);
+    };
   execute(call);
 }
 

@@ -165,6 +165,9 @@ class ProcessGroup {
   void check_peer(std::string_view op, std::string_view role, int peer, int tag, const void* data,
                   std::size_t bytes) const;
   Call all_reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op);
+  // What the backend is asked for in place of `op`, and the division AVG needs after it.
+  ReduceOp backend_op(ReduceOp op) const;
+  void average(ReduceOp op, void* data, std::size_t count, DType dtype) const;
   Call reduce_call(void* data, std::size_t count, DType dtype, ReduceOp op, int root);
   Call broadcast_call(void* data, std::size_t count, DType dtype, int src);
   Call all_gather_call(const void* in, std::size_t count, DType dtype, void* out);

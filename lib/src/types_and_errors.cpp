@@ -115,6 +115,7 @@ std::string_view to_string(ReduceOp op) {
     case ReduceOp::AND: return "AND";
     case ReduceOp::OR: return "OR";
     case ReduceOp::XOR: return "XOR";
+    case ReduceOp::AVG: return "AVG";
   }
   return "?";
 }

@@ -7,11 +7,15 @@
 #     host, across hosts and mixed) on 4 ranks, and the tutorial's all_reduce;
 #  2. a rank killed mid-run (ranks 0, 1 on host A, rank 2 on host B): every survivor raises
 #     well within the timeout, and its host mate names it.
-# usage: hierarchical_netns.sh IDIST_RUN EXAMPLES_DIR MATRIX    exits 77 (skipped) where namespaces can't be made
+#  3. with TORCH_CHECK, idist::torch's torch_check on the 4 ranks (auto_model against one
+#     process with the whole batch, and the rest).
+# usage: hierarchical_netns.sh IDIST_RUN EXAMPLES_DIR MATRIX [TORCH_CHECK]
+#        exits 77 (skipped) where namespaces can't be made
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
 EX=$(realpath "$2")
 MATRIX=$(realpath "$3")
+TORCH_CHECK=${4:+$(realpath "$4")}
 tag=$$
 TMP=$(mktemp -d)
 trap 'netns_cleanup; rm -rf "$TMP"' EXIT
@@ -61,6 +65,14 @@ check "matrix: every rank runs the hierarchical path" equals \
 
 two_nodes all_reduce 60 "$EX/all_reduce"
 check "all_reduce: the 4 ranks get [16, 20]" equals "$(count "$all" "After performing all_reduce: [16, 20]")" 4
+
+if [ -n "$TORCH_CHECK" ]; then
+  two_nodes torch_check 240 "$TORCH_CHECK"
+  echo "$all" | grep -E "FAIL|checks" | head -n 8
+  check "torch_check: 4 ranks report no failure over the hierarchical path" equals "$(count "$all" "checks, 0 failed")" 4
+else
+  echo "# torch_check: not built (no libtorch); skipped"
+fi
 
 # A rank dies mid-run; ranks started by hand, so that only the library stops the survivors.
 export IDIST_TIMEOUT=20

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -105,6 +106,67 @@ TEST_CASE("all_reduce: world sizes 1..4 x counts {0, 1, 7, 1 MiB} x dtypes x ops
       all_reduce_grid<std::int64_t>(group, failures);
       all_reduce_grid<float>(group, failures);
       all_reduce_grid<double>(group, failures);
+    });
+  }
+}
+
+// AVG (torch's ReduceOp.AVG): the SUM divided by the group's size, in all_reduce, reduce (on
+// dst only) and reduce_scatter; floats only. The inputs average exactly: SUM of 1 + (r + i) % 3
+// over n ranks, divided by n, compared with the same division in the dtype's arithmetic.
+template <class T>
+void average_case(ProcessGroup& group, test::Failures& failures) {
+  const auto n = static_cast<std::size_t>(group.size());
+  const std::string dtype(to_string(dtype_of<T>));
+  auto want = [&](std::size_t i) {
+    double sum = 0;
+    for (int r = 0; r < group.size(); ++r) sum += static_cast<double>(1 + (static_cast<std::size_t>(r) + i) % 3);
+    return static_cast<float>(static_cast<T>(static_cast<float>(sum)));  // the SUM, rounded to T once
+  };
+  auto check = [&](const std::vector<T>& got, std::size_t offset, const char* what) {
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const float expected = want(offset + i) / static_cast<float>(n);
+      if (std::abs(static_cast<float>(got[i]) - expected) > 1e-2f * expected) {
+        failures.add(group.rank(), std::string(what) + " AVG " + dtype + ": at " + std::to_string(i) + " got " +
+                                       std::to_string(static_cast<float>(got[i])) + ", want " + std::to_string(expected));
+        return;
+      }
+    }
+  };
+  const std::size_t count = 1000;
+  auto inputs = [&](std::size_t elements) {
+    std::vector<T> v(elements);
+    for (std::size_t i = 0; i < elements; ++i) v[i] = T(static_cast<float>(1 + (static_cast<std::size_t>(group.rank()) + i) % 3));
+    return v;
+  };
+  auto buf = inputs(count);
+  group.all_reduce(buf.data(), count, dtype_of<T>, ReduceOp::AVG);
+  check(buf, 0, "all_reduce");
+  buf = inputs(count);
+  group.reduce(buf.data(), count, dtype_of<T>, ReduceOp::AVG, 0);
+  if (group.rank() == 0) check(buf, 0, "reduce");
+  else if (buf != inputs(count)) failures.add(group.rank(), "reduce AVG " + dtype + ": a non-dst rank's buffer changed");
+  const auto in = inputs(count * n);
+  std::vector<T> out(count);
+  group.reduce_scatter(in.data(), out.data(), count, dtype_of<T>, ReduceOp::AVG);
+  check(out, static_cast<std::size_t>(group.rank()) * count, "reduce_scatter");
+}
+
+TEST_CASE("AVG: all_reduce, reduce and reduce_scatter divide the SUM by the group's size; integers refused") {
+  for (int size : kWorldSizes) {
+    CAPTURE(size);
+    test::run_ranks(size, [](ProcessGroup& group, test::Failures& failures) {
+      average_case<float>(group, failures);
+      average_case<double>(group, failures);
+      average_case<float16>(group, failures);
+      average_case<bfloat16>(group, failures);
+      std::vector<std::int32_t> ints(3, 1);
+      try {
+        group.all_reduce(ints.data(), ints.size(), DType::int32, ReduceOp::AVG);
+        failures.add(group.rank(), "AVG on int32 was not refused");
+      } catch (const idist::Error& e) {
+        if (std::string(e.what()).find("AVG is defined on floating dtypes only, not int32") == std::string::npos)
+          failures.add(group.rank(), std::string("AVG on int32: ") + e.what());
+      }
     });
   }
 }

@@ -43,8 +43,10 @@ struct IDIST_API bfloat16 {
 
 enum class DType : std::uint8_t { int8, uint8, int32, int64, float16, bfloat16, float32, float64 };
 
-// AND, OR and XOR are bitwise and defined on the integer dtypes only.
-enum class ReduceOp : std::uint8_t { SUM, PRODUCT, MIN, MAX, AND, OR, XOR };
+// AND, OR and XOR are bitwise and defined on the integer dtypes only. AVG is torch's
+// ReduceOp.AVG: the SUM divided by the group's size, on the floating dtypes only (an integer
+// average would be rounded); a 16-bit float's sum is rounded once, then divided.
+enum class ReduceOp : std::uint8_t { SUM, PRODUCT, MIN, MAX, AND, OR, XOR, AVG };
 
 // The C++ types a collective accepts as elements.
 template <class T>

@@ -79,6 +79,7 @@ ReduceFn kernel_for(ReduceOp op) {
         return &apply<T, Xor>;
       }
       break;
+    case ReduceOp::AVG: throw std::invalid_argument("AVG is a SUM and a division, not an element-wise kernel");
   }
   throw std::invalid_argument("unknown reduce op");
 }
@@ -89,6 +90,23 @@ void check_reduce_op(DType dtype, ReduceOp op) {
   if (is_bitwise(op) && !is_integer(dtype))
     throw std::invalid_argument(std::string(to_string(op)) + " is defined on integer dtypes only, not " +
                                 std::string(to_string(dtype)));
+  if (op == ReduceOp::AVG && is_integer(dtype))
+    throw std::invalid_argument("AVG is defined on floating dtypes only, not " + std::string(to_string(dtype)) +
+                                " (an integer average would be rounded): reduce with SUM and divide");
+}
+
+void divide(void* data, std::size_t count, DType dtype, int divisor) {
+  const auto each = [&]<class T>(T* x) {
+    const auto d = static_cast<Wide<T>>(divisor);
+    for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<T>(static_cast<Wide<T>>(x[i]) / d);
+  };
+  switch (dtype) {
+    case DType::float16: return each(static_cast<float16*>(data));
+    case DType::bfloat16: return each(static_cast<bfloat16*>(data));
+    case DType::float32: return each(static_cast<float*>(data));
+    case DType::float64: return each(static_cast<double*>(data));
+    default: throw std::invalid_argument("divide: not a floating dtype: " + std::string(to_string(dtype)));
+  }
 }
 
 ReduceFn reduce_kernel(DType dtype, ReduceOp op) {

@@ -18,7 +18,11 @@ using ReduceFn = void (*)(void* out, const void* a, const void* b, std::size_t c
 // Throws std::invalid_argument for a bitwise op on a floating dtype.
 IDIST_API ReduceFn reduce_kernel(DType dtype, ReduceOp op);
 
-// The argument check every backend shares: bitwise ops on integers only.
+// The argument check every backend shares: bitwise ops on integers only, AVG on floats only.
 IDIST_API void check_reduce_op(DType dtype, ReduceOp op);
+
+// x[i] /= divisor on host memory, in the dtype's own arithmetic (float for the 16-bit floats):
+// what AVG does after a SUM where the backend has no average of its own.
+IDIST_API void divide(void* data, std::size_t count, DType dtype, int divisor);
 
 }  // namespace idist::detail

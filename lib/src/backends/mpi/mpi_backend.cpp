@@ -194,6 +194,7 @@ MPI_Op reduce_op(DType dtype, ReduceOp op) {
     case ReduceOp::AND: return MPI_BAND;
     case ReduceOp::OR: return MPI_BOR;
     case ReduceOp::XOR: return MPI_BXOR;
+    case ReduceOp::AVG: break;  // ProcessGroup reduces with SUM and divides
   }
   throw std::invalid_argument("unknown reduce op");
 }

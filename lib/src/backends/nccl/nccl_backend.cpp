@@ -67,12 +67,13 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::PRODUCT: return ncclProd;
     case ReduceOp::MIN: return ncclMin;
     case ReduceOp::MAX: return ncclMax;
+    case ReduceOp::AVG: return ncclAvg;
     case ReduceOp::AND:
     case ReduceOp::OR:
     case ReduceOp::XOR: break;
   }
   throw std::invalid_argument("nccl does not support " + std::string(to_string(op)) +
-                              " (NCCL reduces with SUM, PRODUCT, MIN and MAX only); use gloo or mpi for bitwise reductions");
+                              " (NCCL reduces with SUM, PRODUCT, MIN, MAX and AVG only); use gloo or mpi for bitwise reductions");
 }
 
 // Bytes travel as NCCL's char.

@@ -1,0 +1,416 @@
+// auto_model: what DistributedDataParallel's Reducer does (torch/csrc/distributed/c10d/
+// reducer.cpp, and the VLDB 2020 paper), on libidist's collectives.
+//
+// Each parameter's gradient lives in a slot of a flat bucket: param.grad() is a tensor made
+// over the bucket's memory (from_blob, not a view, so that libtorch's zero_grad(), which
+// detaches in place, accepts it), so the autograd engine accumulates straight into the
+// bucket and nothing is copied in the steady state. A post-hook on each parameter's gradient
+// accumulator marks the parameter ready; the bucket whose last parameter is ready is
+// all_reduced (AVG) asynchronously, buckets strictly in order so that every rank issues the
+// same collectives in the same order; the engine's final callback launches what is left,
+// waits for every bucket, and checks for parameters that got no gradient.
+//
+// Unused parameters: a rank learns that a parameter got no gradient only at backward's end.
+// Every bucket carries one more element, the count of ranks that found an unused parameter in
+// it, averaged with the rest: after the waits, every rank sees the same flags, so every rank
+// either raises (naming the parameter) or reduces the unused ones as zeros, never a hang.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "idist/torch.hpp"
+#include "torch_errors.hpp"
+
+namespace idist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::refuse;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Tensors of one dtype and device, broadcast as one flat tensor from rank 0: replicas'
+// parameters at wrap, buffers after every backward.
+class Coalesced {
+ public:
+  explicit Coalesced(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {
+    std::int64_t total = 0;
+    for (const auto& t : tensors_) total += t.numel();
+    flat_ = at::empty({total}, tensors_.front().options().requires_grad(false));
+  }
+  void broadcast_from(int src) {
+    at::NoGradGuard no_grad;
+    std::int64_t at = 0;
+    const bool source = get_rank() == src;
+    if (source)
+      for (const auto& t : tensors_) {
+        flat_.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
+        at += t.numel();
+      }
+    idist::broadcast(flat_, src);
+    if (source) return;
+    at = 0;
+    for (const auto& t : tensors_) {
+      t.copy_(flat_.narrow(0, at, t.numel()).view(t.sizes()));
+      at += t.numel();
+    }
+  }
+
+ private:
+  std::vector<at::Tensor> tensors_;
+  at::Tensor flat_;
+};
+
+std::vector<Coalesced> coalesce(const std::vector<at::Tensor>& tensors) {
+  std::map<std::pair<int, std::string>, std::vector<at::Tensor>> groups;
+  for (const auto& t : tensors)
+    if (t.numel() > 0) groups[{static_cast<int>(t.scalar_type()), t.device().str()}].push_back(t);
+  std::vector<Coalesced> out;
+  for (auto& [key, group] : groups) out.emplace_back(std::move(group));
+  return out;
+}
+
+class Reducer {
+ public:
+  Reducer(torch::nn::Module& module, const AutoModelOptions& options) : options_(options) {
+    std::unordered_set<const void*> seen;
+    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+      const auto& p = item.value();
+      if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      check_parameter(item.key(), p);
+      auto& param = params_.emplace_back();
+      param.tensor = p;
+      param.name = item.key();
+    }
+    if (params_.empty()) refuse("auto_model", "the module has no parameter that requires a gradient");
+    std::vector<at::Tensor> buffers;
+    for (const auto& item : module.named_buffers(/*recurse=*/true))
+      if (seen.insert(item.value().unsafeGetTensorImpl()).second) buffers.push_back(item.value());
+    if (options_.broadcast_buffers && !buffers.empty()) buffers_ = coalesce(buffers);
+
+    // Replicas start equal: rank 0's parameters and buffers everywhere.
+    std::vector<at::Tensor> all;
+    for (const auto& p : params_) all.push_back(p.tensor);
+    all.insert(all.end(), buffers.begin(), buffers.end());
+    for (auto& c : coalesce(all)) c.broadcast_from(0);
+
+    // Reverse registration order: roughly the order in which backward produces gradients.
+    std::vector<std::size_t> order(params_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+    initial_order_ = order;
+    assign_buckets(order);
+
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(params_[i].tensor);
+      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            on_gradient(i);
+            return outputs;
+          }));
+      params_[i].accumulator = std::move(accumulator);  // kept, or the hook goes with it
+    }
+  }
+
+  void set_sync(bool enabled) {
+    std::lock_guard lock(mu_);
+    sync_ = enabled;
+  }
+
+  DataParallelStats stats() const {
+    std::lock_guard lock(mu_);
+    DataParallelStats s = stats_;
+    s.bucket_bytes.clear();
+    s.bucket_parameters.clear();
+    for (const auto& b : buckets_) {
+      s.bucket_bytes.push_back(static_cast<std::size_t>(b.flat.nbytes()) - b.flat.element_size());
+      auto& names = s.bucket_parameters.emplace_back();
+      for (auto i : b.params) names.push_back(params_[i].name);
+    }
+    return s;
+  }
+
+ private:
+  struct Param {
+    at::Tensor tensor;
+    std::string name;
+    std::shared_ptr<torch::autograd::Node> accumulator;
+    std::size_t bucket = 0;
+    at::Tensor slot;  // the gradient's place in its bucket, the parameter's shape
+    bool ready = false;
+  };
+  struct Bucket {
+    std::vector<std::size_t> params;
+    at::Tensor flat;  // the slots, then the unused-parameter flag
+    at::Tensor flag;
+    std::size_t pending = 0;
+    Work work;
+    bool launched = false;
+  };
+
+  void check_parameter(const std::string& name, const at::Tensor& p) const {
+    if (p.is_sparse()) refuse("auto_model", "parameter '" + name + "' is sparse, which auto_model does not reduce");
+    if (!p.is_floating_point())
+      refuse("auto_model", "parameter '" + name + "' has dtype " + c10::toString(p.scalar_type()) +
+                               ", not a floating one");
+    const bool nccl = backend() == "nccl";
+    if (nccl != p.is_cuda())
+      refuse("auto_model", "parameter '" + name + "' is on " + p.device().str() + ", and the " + backend() +
+                               " backend takes " + (nccl ? "CUDA" : "CPU") + " tensors: move the model first (" +
+                               (nccl ? "model->to(torch::kCUDA)" : "model->to(torch::kCPU)") + ")");
+  }
+
+  // Buckets over params in `order`: one per dtype and device at a time, closed when it reaches
+  // its limit (the first one per key first_bucket_bytes, the next ones bucket_cap_bytes).
+  // Each parameter's gradient then lives in its slot; a gradient that exists is carried over.
+  void assign_buckets(const std::vector<std::size_t>& order) {
+    struct Open {
+      std::vector<std::size_t> params;
+      std::size_t bytes = 0;
+      std::size_t limit = 0;
+    };
+    std::map<std::pair<int, std::string>, Open> open;
+    std::vector<std::vector<std::size_t>> assignment;
+    for (auto i : order) {
+      const auto& p = params_[i].tensor;
+      auto [it, fresh] = open.try_emplace({static_cast<int>(p.scalar_type()), p.device().str()});
+      if (fresh) it->second.limit = options_.first_bucket_bytes;
+      auto& bucket = it->second;
+      bucket.params.push_back(i);
+      bucket.bytes += static_cast<std::size_t>(p.nbytes());
+      if (bucket.bytes >= bucket.limit) {
+        assignment.push_back(std::move(bucket.params));
+        bucket = Open{};
+        bucket.limit = options_.bucket_cap_bytes;
+      }
+    }
+    for (auto& [key, bucket] : open)
+      if (!bucket.params.empty()) assignment.push_back(std::move(bucket.params));
+
+    at::NoGradGuard no_grad;
+    std::vector<Bucket> buckets;
+    for (auto& members : assignment) {
+      Bucket b;
+      std::int64_t total = 0;
+      for (auto i : members) total += params_[i].tensor.numel();
+      const auto& first = params_[members.front()].tensor;
+      b.flat = at::zeros({total + 1}, first.options().requires_grad(false));
+      b.flag = b.flat.narrow(0, total, 1);
+      std::int64_t offset = 0;
+      auto* base = static_cast<char*>(b.flat.data_ptr());
+      for (auto i : members) {
+        auto& p = params_[i];
+        // Keeps the bucket's memory alive for as long as any slot is referenced.
+        p.slot = at::from_blob(base + offset * b.flat.element_size(), p.tensor.sizes(),
+                               [keep = b.flat](void*) {}, b.flat.options());
+        auto& grad = p.tensor.mutable_grad();
+        if (grad.defined()) p.slot.copy_(grad);
+        grad = p.slot;
+        p.bucket = buckets.size();
+        offset += p.tensor.numel();
+      }
+      b.params = std::move(members);
+      b.pending = b.params.size();
+      buckets.push_back(std::move(b));
+    }
+    buckets_ = std::move(buckets);
+  }
+
+  // The post-hook of parameter i's gradient accumulator, on the thread running backward.
+  void on_gradient(std::size_t i) {
+    std::lock_guard lock(mu_);
+    if (!sync_) return;  // no_sync(): accumulate locally
+    if (!in_backward_) begin_backward();
+    auto& p = params_[i];
+    if (p.ready)
+      refuse("auto_model", "parameter '" + p.name +
+                               "' got a gradient twice in one backward (a reentrant backward?), which DDP refuses too");
+    adopt_gradient(p);
+    p.ready = true;
+    if (stats_.iterations == 0) ready_order_.push_back(i);
+    if (--buckets_[p.bucket].pending == 0) launch_ready();
+  }
+
+  void begin_backward() {
+    in_backward_ = true;
+    started_ = Clock::now();
+    stats_.bucket_started.assign(buckets_.size(), -1);
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { end_backward(); });
+  }
+
+  // The gradient into the slot, where zero_grad(set_to_none) or the user put another tensor.
+  void adopt_gradient(Param& p) {
+    auto& grad = p.tensor.mutable_grad();
+    if (grad.defined() && grad.data_ptr() == p.slot.data_ptr()) return;
+    if (grad.defined()) {
+      if (grad.is_sparse()) refuse("auto_model", "parameter '" + p.name + "' got a sparse gradient");
+      p.slot.copy_(grad);
+    } else {
+      p.slot.zero_();
+    }
+    grad = p.slot;
+  }
+
+  // Buckets start strictly in order, the same on every rank.
+  void launch_ready() {
+    while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) launch(next_bucket_++);
+  }
+
+  void launch(std::size_t index, bool unused = false) {
+    auto& b = buckets_[index];
+    b.flag.fill_(unused ? 1 : 0);
+    b.work = idist::iall_reduce(b.flat, {.op = ReduceOp::AVG});
+    b.launched = true;
+    stats_.bucket_started[index] = seconds(Clock::now() - started_);
+  }
+
+  // The engine's final callback: what is left, then every bucket's end.
+  void end_backward() {
+    std::lock_guard lock(mu_);
+    stats_.backward_ended = seconds(Clock::now() - started_);
+    std::vector<std::size_t> unused;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      if (p.ready) continue;
+      unused.push_back(i);
+      adopt_gradient(p);  // its slot may hold an earlier gradient: it contributes zeros
+      p.slot.zero_();
+      --buckets_[p.bucket].pending;
+    }
+    std::vector<bool> has_unused(buckets_.size(), false);
+    for (auto i : unused) has_unused[params_[i].bucket] = true;
+    while (next_bucket_ < buckets_.size()) {
+      launch(next_bucket_, has_unused[next_bucket_]);
+      ++next_bucket_;
+    }
+    bool any_unused = false;
+    try {
+      for (auto& b : buckets_) {
+        b.work.wait();
+        if (b.flag.item<double>() != 0) any_unused = true;
+      }
+    } catch (...) {
+      reset_iteration();
+      throw;
+    }
+    if (any_unused && !options_.find_unused_parameters) {
+      // Every rank got here with the same flags: name the first unused parameter of any rank.
+      const std::int64_t mine = unused.empty() ? 0 : static_cast<std::int64_t>(unused.front()) + 1;
+      const auto first = idist::all_reduce(mine, ReduceOp::MAX);
+      reset_iteration();
+      refuse("auto_model", "parameter '" + params_[static_cast<std::size_t>(first - 1)].name +
+                               "' got no gradient in this backward on at least one rank: if some parameters are not "
+                               "used in every iteration, pass .find_unused_parameters = true to auto_model");
+    }
+    if (stats_.iterations == 0) rebuild_buckets(unused);
+    ++stats_.iterations;
+    reset_iteration();
+    for (auto& c : buffers_) c.broadcast_from(0);
+  }
+
+  // After the first iteration: the buckets in the order gradients became ready, rank 0's
+  // order on every rank (DDP's rebuild), the gradients carried over.
+  void rebuild_buckets(const std::vector<std::size_t>& unused) {
+    std::vector<std::int64_t> order(ready_order_.begin(), ready_order_.end());
+    for (auto i : unused) order.push_back(static_cast<std::int64_t>(i));
+    if (order.size() != params_.size())
+      refuse("auto_model", "internal: " + std::to_string(order.size()) + " parameters ordered of " +
+                               std::to_string(params_.size()));
+    idist::broadcast(std::span<std::int64_t>(order), 0);
+    std::vector<std::size_t> agreed(order.begin(), order.end());
+    if (agreed != initial_order_) {
+      assign_buckets(agreed);
+      stats_.bucket_rebuilds = 1;
+    }
+    ready_order_.clear();
+  }
+
+  void reset_iteration() {
+    for (auto& p : params_) p.ready = false;
+    for (auto& b : buckets_) {
+      b.pending = b.params.size();
+      b.launched = false;
+      b.work = Work();
+    }
+    next_bucket_ = 0;
+    in_backward_ = false;
+  }
+
+  AutoModelOptions options_;
+  std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
+  std::vector<Coalesced> buffers_;
+  std::vector<std::size_t> initial_order_;
+  std::vector<std::size_t> ready_order_;
+  std::size_t next_bucket_ = 0;
+  bool in_backward_ = false;
+  bool sync_ = true;
+  Clock::time_point started_;
+  DataParallelStats stats_;
+  mutable std::mutex mu_;
+};
+
+// The reducers of the data-parallel modules, for no_sync() and the stats. A reducer holds its
+// parameters and their gradient accumulators, whose hooks point back into it; the module
+// does not know of it. So an entry lives while its module does: once the module is gone (its
+// weak pointer expired), the next lookup drops the entry, and with it the reducer, the
+// accumulators and the parameters. Never destroyed itself: exit-time order does not matter.
+struct Entry {
+  std::weak_ptr<torch::nn::Module> module;
+  std::unique_ptr<Reducer> reducer;
+};
+std::mutex registry_mu;
+auto* const registry = new std::unordered_map<const torch::nn::Module*, Entry>;
+
+// With registry_mu held.
+void drop_expired() {
+  std::erase_if(*registry, [](const auto& item) { return item.second.module.expired(); });
+}
+
+Reducer* find(const torch::nn::Module& module) {
+  std::lock_guard lock(registry_mu);
+  drop_expired();
+  const auto it = registry->find(&module);
+  return it == registry->end() ? nullptr : it->second.reducer.get();
+}
+
+}  // namespace
+
+namespace detail {
+
+void make_data_parallel(torch::nn::Module& module, const AutoModelOptions& options) {
+  if (!is_initialized()) refuse("auto_model", "idist::init() has not been called");
+  if (get_world_size() == 1) return;
+  std::weak_ptr<torch::nn::Module> owner;
+  try {
+    owner = module.shared_from_this();
+  } catch (const std::bad_weak_ptr&) {
+    refuse("auto_model", "the module is not owned by a std::shared_ptr: make it with std::make_shared or a module holder");
+  }
+  if (find(module) != nullptr) refuse("auto_model", "the module is data-parallel already");
+  auto reducer = std::make_unique<Reducer>(module, options);
+  std::lock_guard lock(registry_mu);
+  (*registry)[&module] = Entry{std::move(owner), std::move(reducer)};
+}
+
+void set_gradient_sync(const torch::nn::Module& module, bool enabled) {
+  if (auto* reducer = find(module)) reducer->set_sync(enabled);
+}
+
+}  // namespace detail
+
+DataParallelStats data_parallel_stats(const torch::nn::Module& module) {
+  auto* reducer = find(module);
+  if (reducer == nullptr) refuse("data_parallel_stats", "the module is not data-parallel (auto_model, world size > 1)");
+  return reducer->stats();
+}
+
+}  // namespace idist
