@@ -17,12 +17,14 @@ PACKAGES=(
   clang libclang-rt-14-dev           # libFuzzer, ASan and UBSan for tests/fuzz (fuzz.all)
   help2man                           # idist-run's man page, made from its --help
   dpkg-dev                           # dpkg-shlibdeps: the Depends of the .deb packages (cpack, e2e.deb)
-  python3-torch                      # PyTorch scripts under idist-run, unchanged (e2e.torch)
+  python3-torch                      # PyTorch scripts under idist-run, unchanged (e2e.torch); Python DDP, the reference of bench/ddp
+  libtorch-dev                       # idist::torch (torch/): auto_model, auto_dataloader, tensor collectives
 )
 
 source scripts/install_missing.sh
 install_missing setup "${PACKAGES[@]}"
 
-# The mpi backend is required here (its package is installed above), so CI tests it.
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDIST_WITH_MPI=ON >/dev/null
+# The mpi backend and idist::torch are required here (their packages are installed above), so
+# CI tests them.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDIST_WITH_MPI=ON -DIDIST_WITH_TORCH=ON >/dev/null
 cmake --build build -j "$(nproc)"

@@ -65,6 +65,9 @@ struct BackendTraits {
   bool device_buffers = false;
   // The largest point-to-point tag (MPI's MPI_TAG_UB may be as low as 32767).
   int max_tag = std::numeric_limits<int>::max();
+  // Whether all_reduce, reduce and reduce_scatter take ReduceOp::AVG (dividing while the data
+  // is in cache, or ncclAvg); ProcessGroup sums and divides for the others.
+  bool native_avg = false;
 };
 
 // What a sub-group is made of: its members, as ranks of the parent group, in group-rank order.

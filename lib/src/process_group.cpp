@@ -241,10 +241,10 @@ Work ProcessGroup::track(std::shared_future<void> done, ErrorSite where) {
 
 // --- reductions --------------------------------------------------------------------------------
 
-// AVG: the backends that take device buffers (nccl) average themselves (ncclAvg); the others
-// sum, and the result, in host memory, is divided here.
+// AVG: shared memory divides each chunk while it is in cache, nccl has ncclAvg; for the other
+// backends the sum, in host memory, is divided here, one more pass over it.
 ReduceOp ProcessGroup::backend_op(ReduceOp op) const {
-  return op == ReduceOp::AVG && !backend_->traits().device_buffers ? ReduceOp::SUM : op;
+  return op == ReduceOp::AVG && !backend_->traits().native_avg ? ReduceOp::SUM : op;
 }
 
 void ProcessGroup::average(ReduceOp op, void* data, std::size_t count, DType dtype) const {

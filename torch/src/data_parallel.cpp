@@ -301,6 +301,7 @@ class Reducer {
       reset_iteration();
       throw;
     }
+    stats_.reduced = seconds(Clock::now() - started_);
     if (any_unused && !options_.find_unused_parameters) {
       // Every rank got here with the same flags: name the first unused parameter of any rank.
       const std::int64_t mine = unused.empty() ? 0 : static_cast<std::int64_t>(unused.front()) + 1;

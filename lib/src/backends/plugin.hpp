@@ -20,7 +20,7 @@ namespace idist::detail {
 // naming both. The sizes below catch what a forgotten raise would miss between two builds of
 // one version.
 // 2: Backend::traits(), default operations, BackendInit::hosts; 3: Backend::cancel_transfers()
-inline constexpr int kPluginAbi = 3;
+inline constexpr int kPluginAbi = 4;
 
 struct PluginSizes {
   std::size_t backend_init = sizeof(BackendInit);

@@ -173,6 +173,7 @@ struct DataParallelStats {
   std::vector<std::vector<std::string>> bucket_parameters;  // names, in bucket order
   std::vector<double> bucket_started;  // each bucket's all_reduce started
   double backward_ended = 0;           // the engine's final callback began
+  double reduced = 0;                  // every bucket's all_reduce had ended (exposed: reduced - backward_ended)
 };
 // Throws idist::Error when the module is not data-parallel (not wrapped, or a world of one).
 IDIST_API DataParallelStats data_parallel_stats(const torch::nn::Module& module);

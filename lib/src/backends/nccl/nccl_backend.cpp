@@ -504,7 +504,9 @@ class NcclBackend final : public Backend {
 
   std::string_view name() const override { return "nccl"; }
   // A group of one goes through NCCL like any other: the one path a single GPU can test.
-  BackendTraits traits() const override { return {.skip_group_of_one = false, .device_buffers = true}; }
+  BackendTraits traits() const override {
+    return {.skip_group_of_one = false, .device_buffers = true, .native_avg = true};
+  }
 
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0 || dst == src) return;

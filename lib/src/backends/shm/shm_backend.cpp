@@ -171,6 +171,8 @@ class ShmBackend final : public Backend {
   }
 
   std::string_view name() const override { return "shm"; }
+  // AVG: each chunk's sum is divided while it is still in cache (no pass of its own).
+  BackendTraits traits() const override { return {.native_avg = true}; }
 
   std::unique_ptr<Backend> make_group(const GroupInit& group) override {
     return std::make_unique<ShmBackend>(group.init);
@@ -252,7 +254,7 @@ class ShmBackend final : public Backend {
   // Each rank puts its piece of every block in its half; rank r reduces the r-th pieces.
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) override {
     begin(reduction(Op::reduce_scatter, count, dtype, op, -1));
-    const auto fn = reduce_kernel(dtype, op);
+    const auto fn = reduce_kernel(dtype, summed(op));
     const auto element = dtype_size(dtype);
     const auto n = static_cast<std::size_t>(size_);
     const std::size_t per_round = std::max<std::size_t>(1, half_ / n / element);  // elements of each block
@@ -267,6 +269,7 @@ class ShmBackend final : public Backend {
       const auto piece = static_cast<std::size_t>(rank_) * per_round * element;
       fn(dst + at * element, half(0) + piece, half(1) + piece, len);
       for (int r = 2; r < size_; ++r) fn(dst + at * element, dst + at * element, half(r) + piece, len);
+      if (op == ReduceOp::AVG) divide(dst + at * element, len, dtype, size_);
     }
   }
 
@@ -482,7 +485,8 @@ class ShmBackend final : public Backend {
 
   // all_reduce (root < 0) or reduce to root; non-root buffers of reduce stay as they were.
   void reduce_rounds(void* data, std::size_t count, DType dtype, ReduceOp op, int root) {
-    const auto fn = reduce_kernel(dtype, op);
+    const auto fn = reduce_kernel(dtype, summed(op));
+    const bool average = op == ReduceOp::AVG;
     const auto element = dtype_size(dtype);
     const std::size_t per_round = half_ / element;
     auto* p = static_cast<char*>(data);
@@ -501,6 +505,7 @@ class ShmBackend final : public Backend {
       if (size_ == 2 || len * element <= kWholeReduceBytes) {
         last_step();
         if (wants) reduce_all(fn, mine, len);
+        if (wants && average) divide(mine, len, dtype, size_);
         continue;
       }
       step();
@@ -513,6 +518,7 @@ class ShmBackend final : public Backend {
         const auto offset = from * element;
         fn(result, half(0) + offset, half(1) + offset, to - from);
         for (int r = 2; r < size_; ++r) fn(result, result, half(r) + offset, to - from);
+        if (average) divide(result, to - from, dtype, size_);
       }
       last_step();
       if (!wants) continue;
@@ -523,6 +529,9 @@ class ShmBackend final : public Backend {
       }
     }
   }
+
+  // AVG is a SUM, divided chunk by chunk.
+  static ReduceOp summed(ReduceOp op) { return op == ReduceOp::AVG ? ReduceOp::SUM : op; }
 
   // Every rank's chunk, reduced in rank order into `out`.
   void reduce_all(ReduceFn fn, char* out, std::size_t len) const {

@@ -1,0 +1,113 @@
+// One data-parallel training step, timed: the C++ side of bench/ddp/run.sh, beside PyTorch's
+// DDP (ddp_torch.py) on the same network, batch and threads.
+//
+//   idist-run -n 2 ddp_idist --model resnet18 --batch 16 --mode auto_model
+//   idist-run -n 2 ddp_idist --model mlp --batch 8 --mode after_backward   # dist-mnist's way
+//   ddp_idist --model resnet18 --batch 16 --mode single                    # no communication
+//
+// Each step: zero_grad, forward, loss, backward, SGD step, on data made once (random images
+// and labels; the timing does not depend on their values). One intra-op thread. Rank 0
+// prints one JSON line: the median step and every step, in milliseconds.
+#include <idist/torch.hpp>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "resnet.hpp"
+
+namespace {
+
+struct MlpImpl : torch::nn::Module {
+  // DESIGN.md's reference shape: two 4096 x 4096 layers, 33.6 M parameters.
+  MlpImpl() : fc1(register_module("fc1", torch::nn::Linear(4096, 4096))), fc2(register_module("fc2", torch::nn::Linear(4096, 4096))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Mlp);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_name = "resnet18";
+  std::string mode = "auto_model";
+  std::int64_t batch = 16;
+  int steps = 20;
+  int warmup = 3;
+  CLI::App app("Times data-parallel training steps with idist::torch", "ddp_idist");
+  app.add_option("--model", model_name, "resnet18 or mlp")->check(CLI::IsMember({"resnet18", "mlp"}));
+  app.add_option("--mode", mode, "auto_model, after_backward (an AVG all_reduce per gradient after backward), or single")
+      ->check(CLI::IsMember({"auto_model", "after_backward", "single"}));
+  app.add_option("--batch", batch, "Samples per rank and step")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  torch::set_num_threads(1);
+  idist::init();
+  if (mode == "single" && idist::get_world_size() != 1) {
+    std::fprintf(stderr, "ddp_idist: --mode single runs as one process, without a launcher\n");
+    return 2;
+  }
+  torch::manual_seed(idist::get_rank());
+
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor()> loss;
+  examples::ResNet18 resnet{nullptr};
+  Mlp mlp{nullptr};
+  torch::Tensor x, y;
+  if (model_name == "resnet18") {
+    resnet = examples::ResNet18();
+    x = torch::randn({batch, 3, 32, 32});
+    y = torch::randint(10, {batch}, torch::kLong);
+    if (mode == "auto_model") resnet = idist::auto_model(resnet);
+    module = resnet.ptr();
+    loss = [&] { return torch::cross_entropy_loss(resnet(x), y); };
+  } else {
+    mlp = Mlp();
+    x = torch::randn({batch, 4096});
+    y = torch::randn({batch, 4096});
+    if (mode == "auto_model") mlp = idist::auto_model(mlp);
+    module = mlp.ptr();
+    loss = [&] { return torch::mse_loss(mlp(x), y); };
+  }
+  torch::optim::SGD optimizer(module->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  std::size_t parameters = 0;
+  for (const auto& p : module->parameters()) parameters += static_cast<std::size_t>(p.numel());
+
+  std::vector<double> times;
+  std::vector<double> exposed;  // auto_model: from backward's end to the last bucket's
+  for (int step = 0; step < warmup + steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    optimizer.zero_grad();
+    loss().backward();
+    if (mode == "after_backward")
+      for (auto& p : module->parameters()) idist::all_reduce(p.grad(), idist::ReduceOp::AVG);
+    optimizer.step();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (step >= warmup) times.push_back(ms);
+    if (step >= warmup && mode == "auto_model") {
+      const auto s = idist::data_parallel_stats(*module);
+      exposed.push_back((s.reduced - s.backward_ended) * 1e3);
+    }
+  }
+  auto sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  if (idist::get_rank() == 0) {
+    std::printf("{\"impl\": \"idist\", \"mode\": \"%s\", \"model\": \"%s\", \"parameters\": %zu, \"ranks\": %d, "
+                "\"batch_per_rank\": %ld, \"step_ms_median\": %.3f, \"step_ms\": [",
+                mode.c_str(), model_name.c_str(), parameters, idist::get_world_size(), static_cast<long>(batch),
+                sorted[sorted.size() / 2]);
+    for (std::size_t i = 0; i < times.size(); ++i) std::printf("%s%.3f", i ? ", " : "", times[i]);
+    std::printf("]");
+    if (!exposed.empty()) {
+      std::sort(exposed.begin(), exposed.end());
+      std::printf(", \"wait_after_backward_ms_median\": %.3f", exposed[exposed.size() / 2]);
+    }
+    std::printf("}\n");
+  }
+  idist::finalize();
+  return 0;
+}
