@@ -270,6 +270,26 @@ void check_dtype() {
   }
 }
 
+// AVG (ncclAvg) on the floating dtypes: the sum over ranks divided by their number.
+template <class T>
+void check_average() {
+  const std::string dtype(idist::to_string(idist::dtype_of<T>));
+  for (const Memory memory : {Memory::device, Memory::host}) {
+    run_case("all_reduce AVG " + dtype + " " + name(memory) + " count=1000", [&] {
+      Buffer<T> data(memory, 1000);
+      data.upload(values<T>(1000, [&](std::size_t i) { return input(ReduceOp::SUM, rank, i); }));
+      idist::all_reduce(data.span(), ReduceOp::AVG);
+      const auto got = data.download();
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const double want = reduced(ReduceOp::SUM, i) / world;
+        if (std::abs(value_of(got[i]) - want) > 1e-2 * std::max(1.0, want))
+          return "at [" + std::to_string(i) + "] got " + std::to_string(value_of(got[i])) + ", want " + std::to_string(want);
+      }
+      return std::string();
+    });
+  }
+}
+
 // NCCL has no bitwise reductions: a clear error naming backend and op, and the communicator
 // stays usable (the next case reduces on it).
 template <class T>
@@ -461,6 +481,10 @@ int main(int argc, char** argv) {
   check_dtype<idist::bfloat16>();
   check_dtype<float>();
   check_dtype<double>();
+  check_average<idist::float16>();
+  check_average<idist::bfloat16>();
+  check_average<float>();
+  check_average<double>();
   check_bitwise_refused<std::int8_t>();
   check_bitwise_refused<std::uint8_t>();
   check_bitwise_refused<std::int32_t>();

@@ -3,6 +3,8 @@
 #   the machine line; nccl_check (every op x dtype NCCL has, device and host buffers, a group of
 #   one, device buffers refused by gloo and mpi); nccl_check --timeout (a collective that cannot
 #   start times out, aborts the communicator and raises); idist-run -n 1 --backend nccl;
+#   idist::torch's collectives on CUDA tensors and a CUDA training loop (torch_cuda_check, built
+#   there against the machine's libtorch by build_torch_cuda.sh);
 #   idist-bench --backend nccl from 8 B to 1 GiB in device memory; and the reference beside it,
 #   PyTorch's ProcessGroupNCCL on the same sizes (bench/torch_nccl_ref.py), with the GPU's
 #   device-to-device copy bandwidth.
@@ -102,7 +104,16 @@ if [[ ${#run[@]} -eq 0 ]]; then
   step idist_run_nccl 120 "$out/checks.txt" "$bin/idist-run" -n 1 --backend nccl \
     "$bin/idist-bench" all_reduce broadcast -b 8 -e 64M -f 8 -t 0.05
 fi
-grep -E '^(ok|FAIL|nccl_check|     raised)' "$out/checks.txt" | tee -a "$log"
+grep -E '^(ok|FAIL|nccl_check|     raised|     finalize)' "$out/checks.txt" | tee -a "$log"
+
+# --- idist::torch on CUDA tensors: built here, against this machine's libtorch (with CUDA) ---------
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  step torch_cuda_build 300 "$out/torch_cuda.txt" bash tests/gpu/build_torch_cuda.sh "$bundle" /tmp/idist-torch-cuda
+  step torch_cuda_check 120 "$out/torch_cuda.txt" "${run[@]}" /tmp/idist-torch-cuda/torch_cuda_check
+  grep -E '^(ok|FAIL|torch_cuda_check|build_torch_cuda|     loss)' "$out/torch_cuda.txt" | tee -a "$log"
+else
+  say "torch_cuda: SKIPPED: no python3 torch with CUDA here"
+fi
 
 # --- benchmarks: idist, then torch beside it ----------------------------------------------------
 if [[ -n $only_checks ]]; then
