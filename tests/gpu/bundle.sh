@@ -27,6 +27,9 @@ rm -rf "$bundle"
 # device tool carries 64 MiB at most.
 cmake --install "$build" --prefix "$bundle" --strip >/dev/null
 rm -rf "$bundle/include" "$bundle/share" "$bundle/lib/cmake" "$bundle/lib/pkgconfig"
+# idist::torch is built on the GPU machine against its own libtorch (build_torch_cuda.sh):
+# Debian's has no CUDA, and would bring 460 MiB of libraries.
+rm -f "$bundle"/lib/libidist-torch.so*
 # Build-tree binaries: run_on_gpu.sh's LD_LIBRARY_PATH points them at the bundle's libidist.
 for binary in tests/nccl_check apps/idist-bench/idist-bench; do
   strip -o "$bundle/bin/$(basename "$binary")" "$build/$binary"
