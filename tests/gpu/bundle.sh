@@ -34,6 +34,12 @@ rm -f "$bundle"/lib/libidist-torch.so*
 for binary in tests/nccl_check apps/idist-bench/idist-bench; do
   strip -o "$bundle/bin/$(basename "$binary")" "$build/$binary"
 done
+# The libraries a stack taken on the GPU machine goes through keep their symbols (not their
+# debug information), so that tests/gpu/stacks_at.sh names our functions.
+strip --strip-debug -o "$bundle/lib/libidist.so.$(cd "$build/lib" && ls libidist.so.*.*.* | sed 's/libidist.so.//')" \
+  "$(ls "$build"/lib/libidist.so.*.*.*)"
+strip --strip-debug -o "$bundle/lib/idist/libidist-backend-nccl.so" "$build/lib/idist/libidist-backend-nccl.so"
+strip --strip-debug -o "$bundle/bin/nccl_check" "$build/tests/nccl_check"
 
 # Every library the binaries and plugins load, but the ones the GPU machine has of its own.
 keep_system='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+|libgcc_s|libcuda\.so|libnccl\.so|libnvidia)'

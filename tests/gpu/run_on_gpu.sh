@@ -92,7 +92,8 @@ echo "$missing" >>"$out/machine.txt"
 bin=$bundle/bin
 step nccl_check 240 "$out/nccl_check.txt" "${run[@]}" "$bin/nccl_check"
 grep -E '^(nccl_check|FAIL)' "$out/nccl_check.txt" | head -20 | tee -a "$log"
-step nccl_check_timeout 60 "$out/checks.txt" env IDIST_TIMEOUT=5 "${run[@]}" "$bin/nccl_check" --timeout
+# The stacks at 9 s, while finalize() runs after the timeout at 5 s: what it waits for, if anything.
+step nccl_check_timeout 60 "$out/checks.txt" env IDIST_TIMEOUT=5 bash tests/gpu/stacks_at.sh 9 50 "${run[@]}" "$bin/nccl_check" --timeout
 # Open MPI's runtime (orted, its components, PMIx) is not carried: this needs the machine's own.
 if command -v orted >/dev/null && ldconfig -p | grep -q 'libmpi\.so\.40 '; then
   step nccl_check_mpi 60 "$out/checks.txt" "${run[@]}" "$bin/nccl_check" --backend mpi
@@ -109,8 +110,8 @@ grep -E '^(ok|FAIL|nccl_check|     raised|     finalize)' "$out/checks.txt" | te
 # --- idist::torch on CUDA tensors: built here, against this machine's libtorch (with CUDA) ---------
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   step torch_cuda_build 300 "$out/torch_cuda.txt" bash tests/gpu/build_torch_cuda.sh "$bundle" /tmp/idist-torch-cuda
-  step torch_cuda_check 120 "$out/torch_cuda.txt" "${run[@]}" /tmp/idist-torch-cuda/torch_cuda_check
-  grep -E '^(ok|FAIL|torch_cuda_check|build_torch_cuda|     loss)' "$out/torch_cuda.txt" | tee -a "$log"
+  step torch_cuda_check 120 "$out/torch_cuda.txt" bash tests/gpu/stacks_at.sh 45 90 "${run[@]}" /tmp/idist-torch-cuda/torch_cuda_check
+  grep -E '^(ok|FAIL|torch_cuda_check|build_torch_cuda|stacks_at|     loss)' "$out/torch_cuda.txt" | tee -a "$log"
 else
   say "torch_cuda: SKIPPED: no python3 torch with CUDA here"
 fi

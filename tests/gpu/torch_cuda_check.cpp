@@ -129,5 +129,6 @@ int main() {
   });
   idist::finalize();
   std::printf("torch_cuda_check: %d checks, %d failed\n", checks, failures);
+  std::fflush(stdout);  // a hang at exit (seen once, cause unknown) then keeps the summary
   return failures == 0 ? 0 : 1;
 }

@@ -134,6 +134,13 @@ class PinnedBuffer {
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
   // Grows (contents lost) to at least `bytes`; only between operations.
+  // Left to the process's end: cudaFreeHost waits for the whole device, which work that is not
+  // ours may hold (see Communicator::abort).
+  void abandon() {
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+
   void reserve(std::size_t bytes) {
     if (bytes <= capacity_) return;
     const auto wanted = std::max(bytes, 2 * capacity_);
@@ -211,7 +218,9 @@ class Communicator {
         ncclCommAbort(comm_);
       }
     }
-    await_abort();
+    // An abort still waiting for the device may hold the driver's lock for it: the stream and the
+    // event (a few bytes) are left, rather than this destructor waiting with it.
+    if (!abort_settled()) return;
     cudaEventDestroy(default_stream_done_);
     cudaStreamDestroy(stream_);
   }
@@ -221,6 +230,19 @@ class Communicator {
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Whether no abort is in progress, after waiting at most the timeout for one (once; later
+  // calls answer at once). What the backend's teardown asks before it frees anything that
+  // waits for the device.
+  bool abort_settled() {
+    std::unique_lock lock(aborting_mu_);
+    if (!aborting_) return true;
+    std::unique_lock state(aborting_->mu);
+    if (!abort_waited_) aborting_->cv.wait_for(state, timeout_, [&] { return aborting_->done; });
+    abort_waited_ = true;
+    return aborting_->done;
+  }
+
 
   // Joins the clique of `size` ranks named by `id` as `rank`.
   void connect(const ncclUniqueId& id, int size, int rank) {
@@ -334,22 +356,18 @@ class Communicator {
   void abort(const std::string& why) {
     dead_ = why;
     if (comm_ == nullptr) return;
-    aborting_ = std::make_shared<Aborting>();
-    std::thread([comm = std::exchange(comm_, nullptr), device = device_, state = aborting_] {
+    auto state = std::make_shared<Aborting>();
+    {
+      std::lock_guard lock(aborting_mu_);
+      aborting_ = state;
+    }
+    std::thread([comm = std::exchange(comm_, nullptr), device = device_, state] {
       cudaSetDevice(device);
       ncclCommAbort(comm);
       std::lock_guard lock(state->mu);
       state->done = true;
       state->cv.notify_all();
     }).detach();
-  }
-
-  // The destructor waits at most the timeout for an abort in progress, then leaves it to end
-  // with the work that holds the device.
-  void await_abort() {
-    if (!aborting_) return;
-    std::unique_lock lock(aborting_->mu);
-    aborting_->cv.wait_for(lock, timeout_, [&] { return aborting_->done; });
   }
 
   struct Aborting {
@@ -367,6 +385,8 @@ class Communicator {
   ncclComm_t comm_ = nullptr;
   std::string dead_;  // why the communicator was aborted; empty while it lives
   std::shared_ptr<Aborting> aborting_;
+  std::mutex aborting_mu_;  // abort_settled() may come from a completion thread too
+  bool abort_waited_ = false;
 };
 
 // --- staging host buffers -----------------------------------------------------------------------
@@ -495,6 +515,10 @@ ncclUniqueId exchange_unique_id(const BackendInit& init) {
 
 class NcclBackend final : public Backend {
  public:
+  ~NcclBackend() override {
+    if (!comm_->abort_settled()) pinned_->abandon();
+  }
+
   NcclBackend(const BackendInit& init, int device)
       : rank_(init.rank), size_(init.size), timeout_(init.timeout) {
     DeviceScope scope(device);
