@@ -1,6 +1,7 @@
 #include "backends/gloo/gloo_backend.hpp"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -165,6 +166,24 @@ class FramePool : public std::enable_shared_from_this<FramePool> {
 // for nothing must not take the core from the threads doing the teardown): the loop turns
 // without waiting for as long as a teardown lasts, then goes back to sleep. Launches of
 // init + barrier + exit took half the time with it, from 1 to 64 ranks.
+// PyTorch's wheels carry a copy of gloo and export its symbols. In a process that loads one
+// (a libtorch program linking idist::torch), that copy comes before libgloo.so.0 in the
+// dynamic linker's search, and libidist's calls into gloo reach it: two gloos, objects made by
+// one and used by the other. Seen on the GPU machine (PyTorch 2.11): the device's teardown hung
+// in the other copy's Loop::shutdown. Refused before anything is made. (Debian's libtorch uses
+// libgloo.so.0 itself: one gloo.)
+void check_one_gloo() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&gloo::transport::tcp::CreateDevice), &info) == 0 || info.dli_fname == nullptr)
+    return;
+  const std::string where = info.dli_fname;
+  if (where.find("libgloo") != std::string::npos) return;
+  throw std::runtime_error("gloo's functions in this process come from " + where +
+                           " (another copy of gloo, as PyTorch's wheels carry), not from the libgloo.so.0 libidist "
+                           "was built with, and two gloos in one process hang or corrupt data: with that libtorch, "
+                           "use the nccl or mpi backend, or build against Debian's libtorch-dev (one gloo)");
+}
+
 class TcpDevice {
  public:
   explicit TcpDevice(const gloo::transport::tcp::attr& attr)
@@ -269,6 +288,7 @@ class GlooBackend final : public Backend {
   GlooBackend& operator=(const GlooBackend&) = delete;
 
   static std::shared_ptr<TcpDevice> make_device(const env::Contract& contract) {
+    check_one_gloo();
     gloo::transport::tcp::attr attr;
     if (!contract.gloo_socket_ifname.empty()) {
       attr.iface = contract.gloo_socket_ifname;
