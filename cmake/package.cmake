@@ -22,6 +22,13 @@ set(CPACK_COMPONENTS_ALL runtime dev)
 foreach(name IN LISTS idist_plugins)
   list(APPEND CPACK_COMPONENTS_ALL backend-${name})
 endforeach()
+# idist::torch, where libtorch was found: one package for the library, its header, CMake targets
+# and pkg-config file (a consumer of it compiles against libtorch-dev anyway).
+if(TARGET idist_torch)
+  list(APPEND CPACK_COMPONENTS_ALL torch torch-dev)
+  set(CPACK_COMPONENT_TORCH-DEV_GROUP torch)
+  set(CPACK_COMPONENT_TORCH_GROUP torch)
+endif()
 
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
@@ -52,6 +59,13 @@ foreach(name IN LISTS idist_plugins)
   set(CPACK_DEBIAN_${component}_PACKAGE_DEPENDS "idist (= ${PROJECT_VERSION})")
   set(CPACK_COMPONENT_${component}_DESCRIPTION "The ${name} backend of libidist, loaded when a program asks for it")
 endforeach()
+if(TARGET idist_torch)
+  set(CPACK_DEBIAN_TORCH_PACKAGE_NAME idist-torch)
+  set(CPACK_DEBIAN_TORCH_PACKAGE_SECTION libdevel)
+  set(CPACK_DEBIAN_TORCH_PACKAGE_DEPENDS "idist-dev (= ${PROJECT_VERSION}), libtorch-dev")
+  set(CPACK_COMPONENT_GROUP_TORCH_DESCRIPTION
+    "idist::torch: ignite's auto_model (DDP), auto_dataloader and auto_optim and the collectives on torch tensors, for libtorch programs: libidist-torch, <idist/torch.hpp>, find_package(idist COMPONENTS torch), idist-torch.pc")
+endif()
 # CUDA's runtime and NCCL usually come from NVIDIA's installers rather than from packages that
 # dpkg-shlibdeps knows, so the nccl package cannot depend on them: it says so instead.
 set(CPACK_COMPONENT_BACKEND-NCCL_DESCRIPTION

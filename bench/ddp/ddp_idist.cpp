@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 
@@ -79,15 +80,31 @@ int main(int argc, char** argv) {
 
   std::vector<double> times;
   std::vector<double> exposed;  // auto_model: from backward's end to the last bucket's
+  // Each step's phases, for the profile beside the totals: zero_grad, forward (with the loss),
+  // backward (with auto_model's waits; after_backward's all_reduces apart), the optimizer.
+  std::array<std::vector<double>, 5> phases;
+  const char* phase_names[] = {"zero_grad", "forward", "backward", "all_reduce_after", "step"};
   for (int step = 0; step < warmup + steps; ++step) {
-    const auto start = std::chrono::steady_clock::now();
+    using Clock = std::chrono::steady_clock;
+    std::array<Clock::time_point, 6> at;
+    at[0] = Clock::now();
     optimizer.zero_grad();
-    loss().backward();
+    at[1] = Clock::now();
+    auto l = loss();
+    at[2] = Clock::now();
+    l.backward();
+    at[3] = Clock::now();
     if (mode == "after_backward")
       for (auto& p : module->parameters()) idist::all_reduce(p.grad(), idist::ReduceOp::AVG);
+    at[4] = Clock::now();
     optimizer.step();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (step >= warmup) times.push_back(ms);
+    at[5] = Clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(at[5] - at[0]).count();
+    if (step >= warmup) {
+      times.push_back(ms);
+      for (std::size_t i = 0; i < phases.size(); ++i)
+        phases[i].push_back(std::chrono::duration<double, std::milli>(at[i + 1] - at[i]).count());
+    }
     if (step >= warmup && mode == "auto_model") {
       const auto s = idist::data_parallel_stats(*module);
       exposed.push_back((s.reduced - s.backward_ended) * 1e3);
@@ -102,6 +119,12 @@ int main(int argc, char** argv) {
                 sorted[sorted.size() / 2]);
     for (std::size_t i = 0; i < times.size(); ++i) std::printf("%s%.3f", i ? ", " : "", times[i]);
     std::printf("]");
+    std::printf(", \"phase_ms_median\": {");
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      std::sort(phases[i].begin(), phases[i].end());
+      std::printf("%s\"%s\": %.3f", i ? ", " : "", phase_names[i], phases[i][phases[i].size() / 2]);
+    }
+    std::printf("}");
     if (!exposed.empty()) {
       std::sort(exposed.begin(), exposed.end());
       std::printf(", \"wait_after_backward_ms_median\": %.3f", exposed[exposed.size() / 2]);

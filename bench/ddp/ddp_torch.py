@@ -96,17 +96,26 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     times = []
+    phases = {name: [] for name in ("zero_grad", "forward", "backward", "step")}  # as ddp_idist's
     for step in range(args.warmup + args.steps):
-        start = time.perf_counter()
+        at = [time.perf_counter()]
         optimizer.zero_grad()
-        loss_of(model(x), y).backward()
+        at.append(time.perf_counter())
+        loss = loss_of(model(x), y)
+        at.append(time.perf_counter())
+        loss.backward()
+        at.append(time.perf_counter())
         optimizer.step()
+        at.append(time.perf_counter())
         if step >= args.warmup:
-            times.append((time.perf_counter() - start) * 1e3)
+            times.append((at[-1] - at[0]) * 1e3)
+            for i, name in enumerate(phases):
+                phases[name].append((at[i + 1] - at[i]) * 1e3)
     if rank == 0:
         print(json.dumps({"impl": "torch", "mode": args.mode, "model": args.model, "parameters": parameters,
                           "ranks": world, "batch_per_rank": args.batch, "torch": torch.__version__,
-                          "step_ms_median": statistics.median(times), "step_ms": [round(t, 3) for t in times]}))
+                          "step_ms_median": statistics.median(times), "step_ms": [round(t, 3) for t in times],
+                          "phase_ms_median": {k: round(statistics.median(v), 3) for k, v in phases.items()}}))
     if args.mode == "ddp":
         dist.destroy_process_group()
 

@@ -25,10 +25,14 @@ def main():
     parser.add_argument("--plot")
     args = parser.parse_args()
     runs = defaultdict(list)
+    phases = defaultdict(lambda: defaultdict(list))
     for line in Path(args.jsonl).read_text().splitlines():
         if line.startswith("{"):
             r = json.loads(line)
-            runs[(r["model"], r["batch_per_rank"], r["impl"], r["mode"])].append(r["step_ms_median"])
+            key = (r["model"], r["batch_per_rank"], r["impl"], r["mode"])
+            runs[key].append(r["step_ms_median"])
+            for name, ms in r.get("phase_ms_median", {}).items():
+                phases[key][name].append(ms)
     med = {k: statistics.median(v) for k, v in runs.items()}
     configs = sorted({(m, b) for m, b, _, _ in runs}, key=lambda c: (c[0], c[1]))
     print("| network, batch per rank | idist single | idist auto_model | idist after backward | torch single | "
@@ -47,6 +51,19 @@ def main():
         print(f"| {model}, {batch} | {i1:.0f} ms | {i2:.0f} ms | {ia:.0f} ms | {t1:.0f} ms | {t2:.0f} ms | "
               f"{i2 / t2:.2f} | {exposed} | {i1 / i2:.2f} / {t1 / t2:.2f} | {n} |")
         rows.append((f"{model} b{batch}", i2, t2, ia))
+    # Where each step's time goes: the median over rounds of each run's median phase.
+    print()
+    print("| network, batch per rank | run | zero_grad | forward | backward | all_reduce after | step | total |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for model, batch in configs:
+        for impl, mode in (("idist", "single"), ("idist", "auto_model"), ("idist", "after_backward"),
+                           ("torch", "single"), ("torch", "ddp")):
+            p = phases.get((model, batch, impl, mode))
+            if not p:
+                continue
+            cell = lambda name: f"{statistics.median(p[name]):.0f}" if name in p else "-"
+            print(f"| {model}, {batch} | {impl} {mode} | {cell('zero_grad')} | {cell('forward')} | {cell('backward')} | "
+                  f"{cell('all_reduce_after')} | {cell('step')} | {med[(model, batch, impl, mode)]:.0f} |")
     if args.plot and shutil.which("gnuplot") and rows:
         data = Path(args.plot).with_suffix(".dat")
         data.write_text("\n".join(f'"{name}" {a:.1f} {b:.1f} {c:.1f}' for name, a, b, c in rows) + "\n")

@@ -10,6 +10,7 @@
 # Writes OUT/ddp.jsonl (one line per run) and prints the table that docs/BENCHMARKS.md keeps.
 #
 #   bash bench/ddp/run.sh [OUT_DIR [ROUNDS]]     # from the repository root, after scripts/setup.sh
+#   DDP_CONFIGS="mlp:2" bash bench/ddp/run.sh     # some networks only (NETWORK:BATCH_PER_RANK)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-/tmp/idist-ddp}
@@ -22,11 +23,13 @@ PY=/usr/bin/python3
 [[ -x $IDIST ]] || { echo "run.sh: no $IDIST: build with idist::torch (scripts/setup.sh)" >&2; exit 1; }
 "$PY" -c 'import torch.distributed' 2>/dev/null || { echo "run.sh: $PY has no torch (apt-get install python3-torch)" >&2; exit 1; }
 
-configs=("resnet18 8" "resnet18 16" "mlp 8")
+# Network and per-rank batch. The small batches are where communication matters most: the
+# larger the batch, the more the step is the same computation on both sides.
+read -r -a configs <<<"${DDP_CONFIGS:-resnet18:8 resnet18:16 mlp:2 mlp:8}"
 steps=10
 for round in $(seq "$rounds"); do
   for config in "${configs[@]}"; do
-    set -- $config
+    set -- ${config/:/ }
     args=(--model "$1" --batch "$2" --steps $steps)
     echo "# round $round: $config" >&2
     "$IDIST" "${args[@]}" --mode single >>"$out/ddp.jsonl"

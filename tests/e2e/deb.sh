@@ -11,7 +11,7 @@ skip() { echo "SKIP: $1"; exit 77; }
 for tool in dpkg cpack dpkg-shlibdeps; do
   command -v $tool >/dev/null || skip "no $tool (scripts/setup.sh installs dpkg-dev)"
 done
-ours="idist idist-dev idist-backend-mpi idist-backend-nccl"
+ours="idist idist-dev idist-backend-mpi idist-backend-nccl idist-torch"
 # Someone's own installation is never touched: a package of ours, or files put in /usr by hand
 # (cmake --install --prefix /usr), which dpkg -i would overwrite and --purge delete.
 for pkg in $ours; do
@@ -54,6 +54,15 @@ if [ -n "$mpi_deb" ]; then
     bash -c "grep -q 'idist (= 0.1.0)' <<<'$(field idist-backend-mpi Depends)' && grep -q libopenmpi <<<'$(field idist-backend-mpi Depends)'"
   install+=("$mpi_deb")
 fi
+torch_deb=$(ls "$TMP/debs/idist-torch_"*.deb 2>/dev/null)
+if [ -n "$torch_deb" ]; then
+  echo "# idist-torch: Depends: $(field idist-torch Depends)"
+  check "idist-torch depends on idist-dev (= 0.1.0) and Debian's libtorch" \
+    bash -c "grep -q 'idist-dev (= 0.1.0)' <<<'$(field idist-torch Depends)' && grep -q libtorch <<<'$(field idist-torch Depends)'"
+  check "idist-torch holds the library, its header, CMake targets and pkg-config file" bash -c \
+    "grep -q 'libidist-torch.so.0' <<<'$(files idist-torch)' && grep -q 'idist/torch.hpp' <<<'$(files idist-torch)' && grep -q 'idistTorchTargets.cmake' <<<'$(files idist-torch)' && grep -q 'idist-torch.pc' <<<'$(files idist-torch)'"
+  install+=("$torch_deb")
+fi
 # The nccl plugin's package would need CUDA from outside Debian: built where CUDA is, not installed here.
 
 dpkg -i "${install[@]}" >"$TMP/dpkg.log" 2>&1
@@ -84,6 +93,16 @@ env -u LD_LIBRARY_PATH g++ "$SRC/tests/e2e/consumer/main.cpp" -o "$TMP/pc_consum
 check "g++ main.cpp \$(pkg-config --cflags --libs idist) builds, no other flag" equals $? 0 || cat "$TMP/gcc.log"
 out=$(env -u LD_LIBRARY_PATH timeout 60 /usr/bin/idist-run -n 2 "$TMP/pc_consumer" 2>&1)
 check "... and runs on 2 ranks: $out" contains "$out" "consumer: 2 ranks, all_reduce right"
+
+if [ -n "$torch_deb" ]; then
+  flags=$(env -u PKG_CONFIG_PATH pkg-config --cflags --libs idist-torch)
+  check "pkg-config finds idist-torch in /usr" equals $? 0
+  # shellcheck disable=SC2086
+  env -u LD_LIBRARY_PATH g++ "$SRC/tests/e2e/consumer_torch/main.cpp" -o "$TMP/pc_torch" $flags 2>"$TMP/gcc_torch.log"
+  check "g++ main.cpp \$(pkg-config --cflags --libs idist-torch) builds a libtorch program" equals $? 0 || tail -5 "$TMP/gcc_torch.log"
+  out=$(env -u LD_LIBRARY_PATH timeout 60 /usr/bin/idist-run -n 2 "$TMP/pc_torch" 2>&1)
+  check "... and runs on 2 ranks: $out" contains "$out" "torch consumer: 2 ranks, all_reduce and auto_model right"
+fi
 
 if [ -n "$mpi_deb" ] && command -v mpirun >/dev/null; then
   check "the mpi plugin lies where libidist looks: $LIBDIR/idist" test -e "$LIBDIR/idist/libidist-backend-mpi.so"

@@ -44,6 +44,22 @@ check "... and idist::launch's spawn starts its own ranks, run plainly: $out" co
 out=$(ctest --test-dir "$TMP/consumer" 2>&1)
 check "... and its add_test with IDIST_RUN from the package passes" contains "$out" "100% tests passed"
 
+# idist::torch, where the build has it: find_package(idist COMPONENTS torch) from the prefix.
+if [ -e "$PREFIX/lib/libidist-torch.so" ]; then
+  for f in include/idist/torch.hpp lib/cmake/idist/idistTorchTargets.cmake lib/pkgconfig/idist-torch.pc; do
+    check "installed: $f" test -e "$PREFIX/$f"
+  done
+  cmake -S "$SRC/tests/e2e/consumer_torch" -B "$TMP/consumer_torch" -DCMAKE_PREFIX_PATH="$PREFIX" >"$TMP/cmake_torch.log" 2>&1 &&
+    cmake --build "$TMP/consumer_torch" >>"$TMP/cmake_torch.log" 2>&1
+  check "a libtorch project builds with find_package(idist COMPONENTS torch)" equals $? 0 || tail -20 "$TMP/cmake_torch.log"
+  out=$("$PREFIX/bin/idist-run" -n 2 "$TMP/consumer_torch/torch_consumer" 2>&1)
+  check "... and runs on 2 ranks: $out" contains "$out" "torch consumer: 2 ranks, all_reduce and auto_model right"
+  cmake -S "$SRC/tests/e2e/consumer" -B "$TMP/consumer_no_torch" -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null 2>&1
+  check "find_package(idist) without the component does not need libtorch" equals $? 0
+else
+  echo "# SKIP: idist::torch is not in this build (no libtorch)"
+fi
+
 # pkg-config consumer: a plain compiler line.
 flags=$(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --cflags --libs idist)
 rc=$?
