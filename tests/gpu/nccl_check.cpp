@@ -25,6 +25,8 @@
 #include <cuda_runtime.h>
 #include <idist/idist.hpp>
 
+#include "../check_cases.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -42,31 +44,12 @@ namespace {
 
 using idist::ReduceOp;
 
-int checks = 0;
-int failures = 0;
+using check_cases::run_case;
 int rank = 0;
 int world = 1;
 
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-// A case passes when its body returns an empty string; otherwise (or when it throws) the
-// text says what went wrong.
-void run_case(const std::string& label, const std::function<std::string()>& body) {
-  ++checks;
-  std::string why;
-  try {
-    why = body();
-  } catch (const std::exception& e) {
-    why = std::string("threw: ") + e.what();
-  }
-  if (why.empty()) {
-    std::printf("ok   %s\n", label.c_str());
-  } else {
-    ++failures;
-    std::printf("FAIL %s: %s\n", label.c_str(), why.c_str());
-  }
 }
 
 // --- element values: every one a small integer, exact in all eight dtypes ---------------------
@@ -368,10 +351,7 @@ std::string device_buffer_refused() {
   return why;
 }
 
-int finish() {
-  std::printf("nccl_check: %d checks, %d failed\n", checks, failures);
-  return failures == 0 ? 0 : 1;
-}
+int finish() { return check_cases::finish("nccl_check"); }
 
 // Holds the legacy default stream for `seconds`: the backend's stream waits for it before
 // every operation, so nothing the next collective queues can run until then.
@@ -424,9 +404,7 @@ int check_timeout() {
     return took <= (limit != nullptr ? std::atof(limit) : 300.0) + 3.0 ? std::string() : "took " + std::to_string(took) + " s";
   });
   // Exits without waiting for the held stream (the process's end releases it).
-  const int code = finish();
-  std::fflush(stdout);
-  std::_Exit(code);
+  std::_Exit(finish());  // finish() flushed
 }
 
 int check_mpi_refusal() {
@@ -494,9 +472,7 @@ int main(int argc, char** argv) {
   try {
     idist::finalize();
   } catch (const std::exception& e) {
-    ++checks;
-    ++failures;
-    std::printf("FAIL finalize: %s\n", e.what());
+    check_cases::fail(std::string("finalize: ") + e.what());
   }
   // The same device buffer handed to gloo: refused with a clear error, not read as host memory.
   run_case("gloo refuses a device buffer", [] {

@@ -9,27 +9,15 @@
 #include <idist/torch.hpp>
 #include <torch/torch.h>
 
+#include "../check_cases.hpp"
+
 #include <cstdio>
 #include <functional>
 #include <string>
 
 namespace {
 
-int checks = 0;
-int failures = 0;
-
-void run_case(const std::string& label, const std::function<std::string()>& body) {
-  ++checks;
-  std::string why;
-  try {
-    why = body();
-  } catch (const std::exception& e) {
-    why = std::string("threw: ") + e.what();
-  }
-  std::printf("%s %s%s%s\n", why.empty() ? "ok  " : "FAIL", label.c_str(), why.empty() ? "" : ": ", why.c_str());
-  std::fflush(stdout);
-  if (!why.empty()) ++failures;
-}
+using check_cases::run_case;
 
 std::string differs(const torch::Tensor& got, const torch::Tensor& want, double tolerance = 0) {
   if (!got.is_cuda()) return "the result is on " + got.device().str() + ", not the GPU";
@@ -142,7 +130,5 @@ int main() {
       return refusal.find("another copy of gloo") != std::string::npos ? std::string() : "another error: " + refusal;
     });
   }
-  std::printf("torch_cuda_check: %d checks, %d failed\n", checks, failures);
-  std::fflush(stdout);  // a hang at exit (seen once, cause unknown) then keeps the summary
-  return failures == 0 ? 0 : 1;
+  return check_cases::finish("torch_cuda_check");
 }

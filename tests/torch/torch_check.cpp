@@ -9,6 +9,8 @@
 #include <idist/torch.hpp>
 #include <torch/torch.h>
 
+#include "../check_cases.hpp"
+
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -18,27 +20,9 @@
 
 namespace {
 
-int checks = 0;
-int failures = 0;
+using check_cases::run_case;
 int rank = 0;
 int world = 1;
-
-void run_case(const std::string& label, const std::function<std::string()>& body) {
-  ++checks;
-  std::string why;
-  try {
-    why = body();
-  } catch (const std::exception& e) {
-    why = std::string("threw: ") + e.what();
-  }
-  if (why.empty()) {
-    std::printf("ok   %s\n", label.c_str());
-  } else {
-    ++failures;
-    std::printf("FAIL %s: %s\n", label.c_str(), why.c_str());
-  }
-  std::fflush(stdout);
-}
 
 // The error a call raises, or "" when it raises none.
 std::string error_of(const std::function<void()>& call) {
@@ -424,6 +408,22 @@ void check_ddp() {
     if (s.iterations != 2) return "iterations " + std::to_string(s.iterations);
     return std::string();
   });
+  run_case("gradients stay in the buckets' memory from step to step (no allocation per step)", [] {
+    Mlp model(20, 32, 5);
+    model = idist::auto_model(model, {.first_bucket_bytes = 512, .bucket_cap_bytes = 2048});
+    torch::optim::SGD opt(model->parameters(), 0.1);
+    std::vector<const void*> before;
+    for (int step = 0; step < 5; ++step) {
+      opt.zero_grad();
+      torch::mse_loss(model(torch::ones({3, 20})), torch::zeros({3, 5})).backward();
+      opt.step();
+      std::vector<const void*> now;
+      for (const auto& p : model->parameters()) now.push_back(p.grad().data_ptr());
+      if (step >= 1 && now != before) return "step " + std::to_string(step) + ": a gradient moved";  // after the rebuild
+      before = now;
+    }
+    return std::string();
+  });
   run_case("buckets rebuilt after the first backward in the order gradients became ready", [] {
     Swapped model;
     model = idist::auto_model(model, {.first_bucket_bytes = 64, .bucket_cap_bytes = 64});
@@ -581,6 +581,5 @@ int main(int argc, char** argv) {
   if (parts.count("ddp")) check_ddp();
   if (parts.count("loader")) check_loader();
   idist::finalize();
-  std::printf("torch_check: %d checks, %d failed\n", checks, failures);
-  return failures == 0 ? 0 : 1;
+  return check_cases::finish("torch_check");
 }
