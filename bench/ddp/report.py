@@ -50,7 +50,7 @@ def main():
         n = len(runs[(model, batch, "idist", "auto_model")])
         print(f"| {model}, {batch} | {i1:.0f} ms | {i2:.0f} ms | {ia:.0f} ms | {t1:.0f} ms | {t2:.0f} ms | "
               f"{i2 / t2:.2f} | {exposed} | {i1 / i2:.2f} / {t1 / t2:.2f} | {n} |")
-        rows.append((f"{model} b{batch}", i2, t2, ia))
+        rows.append((f"{model} b{batch}", i2, t2, ia, i1))
     # Where each step's time goes: the median over rounds of each run's median phase.
     print()
     print("| network, batch per rank | run | zero_grad | forward | backward | all_reduce after | step | total |")
@@ -66,7 +66,7 @@ def main():
                   f"{cell('all_reduce_after')} | {cell('step')} | {med[(model, batch, impl, mode)]:.0f} |")
     if args.plot and shutil.which("gnuplot") and rows:
         data = Path(args.plot).with_suffix(".dat")
-        data.write_text("\n".join(f'"{name}" {a:.1f} {b:.1f} {c:.1f}' for name, a, b, c in rows) + "\n")
+        data.write_text("\n".join(f'"{name}" {a:.1f} {b:.1f} {c:.1f} {d:.1f}' for name, a, b, c, d in rows) + "\n")
         script = f"""
 set terminal pngcairo size 800,380 font ',10'
 set output '{args.plot}'
@@ -76,7 +76,8 @@ set style fill solid 0.8 border -1
 set ylabel 'step time, ms (2 ranks, lower is better)'
 set key left top
 set yrange [0:*]
-plot '{data}' using 2:xtic(1) title 'idist auto\\_model', '' using 3 title 'torch DDP (gloo)', '' using 4 title 'idist, all\\_reduce after backward'
+plot '{data}' using 2:xtic(1) title 'idist auto\\_model', '' using 3 title 'torch DDP (gloo)', \\
+     '' using 4 title 'idist, all\\_reduce after backward', '' using 5 title 'one process, no communication'
 """
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
         data.unlink()

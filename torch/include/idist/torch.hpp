@@ -125,7 +125,7 @@ IDIST_API void set_gradient_sync(const torch::nn::Module& module, bool enabled);
 // order of the first iteration, agreed by every rank) are all_reduced (AVG) as soon as they
 // are complete, and backward's end waits for them, so that the optimizer's step() right after
 // backward() sees averaged gradients. The gradients live in the buckets from the first
-// backward on (param.grad() is a view of its bucket; zero_grad() keeps it). In a world of
+// backward on (param.grad() is made over its bucket's memory; zero_grad() keeps it). In a world of
 // one, the module is returned untouched.
 template <class M>
   requires std::derived_from<M, torch::nn::Module>
