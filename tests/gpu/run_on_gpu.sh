@@ -13,12 +13,14 @@
 #
 #   bash tests/gpu/bundle.sh                          # on the CPU machine: builds .gpu-bundle
 #   bash tests/gpu/run_on_gpu.sh OUT [.gpu-bundle [checks]]   # on the GPU machine, from the repo root
-# With `checks`, only the checks run (a minute less, for a second try at a fix).
+# With `checks`, only the checks run (a minute less, for a second try at a fix); with `torch`,
+# only idist::torch's (its build and torch_cuda_check).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: run_on_gpu.sh OUT [BUNDLE [checks]]}
 bundle=$(realpath "${2:-.gpu-bundle}")
-only_checks=$([[ ${3:-} == checks ]] && echo 1)
+only_checks=$([[ ${3:-} == checks || ${3:-} == torch ]] && echo 1)
+only_torch=$([[ ${3:-} == torch ]] && echo 1)
 mkdir -p "$out"
 log="$out/run.log"
 : >"$log"
@@ -90,6 +92,7 @@ echo "$missing" >>"$out/machine.txt"
 
 # --- checks -------------------------------------------------------------------------------------
 bin=$bundle/bin
+if [[ -z $only_torch ]]; then
 step nccl_check 240 "$out/nccl_check.txt" "${run[@]}" "$bin/nccl_check"
 grep -E '^(nccl_check|FAIL)' "$out/nccl_check.txt" | head -20 | tee -a "$log"
 # The stacks at 9 s, while finalize() runs after the timeout at 5 s: what it waits for, if anything.
@@ -106,6 +109,7 @@ if [[ ${#run[@]} -eq 0 ]]; then
     "$bin/idist-bench" all_reduce broadcast -b 8 -e 64M -f 8 -t 0.05
 fi
 grep -E '^(ok|FAIL|nccl_check|     raised|     finalize)' "$out/checks.txt" | tee -a "$log"
+fi
 
 # --- idist::torch on CUDA tensors: built here, against this machine's libtorch (with CUDA) ---------
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
