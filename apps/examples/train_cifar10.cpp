@@ -79,7 +79,9 @@ std::pair<torch::Tensor, torch::Tensor> synthetic(std::int64_t n, std::uint64_t 
 // --- training ----------------------------------------------------------------------------------------
 
 void log0(const std::string& line) {
-  if (idist::get_rank() == 0) std::printf("%s\n", line.c_str()), std::fflush(stdout);
+  if (idist::get_rank() != 0) return;
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
 }
 
 std::string fixed(double value, int digits = 4) {

@@ -20,7 +20,6 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -153,7 +152,6 @@ class Reducer {
     at::Tensor flag;
     std::size_t pending = 0;
     Work work;
-    bool launched = false;
   };
 
   void check_parameter(const std::string& name, const at::Tensor& p) const {
@@ -242,6 +240,7 @@ class Reducer {
   void begin_backward() {
     in_backward_ = true;
     started_ = Clock::now();
+    ready_order_.clear();  // a first backward that raised leaves its order behind
     stats_.bucket_started.assign(buckets_.size(), -1);
     torch::autograd::Engine::get_default_engine().queue_callback([this] { end_backward(); });
   }
@@ -268,7 +267,6 @@ class Reducer {
     auto& b = buckets_[index];
     b.flag.fill_(unused ? 1 : 0);
     b.work = idist::iall_reduce(b.flat, {.op = ReduceOp::AVG});
-    b.launched = true;
     stats_.bucket_started[index] = seconds(Clock::now() - started_);
   }
 
@@ -338,7 +336,6 @@ class Reducer {
     for (auto& p : params_) p.ready = false;
     for (auto& b : buckets_) {
       b.pending = b.params.size();
-      b.launched = false;
       b.work = Work();
     }
     next_bucket_ = 0;

@@ -16,7 +16,27 @@ using detail::refuse;
 
 std::size_t count_of(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()); }
 
-DType dtype_for(std::string_view op, const at::Tensor& t);
+// The DType a tensor travels as; bool as uint8 0/1.
+DType dtype_for(std::string_view op, const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kByte:
+    case at::kBool: return DType::uint8;
+    case at::kChar: return DType::int8;
+    case at::kInt: return DType::int32;
+    case at::kLong: return DType::int64;
+    case at::kHalf: return DType::float16;
+    case at::kBFloat16: return DType::bfloat16;
+    case at::kFloat: return DType::float32;
+    case at::kDouble: return DType::float64;
+    default: break;
+  }
+  const std::string name = c10::toString(t.scalar_type());
+  if (t.is_complex())
+    refuse(op, "a tensor of dtype " + name + " is not supported (complex): pass torch::view_as_real(tensor) instead");
+  refuse(op, "a tensor of dtype " + name +
+                 " is not supported: use uint8, int8, int32, int64, float16, bfloat16, float32, float64 or bool "
+                 "(e.g. .to(torch::kInt32))");
+}
 
 // gloo and mpi read host memory, nccl the rank's GPU; anything else is one line. Returns the
 // DType the tensor travels as.
@@ -37,12 +57,13 @@ DType check_tensor(std::string_view op, const at::Tensor& t) {
   return dtype;
 }
 
-void check_same(std::string_view op, const at::Tensor& a, const at::Tensor& b, const char* what) {
+// Two tensors of one call agree in dtype and device.
+void check_same(std::string_view op, const at::Tensor& a, const char* a_name, const at::Tensor& b, const char* b_name) {
   if (a.scalar_type() != b.scalar_type())
-    refuse(op, std::string(what) + " has dtype " + c10::toString(b.scalar_type()) + ", the input " +
+    refuse(op, std::string(b_name) + " has dtype " + c10::toString(b.scalar_type()) + ", " + a_name + " " +
                    c10::toString(a.scalar_type()));
   if (a.device() != b.device())
-    refuse(op, std::string(what) + " is on " + b.device().str() + ", the input on " + a.device().str());
+    refuse(op, std::string(b_name) + " is on " + b.device().str() + ", " + a_name + " on " + a.device().str());
 }
 
 // A contiguous tensor to hand to libidist: the caller's own, or a copy that write_back()
@@ -51,7 +72,6 @@ class Contiguous {
  public:
   explicit Contiguous(const at::Tensor& t) : original_(t), work_(t.is_contiguous() ? t : t.contiguous()) {}
   void* data() const { return work_.data_ptr(); }
-  const at::Tensor& tensor() const { return work_; }
   void write_back() const {
     if (!work_.is_same(original_)) original_.copy_(work_);
   }
@@ -65,6 +85,26 @@ void require_contiguous(std::string_view op, const at::Tensor& t) {
   if (!t.is_contiguous())
     refuse(op, "the tensor is not contiguous, and an asynchronous call cannot copy its result back: pass "
                "tensor.contiguous() and keep it until wait() returns");
+}
+
+// `whole` holds n blocks of `block`'s elements (all_gather_into_tensor, reduce_scatter_tensor).
+// Returns their DType.
+DType check_whole_and_block(std::string_view op, const at::Tensor& whole, const char* whole_name,
+                            const at::Tensor& block, const char* block_name, std::int64_t n) {
+  const auto dtype = check_tensor(op, block);
+  check_tensor(op, whole);
+  check_same(op, block, block_name, whole, whole_name);
+  if (whole.numel() != n * block.numel())
+    refuse(op, std::string(whole_name) + " holds " + std::to_string(whole.numel()) + " elements; expected group size x " +
+                   block_name + " (" + std::to_string(n) + " x " + std::to_string(block.numel()) + ")");
+  return dtype;
+}
+
+// n tensors of `shape` over the rows of `flat` (n x elements).
+std::vector<at::Tensor> rows_of(const at::Tensor& flat, at::IntArrayRef shape) {
+  std::vector<at::Tensor> out;
+  for (std::int64_t r = 0; r < flat.size(0); ++r) out.push_back(flat[r].view(shape));
+  return out;
 }
 
 // torch reduces bool as a logical or (SUM) and and (PRODUCT); as uint8 0/1 that is MAX and MIN.
@@ -100,54 +140,32 @@ std::vector<std::int64_t> gather_first_dims(std::string_view op, const at::Tenso
   return first;
 }
 
-DType dtype_for(std::string_view op, const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kByte:
-    case at::kBool: return DType::uint8;
-    case at::kChar: return DType::int8;
-    case at::kInt: return DType::int32;
-    case at::kLong: return DType::int64;
-    case at::kHalf: return DType::float16;
-    case at::kBFloat16: return DType::bfloat16;
-    case at::kFloat: return DType::float32;
-    case at::kDouble: return DType::float64;
-    default: break;
-  }
-  const std::string name = c10::toString(t.scalar_type());
-  if (t.is_complex())
-    refuse(op, "a tensor of dtype " + name +
-                                     " is not supported (complex): pass torch::view_as_real(tensor) instead");
-  refuse(op, "a tensor of dtype " + name +
-                                   " is not supported: use uint8, int8, int32, int64, float16, bfloat16, float32, "
-                                   "float64 or bool (e.g. .to(torch::kInt32))");
-}
-
 }  // namespace
 
 DType dtype_of_tensor(const at::Tensor& t) { return dtype_for("dtype_of_tensor", t); }
 
 at::Tensor all_reduce(const at::Tensor& tensor, const AllReduceOptions& options) {
-  check_tensor("all_reduce", tensor);
+  const auto dtype = check_tensor("all_reduce", tensor);
   const Contiguous work(tensor);
-  detail::all_reduce(work.data(), count_of(tensor), dtype_of_tensor(tensor),
+  detail::all_reduce(work.data(), count_of(tensor), dtype,
                      {.op = op_for("all_reduce", tensor, options.op), .group = options.group});
   work.write_back();
   return tensor;
 }
 
 Work iall_reduce(const at::Tensor& tensor, const AllReduceOptions& options) {
-  check_tensor("iall_reduce", tensor);
+  const auto dtype = check_tensor("iall_reduce", tensor);
   require_contiguous("iall_reduce", tensor);
-  return detail::iall_reduce(tensor.data_ptr(), count_of(tensor), dtype_of_tensor(tensor),
+  return detail::iall_reduce(tensor.data_ptr(), count_of(tensor), dtype,
                              {.op = op_for("iall_reduce", tensor, options.op), .group = options.group});
 }
 
 at::Tensor reduce(const at::Tensor& tensor, const ReduceOptions& options) {
-  check_tensor("reduce", tensor);
+  const auto dtype = check_tensor("reduce", tensor);
   const Contiguous work(tensor);
   auto o = options;
   o.op = op_for("reduce", tensor, options.op);
-  detail::reduce(work.data(), count_of(tensor), dtype_of_tensor(tensor), o);
+  detail::reduce(work.data(), count_of(tensor), dtype, o);
   work.write_back();
   return tensor;
 }
@@ -170,43 +188,28 @@ at::Tensor all_gather(const at::Tensor& tensor, const GroupOptions& options) {
 }
 
 std::vector<at::Tensor> all_gather_list(const at::Tensor& tensor, const GroupOptions& options) {
-  check_tensor("all_gather", tensor);
-  const auto n = detail::group_size(options.group);
-  auto flat = at::empty({n, tensor.numel()}, tensor.options());
+  const auto dtype = check_tensor("all_gather", tensor);
+  auto flat = at::empty({detail::group_size(options.group), tensor.numel()}, tensor.options());
   const Contiguous in(tensor);
-  detail::all_gather(in.data(), count_of(tensor), dtype_of_tensor(tensor), flat.data_ptr(), options.group);
-  std::vector<at::Tensor> out;
-  for (std::int64_t r = 0; r < n; ++r) out.push_back(flat[r].view(tensor.sizes()));
-  return out;
+  detail::all_gather(in.data(), count_of(tensor), dtype, flat.data_ptr(), options.group);
+  return rows_of(flat, tensor.sizes());
 }
 
 void all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input, const GroupOptions& options) {
-  check_tensor("all_gather_into_tensor", input);
-  check_tensor("all_gather_into_tensor", output);
-  check_same("all_gather_into_tensor", input, output, "the output");
-  const auto n = detail::group_size(options.group);
-  if (output.numel() != n * input.numel())
-    refuse("all_gather_into_tensor", "the output holds " + std::to_string(output.numel()) +
-                                         " elements; expected group size x input (" + std::to_string(n) + " x " +
-                                         std::to_string(input.numel()) + ")");
+  const auto dtype = check_whole_and_block("all_gather_into_tensor", output, "the output", input, "the input",
+                                           detail::group_size(options.group));
   const Contiguous in(input);
   const Contiguous out(output);
-  detail::all_gather(in.data(), count_of(input), dtype_of_tensor(input), out.data(), options.group);
+  detail::all_gather(in.data(), count_of(input), dtype, out.data(), options.group);
   out.write_back();
 }
 
 void reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input, const AllReduceOptions& options) {
-  check_tensor("reduce_scatter", input);
-  check_tensor("reduce_scatter", output);
-  check_same("reduce_scatter", input, output, "the output");
-  const auto n = detail::group_size(options.group);
-  if (input.numel() != n * output.numel())
-    refuse("reduce_scatter", "the input holds " + std::to_string(input.numel()) +
-                                 " elements; expected group size x output (" + std::to_string(n) + " x " +
-                                 std::to_string(output.numel()) + ")");
+  const auto dtype = check_whole_and_block("reduce_scatter", input, "the input", output, "the output",
+                                           detail::group_size(options.group));
   const Contiguous in(input);
   const Contiguous out(output);
-  detail::reduce_scatter(in.data(), out.data(), count_of(output), dtype_of_tensor(input),
+  detail::reduce_scatter(in.data(), out.data(), count_of(output), dtype,
                          {.op = op_for("reduce_scatter", input, options.op), .group = options.group});
   out.write_back();
 }
@@ -225,9 +228,9 @@ at::Tensor reduce_scatter(const at::Tensor& input, const AllReduceOptions& optio
 }
 
 at::Tensor broadcast(const at::Tensor& tensor, const BroadcastOptions& options) {
-  check_tensor("broadcast", tensor);
+  const auto dtype = check_tensor("broadcast", tensor);
   const Contiguous work(tensor);
-  detail::broadcast(work.data(), count_of(tensor), dtype_of_tensor(tensor), options);
+  detail::broadcast(work.data(), count_of(tensor), dtype, options);
   work.write_back();
   return tensor;
 }
@@ -249,23 +252,20 @@ at::Tensor broadcast(const std::optional<at::Tensor>& tensor, const BroadcastOpt
   auto where = at::TensorOptions().dtype(static_cast<at::ScalarType>(got.at(0)));
   if (backend() == "nccl") where = where.device(at::kCUDA);  // the rank's GPU, current since init()
   auto out = at::empty(shape, where);
-  detail::broadcast(out.data_ptr(), count_of(out), dtype_of_tensor(out), plain);
+  detail::broadcast(out.data_ptr(), count_of(out), dtype_for("broadcast", out), plain);
   return out;
 }
 
 std::vector<at::Tensor> gather(const at::Tensor& tensor, const GatherOptions& options) {
-  check_tensor("gather", tensor);
-  const auto n = detail::group_size(options.group);
-  auto flat = at::empty({n, tensor.numel()}, tensor.options());
+  const auto dtype = check_tensor("gather", tensor);
+  auto flat = at::empty({detail::group_size(options.group), tensor.numel()}, tensor.options());
   const Contiguous in(tensor);
-  if (!detail::gather(in.data(), count_of(tensor), dtype_of_tensor(tensor), flat.data_ptr(), options)) return {};
-  std::vector<at::Tensor> out;
-  for (std::int64_t r = 0; r < n; ++r) out.push_back(flat[r].view(tensor.sizes()));
-  return out;
+  if (!detail::gather(in.data(), count_of(tensor), dtype, flat.data_ptr(), options)) return {};
+  return rows_of(flat, tensor.sizes());
 }
 
 void scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs, const ScatterOptions& options) {
-  check_tensor("scatter", output);
+  const auto dtype = check_tensor("scatter", output);
   const auto n = detail::group_size(options.group);
   at::Tensor flat;
   if (get_rank() == options.src) {
@@ -275,7 +275,7 @@ void scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs, co
     std::vector<at::Tensor> rows;
     for (const auto& in : inputs) {
       check_tensor("scatter", in);
-      check_same("scatter", output, in, "an input");
+      check_same("scatter", output, "the output", in, "an input");
       if (in.numel() != output.numel())
         refuse("scatter", "an input holds " + std::to_string(in.numel()) + " elements, the output " +
                               std::to_string(output.numel()));
@@ -285,7 +285,7 @@ void scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs, co
   }
   const Contiguous out(output);
   detail::scatter(flat.defined() ? flat.data_ptr() : nullptr, flat.defined() ? count_of(flat) : 0, out.data(),
-                  count_of(output), dtype_of_tensor(output), options);
+                  count_of(output), dtype, options);
   out.write_back();
 }
 

@@ -7,7 +7,7 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <condition_variable>
+#include <future>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -133,7 +133,6 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
-  // Grows (contents lost) to at least `bytes`; only between operations.
   // Left to the process's end: cudaFreeHost waits for the whole device, which work that is not
   // ours may hold (see Communicator::abort).
   void abandon() {
@@ -141,6 +140,7 @@ class PinnedBuffer {
     capacity_ = 0;
   }
 
+  // Grows (contents lost) to at least `bytes`; only between operations.
   void reserve(std::size_t bytes) {
     if (bytes <= capacity_) return;
     const auto wanted = std::max(bytes, 2 * capacity_);
@@ -235,14 +235,12 @@ class Communicator {
   // calls answer at once). What the backend's teardown asks before it frees anything that
   // waits for the device.
   bool abort_settled() {
-    std::unique_lock lock(aborting_mu_);
-    if (!aborting_) return true;
-    std::unique_lock state(aborting_->mu);
-    if (!abort_waited_) aborting_->cv.wait_for(state, timeout_, [&] { return aborting_->done; });
+    std::lock_guard lock(aborting_mu_);
+    if (!aborted_.valid()) return true;
+    const auto wait = abort_waited_ ? std::chrono::milliseconds(0) : timeout_;
     abort_waited_ = true;
-    return aborting_->done;
+    return aborted_.wait_for(wait) == std::future_status::ready;
   }
-
 
   // Joins the clique of `size` ranks named by `id` as `rank`.
   void connect(const ncclUniqueId& id, int size, int rank) {
@@ -356,25 +354,17 @@ class Communicator {
   void abort(const std::string& why) {
     dead_ = why;
     if (comm_ == nullptr) return;
-    auto state = std::make_shared<Aborting>();
+    std::promise<void> done;
     {
       std::lock_guard lock(aborting_mu_);
-      aborting_ = state;
+      aborted_ = done.get_future().share();
     }
-    std::thread([comm = std::exchange(comm_, nullptr), device = device_, state] {
+    std::thread([comm = std::exchange(comm_, nullptr), device = device_, done = std::move(done)]() mutable {
       cudaSetDevice(device);
       ncclCommAbort(comm);
-      std::lock_guard lock(state->mu);
-      state->done = true;
-      state->cv.notify_all();
+      done.set_value();
     }).detach();
   }
-
-  struct Aborting {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-  };
 
   int device_;
   std::chrono::milliseconds timeout_;
@@ -384,8 +374,8 @@ class Communicator {
   std::mutex mu_;
   ncclComm_t comm_ = nullptr;
   std::string dead_;  // why the communicator was aborted; empty while it lives
-  std::shared_ptr<Aborting> aborting_;
-  std::mutex aborting_mu_;  // abort_settled() may come from a completion thread too
+  std::shared_future<void> aborted_;  // ready once the abort's thread is done; invalid: none
+  std::mutex aborting_mu_;            // an abort from a completion thread, during the teardown
   bool abort_waited_ = false;
 };
 
