@@ -20,6 +20,11 @@ std::string describe(int status) {
   return text;
 }
 
+std::string describe(const RankRecord& rank) {
+  if (!rank.status) return "is still running";
+  return describe(*rank.status) + (rank.oom_killed ? " (the kernel's OOM killer: out of memory)" : "");
+}
+
 bool succeeded(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 
 int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
@@ -59,6 +64,7 @@ json rank_json(const RankRecord& r, const std::string& host, bool first_failure)
   out["exit_code"] = exited ? json(WEXITSTATUS(*r.status)) : json(nullptr);
   out["signal"] = signaled ? json(signal_name(WTERMSIG(*r.status))) : json(nullptr);
   out["core_dumped"] = signaled && WCOREDUMP(*r.status);
+  out["oom_killed"] = r.oom_killed;
   out["start"] = iso8601(r.start);
   out["end"] = r.status ? json(iso8601(r.end)) : json(nullptr);
   out["collateral"] = r.collateral;

@@ -20,6 +20,7 @@ struct RankRecord {
   pid_t pid = -1;             // -1: never started
   std::optional<int> status;  // wait status once reaped
   bool collateral = false;    // stopped by us, not failed on its own
+  bool oom_killed = false;    // its SIGKILL came from the kernel's OOM killer (oom.hpp)
   WallClock::time_point start, end;
   std::uint64_t out_log_lost = 0, err_log_lost = 0;  // bytes its --log-dir files could not take
 };
@@ -57,6 +58,9 @@ struct RunRecord {
 
 std::string signal_name(int sig);                  // "SIGTERM"
 std::string describe(int status);                  // "exited with code 3", "was killed by SIGSEGV (core dumped)"
+// The same for a rank, with what we know beyond its status: "was killed by SIGKILL (the
+// kernel's OOM killer: out of memory)".
+std::string describe(const RankRecord& rank);
 bool succeeded(int status);
 int exit_code_of(int status);                      // the code, or 128 + signal
 std::string iso8601(WallClock::time_point time);   // UTC, milliseconds: 2024-05-01T12:00:00.123Z

@@ -40,6 +40,47 @@ rc=$?
 check "helpers left by successful ranks: exit 0" equals $rc 0
 check "helpers left by successful ranks are killed too" no_run_leftovers "$(run_id_in "$TMP/helper0.err")"
 
+# A helper that ignores SIGTERM holds the job's end for --grace: said while it waits, and what
+# was killed in the end.
+start=$(now_ms)
+"$RUN" -n 1 --grace 3 "$RANKS/leave_helper.sh" 0 >"$TMP/helper3.out" 2>"$TMP/helper3.err"
+rc=$?
+elapsed=$(($(now_ms) - start))
+check "a SIGTERM-deaf helper: exit 0, after --grace 3 (${elapsed} ms)" eval '[ $rc = 0 ] && [ $elapsed -ge 2900 ] && [ $elapsed -lt 5000 ]'
+check "... the wait is said as it begins" contains "$(cat "$TMP/helper3.err")" "did not end on SIGTERM; killing them in 2s (--grace)"
+check "... and what was killed" grep -qE "killed pid [0-9]+ \(sleep\) left behind by the ranks \(--grace 3s after SIGTERM\)" "$TMP/helper3.err"
+
+# A rank the kernel's OOM killer kills: named as such, not as a plain SIGKILL. In a memory
+# cgroup of our own with a 64 MiB limit (cgroup v1's memory controller, or v2's), where root may make one.
+oom_cgroup() {
+  local v1 v2 g
+  v1=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
+  if [ -n "$v1" ] && [ -d "/sys/fs/cgroup/memory$v1" ]; then
+    g=/sys/fs/cgroup/memory$v1/idist-oom-$$
+    mkdir "$g" 2>/dev/null && echo 64M >"$g/memory.limit_in_bytes" 2>/dev/null || { rmdir "$g" 2>/dev/null; return 1; }
+    [ -e "$g/memory.memsw.limit_in_bytes" ] && echo 64M >"$g/memory.memsw.limit_in_bytes" 2>/dev/null
+    echo "$g"
+    return 0
+  fi
+  v2=$(awk -F: '$1 == 0 {print $3}' /proc/self/cgroup)
+  g=/sys/fs/cgroup${v2%/}/idist-oom-$$
+  mkdir "$g" 2>/dev/null && echo 64M >"$g/memory.max" 2>/dev/null && echo 0 >"$g/memory.swap.max" 2>/dev/null &&
+    { echo "$g"; return 0; }
+  rmdir "$g" 2>/dev/null
+  return 1
+}
+if cg=$(oom_cgroup); then
+  bash -c 'echo $$ >"$1/cgroup.procs" && exec "${@:2}"' _ "$cg" "$RUN" -n 1 "$RANKS/use_memory.sh" 256 \
+    >"$TMP/oom.out" 2>"$TMP/oom.err"
+  rc=$?
+  check "a rank killed for memory: exit 137" equals $rc 137
+  check "... named as the OOM killer's" contains "$(cat "$TMP/oom.err")" "was killed by SIGKILL (the kernel's OOM killer: out of memory)" ||
+    sed 's/^/  | /' "$TMP/oom.err"
+  rmdir "$cg" 2>/dev/null
+else
+  echo "SKIP - an OOM-killed rank: no memory cgroup can be made here (not root, or no memory controller)"
+fi
+
 # --- an orphan that ends while the job runs is reaped by us (the subreaper), not left a zombie ---
 "$RUN" -v -n 2 "$RANKS/orphan_helper.sh" 2 >"$TMP/orphan.out" 2>"$TMP/orphan.err" &
 pid=$!
@@ -78,7 +119,7 @@ check "each attempt has its own MASTER_PORT" equals "$(grep -o 'attempt [012] .*
 check "summary: attempt 0 failed, restarting" contains "$err" "idist-run: attempt 0: rank 0 (pid "
 check "summary: attempt 0 says restarting" contains "$err" "exited with code 9; stopped rank(s) 1; restarting every rank (attempt 1 of at most 3)"
 check "summary: attempt 1 failed, restarting" contains "$err" "restarting every rank (attempt 2 of at most 3)"
-check "summary: success on attempt 2" contains "$err" "succeeded on attempt 2 after 2 restart(s)"
+check "summary: success on attempt 2" contains "$err" "succeeded on attempt 2 after 2 restarts"
 check "summary.json: 3 attempts" equals "$(jq '.attempts | length' "$json")" 3
 check "summary.json: 3 different master ports" equals "$(jq '[.attempts[].master_port] | unique | length' "$json")" 3
 check "summary.json: ports match what the ranks saw" equals \

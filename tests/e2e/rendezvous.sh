@@ -202,6 +202,9 @@ for run in 1 2 3 4 5; do
 done
 check "a third node arriving while 2 of 2:3 run, --max-restarts 0: re-formed in $reformed of 5 runs (attempt 1: 6 ranks, each sum 105; the cause named)" \
   equals $reformed 5
+# A re-form is free: the closing line must not count it as a restart spent (--max-restarts 0).
+check "the closing line counts the re-form as one, not as a restart" \
+  contains "$(out a)" "succeeded on attempt 1 after 1 re-form (not counted as restarts)"
 wait $handshake
 took=$(cat "$DIR/handshake.took" 2>/dev/null || echo none)
 check "a connection that never joins is closed by the rendezvous after $took ms (10 s)" \

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <ratio>
 #include <cstring>
 #include <stdexcept>
 
@@ -30,6 +32,8 @@ using Clock = std::chrono::steady_clock;
 
 // Between tries to reach a rendezvous that does not listen yet (node 0 starts later).
 constexpr auto kConnectRetry = std::chrono::milliseconds(100);
+// A silence timer woken this late was not waiting: the process was not running.
+constexpr auto kOwnSilence = std::chrono::seconds(1);
 // An endpoint of this host whose port someone else holds: how long (beyond one heartbeat, the
 // longest a rendezvous takes to say anything to a joined node) we wait for it to speak our
 // protocol before calling it another program's.
@@ -145,8 +149,19 @@ struct NodeAgent::State {
   void watch() {
     if (finished || !connection || connection->closed()) return;
     const auto deadline = last_heard + options.dead_after;
-    if (Clock::now() >= deadline)
-      return connection->close(fmt::format("stopped answering (no heartbeat for {})", common::duration_text(options.dead_after)));
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      // Woken well past the deadline: this idist-run itself did not run meanwhile (stopped, or
+      // starved), and the silence it sees is its own. On node 0 that is the rendezvous it hosts.
+      const auto late = now - deadline;
+      const std::string own = late > kOwnSilence
+                                  ? fmt::format("; this idist-run itself did not run for at least {} (stopped or "
+                                                "starved): the silence was its own",
+                                                common::duration_text(std::chrono::round<std::chrono::duration<long, std::deci>>(late)))
+                                  : std::string();
+      return connection->close(
+          fmt::format("stopped answering (no heartbeat for {}){}", common::duration_text(options.dead_after), own));
+    }
     silence_timer->expires_at(deadline);
     silence_timer->async_wait([this](auto ec) {
       if (!ec) watch();
@@ -220,7 +235,8 @@ struct NodeAgent::State {
     if (probing && !heard) return give_up(port_taken());
     const std::string text = !lost_why.empty()
                                  ? lost_why
-                                 : fmt::format("lost the rendezvous at {} (node 0): {}", endpoint,
+                                 : fmt::format("lost the rendezvous at {} ({}): {}", endpoint,
+                                               server ? "hosted by this idist-run, node 0" : "node 0",
                                                why == "the other side closed the connection"
                                                    ? "node 0's idist-run ended or was killed"
                                                    : why);

@@ -42,94 +42,10 @@
 #include <string_view>
 #include <vector>
 
-namespace boost::asio {
-class io_context;
-}
+#include "idist/launchers/coordinator.hpp"
+#include "idist/launchers/process_spec.hpp"
 
 namespace idist::launchers {
-
-struct ProcessSpec {
-  int rank = 0;
-  std::string path;               // resolved executable
-  std::vector<std::string> argv;  // argv[0] included
-  std::vector<std::string> env;   // "NAME=value"
-  std::vector<int> cpus;          // --bind: the cores it may run on; empty: ours
-  // Set: the rank is this process forked, not `path` executed. The child, with `env` as its
-  // environment and the descriptors exec would have closed closed, calls `entry` and exits
-  // with what it returns (1, with the message on stderr, if it throws); it never returns
-  // into the caller's stack. Only for a caller that is single-threaded when supervise()
-  // starts: a fork copies every lock another thread holds (idist::spawn checks it).
-  std::function<int()> entry;
-  // With an entry: the caller's own descriptors, which stay open in the rank even when
-  // close-on-exec (an entry may use what it captured); every other close-on-exec one closes.
-  std::vector<int> inherited_fds;
-  // Descriptors the rank keeps across exec although close-on-exec here (its flight recorder).
-  std::vector<int> pass_fds;
-};
-
-// The processes of one attempt; attempt k > 0 is the k-th restart.
-struct Attempt {
-  std::vector<ProcessSpec> processes;
-  int master_port = 0;  // for the summary
-  int node_rank = -1;   // a job over several nodes: this node's in this attempt
-};
-
-// Makes attempt `restart_count` (0 first). May throw; a throw on a restart ends the job.
-using MakeAttempt = std::function<Attempt(int restart_count)>;
-
-// A rank of this node that failed first here.
-struct LocalFailure {
-  int rank = 0;
-  std::string how;    // "exited with code 3"
-  int exit_code = 1;  // idist-run's code for it
-  bool root_cause = false;       // crashed or killed by a signal nobody sent, not a non-zero exit
-  std::optional<int> lost_peer;  // the rank it said it lost its connection to
-};
-
-// What the job does after an attempt every node has ended.
-struct RemoteVerdict {
-  enum class Then { restart, success, failure };
-  Then then = Then::failure;
-  int next_attempt = 0;  // restart
-  std::string cause;     // restart, failure: "rank 3 on node 1 (hostb) exited with code 3"
-  int exit_code = 1;     // failure: the job's exit code, the same on every node
-  int restarts_left = 0;
-  int rank = -1;  // the global rank the cause names; -1: none, or a node that was lost
-};
-
-// How the attempts of a job spread over nodes are decided together (rendezvous.hpp). The
-// supervisor calls it on its event loop, and every callback comes back on that loop.
-class Coordinator {
- public:
-  struct Events {
-    std::function<void(const std::string& cause)> end_attempt;  // another node ended it: stop the ranks
-    std::function<void(const std::string& why)> lost;           // no rendezvous any more: stop, fail
-    // A job-wide stall report: this node's ranks as the report needs them (JSON text,
-    // stall_report.hpp); then the report's lines, the same on every node.
-    std::function<std::string()> views;
-    std::function<void(const std::vector<std::string>& lines)> report;
-  };
-  virtual ~Coordinator() = default;
-  virtual void start(boost::asio::io_context& io, Events events) = 0;
-  // Once the nodes are in: `joined` with nullopt; or with the job's end, when it ended (or
-  // cannot start, or the rendezvous is gone) before this node's ranks could start. The
-  // attempt then starting is attempt(): a node that joins a running job starts at its count.
-  virtual void join(int attempt, std::function<void(const std::optional<RemoteVerdict>& ended)> joined) = 0;
-  virtual int attempt() const = 0;
-  virtual void failed(int attempt, const LocalFailure& failure) = 0;
-  // Every local rank of the attempt is gone; `verdict` once every node's are.
-  virtual void over(int attempt, const std::optional<LocalFailure>& failure,
-                    std::function<void(const RemoteVerdict&)> verdict) = 0;
-  // The job is over here, with `outcome` (JobResult::outcome: why, when this node leaves
-  // before the job's verdict); `done` once this process may exit (node 0 hosts the
-  // rendezvous until every node has its verdict).
-  virtual void finish(const std::string& outcome, std::function<void()> done) = 0;
-  // Some local rank stalled (a local stall report was made): ask for a job-wide one, which
-  // comes back through Events::report. Nothing where there is nobody to ask.
-  virtual void stalled(int /*attempt*/) {}
-  // The event loop is about to go: let go of everything bound to it.
-  virtual void detach() = 0;
-};
 
 struct SuperviseOptions {
   bool tag_output = false;

@@ -1,0 +1,135 @@
+#pragma once
+// The supervisor's process context: it starts one attempt's ranks (each with its pipes, its
+// log files and its flight recorder), carries their output to the console, signals them, and
+// reaps them and whatever they leave behind. It decides nothing: who failed and what follows
+// is the supervisor's (policy.hpp), which hears of exits and closed streams through callbacks.
+
+#include <sys/types.h>
+
+#include <array>
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "console.hpp"
+#include "idist/common/flight_recorder.hpp"
+#include "idist/launchers/supervisor.hpp"
+#include "rank_output.hpp"
+#include "run_summary.hpp"
+#include "stall_report.hpp"
+
+namespace idist::launchers::supervision {
+
+namespace asio = boost::asio;
+
+// Lines of a failing rank's stderr kept for the summary.
+inline constexpr std::size_t kTailLines = 10;
+
+// One rank's output stream (stdout or stderr) on its way to ours.
+struct Stream {
+  Stream(asio::io_context& io, int fd, detail::Console& console, detail::Channel channel, std::string prefix,
+         detail::LogFile log, bool keep_tail)
+      : pipe(io, fd), channel(channel), output(console, channel, std::move(prefix), std::move(log), keep_tail) {}
+  asio::posix::stream_descriptor pipe;
+  detail::Channel channel;
+  detail::RankOutput output;
+  std::array<char, 64 * 1024> buffer{};
+  bool open = true;
+  bool held = false;  // not read while the console holds all it may for a slow reader
+};
+
+// A rank's flight recorder, as idist-run maps it (the rank maps the same memfd).
+class RecorderMemory {
+ public:
+  // The memory and the descriptor to hand the rank; nullptr where memfds cannot be had.
+  static std::unique_ptr<RecorderMemory> make();
+  ~RecorderMemory();
+  RecorderMemory(const RecorderMemory&) = delete;
+  RecorderMemory& operator=(const RecorderMemory&) = delete;
+  int fd() const { return fd_; }
+  void close_fd();  // once the rank has its own copy of it
+  // The process that records, where it is not the rank's own (a script that runs the program
+  // as its child): one of the rank's process group, as a child of the rank is unless it moved.
+  // The rank itself otherwise, and once that process has ended (its pid may be another's).
+  pid_t recording(pid_t rank) const;
+  // The rank's calls, each dated by when we first saw the recorder as it is now (the rank
+  // reads no clock).
+  std::vector<detail::Recorded> read();
+
+ private:
+  RecorderMemory(int fd, common::recorder::Segment* segment) : fd_(fd), segment_(segment) {}
+  int fd_;
+  common::recorder::Segment* segment_;
+  std::uint64_t seen_entered_ = 0;
+  std::int64_t since_ns_ = 0;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> open_since_;  // (epoch, id): first seen open
+};
+
+struct Rank {
+  const ProcessSpec* spec = nullptr;
+  detail::RankRecord* record = nullptr;  // in the attempt's record, which does not move
+  std::unique_ptr<Stream> out, err;
+  std::unique_ptr<RecorderMemory> recorder;
+  bool running() const { return record->pid > 0 && !record->status; }
+  // Its last stderr lines, oldest first.
+  std::vector<std::string> last_stderr() const { return err ? err->output.tail().last_lines(kTailLines) : std::vector<std::string>(); }
+};
+
+struct LiveAttempt {
+  Attempt attempt;
+  detail::AttemptRecord record;
+  std::vector<Rank> ranks;
+  bool ranks_gone = false;      // every rank reaped, leftovers dealt with
+  bool ended_remotely = false;  // its teardown came from another node's end
+  std::optional<int> restarts_left;  // the verdict that started it: a restart's budget after it
+};
+
+// Whether we have any child, exited or not, without reaping it.
+bool has_children();
+
+// The run id as a directory name: an id taken from the environment may hold a '/'.
+std::string run_dir_name(std::string id);
+
+class ProcessContext {
+ public:
+  // `output_closed`: a rank's stream reached its end (the attempt may be over).
+  ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output, std::function<void()> output_closed);
+
+  // Starts `rank` with its log files in `log_dir` ("" for none); the reason when it cannot.
+  std::optional<std::string> start(Rank& rank, const std::string& log_dir);
+  // Every exited child reaped: a rank of `attempt` gets its status recorded and is returned;
+  // the rest (left behind by ranks, re-parented to us) are only logged.
+  std::vector<Rank*> reap(LiveAttempt* attempt);
+  // `sig` to the process group of each running rank of `attempt`. A stopped rank (SIGSTOP, a
+  // frozen one a stall report named) acts on SIGTERM only once continued, as a shell's kill
+  // does for a stopped job; else it would wait out --grace: it gets SIGCONT after.
+  static void signal(LiveAttempt& attempt, int sig);
+  // SIGKILL to every descendant until none is left (bounded: a process in state D cannot be
+  // hurried), reaping them. Returns what it killed ("pid 123 (helper)"), for the record.
+  std::vector<std::string> kill_leftovers_now(LiveAttempt* attempt);
+  void close_stream(Stream& stream);
+  void close_streams(LiveAttempt& attempt);
+  // Whether a stream of `attempt` is held back for a slow console (it has output left).
+  static bool held(const LiveAttempt& attempt);
+  static bool output_open(const LiveAttempt& attempt);
+
+ private:
+  void read_more(Stream& stream);
+  void read_when_accepted(Stream& stream);
+
+  asio::io_context& io_;
+  detail::Console& console_;
+  bool tag_output_;
+  std::function<void()> output_closed_;
+};
+
+// "pid 123 (name)" for each of `pids`, from /proc/PID/comm.
+std::vector<std::string> describe_processes(const std::vector<pid_t>& pids);
+
+}  // namespace idist::launchers::supervision
