@@ -1,6 +1,7 @@
 #include "console.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
@@ -42,6 +43,7 @@ constexpr int kMaxPieces = 64;  // per writev
 struct Opened {
   int fd = -1;
   bool socket = false;
+  bool pipe = false;
   std::optional<int> restore_flags;  // O_NONBLOCK was set on the shared description
   int error = 0;
 };
@@ -59,6 +61,7 @@ Opened open_for_writing(int fd) {
     if (o.fd < 0) o.error = errno;
     return o;
   }
+  o.pipe = S_ISFIFO(st.st_mode);
   const std::string self = "/proc/self/fd/" + std::to_string(fd);
   o.fd = ::open(self.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (o.fd >= 0) return o;
@@ -93,6 +96,7 @@ class Console::Destination {
     }
     fd_ = o.fd;
     socket_ = o.socket;
+    pipe_ = o.pipe;
     restore_flags_ = o.restore_flags;
     boost::system::error_code ignored;  // a regular file cannot be waited for, and needs not be
     waiter_.assign(fd_, ignored);
@@ -112,11 +116,14 @@ class Console::Destination {
     if (closed_) return write_now(channel, line);
     if (state_ == State::gone) return drop(channel, line);
     if (queue_.empty()) {  // straight from the caller's buffer; only what the console does not take is copied
-      const iovec iov{const_cast<char*>(line.data()), line.size()};
-      const ssize_t n = put(&iov, 1);
-      if (n < 0) return drop(channel, line);
-      if (n > 0) progress();
-      line.remove_prefix(static_cast<std::size_t>(n));
+      while (!line.empty()) {
+        const iovec iov{const_cast<char*>(line.data()), batch(line)};
+        const ssize_t n = put(&iov, 1);
+        if (n < 0) return drop(channel, line);
+        if (n == 0) break;
+        progress();
+        line.remove_prefix(static_cast<std::size_t>(n));
+      }
       if (line.empty()) return;
       enqueue(channel, line);
       return wait_writable();
@@ -168,6 +175,21 @@ class Console::Destination {
     queued_ += line.size();
   }
 
+  // How much of `text` (lines from where the console is) to write in one go. Whatever the
+  // console does not take waits in the queue, and what it took stays on its screen (or in its
+  // pipe) even if the rest is dropped later: the reader stops, the job ends, and what was held
+  // for it is dropped. A line must not be cut there. On a pipe, a write of PIPE_BUF bytes or
+  // fewer is all or nothing, without blocking too (POSIX): so a pipe is written whole lines at a
+  // time, at most PIPE_BUF bytes of them, or one longer line alone (which can still be cut;
+  // its rest follows as long as the console takes anything). A terminal or a socket takes any
+  // part of a write: they get everything at once, and a cut line's rest is counted as dropped.
+  std::size_t batch(std::string_view text) const {
+    if (!pipe_ || text.size() <= PIPE_BUF) return text.size();
+    if (const auto nl = text.substr(0, PIPE_BUF).rfind('\n'); nl != std::string_view::npos) return nl + 1;
+    const auto end = text.find('\n');
+    return end == std::string_view::npos ? text.size() : end + 1;
+  }
+
   // One non-blocking write: bytes written, 0 when it would block, -1 when the console is gone.
   ssize_t put(const iovec* iov, int count) {
     for (;;) {
@@ -193,9 +215,22 @@ class Console::Destination {
     while (!queue_.empty()) {
       std::array<iovec, kMaxPieces> iov{};
       int count = 0;
-      for (auto it = queue_.begin(); it != queue_.end() && count < kMaxPieces; ++it, ++count) {
-        const std::size_t skip = count == 0 ? head_ : 0;
-        iov[static_cast<std::size_t>(count)] = {it->text.data() + skip, it->text.size() - skip};
+      std::size_t total = 0;
+      for (auto it = queue_.begin(); it != queue_.end() && count < kMaxPieces; ++it) {
+        std::string_view text(it->text);
+        text.remove_prefix(count == 0 ? head_ : 0);
+        // A batch for a pipe (see batch()): whole pieces while they fit in PIPE_BUF, then the
+        // lines of the next that still fit.
+        const bool fits = !pipe_ || total + text.size() <= PIPE_BUF;
+        if (!fits && count == 0) text = text.substr(0, batch(text));
+        if (!fits && count > 0) {
+          const auto nl = text.substr(0, PIPE_BUF - total).rfind('\n');
+          if (nl == std::string_view::npos) break;
+          text = text.substr(0, nl + 1);
+        }
+        iov[static_cast<std::size_t>(count++)] = {const_cast<char*>(text.data()), text.size()};
+        total += text.size();
+        if (!fits) break;
       }
       const ssize_t n = put(iov.data(), count);
       if (n < 0) return;  // gone: the queue was dropped
@@ -282,7 +317,7 @@ class Console::Destination {
     if (state_ != State::ok) return drop(channel, line);
     auto deadline = Clock::now() + kConsoleStall;
     while (!line.empty()) {
-      const iovec iov{const_cast<char*>(line.data()), line.size()};
+      const iovec iov{const_cast<char*>(line.data()), batch(line)};
       const ssize_t n = put(&iov, 1);
       if (n < 0) return drop(channel, line);
       if (n > 0) {
@@ -323,6 +358,7 @@ class Console::Destination {
   asio::io_context& io_;
   int fd_ = -1;
   bool socket_ = false;
+  bool pipe_ = false;  // written a batch of whole lines at a time (see batch())
   std::optional<int> restore_flags_;
   asio::posix::stream_descriptor waiter_;  // fd_ for writability; fd_ stays ours
   asio::steady_timer stall_timer_;

@@ -21,7 +21,9 @@
 // once, at the end, and recorded in summary.json.
 //
 // Both channels share one queue when they are the same pipe, socket or terminal (2>&1), so
-// that a line cut by a partial write is finished before the other channel's next line.
+// that a line cut by a partial write is finished before the other channel's next line. A pipe
+// is written whole lines at a time, PIPE_BUF bytes at most, which it takes whole or not at all:
+// no line is left half in it when what we held for a stalled reader is dropped at the end.
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>

@@ -148,6 +148,19 @@ std::string list(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
 }
 
+// The process states of some ranks, each as "state: sleeping" or "exited with code 3": one
+// when they are all the same, else each with its rank, a few at most.
+std::string states_of(const std::vector<std::pair<int, std::string>>& ranks) {
+  const bool same = std::all_of(ranks.begin(), ranks.end(), [&](const auto& r) { return r.second == ranks.front().second; });
+  if (same) return ranks.empty() ? "" : ranks.front().second;
+  constexpr std::size_t kMost = 4;
+  std::vector<std::string> each;
+  for (std::size_t i = 0; i < ranks.size() && i < kMost; ++i)
+    each.push_back(fmt::format("rank {} {}", ranks[i].first, ranks[i].second));
+  if (ranks.size() > kMost) each.push_back(fmt::format("and {} more", ranks.size() - kMost));
+  return fmt::format("{}", fmt::join(each, "; "));
+}
+
 }  // namespace
 
 std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t since_ns) {
@@ -246,7 +259,10 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
     if (!r.running) continue;
     for (const auto& s : r.slots)
       if (collective(s) && s.state == rec::State::entered && now_ns - s.entered_ns >= stall_ns &&
-          (oldest == nullptr || s.entered_ns < oldest->entered_ns))
+          (oldest == nullptr || s.entered_ns < oldest->entered_ns ||
+           // Seen at the same read: a rank still in #N holds up its peers waiting in #N+1.
+           (s.entered_ns == oldest->entered_ns && s.epoch == oldest->epoch && s.group == oldest->group &&
+            s.seq < oldest->seq)))
         oldest = &s;
   }
   if (oldest == nullptr) return p2p_stall(ranks, now_ns, stall_ns, reported);
@@ -255,8 +271,15 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
 
   StallReport report;
   std::vector<int> waiting;
+  std::vector<std::pair<int, std::string>> waiting_states;
+  std::vector<std::pair<int, pid_t>> waiting_pids;
   std::int64_t longest = 0;
   std::vector<std::string> others;
+  // Ranks that completed the call (or left it): whoever still waits in it is what holds the
+  // call up, not them (a rank frozen in a call whose data its peers already had).
+  bool completed_by_some = false;
+  // Of those, the ones waiting in the group's next call, by that call: "all_reduce #8".
+  std::vector<std::pair<std::string, std::vector<std::pair<int, std::string>>>> waiting_next;
   auto suspect = [&](const RankView& r) {
     if (report.suspect < 0) report.suspect = r.rank;
     if (r.running && report.to_inspect.size() < 2) report.to_inspect.push_back({r.rank, r.pid});
@@ -288,10 +311,13 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
       // Entered, and pushed out of the ring since: so it has left it (an open call stays).
       others.push_back(fmt::format("rank {} has left it ({} #{}; its record since pushed out by later calls; {})",
                                    r.rank, entry->op, ref.seq, process));
+      completed_by_some = true;
       continue;
     }
     if (at != nullptr && same_call(*at, ref) && at->state == rec::State::entered && r.running) {
       waiting.push_back(r.rank);
+      waiting_states.push_back({r.rank, process});
+      waiting_pids.push_back({r.rank, r.pid});
       longest = std::max(longest, now_ns - at->entered_ns);
       continue;
     }
@@ -302,6 +328,14 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
       continue;
     }
     if (at != nullptr && at->state == rec::State::completed) {
+      completed_by_some = true;
+      if (r.running && last != nullptr && last->seq > ref.seq && collective(*last) && last->state == rec::State::entered) {
+        const auto next = fmt::format("{} #{}", last->op, last->seq);
+        auto same = std::find_if(waiting_next.begin(), waiting_next.end(), [&](const auto& w) { return w.first == next; });
+        if (same == waiting_next.end()) same = waiting_next.insert(waiting_next.end(), {next, {}});
+        same->second.push_back({r.rank, process});
+        continue;
+      }
       others.push_back(fmt::format("rank {} completed it ({})", r.rank, process));
       continue;
     }
@@ -324,10 +358,33 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
         others.push_back(fmt::format("rank {} never entered it ({}; {})", r.rank, before, process));
     }
   }
+  // Waiting in a call that others completed: the waiting ranks are the ones to look at (a
+  // stopped one, one stuck in D state), whatever else the others say.
+  const bool frozen = completed_by_some && !waiting.empty();
+  if (frozen) {
+    for (auto it = waiting_next.rbegin(); it != waiting_next.rend(); ++it) {
+      std::vector<int> who;
+      for (const auto& [rank, process] : it->second) who.push_back(rank);
+      others.insert(others.begin(), fmt::format("{} wait{} for it in {} ({} completed #{}; {})", list(who),
+                                                who.size() == 1 ? "s" : "", it->first, who.size() == 1 ? "it" : "they",
+                                                ref.seq, states_of(it->second)));
+    }
+    report.suspect = waiting.front();
+    auto inspect = std::move(report.to_inspect);
+    report.to_inspect.clear();
+    for (const auto& w : waiting_pids)
+      if (report.to_inspect.size() < 2) report.to_inspect.push_back(w);
+    for (const auto& i : inspect)
+      if (report.to_inspect.size() < 2) report.to_inspect.push_back(i);
+  } else {
+    for (const auto& [next, who] : waiting_next)
+      for (const auto& [rank, process] : who) others.push_back(fmt::format("rank {} completed it ({})", rank, process));
+  }
   auto& lines = report.lines;
   const auto d = details(ref);
   std::string head = fmt::format("stall: {} #{} on group {}{}: {} waiting {}", ref.op, ref.seq, group_name(ref.group),
                                  d.empty() ? "" : " (" + d + ")", list(waiting), seconds(longest));
+  if (frozen) head += " (" + states_of(waiting_states) + ")";
   if (others.empty()) {
     head += "; every rank here entered it, so the backend or the network holds it (a cut link, a rank on another "
             "node that never came)";

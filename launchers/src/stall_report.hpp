@@ -66,8 +66,10 @@ std::string process_state(pid_t pid);
 
 struct StallReport {
   std::vector<std::string> lines;
-  // The rank the report points at: the first that never entered the call (or entered another,
-  // or ended), else the first waiting in it; and the ranks whose stacks are worth a look.
+  // The rank the report points at: the first waiting in the call when some rank completed it
+  // (it froze inside, its peers had its data and went on), else the first that never entered
+  // it (or entered another, or ended), else the first waiting in it; and the ranks whose stacks
+  // are worth a look, that one first.
   int suspect = -1;
   std::vector<std::pair<int, pid_t>> to_inspect;
 };

@@ -154,3 +154,54 @@ TEST_CASE("a rank whose record of the very call waited in was pushed out of its 
   CHECK(has(report->lines, "rank 1 has left it (broadcast #1; its record since pushed out by later calls;"));
   CHECK(!has(report->lines, "never entered"));
 }
+
+TEST_CASE("a rank frozen in a call its peers completed: its state, its stack, and who waits for it next") {
+  // Shared memory, rank 0 stopped inside all_reduce #7: ranks 1 and 2 got their results and
+  // wait in #8, which cannot begin without rank 0. The reader saw all three as they are now at
+  // the same read, so the calls are equally old.
+  const std::int64_t now = 100'000'000'000;
+  auto in_7 = call(7, 2, rec::State::entered);
+  in_7.entered_ns = now - 5'100'000'000;
+  auto in_8 = call(8, 2, rec::State::entered);
+  in_8.entered_ns = in_7.entered_ns;
+  std::vector<RankView> views = {rank(0, {call(6, 2), in_7}), rank(1, {call(6, 2), call(7, 2), in_8}),
+                                 rank(2, {call(6, 2), call(7, 2), in_8})};
+  views[0].process = "stopped (SIGSTOP or SIGTSTP)";
+  views[1].process = "sleeping in futex_wait_queue";
+  views[2].process = "sleeping in futex_wait_queue";
+  CallKeys reported;
+  const auto report = stall_report(views, now, std::chrono::seconds(1), reported);
+  REQUIRE(report);
+  REQUIRE(!report->lines.empty());
+  INFO(report->lines[0]);
+  CHECK(has(report->lines, "all_reduce #7 on group world (int8, 2 elements): rank 0 waiting 5.1 s (state: stopped "
+                           "(SIGSTOP or SIGTSTP) on node)"));
+  CHECK(has(report->lines, "ranks 1, 2 wait for it in all_reduce #8 (they completed #7; state: sleeping in "
+                           "futex_wait_queue on node)"));
+  CHECK(report->suspect == 0);
+  REQUIRE(!report->to_inspect.empty());
+  CHECK(report->to_inspect.front() == std::pair<int, pid_t>{0, 1000});
+}
+
+TEST_CASE("a rank frozen in its peers' last call: its state and its stack") {
+  // Rank 2 stopped inside all_reduce #7, the last call of its peers, which went on in their own
+  // code (rank 0) or exited (rank 1).
+  const std::int64_t now = 100'000'000'000;
+  auto in_7 = call(7, 2, rec::State::entered);
+  in_7.entered_ns = now - 60'100'000'000;
+  std::vector<RankView> views = {rank(0, {call(6, 2), call(7, 2)}), rank(1, {call(6, 2), call(7, 2)}),
+                                 rank(2, {call(6, 2), in_7})};
+  views[1].running = false;
+  views[1].ended = "exited with code 0";
+  views[2].process = "running";
+  CallKeys reported;
+  const auto report = stall_report(views, now, std::chrono::seconds(1), reported);
+  REQUIRE(report);
+  REQUIRE(!report->lines.empty());
+  INFO(report->lines[0]);
+  CHECK(has(report->lines, "rank 2 waiting 60.1 s (state: running on node); rank 0 completed it (state: sleeping on node)"));
+  CHECK(has(report->lines, "rank 1 completed it (exited with code 0)"));
+  CHECK(report->suspect == 2);
+  REQUIRE(!report->to_inspect.empty());
+  CHECK(report->to_inspect.front() == std::pair<int, pid_t>{2, 1002});
+}
