@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <deque>
 #include <cstdio>
 #include <future>
 #include <optional>
@@ -142,6 +144,19 @@ class LogCapture {
  private:
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
 };
+
+// A flood holds two descriptors per connection in this one process (ours and the server's).
+// Returns the soft limit after raising it as far as the hard limit allows.
+rlim_t raise_fd_limit(rlim_t wanted) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  if (limit.rlim_cur < wanted) {
+    limit.rlim_cur = std::min(limit.rlim_max, wanted);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  return limit.rlim_cur;
+}
 
 long resident_kib() {
   long pages = 0, resident = 0;
@@ -536,4 +551,96 @@ TEST_CASE("the store binds the address rank 0 is reached at, not every interface
   StoreServerOptions foreign{"192.0.2.1", 0, ""};
   foreign.bind_all = false;
   CHECK_THROWS_WITH_AS(TcpStoreServer{foreign}, doctest::Contains("IDIST_STORE_BIND_ALL=1"), std::runtime_error);
+}
+
+// Issue 28, defect 4: a stranger's idle connections filled rank 0's store up to its cap while a
+// rank was still joining, and the rank was turned away with "did rank 0 exit?". The cap here is
+// small so that a flood well above it fits this process's descriptors.
+TEST_CASE("flood: strangers' idle connections above the cap do not keep a rank of the job out") {
+  constexpr std::size_t kCap = 128;
+  const auto fds = raise_fd_limit(8 * kCap + 256);
+  const std::size_t flood_size = std::min<std::size_t>(6 * kCap, (fds - 128) / 2);
+  REQUIRE_MESSAGE(flood_size > 2 * kCap, "RLIMIT_NOFILE " << fds << " is too low for the test");
+  LogCapture log;
+  StoreServerOptions options{"127.0.0.1", 0, "tok"};
+  options.max_connections = kCap;
+  TcpStoreServer server(options);
+  std::vector<std::unique_ptr<RawClient>> flood;  // connect and never say a word
+  for (std::size_t i = 0; i < flood_size; ++i) flood.push_back(std::make_unique<RawClient>(server.port()));
+  MESSAGE(flood_size << " idle stranger connections against a cap of " << kCap);
+  // Every rank of a small job gets in, at once, and is served.
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 8; ++r) ranks.push_back(std::make_unique<TcpStore>(client_of(server, "tok", 5s)));
+  ranks[0]->set("k", bytes("v"));
+  for (auto& rank : ranks) CHECK(text(rank->get("k")) == "v");
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  CHECK(log.saw({"had not presented the job token", "to make room"}));
+}
+
+// The same while the flood goes on: a stranger that keeps connecting competes with the ranks'
+// own connections for the slots the cap leaves.
+TEST_CASE("flood: a rank gets in while a stranger keeps opening connections") {
+  constexpr std::size_t kCap = 64;
+  const auto fds = raise_fd_limit(8 * kCap + 256);
+  const std::size_t held = std::min<std::size_t>(4 * kCap, (fds - 128) / 2);
+  REQUIRE(held > kCap);
+  StoreServerOptions options{"127.0.0.1", 0, "tok"};
+  options.max_connections = kCap;
+  TcpStoreServer server(options);
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> opened{0};
+  std::thread flooder([&, port = server.port()] {
+    std::deque<int> open;  // plain descriptors: no test assertions off the main thread
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    while (!stop) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        ::close(fd);
+        continue;
+      }
+      open.push_back(fd);
+      if (open.size() > held) {
+        ::close(open.front());
+        open.pop_front();
+      }
+      ++opened;
+    }
+    for (int fd : open) ::close(fd);
+  });
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  for (int r = 0; r < 8; ++r) {
+    CHECK_NOTHROW(ranks.push_back(std::make_unique<TcpStore>(client_of(server, "tok", 5s))));
+    std::this_thread::sleep_for(20ms);
+  }
+  stop = true;
+  flooder.join();
+  MESSAGE(opened.load() << " stranger connections opened while 8 ranks joined, cap " << kCap);
+  REQUIRE(ranks.size() == 8);
+  ranks[0]->set("k", bytes("v"));
+  for (auto& rank : ranks) CHECK(text(rank->get("k")) == "v");
+}
+
+// When the job's own connections fill the store, nothing can be made room for: the rank is
+// told that, not that rank 0 may have exited.
+TEST_CASE("a rank turned away by a store full of the job's own connections is told so") {
+  StoreServerOptions options{"127.0.0.1", 0, "tok"};
+  options.max_connections = 4;
+  TcpStoreServer server(options);
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  for (int i = 0; i < 4; ++i) ranks.push_back(std::make_unique<TcpStore>(client_of(server, "tok")));
+  std::string message;
+  try {
+    TcpStore late(client_of(server, "tok", 1s));
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  MESSAGE(message);
+  CHECK(message.find("4 connections") != std::string::npos);
+  CHECK(message.find("full") != std::string::npos);
+  CHECK(message.find("did rank 0 exit") == std::string::npos);
 }
