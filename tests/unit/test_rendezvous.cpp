@@ -348,3 +348,19 @@ TEST_CASE("a flood of strangers' connections is logged in a bounded number of li
   CHECK(refusal_lines <= 8);  // at most one a second over the flood, and the first at once
   CHECK(counted == kFlood);   // none left out
 }
+
+// Issue 28, defect 8: with a mistyped --rdzv-id on node 1, node 0 said only "node 1 never joined".
+TEST_CASE("a round that times out names the connections refused for another job id") {
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .join_timeout = 500ms});
+  Agent a(h, "ha"), b(h, "hb");
+  a.beat(h.io, 100ms);
+  a.join(true);
+  b.connection->send(Json{{"t", "join"}, {"token", "mistyped"}, {"host", "hb"}, {"nproc", 2}});
+  REQUIRE(h.run_until([&] { return b.closed; }));
+  CHECK(text_of(b.last("error"), "message").find("--rdzv-id") != std::string::npos);
+  REQUIRE(h.run_until([&] { return a.has("verdict"); }, 3s));
+  const auto cause = text_of(a.last("verdict"), "cause");
+  MESSAGE(cause);
+  CHECK(cause.find("node 1 never joined") != std::string::npos);
+  CHECK(cause.find("refused 1 connection from 127.0.0.1 with another job id (--rdzv-id)") != std::string::npos);
+}

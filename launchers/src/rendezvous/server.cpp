@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -137,6 +138,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Clock::time_point refused_logged{};
   bool refused_timer_armed = false;
   asio::steady_timer refused_timer{io};
+  // Refusals for another job identity, by address: a node started with a mistyped --rdzv-id is
+  // what "node 1 never joined" usually means, and the join timeout's message says so.
+  std::map<std::string, int> other_job;
+  int other_job_unnamed = 0;  // beyond the addresses remembered
   std::uint64_t gathers = 0;
   Clock::time_point next_gather{};              // every node asks at once: one gather answers all
   launchers::detail::CallKeys stalls_reported;  // this attempt's, job-wide
@@ -261,6 +266,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (field<std::string>(m, "token", "") != options.token) {
       node->refused = true;
       note_refused(node, "wrong or missing job identity (--rdzv-id / IDIST_JOB_TOKEN)");
+      const auto& address = node->connection->address();
+      if (other_job.count(address) || other_job.size() < 64) {
+        ++other_job[address];
+      } else {
+        ++other_job_unnamed;
+      }
       return refuse(node, "wrong or missing job identity: pass the same --rdzv-id (or IDIST_JOB_TOKEN) on every node");
     }
     if (phase == Phase::done) return refuse(node, "the job is over");
@@ -411,6 +422,19 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                  fmt::join(reasons, "; "));
   }
 
+  // "; refused 1 connection from 10.0.0.2 with another job id (--rdzv-id)", or nothing.
+  std::string other_job_text() const {
+    if (other_job.empty()) return "";
+    int count = other_job_unnamed;
+    std::vector<std::string> addresses;
+    for (const auto& [address, n] : other_job) {
+      count += n;
+      addresses.push_back(address);
+    }
+    return fmt::format("; refused {} connection{} from {}{} with another job id (--rdzv-id)", count,
+                       count == 1 ? "" : "s", fmt::join(addresses, ", "), other_job_unnamed > 0 ? " and others" : "");
+  }
+
   void on_close(const NodePtr& node, const std::string& why) {
     // Something that spoke another protocol (or nothing but garbage): worth counting.
     if (!node->joined && !node->refused && why != "the other side closed the connection")
@@ -525,9 +549,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       if (static_cast<int>(absent.size()) == options.max_nodes - static_cast<int>(in.size()))
         missing = fmt::format("; node{} {} never joined", absent.size() == 1 ? "" : "s", fmt::join(absent, ", "));
     }
-    cause = fmt::format("the rendezvous timed out after {}: {} of {} nodes joined ({}){}",
+    cause = fmt::format("the rendezvous timed out after {}: {} of {} nodes joined ({}){}{}",
                         common::duration_text(options.join_timeout), in.size(), options.min_nodes,
-                        hosts.empty() ? "none" : fmt::format("{}", fmt::join(hosts, ", ")), missing);
+                        hosts.empty() ? "none" : fmt::format("{}", fmt::join(hosts, ", ")), missing,
+                        other_job_text());
     exit_code = 1;
     conclude(false);
   }
