@@ -91,6 +91,7 @@ struct ServerState {
   // connection at once. Only the job's own ranks, once in, are never pushed out.
   std::list<Session*> strangers;
   RateLimitedLog evictions;     // strangers dropped to make room
+  std::string eviction_why;     // why room was needed, the latest time
   RateLimitedLog slow_hellos;   // strangers dropped for saying nothing in time
 
   // Stores value at key unless that takes the store past its bounds; returns why not, or
@@ -332,9 +333,8 @@ class Session : public std::enable_shared_from_this<Session> {
 ServerState::ServerState(asio::io_context& io)
     : evictions(io, [this](std::size_t n, const std::string& latest) {
         detail::log().warn(
-            "idist store: dropped {} connection(s) (latest from {}) that had not presented the job token, to make room: "
-            "{} open, the limit",
-            n, latest, options.max_connections);
+            "idist store: dropped {} connection(s) (latest from {}) that had not presented the job token, to make room: {}",
+            n, latest, eviction_why);
       }),
       slow_hellos(io, [](std::size_t n, const std::string& latest) {
         detail::log().warn("idist store: dropped {} client(s) (latest {}): no hello in time", n, latest);
@@ -390,10 +390,11 @@ struct TcpStoreServer::Impl {
 
   // Makes room for a newcomer by dropping the oldest stranger; false when every open
   // connection is the job's own.
-  bool evict_a_stranger() {
+  bool evict_a_stranger(const std::string& why) {
     if (state.strangers.empty()) return false;
+    state.eviction_why = why;
     // The session erases itself from the list as it closes.
-    state.strangers.front()->evict(full_text());
+    state.strangers.front()->evict(why);
     return true;
   }
 
@@ -406,7 +407,7 @@ struct TcpStoreServer::Impl {
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
       if ((ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system) &&
-          evict_a_stranger())
+          evict_a_stranger("rank 0 is out of file descriptors (" + ec.message() + "; its RLIMIT_NOFILE)"))
         return accept();  // a descriptor is free again: the one waiting may be a rank
       if (ec) {
         // Out of descriptors (EMFILE) and the like: accepting again at once would spin.
@@ -417,7 +418,7 @@ struct TcpStoreServer::Impl {
         });
         return;
       }
-      if (state.sessions.size() >= state.options.max_connections && !evict_a_stranger()) {
+      if (state.sessions.size() >= state.options.max_connections && !evict_a_stranger(full_text())) {
         refuse_connection(socket);
       } else {
         socket.set_option(tcp::no_delay(true), ec);
