@@ -3,7 +3,13 @@
 // so that orders the real agents produce only by chance (a failure that crosses a re-form's
 // `end`, a node that never says "over", a node lost between attempts) happen every run.
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <arpa/inet.h>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -29,8 +35,9 @@ struct Harness {
   tcp::endpoint where;
   std::unique_ptr<rdzv::Server> server;
 
-  explicit Harness(rdzv::ServerOptions options) {
-    options.quiet = true;
+  // Quiet unless the test reads the log.
+  explicit Harness(rdzv::ServerOptions options, bool quiet = true) {
+    options.quiet = quiet;
     tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     acceptor.listen();
     where = acceptor.local_endpoint();
@@ -118,6 +125,43 @@ Json over_message(int attempt, std::optional<Json> failure = std::nullopt) {
     m["failure"] = *failure;
   }
   return m;
+}
+
+// The default logger's lines (the rendezvous logs through spdlog's default logger) for the
+// test's duration.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100000)) {
+    previous_ = spdlog::default_logger();
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink_));
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::vector<std::string> lines() const { return sink_->last_formatted(); }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+// A stranger's connection, made with a plain blocking socket: it sends `bytes` and hangs up.
+void send_and_hang_up(const tcp::endpoint& where, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(where.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+std::string framed(const std::string& text) {
+  std::string frame(4, '\0');
+  for (int i = 0; i < 4; ++i) frame[static_cast<std::size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  return frame + text;
 }
 
 std::string text_of(const Json& m, const char* key) { return m.is_object() ? m.value(key, std::string()) : std::string(); }
@@ -272,4 +316,51 @@ TEST_CASE("a connection that never joins is closed after the handshake time") {
   CHECK(quiet.closed_at - start >= 300ms);
   CHECK(quiet.closed_at - start < 800ms);
   CHECK(beating.closed_at - start < 800ms);
+}
+
+// Issue 28, defect 7: one log line per refused stranger (19,900 lines for a flood).
+TEST_CASE("a flood of strangers' connections is logged in a bounded number of lines") {
+  LogCapture log;
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .handshake = 10s}, false);
+  constexpr int kFlood = 400;
+  for (int i = 0; i < kFlood; ++i) {
+    // Half speak another protocol, half are idist-runs of another job.
+    if (i % 2 == 0) {
+      send_and_hang_up(h.where, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    } else {
+      send_and_hang_up(h.where, framed(Json{{"t", "join"}, {"token", "another-job"}, {"host", "x"}}.dump()));
+    }
+    if (i % 50 == 0) h.run_until([] { return false; }, 1ms);
+  }
+  h.run_until([] { return false; }, 2500ms);  // the last aggregated line comes a second after the flood
+  int refusal_lines = 0;
+  long counted = 0;
+  for (const auto& line : log.lines()) {
+    if (line.find("refused") == std::string::npos) continue;
+    ++refusal_lines;
+    MESSAGE(line);
+    // "refused N connection(s) from ..." or, for the first one, "refused a connection from ..."
+    const auto at = line.find("refused ") + 8;
+    counted += line.compare(at, 2, "a ") == 0 ? 1 : std::atol(line.c_str() + at);
+  }
+  MESSAGE(kFlood << " refused connections logged in " << refusal_lines << " line(s)");
+  CHECK(refusal_lines >= 1);
+  CHECK(refusal_lines <= 8);  // at most one a second over the flood, and the first at once
+  CHECK(counted == kFlood);   // none left out
+}
+
+// Issue 28, defect 8: with a mistyped --rdzv-id on node 1, node 0 said only "node 1 never joined".
+TEST_CASE("a round that times out names the connections refused for another job id") {
+  Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .join_timeout = 500ms});
+  Agent a(h, "ha"), b(h, "hb");
+  a.beat(h.io, 100ms);
+  a.join(true);
+  b.connection->send(Json{{"t", "join"}, {"token", "mistyped"}, {"host", "hb"}, {"nproc", 2}});
+  REQUIRE(h.run_until([&] { return b.closed; }));
+  CHECK(text_of(b.last("error"), "message").find("--rdzv-id") != std::string::npos);
+  REQUIRE(h.run_until([&] { return a.has("verdict"); }, 3s));
+  const auto cause = text_of(a.last("verdict"), "cause");
+  MESSAGE(cause);
+  CHECK(cause.find("node 1 never joined") != std::string::npos);
+  CHECK(cause.find("refused 1 connection from 127.0.0.1 with another job id (--rdzv-id)") != std::string::npos);
 }

@@ -4,14 +4,19 @@
 #include <poll.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <csignal>
+#include <deque>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <optional>
 #include <thread>
@@ -142,6 +147,19 @@ class LogCapture {
  private:
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
 };
+
+// A flood holds two descriptors per connection in this one process (ours and the server's).
+// Returns the soft limit after raising it as far as the hard limit allows.
+rlim_t raise_fd_limit(rlim_t wanted) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  if (limit.rlim_cur < wanted) {
+    limit.rlim_cur = std::min(limit.rlim_max, wanted);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  return limit.rlim_cur;
+}
 
 long resident_kib() {
   long pages = 0, resident = 0;
@@ -536,4 +554,137 @@ TEST_CASE("the store binds the address rank 0 is reached at, not every interface
   StoreServerOptions foreign{"192.0.2.1", 0, ""};
   foreign.bind_all = false;
   CHECK_THROWS_WITH_AS(TcpStoreServer{foreign}, doctest::Contains("IDIST_STORE_BIND_ALL=1"), std::runtime_error);
+}
+
+// Issue 28, defect 4: a stranger's idle connections filled rank 0's store up to its cap while a
+// rank was still joining, and the rank was turned away with "did rank 0 exit?". The cap here is
+// small so that a flood well above it fits this process's descriptors.
+TEST_CASE("flood: strangers' idle connections above the cap do not keep a rank of the job out") {
+  constexpr std::size_t kCap = 128;
+  const auto fds = raise_fd_limit(8 * kCap + 256);
+  const std::size_t flood_size = std::min<std::size_t>(6 * kCap, (fds - 128) / 2);
+  REQUIRE_MESSAGE(flood_size > 2 * kCap, "RLIMIT_NOFILE " << fds << " is too low for the test");
+  LogCapture log;
+  StoreServerOptions options{"127.0.0.1", 0, "tok"};
+  options.max_connections = kCap;
+  TcpStoreServer server(options);
+  std::vector<std::unique_ptr<RawClient>> flood;  // connect and never say a word
+  for (std::size_t i = 0; i < flood_size; ++i) flood.push_back(std::make_unique<RawClient>(server.port()));
+  MESSAGE(flood_size << " idle stranger connections against a cap of " << kCap);
+  // Every rank of a small job gets in, at once, and is served.
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 8; ++r) ranks.push_back(std::make_unique<TcpStore>(client_of(server, "tok", 5s)));
+  ranks[0]->set("k", bytes("v"));
+  for (auto& rank : ranks) CHECK(text(rank->get("k")) == "v");
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  CHECK(log.saw({"had not presented the job token", "to make room"}));
+}
+
+// The same while the flood goes on: a stranger that keeps connecting competes with the ranks'
+// own connections for the slots the cap leaves.
+TEST_CASE("flood: a rank gets in while a stranger keeps opening connections") {
+  constexpr std::size_t kCap = 64;
+  const auto fds = raise_fd_limit(8 * kCap + 256);
+  const std::size_t held = std::min<std::size_t>(4 * kCap, (fds - 128) / 2);
+  REQUIRE(held > kCap);
+  StoreServerOptions options{"127.0.0.1", 0, "tok"};
+  options.max_connections = kCap;
+  TcpStoreServer server(options);
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> opened{0};
+  std::thread flooder([&, port = server.port()] {
+    std::deque<int> open;  // plain descriptors: no test assertions off the main thread
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    while (!stop) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        ::close(fd);
+        continue;
+      }
+      open.push_back(fd);
+      if (open.size() > held) {
+        ::close(open.front());
+        open.pop_front();
+      }
+      ++opened;
+    }
+    for (int fd : open) ::close(fd);
+  });
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  for (int r = 0; r < 8; ++r) {
+    CHECK_NOTHROW(ranks.push_back(std::make_unique<TcpStore>(client_of(server, "tok", 5s))));
+    std::this_thread::sleep_for(20ms);
+  }
+  stop = true;
+  flooder.join();
+  MESSAGE(opened.load() << " stranger connections opened while 8 ranks joined, cap " << kCap);
+  REQUIRE(ranks.size() == 8);
+  ranks[0]->set("k", bytes("v"));
+  for (auto& rank : ranks) CHECK(text(rank->get("k")) == "v");
+}
+
+// When the job's own connections fill the store, nothing can be made room for: the rank is
+// told that, not that rank 0 may have exited.
+TEST_CASE("a rank turned away by a store full of the job's own connections is told so") {
+  StoreServerOptions options{"127.0.0.1", 0, "tok"};
+  options.max_connections = 4;
+  TcpStoreServer server(options);
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  for (int i = 0; i < 4; ++i) ranks.push_back(std::make_unique<TcpStore>(client_of(server, "tok")));
+  std::string message;
+  try {
+    TcpStore late(client_of(server, "tok", 1s));
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  MESSAGE(message);
+  CHECK(message.find("4 connections") != std::string::npos);
+  CHECK(message.find("full") != std::string::npos);
+  CHECK(message.find("did rank 0 exit") == std::string::npos);
+}
+
+// The same when rank 0 runs out of descriptors before the cap: strangers' connections wait in
+// the listen queue ahead of the rank's. The store runs in a child process whose descriptor
+// limit is a few dozen above what it has open, so that this test's own sockets are spared.
+TEST_CASE("flood: a store out of descriptors makes room for a rank of the job") {
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    const auto open_now = std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {});
+    rlimit limit{};
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = static_cast<rlim_t>(open_now + 40);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+    TcpStoreServer server({"127.0.0.1", 0, "tok"});  // the cap (16,384) is far away
+    const int port = server.port();
+    if (::write(pipe_fds[1], &port, sizeof(port)) != sizeof(port)) ::_exit(1);
+    ::pause();  // until the test kills it
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  int port = 0;
+  const auto got = ::read(pipe_fds[0], &port, sizeof(port));
+  ::close(pipe_fds[0]);
+  REQUIRE(got == sizeof(port));
+  std::vector<std::unique_ptr<RawClient>> flood;  // more than the store has descriptors for
+  for (int i = 0; i < 200; ++i) flood.push_back(std::make_unique<RawClient>(port));
+  std::string error;
+  try {
+    TcpStore rank({"127.0.0.1", port, "tok", 3s});
+    rank.set("k", bytes("v"));
+    CHECK(text(rank.get("k")) == "v");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK_MESSAGE(error.empty(), error);
 }

@@ -55,7 +55,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     boost::system::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
     const auto remote = socket_.remote_endpoint(ignored);
-    peer_ = ignored ? std::string("?") : remote.address().to_string() + ":" + std::to_string(remote.port());
+    address_ = ignored ? std::string("?") : remote.address().to_string();
+    peer_ = ignored ? address_ : address_ + ":" + std::to_string(remote.port());
   }
 
   void start(OnMessage on_message, OnClose on_close) {
@@ -93,6 +94,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   bool closed() const { return closed_; }
   const std::string& peer() const { return peer_; }
+  // The peer's address without its port: one node's connections share it.
+  const std::string& address() const { return address_; }
 
  private:
   void read_header() {
@@ -132,6 +135,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   tcp::socket socket_;
   std::string peer_;
+  std::string address_;
   OnMessage on_message_;
   OnClose on_close_;
   std::array<unsigned char, 4> header_{};

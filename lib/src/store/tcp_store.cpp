@@ -48,12 +48,34 @@ void check_key_count(std::size_t n) {
 
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   const auto deadline = Clock::now() + options_.timeout;
-  connect(deadline);
-  const auto reply =
-      request(wire::Writer(static_cast<std::uint8_t>(wire::Op::hello)).bytes(options_.token).frame(), deadline, "hello");
-  if (static_cast<std::uint8_t>(reply.at(0)) != static_cast<std::uint8_t>(wire::Reply::ok))
-    throw std::runtime_error("the store at " + options_.host + ":" + std::to_string(options_.port) +
-                             " refused this rank: wrong IDIST_JOB_TOKEN (is another job using this port?)");
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  // A store at its connection limit answers BUSY and hangs up. It has then made room by
+  // dropping a stranger's connection, or holds only the job's own, some of which may go: try
+  // again, as while rank 0 is not up yet, until the deadline, and then say what the store said.
+  auto backoff = std::chrono::milliseconds(10);
+  int turned_away = 0;
+  for (;;) {
+    connect(deadline);
+    const auto reply = request(wire::Writer(static_cast<std::uint8_t>(wire::Op::hello)).bytes(options_.token).frame(),
+                               deadline, "hello");
+    const auto code = static_cast<std::uint8_t>(reply.at(0));
+    if (code == static_cast<std::uint8_t>(wire::Reply::ok)) return;
+    if (code != static_cast<std::uint8_t>(wire::Reply::busy))
+      throw std::runtime_error("the store at " + where +
+                               " refused this rank: wrong IDIST_JOB_TOKEN (is another job using this port?)");
+    ::close(fd_);
+    fd_ = -1;
+    ++turned_away;
+    wire::Reader in(reply);
+    in.code();
+    const auto why = in.bytes();
+    if (Clock::now() + backoff >= deadline)
+      throw TimeoutFailure("could not join the store at " + where + " within " + duration_text(options_.timeout) +
+                           ": it turned this rank away " + std::to_string(turned_away) + " time(s): " +
+                           std::string(why.value_or("it is at its connection limit")) + " (rank 0's log says more)");
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
 }
 
 TcpStore::~TcpStore() {

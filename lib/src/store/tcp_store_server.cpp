@@ -1,14 +1,19 @@
 #include "store/tcp_store_server.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <cstdlib>
+#include <functional>
+#include <list>
 #include <optional>
 #include <set>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "log.hpp"
 #include "store/store.hpp"
@@ -28,14 +33,66 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 
 class Session;
 
+// Lines about what strangers do (a flood of connections) are summed up, so that the flood
+// does not flood the log too: the first at once, then at most one a second with the count and
+// the latest peer. The last count is written a second after the one before even if nothing
+// follows it, so that no refusal goes unlogged.
+class RateLimitedLog {
+ public:
+  using Line = std::function<void(std::size_t count, const std::string& latest_peer)>;
+  RateLimitedLog(asio::io_context& io, Line line) : timer_(io), line_(std::move(line)) {}
+
+  void note(const std::string& peer) {
+    const auto now = Clock::now();
+    if (!armed_ && now - last_ >= kEvery) {
+      last_ = now;
+      return line_(1, peer);
+    }
+    ++pending_;
+    latest_ = peer;
+    if (armed_) return;
+    armed_ = true;
+    timer_.expires_at(last_ + kEvery);
+    timer_.async_wait([this](auto ec) {
+      armed_ = false;
+      if (ec || pending_ == 0) return;
+      last_ = Clock::now();
+      line_(std::exchange(pending_, 0), latest_);
+    });
+  }
+
+  // The count not logged yet, as the server stops (its io thread is gone then: no timer).
+  void flush() {
+    if (pending_ > 0) line_(std::exchange(pending_, 0), latest_);
+  }
+
+ private:
+  static constexpr auto kEvery = std::chrono::seconds(1);
+  asio::steady_timer timer_;
+  Line line_;
+  Clock::time_point last_{};
+  std::size_t pending_ = 0;
+  std::string latest_;
+  bool armed_ = false;
+};
+
 // All state lives on the server's single io thread: no locks.
 struct ServerState {
+  explicit ServerState(asio::io_context& io);
   StoreServerOptions options;
   std::unordered_map<std::string, std::vector<char>> data;
   std::size_t data_bytes = 0;  // keys and values in `data`
   // Sessions whose reply is held until a key appears.
   std::unordered_map<std::string, std::vector<std::weak_ptr<Session>>> waiters;
   std::set<std::shared_ptr<Session>> sessions;  // owns every open connection
+  // The sessions that have not presented the token yet, oldest first: when the store is at
+  // its cap (or out of descriptors) the oldest of them makes room for a newcomer, so that
+  // strangers' idle connections can never keep out a rank of the job, whose hello follows its
+  // connection at once. Only the job's own ranks, once in, are never pushed out.
+  std::list<Session*> strangers;
+  RateLimitedLog evictions;     // strangers dropped to make room
+  std::string eviction_why;     // why room was needed, the latest time
+  RateLimitedLog slow_hellos;   // strangers dropped for saying nothing in time
 
   // Stores value at key unless that takes the store past its bounds; returns why not, or
   // nullptr when stored.
@@ -43,6 +100,22 @@ struct ServerState {
   void key_set(const std::string& key);
   void forget_waiter(const std::string& key, const Session* session);
 };
+
+// Says BUSY with `why` on a connection about to be closed, without waiting: the frame is small
+// and the connection new, so it fits the socket's buffer. What the client sent (its hello) is
+// read off first, since closing with unread bytes resets the connection, and a reset may beat
+// our reply to the client.
+void turn_away(tcp::socket& socket, const std::string& why) {
+  const auto frame = wire::Writer(static_cast<std::uint8_t>(wire::Reply::busy)).bytes(why).frame();
+  const int fd = socket.native_handle();
+  [[maybe_unused]] const auto sent = ::send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  std::array<char, wire::kMaxHelloFrame + 4> sink{};
+  for (int i = 0; i < 4 && ::recv(fd, sink.data(), sink.size(), MSG_DONTWAIT) > 0; ++i) {
+  }
+  boost::system::error_code ignored;
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
+  socket.close(ignored);
+}
 
 // One client connection. The client sends one request and waits for its reply, so a session
 // reads a request, answers it (possibly later, for get/wait), then reads the next.
@@ -57,10 +130,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void start() {
+    stranger_ = state_.strangers.insert(state_.strangers.end(), this);
     // A stranger that connects and says nothing would otherwise hold a connection forever.
     hello_timer_.expires_after(state_.options.hello_timeout);
     hello_timer_.async_wait([self = shared_from_this()](auto ec) {
-      if (!ec && !self->authenticated_) self->close("no hello in time");
+      if (ec || self->authenticated_ || self->closed_) return;
+      self->state_.slow_hellos.note(self->peer_);
+      self->close();
     });
     read_header();
   }
@@ -72,6 +148,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   const std::string& peer() const { return peer_; }
+
+  // Drops this stranger to make room, telling it why (BUSY): should it be a rank whose hello
+  // is still on its way, the rank tries again rather than take it for rank 0's exit.
+  void evict(const std::string& why) {
+    if (closed_) return;
+    state_.evictions.note(peer_);
+    turn_away(socket_, why);
+    close();
+  }
 
  private:
   void read_header() {
@@ -121,6 +206,7 @@ class Session : public std::enable_shared_from_this<Session> {
         return send_error("wrong job token");
       }
       authenticated_ = true;
+      state_.strangers.erase(stranger_);
       hello_timer_.cancel();
       return send_ok();
     }
@@ -216,6 +302,7 @@ class Session : public std::enable_shared_from_this<Session> {
     socket_.close(ignored);
     hello_timer_.cancel();
     frame_timer_.cancel();
+    if (!authenticated_) state_.strangers.erase(stranger_);
     // Clients that wait for keys nobody sets and then go away must not leave entries behind.
     for (const auto& k : pending_) state_.forget_waiter(k, this);
     pending_.clear();
@@ -233,6 +320,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<char> body_;
   std::size_t body_length_ = 0;
   std::vector<char> out_;
+  std::list<Session*>::iterator stranger_;  // in state_.strangers while not authenticated_
   bool authenticated_ = false;
   bool closing_ = false;
   bool closed_ = false;
@@ -241,6 +329,16 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t park_generation_ = 0;
   std::uint64_t frame_generation_ = 0;
 };
+
+ServerState::ServerState(asio::io_context& io)
+    : evictions(io, [this](std::size_t n, const std::string& latest) {
+        detail::log().warn(
+            "idist store: dropped {} connection(s) (latest from {}) that had not presented the job token, to make room: {}",
+            n, latest, eviction_why);
+      }),
+      slow_hellos(io, [](std::size_t n, const std::string& latest) {
+        detail::log().warn("idist store: dropped {} client(s) (latest {}): no hello in time", n, latest);
+      }) {}
 
 const char* ServerState::put(std::string_view key, std::vector<char> value) {
   auto it = data.find(std::string(key));
@@ -282,14 +380,35 @@ struct TcpStoreServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_retry{io};
-  ServerState state;
+  ServerState state{io};
   std::thread thread;
-  Clock::time_point last_refusal_log{};
-  std::size_t refused_since_log = 0;
+  std::size_t open_at_refusal = 0;
+  RateLimitedLog refusals{io, [this](std::size_t n, const std::string& latest) {
+                            detail::log().warn("idist store: refused {} connection(s) (latest from {}): already {} open, the limit",
+                                               n, latest, open_at_refusal);
+                          }};
+
+  // Makes room for a newcomer by dropping the oldest stranger; false when every open
+  // connection is the job's own.
+  bool evict_a_stranger(const std::string& why) {
+    if (state.strangers.empty()) return false;
+    state.eviction_why = why;
+    // The session erases itself from the list as it closes.
+    state.strangers.front()->evict(why);
+    return true;
+  }
+
+  std::string full_text() const {
+    return "the store is full: " + std::to_string(state.options.max_connections) +
+           " connections open, its limit (max_connections)";
+  }
 
   void accept() {
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
+      if ((ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system) &&
+          evict_a_stranger("rank 0 is out of file descriptors (" + ec.message() + "; its RLIMIT_NOFILE)"))
+        return accept();  // a descriptor is free again: the one waiting may be a rank
       if (ec) {
         // Out of descriptors (EMFILE) and the like: accepting again at once would spin.
         detail::log().warn("idist store: accept failed: {}", ec.message());
@@ -299,7 +418,7 @@ struct TcpStoreServer::Impl {
         });
         return;
       }
-      if (state.sessions.size() >= state.options.max_connections) {
+      if (state.sessions.size() >= state.options.max_connections && !evict_a_stranger(full_text())) {
         refuse_connection(socket);
       } else {
         socket.set_option(tcp::no_delay(true), ec);
@@ -311,21 +430,14 @@ struct TcpStoreServer::Impl {
     });
   }
 
-  // Over the connection cap: close at once. Logged at most once a second, so that a flood of
-  // connections cannot flood the log too.
+  // Over the connection cap with only the job's own connections open: nothing to make room
+  // with. The newcomer hears why (BUSY) and may try again while its deadline lasts.
   void refuse_connection(tcp::socket& socket) {
-    ++refused_since_log;
-    const auto now = Clock::now();
-    if (now - last_refusal_log >= std::chrono::seconds(1)) {
-      boost::system::error_code ec;
-      const auto peer = socket.remote_endpoint(ec);
-      detail::log().warn("idist store: refused {} connection(s) (latest from {}): already {} open, the limit",
-                   refused_since_log, ec ? std::string("?") : peer.address().to_string(), state.sessions.size());
-      last_refusal_log = now;
-      refused_since_log = 0;
-    }
-    boost::system::error_code ignored;
-    socket.close(ignored);
+    boost::system::error_code ec;
+    const auto peer = socket.remote_endpoint(ec);
+    open_at_refusal = state.sessions.size();
+    refusals.note(ec ? std::string("?") : peer.address().to_string());
+    turn_away(socket, full_text() + ", all of them this job's");
   }
 };
 
@@ -379,6 +491,9 @@ TcpStoreServer::TcpStoreServer(const StoreServerOptions& options) : impl_(std::m
 TcpStoreServer::~TcpStoreServer() {
   impl_->io.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->refusals.flush();
+  impl_->state.evictions.flush();
+  impl_->state.slow_hellos.flush();
   // The listening socket closes before the clients' connections do (when the io context's
   // handlers are destroyed): a client that sees its connection close may connect again at
   // once and must be refused, not greeted by this dying store. finalize() relies on it.

@@ -5,6 +5,9 @@
 // one request in flight per connection, so a reply always answers the last request.
 //
 //   HELLO token          -> OK | ERROR message (then the server closes)   first frame, always
+//                           | BUSY message: the store is at its connection limit and closed
+//                             this connection, which may try again (sent at once, even
+//                             before the hello arrives)
 //   SET key value        -> OK
 //   GET key              -> VALUE bytes        (the server holds the reply until the key exists)
 //   ADD key i64          -> VALUE i64
@@ -26,7 +29,7 @@
 namespace idist::detail::wire {
 
 enum class Op : std::uint8_t { hello = 1, set = 2, get = 3, add = 4, wait = 5, check = 6 };
-enum class Reply : std::uint8_t { ok = 0x80, value = 0x81, error = 0x82 };
+enum class Reply : std::uint8_t { ok = 0x80, value = 0x81, error = 0x82, busy = 0x83 };
 
 // Bounds that keep one misbehaving client from bloating the store.
 inline constexpr std::uint32_t kMaxFrame = 64u << 20;
