@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "idist/errors.hpp"
 #include "idist/types.hpp"
 #include "in_step_error.hpp"
 #include "reduce/kernels.hpp"
@@ -92,5 +93,5 @@ TEST_CASE("Tensor: typed views check the dtype") {
   CHECK(t.dtype == DType::int64);
   CHECK(t.count() == 3);
   CHECK(t.as<std::int64_t>() == std::vector<std::int64_t>{1, -2, 3});
-  CHECK_THROWS_WITH_AS((void)t.as<float>(), "the tensor holds int64, not float32", std::invalid_argument);
+  CHECK_THROWS_WITH_AS((void)t.as<float>(), "[idist rank 0/1] Tensor::as: the tensor holds int64, not float32", Error);
 }
