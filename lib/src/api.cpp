@@ -83,6 +83,15 @@ std::vector<int> Group::ranks() const {
 }
 
 namespace detail {
+
+// The site is the one ProcessGroup::site gives a call on that group, also before init() (a
+// world of one, no backend yet) and for a rank outside the group.
+void refuse(std::string_view op, const std::string& why, const Group& group) {
+  ErrorSite site{get_rank(), get_world_size(), std::string(op), backend()};
+  if (const auto* state = GroupAccess::state(group)) site.op += " on " + state->description;
+  throw Error(std::move(site), why);
+}
+
 namespace {
 
 // The process group a call runs on (null for a rank outside the group), and how to turn the

@@ -8,6 +8,11 @@
 // Every operation has a default that throws "backend X does not support Y" (as c10d's do), so
 // a backend built for one purpose (shm: the ranks of one host) implements what it can and the
 // rest reads as a clear error rather than a missing symbol.
+//
+// A backend reports failures in three kinds (the protocol of idist/errors.hpp): InStepError
+// for a refusal that leaves every rank in step (nothing sent, or what was sent drained), so
+// the group stays usable; TimeoutFailure when a deadline passes; any other exception for a
+// broken connection. ProcessGroup::run turns them into idist::Error / TimeoutError.
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +30,7 @@
 #include "idist/env_contract.hpp"
 #include "idist/export.hpp"
 #include "idist/types.hpp"
+#include "in_step_error.hpp"
 #include "store/store.hpp"
 
 namespace idist::detail {
@@ -97,7 +103,7 @@ class IDIST_API Backend {
   virtual std::unique_ptr<Backend> make_group(const GroupInit& group);
 
   // Reductions. The (dtype, op) pair has been checked (bitwise ops on integers only); a
-  // backend whose library lacks the pair throws std::invalid_argument naming it.
+  // backend whose library lacks the pair throws InStepError naming it.
   // In place, element-wise over ranks.
   virtual void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op);
   // In place on `root`; the other ranks' buffers stay as they were (the public API promises it).
@@ -136,8 +142,8 @@ class IDIST_API Backend {
   virtual void cancel_transfers() {}
 
  protected:
-  // Throws std::invalid_argument "the X backend does not support OP": every rank reaches the
-  // same refusal, so the group stays usable.
+  // Throws InStepError "the X backend does not support OP": every rank reaches the same
+  // refusal, so the group stays usable.
   [[noreturn]] void unsupported(std::string_view op) const;
   // The deadline of the collective starting now, and the time left to it (at least 1 ms).
   Clock::time_point call_deadline(std::chrono::milliseconds timeout) const {

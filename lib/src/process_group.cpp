@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "device_memory.hpp"
+#include "in_step_error.hpp"
 #include "recorder.hpp"
 #include "reduce/kernels.hpp"
 #include "work_state.hpp"
@@ -49,7 +50,7 @@ void ProcessGroup::run(Health& health, Where&& where, F&& f) {
   } catch (const TimeoutFailure& e) {
     mark_broken(e.what());
     throw TimeoutError(where(), e.what());
-  } catch (const std::invalid_argument& e) {
+  } catch (const InStepError& e) {
     // An argument check that every rank made alike (or a receive of the wrong size, which the
     // backend drained): the connections are still in step, so the group stays usable.
     throw Error(where(), e.what());
@@ -78,7 +79,7 @@ void ProcessGroup::check_buffer(std::string_view op, const void* data, std::size
 void ProcessGroup::check_reduce(std::string_view op, DType dtype, ReduceOp reduce) const {
   try {
     check_reduce_op(dtype, reduce);
-  } catch (const std::invalid_argument& e) {
+  } catch (const InStepError& e) {
     throw Error(site(op), e.what());
   }
 }
@@ -140,15 +141,14 @@ void ProcessGroup::check_signatures(const Signature& mine, const std::string& in
     for (int r = 0; r < size(); ++r) {
       const auto& s = all[static_cast<std::size_t>(r)];
       if (s.invalid != 0)
-        throw std::invalid_argument(fmt::format("IDIST_DEBUG: rank {} called {} with invalid arguments ({})", r,
-                                                describe(s, kAnyCount), std::string(s.why, strnlen(s.why, sizeof(s.why)))));
+        throw InStepError(fmt::format("IDIST_DEBUG: rank {} called {} with invalid arguments ({})", r,
+                                      describe(s, kAnyCount), std::string(s.why, strnlen(s.why, sizeof(s.why)))));
     }
     for (int r = 1; r < size(); ++r) {
       if (std::memcmp(&all[0], &all[static_cast<std::size_t>(r)], sizeof(wire)) == 0) continue;
       // Every rank sees the same table, so every rank raises the same error.
-      throw std::invalid_argument(fmt::format("IDIST_DEBUG: ranks call different collectives: rank {} calls {} but rank 0 calls {}",
-                                              r, describe(all[static_cast<std::size_t>(r)], kAnyCount),
-                                              describe(all[0], kAnyCount)));
+      throw InStepError(fmt::format("IDIST_DEBUG: ranks call different collectives: rank {} calls {} but rank 0 calls {}",
+                                    r, describe(all[static_cast<std::size_t>(r)], kAnyCount), describe(all[0], kAnyCount)));
     }
   });
 }

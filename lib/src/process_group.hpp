@@ -140,8 +140,9 @@ class ProcessGroup {
     std::function<void()> body;
   };
 
-  // Runs a backend call, turning its failures into idist errors. After a failure the
-  // backend's connections are in an unknown state, so the group refuses further calls.
+  // Runs a backend call, turning its failures into idist errors (idist/errors.hpp). After a
+  // failure other than an InStepError the backend's connections are in an unknown state, so
+  // the group refuses further calls.
   // `where()` makes the error site, only when there is an error to report: on the path every
   // call takes, building one (strings) cost more than a shared-memory all_reduce of 8 bytes.
   template <class Where, class F>

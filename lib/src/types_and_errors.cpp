@@ -1,9 +1,9 @@
 #include "idist/types.hpp"
 
-#include <stdexcept>
 #include <string>
 
 #include "idist/errors.hpp"
+#include "idist/idist.hpp"
 
 namespace idist {
 
@@ -62,8 +62,8 @@ float16::operator float() const {
 
 void Tensor::check_dtype(DType wanted) const {
   if (wanted != dtype)
-    throw std::invalid_argument("the tensor holds " + std::string(to_string(dtype)) + ", not " +
-                                std::string(to_string(wanted)));
+    detail::refuse("Tensor::as", "the tensor holds " + std::string(to_string(dtype)) + ", not " +
+                                     std::string(to_string(wanted)));
 }
 
 bool is_integer(DType dtype) {

@@ -20,7 +20,7 @@ echo "$out" | grep -m1 "init(nccl)"
 if contains "$("$RUN" --version)" "nccl"; then
   check "nccl without a GPU fails at init, saying so" contains "$out" "init(nccl): "
 else
-  check "a backend not built in fails at init" contains "$out" "init(nccl): backend 'nccl' is not built into this libidist"
+  check "a backend not built in fails at init" contains "$out" "init(nccl): backend 'nccl' is not installed: no libidist-backend-nccl.so"
 fi
 out=$("$RUN" -n 2 --backend mpi "$API" 2>&1)
 check "--backend mpi with spawned ranks is refused up front (exit 2)" equals "$?" 2

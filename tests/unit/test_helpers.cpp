@@ -16,7 +16,6 @@
 #include <fstream>
 #include <map>
 #include <numeric>
-#include <stdexcept>
 #include <thread>
 
 extern char** environ;
@@ -170,10 +169,10 @@ TEST_CASE("permutation: a permutation, the same on every platform") {
 
 TEST_CASE("sampler: bad arguments are one-line errors") {
   CHECK_THROWS_WITH_AS(idist::DistributedSampler({.dataset_size = 5, .num_replicas = 0, .rank = 0}),
-                       "DistributedSampler: num_replicas=0 must be at least 1", std::invalid_argument);
+                       "[idist rank 0/1] DistributedSampler: num_replicas=0 must be at least 1", idist::Error);
   CHECK_THROWS_WITH_AS(idist::DistributedSampler({.dataset_size = 5, .num_replicas = 2, .rank = 2}),
-                       "DistributedSampler: rank=2 is not in [0, 2)", std::invalid_argument);
-  CHECK_THROWS_AS(idist::DistributedSampler({.dataset_size = 5, .num_replicas = 2, .rank = -1}), std::invalid_argument);
+                       "[idist rank 0/1] DistributedSampler: rank=2 is not in [0, 2)", idist::Error);
+  CHECK_THROWS_AS(idist::DistributedSampler({.dataset_size = 5, .num_replicas = 2, .rank = -1}), idist::Error);
 }
 
 TEST_CASE("sampler defaults to this process's rank and world size") {
@@ -190,10 +189,10 @@ TEST_CASE("per_rank_batch_size divides as ignite's auto_dataloader, and refuses 
   CHECK(idist::per_rank_batch_size(50, 4) == 12);  // rounded down, as ignite does
   CHECK(idist::per_rank_batch_size(3, 3) == 1);
   CHECK_THROWS_WITH_AS((void)idist::per_rank_batch_size(2, 3),
-                       "per_rank_batch_size: global batch 2 is smaller than the world size 3: every rank needs at "
-                       "least one sample",
-                       std::invalid_argument);
-  CHECK_THROWS_AS((void)idist::per_rank_batch_size(8, 0), std::invalid_argument);
+                       "[idist rank 0/1] per_rank_batch_size: global batch 2 is smaller than the world size 3: every "
+                       "rank needs at least one sample",
+                       idist::Error);
+  CHECK_THROWS_AS((void)idist::per_rank_batch_size(8, 0), idist::Error);
   CHECK(idist::per_rank_batch_size(8) == 8 / static_cast<std::size_t>(idist::get_world_size()));
 }
 
@@ -260,13 +259,13 @@ TEST_CASE("world of one: the communicating helpers work without idist-run") {
   int runs = 0;
   idist::one_rank_only([&] { ++runs; });
   CHECK(runs == 1);
-  CHECK_THROWS_WITH_AS(idist::one_rank_only([] {}, {.rank = 1}), "one_rank_only: rank=1 is not a rank (world size 1)",
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(idist::one_rank_only([] {}, {.rank = 1}),
+                       "[idist rank 0/1] one_rank_only(gloo): rank=1 is not a rank (world size 1)", idist::Error);
   CHECK(idist::local_rank_first([] { return std::string("data"); }) == "data");
   idist::one_rank_first([&] { ++runs; });
   CHECK(runs == 2);
   CHECK_THROWS_WITH_AS(idist::one_rank_first([] {}, {.rank = 2, .local = true}),
-                       "one_rank_first: rank=2 is not a rank (ranks per node 1)", std::invalid_argument);
+                       "[idist rank 0/1] one_rank_first(gloo): rank=2 is not a rank (ranks per node 1)", idist::Error);
   idist::finalize();
 }
 
@@ -357,12 +356,60 @@ TEST_CASE("rank process: one rank of the multi-process test below (a no-op when 
                                           {.rank = 2, .with_barrier = true});
   CHECK(wrote.has_value() == (idist::get_rank() == 2));
   CHECK(std::filesystem::exists(only));
+
+  // Bad calls through the typed templates, alike on every rank: idist::Error with the site
+  // prefix, raised before anything is sent, so the world and the group stay usable.
   const int rank = idist::get_rank();
+  const std::string me = "[idist rank " + std::to_string(rank) + "/3] ";
+  auto error_of = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const idist::Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  auto usable = [&] {
+    CHECK(idist::all_reduce(std::int32_t{1}) == kRanks);
+    CHECK(idist::all_reduce(std::int32_t{1}, {.group = even}) == (even.is_member() ? 2 : 1));
+  };
+  const std::vector<float> four(4, 1.0f), three(3, 1.0f);
+  std::vector<float> two(2);
+  CHECK(error_of([&] { (void)idist::reduce_scatter(four); }) ==
+        me + "reduce_scatter(gloo): input holds 4 elements, not a multiple of the group size 3");
+  usable();
+  CHECK(error_of([&] { idist::reduce_scatter(std::span<const float>(four), std::span<float>(two)); }) ==
+        me + "reduce_scatter(gloo): input holds 4 elements; expected group size x output (2)");
+  usable();
+  // On a group the site names it; outside the group (rank 1) the call is a no-op, as ever.
+  CHECK(error_of([&] { (void)idist::reduce_scatter(three, {.group = even}); }) ==
+        (even.is_member() ? me + "reduce_scatter on group [0, 2](gloo): input holds 3 elements, not a multiple of the "
+                                 "group size 2"
+                          : std::string("(no error)")));
+  usable();
+  CHECK(error_of([&] { idist::all_gather(std::span<const float>(four), std::span<float>(two)); }) ==
+        me + "all_gather(gloo): output holds 2 elements; expected group size x input (4)");
+  usable();
+  CHECK(error_of([&] { (void)idist::iall_gather(std::span<const float>(four), std::span<float>(two)); }) ==
+        me + "iall_gather(gloo): output holds 2 elements; expected group size x input (4)");
+  usable();
+  // The others expect doubles where src sends floats: refused once the value has arrived.
+  CHECK(error_of([&] {
+          if (rank == 0) (void)idist::broadcast(std::optional<std::vector<float>>(four));
+          else (void)idist::broadcast(std::optional<std::vector<double>>());
+        }) == (rank == 0 ? std::string("(no error)") : me + "broadcast(gloo): src sent float32, not float64"));
+  usable();
+  CHECK(error_of([&] { idist::one_rank_only([] {}, {.rank = 3, .with_barrier = true}); }) ==
+        me + "one_rank_only(gloo): rank=3 is not a rank (world size 3)");
+  usable();
+  CHECK(error_of([&] { (void)idist::Tensor::of(four).as<double>(); }) ==
+        me + "Tensor::as(gloo): the tensor holds float32, not float64");
+  usable();
   idist::finalize();
   std::ofstream(std::filesystem::path(dir) / ("done." + std::to_string(rank)));  // it did run
 }
 
-TEST_CASE("3 processes: GradientAverager over every bucket cap and type, groups, rank-first helpers") {
+TEST_CASE("3 processes: GradientAverager over every bucket cap and type, groups, rank-first helpers, refusals") {
   if (std::getenv(kChildVariable) != nullptr) return;
   const auto dir = std::filesystem::temp_directory_path() / ("idist-helpers-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -7,7 +7,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
+#include <span>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "backend.hpp"
 
@@ -76,6 +80,61 @@ TEST_CASE("no environment: init runs a world of one and every call works") {
   idist::finalize();
   idist::finalize();  // twice is fine
   CHECK_FALSE(idist::is_initialized());
+}
+
+// The message of the idist::Error that `call` raises; any other exception escapes to doctest.
+template <class F>
+std::string error_of(F&& call) {
+  try {
+    call();
+  } catch (const idist::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_CASE("the typed templates refuse bad arguments with idist::Error, and the group stays usable") {
+  idist::init();
+  const std::vector<std::int32_t> three = {1, 2, 3};
+  std::vector<std::int32_t> two(2);
+  auto still_usable = [] {
+    std::vector<std::int64_t> v = {5};
+    idist::all_reduce(v);
+    return v[0] == 5 && idist::all_reduce(2.5) == 2.5;
+  };
+  CHECK(error_of([&] { idist::reduce_scatter(std::span<const std::int32_t>(three), std::span<std::int32_t>(two)); }) ==
+        "[idist rank 0/1] reduce_scatter(gloo): input holds 3 elements; expected group size x output (2)");
+  CHECK(still_usable());
+  CHECK(error_of([&] { idist::all_gather(std::span<const std::int32_t>(three), std::span<std::int32_t>(two)); }) ==
+        "[idist rank 0/1] all_gather(gloo): output holds 2 elements; expected group size x input (3)");
+  CHECK(still_usable());
+  CHECK(error_of([&] { (void)idist::iall_gather(std::span<const std::int32_t>(three), std::span<std::int32_t>(two)); }) ==
+        "[idist rank 0/1] iall_gather(gloo): output holds 2 elements; expected group size x input (3)");
+  CHECK(still_usable());
+  CHECK(error_of([&] { (void)idist::Tensor::of(three).as<double>(); }) ==
+        "[idist rank 0/1] Tensor::as(gloo): the tensor holds int32, not float64");
+  CHECK(still_usable());
+  // The library's own checks behind the templates, for comparison: the same kind, the same prefix.
+  CHECK(error_of([&] { (void)idist::broadcast(std::optional<std::vector<float>>{}); }) ==
+        "[idist rank 0/1] broadcast(gloo): src rank 0 passed no value");
+  CHECK(still_usable());
+  // Through the exported helper itself, on the world and on a group.
+  const auto group = idist::new_group({0});
+  CHECK(error_of([&] { idist::detail::refuse("op", "why"); }) == "[idist rank 0/1] op(gloo): why");
+  CHECK(error_of([&] { idist::detail::refuse("op", "why", group); }) == "[idist rank 0/1] op on group [0](gloo): why");
+  try {
+    idist::detail::refuse("op", "why");
+  } catch (const idist::Error& e) {
+    CHECK(e.op() == "op");
+    CHECK(e.backend() == "gloo");
+    CHECK(e.rank() == 0);
+    CHECK(e.detail() == "why");
+  }
+  CHECK(still_usable());
+  idist::finalize();
+  // Before init: a world of one with no backend yet.
+  CHECK(error_of([&] { (void)idist::Tensor::of(three).as<float>(); }) ==
+        "[idist rank 0/1] Tensor::as: the tensor holds int32, not float32");
 }
 
 TEST_CASE("a malformed variable is an init error naming it") {

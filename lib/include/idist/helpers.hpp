@@ -14,7 +14,8 @@
 //   }
 //
 // The helpers that communicate follow the ordering contract of idist.hpp: every rank calls
-// them, in the same order, with matching arguments.
+// them, in the same order, with matching arguments. A bad argument is an idist::Error, raised
+// before anything is sent (errors.hpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +37,7 @@ struct OneRankOnlyOptions {
 };
 
 namespace detail {
-// Throws std::invalid_argument unless 0 <= rank < size; `what` names the caller.
+// Throws idist::Error "what(...): rank=R is not a rank (size_name N)" unless 0 <= rank < size.
 IDIST_API void check_rank_in_range(const char* what, int rank, int size, const char* size_name);
 }  // namespace detail
 
@@ -123,7 +124,8 @@ struct DistributedSamplerOptions {
 // down to a multiple instead, so a few are not seen that epoch. Rank r then takes every
 // num_replicas-th index from position r, so all ranks get the same number of samples, and
 // the first k samples of every rank together are the first k x num_replicas of the
-// permutation: a global batch split exactly into per-rank batches.
+// permutation: a global batch split exactly into per-rank batches. Throws idist::Error when
+// num_replicas < 1 or rank is not in [0, num_replicas).
 class IDIST_API DistributedSampler {
  public:
   explicit DistributedSampler(const DistributedSamplerOptions& options);
@@ -157,8 +159,8 @@ IDIST_API std::vector<std::size_t> permutation(std::size_t n, std::uint64_t seed
 // ignite's auto_dataloader divides the batch size by the world size, so that a batch size
 // written for one process stays the global batch: each rank loads global_batch / world_size
 // samples (rounded down, as ignite does; the global batch is then that x world_size).
-// Throws std::invalid_argument when global_batch < world_size, where ignite would silently
-// give every rank the whole global batch instead.
+// Throws idist::Error when global_batch < world_size, where ignite would silently give every
+// rank the whole global batch instead.
 IDIST_API std::size_t per_rank_batch_size(std::size_t global_batch, int world_size);
 IDIST_API std::size_t per_rank_batch_size(std::size_t global_batch);  // over get_world_size()
 

@@ -24,18 +24,19 @@
 // (std::span<float>(device_ptr, n)) is used in place and host buffers are staged through the GPU.
 //
 // Errors are idist::Error (idist::TimeoutError when peers do not arrive within IDIST_TIMEOUT),
-// and their message starts with "[idist rank r/n] op(backend): ".
+// and their message starts with "[idist rank r/n] op(backend): ". A refused argument leaves
+// the group usable; errors.hpp says which errors do not.
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
-#include <optional>
-#include <stdexcept>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "idist/errors.hpp"
@@ -70,6 +71,16 @@ class IDIST_API Group {
   explicit Group(std::shared_ptr<const detail::GroupState> state) : state_(std::move(state)) {}
   std::shared_ptr<const detail::GroupState> state_;
 };
+
+namespace detail {
+// Throws idist::Error for a call refused at the public edge, with the ranks in step (nothing
+// sent, or all of it received), so that the group stays usable. The site is this rank, op
+// (" on group [...]" for a sub-group) and the backend: what() reads
+// "[idist rank r/n] op(backend): why". The typed templates below, those of helpers.hpp and
+// idist::torch refuse through it, rather than with a std exception of their own, so that a
+// bad argument raises the same Error as the library's own checks.
+[[noreturn]] IDIST_API void refuse(std::string_view op, const std::string& why, const Group& group = {});
+}  // namespace detail
 
 // Makes a group of the given global ranks (distinct, in range; the order gives group ranks).
 // Every rank of the world calls it, members or not, with the same list, in the same order
@@ -224,20 +235,26 @@ template <Element T>
 
 // --- reduce_scatter: in holds group-size blocks of out.size(); rank r ends with the
 // reduction of every rank's r-th block. --------------------------------------------------
+// Throws idist::Error "reduce_scatter(...): input holds ..." when it does not (the vector
+// overload: when in.size() is not a multiple of the group size), before anything is sent.
 
 template <Element T>
 void reduce_scatter(std::span<const T> in, std::span<T> out, const AllReduceOptions& options = {}) {
   if (in.size() != out.size() * static_cast<std::size_t>(detail::group_size(options.group)))
-    throw std::invalid_argument("reduce_scatter: input holds " + std::to_string(in.size()) +
-                                " elements; expected group size x output (" + std::to_string(out.size()) + ")");
+    detail::refuse("reduce_scatter",
+                   "input holds " + std::to_string(in.size()) + " elements; expected group size x output (" +
+                       std::to_string(out.size()) + ")",
+                   options.group);
   detail::reduce_scatter(in.data(), out.data(), out.size(), dtype_of<T>, options);
 }
 template <Element T>
 [[nodiscard]] std::vector<T> reduce_scatter(const std::vector<T>& in, const AllReduceOptions& options = {}) {
   const auto n = static_cast<std::size_t>(detail::group_size(options.group));
   if (in.size() % n != 0)
-    throw std::invalid_argument("reduce_scatter: input holds " + std::to_string(in.size()) +
-                                " elements, not a multiple of the group size " + std::to_string(n));
+    detail::refuse("reduce_scatter",
+                   "input holds " + std::to_string(in.size()) + " elements, not a multiple of the group size " +
+                       std::to_string(n),
+                   options.group);
   std::vector<T> out(in.size() / n);
   reduce_scatter(std::span<const T>(in), std::span<T>(out), options);
   return out;
@@ -269,19 +286,25 @@ template <Element T>
 // Equal lengths, into the caller's buffer: out holds group size x in.size() elements (torch's
 // all_gather_into_tensor). Every rank passes the same in.size(), so no lengths travel first:
 // one collective per call rather than two, and no allocation, which is what a loop wants.
+// Throws idist::Error "all_gather(...): output holds ..." (iall_gather: "iall_gather(...)")
+// when out is of another size, before anything is sent.
 template <Element T>
 void all_gather(std::span<const T> in, std::span<T> out, const GroupOptions& options = {}) {
   if (out.size() != in.size() * static_cast<std::size_t>(detail::group_size(options.group)))
-    throw std::invalid_argument("all_gather: output holds " + std::to_string(out.size()) +
-                                " elements; expected group size x input (" + std::to_string(in.size()) + ")");
+    detail::refuse("all_gather",
+                   "output holds " + std::to_string(out.size()) + " elements; expected group size x input (" +
+                       std::to_string(in.size()) + ")",
+                   options.group);
   detail::all_gather(in.data(), in.size(), dtype_of<T>, out.data(), options.group);
 }
 // Async, equal lengths: out holds group size x in.size() elements.
 template <Element T>
 [[nodiscard]] Work iall_gather(std::span<const T> in, std::span<T> out, const GroupOptions& options = {}) {
   if (out.size() != in.size() * static_cast<std::size_t>(detail::group_size(options.group)))
-    throw std::invalid_argument("iall_gather: output holds " + std::to_string(out.size()) +
-                                " elements; expected group size x input (" + std::to_string(in.size()) + ")");
+    detail::refuse("iall_gather",
+                   "output holds " + std::to_string(out.size()) + " elements; expected group size x input (" +
+                       std::to_string(in.size()) + ")",
+                   options.group);
   return detail::iall_gather(in.data(), in.size(), dtype_of<T>, out.data(), options.group);
 }
 
@@ -347,7 +370,8 @@ template <Element T>
 [[nodiscard]] IDIST_API std::string broadcast(const std::string& value, int src = 0);
 // ignite's safe_mode: ranks other than src pass std::nullopt, knowing neither the length
 // nor (for Tensor) the type; src's metadata travels first. A src without a value makes
-// every rank raise.
+// every rank raise. The vector overload throws idist::Error "broadcast(...): src sent D,
+// not T" on a rank whose T is not src's element type, once the value has arrived.
 [[nodiscard]] IDIST_API Tensor broadcast(const std::optional<Tensor>& value, const BroadcastOptions& options = {});
 template <Element T>
 [[nodiscard]] std::vector<T> broadcast(const std::optional<std::vector<T>>& value, const BroadcastOptions& options = {}) {
@@ -355,8 +379,9 @@ template <Element T>
   if (value) t = Tensor::of(*value);
   const Tensor got = broadcast(t, options);
   if (got.dtype != dtype_of<T>)
-    throw std::invalid_argument("broadcast: src sent " + std::string(to_string(got.dtype)) + ", not " +
-                                std::string(to_string(dtype_of<T>)));
+    detail::refuse("broadcast",
+                   "src sent " + std::string(to_string(got.dtype)) + ", not " + std::string(to_string(dtype_of<T>)),
+                   options.group);
   return got.as<T>();
 }
 template <Element T>

@@ -88,7 +88,8 @@ struct IDIST_API Tensor {
     return of(std::span<const T>(values));
   }
   std::size_t count() const { return bytes.size() / dtype_size(dtype); }
-  // The elements as T; throws std::invalid_argument when T is not this tensor's dtype.
+  // The elements as T; throws idist::Error "Tensor::as(...): the tensor holds D, not T" when
+  // T is not this tensor's dtype.
   template <Element T>
   std::vector<T> as() const {
     check_dtype(dtype_of<T>);

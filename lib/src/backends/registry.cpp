@@ -11,6 +11,7 @@
 #include "backends/shm/shm_backend.hpp"
 #include "backends/plugins.hpp"
 #include "idist/env_contract.hpp"
+#include "in_step_error.hpp"
 
 namespace idist::detail {
 
@@ -19,7 +20,7 @@ void Backend::copy(void* dst, const void* src, std::size_t bytes) {
 }
 
 void Backend::unsupported(std::string_view op) const {
-  throw std::invalid_argument("the " + std::string(name()) + " backend does not support " + std::string(op));
+  throw InStepError("the " + std::string(name()) + " backend does not support " + std::string(op));
 }
 
 // The defaults: a backend overrides what it can do (backend.hpp).

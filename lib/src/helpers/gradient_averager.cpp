@@ -1,6 +1,5 @@
 // GradientAverager: DistributedDataParallel's bucketed gradient all_reduce.
 #include <cstring>
-#include <stdexcept>
 #include <string>
 
 #include "idist/helpers.hpp"
@@ -42,7 +41,7 @@ void divide(void* data, std::size_t count, DType dtype, int divisor) {
     case DType::float64: return divide_as<double>(data, count, divisor);
     case DType::float16: return divide_as<float16>(data, count, divisor);
     case DType::bfloat16: return divide_as<bfloat16>(data, count, divisor);
-    default: throw std::invalid_argument("GradientAverager: " + std::string(to_string(dtype)) + " is not a gradient type");
+    default: detail::refuse("GradientAverager", std::string(to_string(dtype)) + " is not a gradient type");
   }
 }
 

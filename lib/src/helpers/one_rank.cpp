@@ -1,5 +1,4 @@
 // The argument check behind one_rank_only and one_rank_first; the rest is in the header.
-#include <stdexcept>
 #include <string>
 
 #include "idist/helpers.hpp"
@@ -8,8 +7,7 @@ namespace idist::detail {
 
 void check_rank_in_range(const char* what, int rank, int size, const char* size_name) {
   if (rank < 0 || rank >= size)
-    throw std::invalid_argument(std::string(what) + ": rank=" + std::to_string(rank) + " is not a rank (" +
-                                size_name + " " + std::to_string(size) + ")");
+    refuse(what, "rank=" + std::to_string(rank) + " is not a rank (" + size_name + " " + std::to_string(size) + ")");
 }
 
 }  // namespace idist::detail

@@ -1,6 +1,5 @@
 // DistributedSampler and the per-rank batch size: what ignite's auto_dataloader sets up.
 #include <random>
-#include <stdexcept>
 #include <string>
 
 #include "idist/helpers.hpp"
@@ -37,11 +36,10 @@ DistributedSampler::DistributedSampler(const DistributedSamplerOptions& options)
       shuffle_(options.shuffle),
       seed_(options.seed) {
   if (num_replicas_ < 1)
-    throw std::invalid_argument("DistributedSampler: num_replicas=" + std::to_string(num_replicas_) +
-                                " must be at least 1");
+    detail::refuse("DistributedSampler", "num_replicas=" + std::to_string(num_replicas_) + " must be at least 1");
   if (rank_ < 0 || rank_ >= num_replicas_)
-    throw std::invalid_argument("DistributedSampler: rank=" + std::to_string(rank_) + " is not in [0, " +
-                                std::to_string(num_replicas_) + ")");
+    detail::refuse("DistributedSampler",
+                   "rank=" + std::to_string(rank_) + " is not in [0, " + std::to_string(num_replicas_) + ")");
   const auto replicas = static_cast<std::size_t>(num_replicas_);
   // torch: ceil((n - R) / R) with drop_last (that is n / R rounded down, 0 when n < R),
   // ceil(n / R) without.
@@ -64,12 +62,11 @@ std::vector<std::size_t> DistributedSampler::indices() const {
 
 std::size_t per_rank_batch_size(std::size_t global_batch, int world_size) {
   if (world_size < 1)
-    throw std::invalid_argument("per_rank_batch_size: world_size=" + std::to_string(world_size) +
-                                " must be at least 1");
+    detail::refuse("per_rank_batch_size", "world_size=" + std::to_string(world_size) + " must be at least 1");
   if (global_batch < static_cast<std::size_t>(world_size))
-    throw std::invalid_argument("per_rank_batch_size: global batch " + std::to_string(global_batch) +
-                                " is smaller than the world size " + std::to_string(world_size) +
-                                ": every rank needs at least one sample");
+    detail::refuse("per_rank_batch_size", "global batch " + std::to_string(global_batch) +
+                                              " is smaller than the world size " + std::to_string(world_size) +
+                                              ": every rank needs at least one sample");
   return global_batch / static_cast<std::size_t>(world_size);
 }
 

@@ -5,6 +5,8 @@
 #include <string>
 #include <type_traits>
 
+#include "in_step_error.hpp"
+
 namespace idist::detail {
 namespace {
 
@@ -79,20 +81,20 @@ ReduceFn kernel_for(ReduceOp op) {
         return &apply<T, Xor>;
       }
       break;
-    case ReduceOp::AVG: throw std::invalid_argument("AVG is a SUM and a division, not an element-wise kernel");
+    case ReduceOp::AVG: throw InStepError("AVG is a SUM and a division, not an element-wise kernel");
   }
-  throw std::invalid_argument("unknown reduce op");
+  throw InStepError("unknown reduce op");
 }
 
 }  // namespace
 
 void check_reduce_op(DType dtype, ReduceOp op) {
   if (is_bitwise(op) && !is_integer(dtype))
-    throw std::invalid_argument(std::string(to_string(op)) + " is defined on integer dtypes only, not " +
-                                std::string(to_string(dtype)));
+    throw InStepError(std::string(to_string(op)) + " is defined on integer dtypes only, not " +
+                      std::string(to_string(dtype)));
   if (op == ReduceOp::AVG && is_integer(dtype))
-    throw std::invalid_argument("AVG is defined on floating dtypes only, not " + std::string(to_string(dtype)) +
-                                " (an integer average would be rounded): reduce with SUM and divide");
+    throw InStepError("AVG is defined on floating dtypes only, not " + std::string(to_string(dtype)) +
+                      " (an integer average would be rounded): reduce with SUM and divide");
 }
 
 void divide(void* data, std::size_t count, DType dtype, int divisor) {
@@ -105,7 +107,7 @@ void divide(void* data, std::size_t count, DType dtype, int divisor) {
     case DType::bfloat16: return each(static_cast<bfloat16*>(data));
     case DType::float32: return each(static_cast<float*>(data));
     case DType::float64: return each(static_cast<double*>(data));
-    default: throw std::invalid_argument("divide: not a floating dtype: " + std::string(to_string(dtype)));
+    default: throw InStepError("divide: not a floating dtype: " + std::string(to_string(dtype)));
   }
 }
 
@@ -121,7 +123,7 @@ ReduceFn reduce_kernel(DType dtype, ReduceOp op) {
     case DType::float32: return kernel_for<float>(op);
     case DType::float64: return kernel_for<double>(op);
   }
-  throw std::invalid_argument("unknown dtype");
+  throw InStepError("unknown dtype");
 }
 
 }  // namespace idist::detail

@@ -15,10 +15,11 @@ namespace idist::detail {
 // Gloo's reduction signature; `out` may alias `a` or `b`.
 using ReduceFn = void (*)(void* out, const void* a, const void* b, std::size_t count);
 
-// Throws std::invalid_argument for a bitwise op on a floating dtype.
+// Throws InStepError for a bitwise op on a floating dtype (check_reduce_op).
 IDIST_API ReduceFn reduce_kernel(DType dtype, ReduceOp op);
 
-// The argument check every backend shares: bitwise ops on integers only, AVG on floats only.
+// The argument check every backend shares: bitwise ops on integers only, AVG on floats only;
+// InStepError otherwise.
 IDIST_API void check_reduce_op(DType dtype, ReduceOp op);
 
 // x[i] /= divisor on host memory, in the dtype's own arithmetic (float for the 16-bit floats):

@@ -37,6 +37,7 @@
 
 #include "backends/gloo/gloo_store.hpp"
 #include "idist/common/addresses.hpp"
+#include "in_step_error.hpp"
 #include "reduce/kernels.hpp"
 
 namespace idist::detail {
@@ -89,7 +90,7 @@ void with_bytes(DType dtype, F&& f) {
     case DType::int64: return f.template operator()<std::int64_t>();
     case DType::float64: return f.template operator()<double>();
   }
-  throw std::invalid_argument("unknown dtype");
+  throw InStepError("unknown dtype");
 }
 
 // The address the other ranks can reach us at: our interface towards MASTER_ADDR (loopback
@@ -453,9 +454,9 @@ class GlooBackend final : public Backend {
           payload->waitRecv(timeout);
         }
         if (!fits)
-          throw std::invalid_argument("rank " + std::to_string(src) + " sent " + std::to_string(length) +
-                                      " bytes (tag " + std::to_string(tag) + ") but the receive buffer holds " +
-                                      std::to_string(bytes) + "; pass a buffer of the sender's length");
+          throw InStepError("rank " + std::to_string(src) + " sent " + std::to_string(length) + " bytes (tag " +
+                            std::to_string(tag) + ") but the receive buffer holds " + std::to_string(bytes) +
+                            "; pass a buffer of the sender's length");
       });
     };
   }

@@ -24,6 +24,7 @@
 
 #include "backends/gloo/gloo_backend.hpp"
 #include "backends/shm/shm_backend.hpp"
+#include "in_step_error.hpp"
 
 namespace idist::detail {
 
@@ -62,7 +63,7 @@ class HierarchicalBackend final : public Backend {
     std::vector<int> leader_names;
     for (int h = 0; h < host_count; ++h) {
       const auto first = std::find(hosts_.begin(), hosts_.end(), h);
-      if (first == hosts_.end()) throw std::invalid_argument("the host map skips host " + std::to_string(h));
+      if (first == hosts_.end()) throw InStepError("the host map skips host " + std::to_string(h));
       leaders.push_back(static_cast<int>(first - hosts_.begin()));
       leader_names.push_back(name_of(init, leaders.back()));
     }
@@ -235,7 +236,7 @@ class HierarchicalBackend final : public Backend {
 
 std::unique_ptr<Backend> make_hierarchical_backend(const BackendInit& init) {
   if (init.hosts.size() != static_cast<std::size_t>(init.size))
-    throw std::invalid_argument("the hierarchical backend needs every member's host");
+    throw InStepError("the hierarchical backend needs every member's host");
   return std::make_unique<HierarchicalBackend>(init, make_gloo_backend(init));
 }
 

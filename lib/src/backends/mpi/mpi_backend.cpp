@@ -29,6 +29,7 @@
 #include "idist/common/hash.hpp"
 #include "common/duration.hpp"
 #include "common/wait.hpp"
+#include "in_step_error.hpp"
 #include "reduce/kernels.hpp"
 
 namespace idist::detail {
@@ -63,8 +64,7 @@ bool mpi_finalized() {
 // predefined reduction ops refuse.
 int to_int(std::size_t n, std::string_view what) {
   if (n > static_cast<std::size_t>(INT_MAX))
-    throw std::invalid_argument(
-        fmt::format("{} {} exceed MPI's limit of {} per call; split the buffer", n, what, INT_MAX));
+    throw InStepError(fmt::format("{} {} exceed MPI's limit of {} per call; split the buffer", n, what, INT_MAX));
   return static_cast<int>(n);
 }
 
@@ -175,13 +175,13 @@ MPI_Datatype element_type(DType dtype) {
     case DType::float16:
     case DType::bfloat16: return own_ops().half_type;
   }
-  throw std::invalid_argument("unknown dtype");
+  throw InStepError("unknown dtype");
 }
 
 MPI_Op reduce_op(DType dtype, ReduceOp op) {
   if (dtype == DType::float16 || dtype == DType::bfloat16) {
     if (is_bitwise(op))
-      throw std::invalid_argument(fmt::format("MPI has no {} on {}", to_string(op), to_string(dtype)));
+      throw InStepError(fmt::format("MPI has no {} on {}", to_string(op), to_string(dtype)));
     return own_ops().half_ops[dtype == DType::float16 ? 0 : 1][static_cast<std::size_t>(op)];
   }
   if ((dtype == DType::float32 || dtype == DType::float64) && (op == ReduceOp::MIN || op == ReduceOp::MAX))
@@ -196,7 +196,7 @@ MPI_Op reduce_op(DType dtype, ReduceOp op) {
     case ReduceOp::XOR: return MPI_BXOR;
     case ReduceOp::AVG: break;  // ProcessGroup reduces with SUM and divides
   }
-  throw std::invalid_argument("unknown reduce op");
+  throw InStepError("unknown reduce op");
 }
 
 // --- libnbc's algorithms -------------------------------------------------------------------------
@@ -305,8 +305,8 @@ std::optional<int> wait_until(std::array<MPI_Request, N>& requests, Clock::time_
       deadline);
 }
 
-std::invalid_argument wrong_size(int src, std::string_view sent, std::uint32_t tag, std::size_t holds) {
-  return std::invalid_argument(fmt::format(
+InStepError wrong_size(int src, std::string_view sent, std::uint32_t tag, std::size_t holds) {
+  return InStepError(fmt::format(
       "rank {} sent {} bytes (tag {}) but the receive buffer holds {}; pass a buffer of the sender's length", src, sent,
       tag, holds));
 }

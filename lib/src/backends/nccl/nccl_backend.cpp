@@ -1,6 +1,7 @@
 #include "backends/nccl/nccl_backend.hpp"
 #include "common/duration.hpp"
 #include "common/wait.hpp"
+#include "in_step_error.hpp"
 #include "backends/plugin.hpp"
 
 #include <cuda_runtime.h>
@@ -58,7 +59,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::float32: return ncclFloat32;
     case DType::float64: return ncclFloat64;
   }
-  throw std::invalid_argument("unknown dtype");
+  throw InStepError("unknown dtype");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -72,8 +73,8 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::OR:
     case ReduceOp::XOR: break;
   }
-  throw std::invalid_argument("nccl does not support " + std::string(to_string(op)) +
-                              " (NCCL reduces with SUM, PRODUCT, MIN, MAX and AVG only); use gloo or mpi for bitwise reductions");
+  throw InStepError("nccl does not support " + std::string(to_string(op)) +
+                    " (NCCL reduces with SUM, PRODUCT, MIN, MAX and AVG only); use gloo or mpi for bitwise reductions");
 }
 
 // Bytes travel as NCCL's char.
@@ -170,9 +171,9 @@ bool on_device(const void* p, int device) {
   if (attributes.type == cudaMemoryTypeManaged) return true;
   if (attributes.type != cudaMemoryTypeDevice) return false;
   if (attributes.device != device)
-    throw std::invalid_argument("the buffer is memory of GPU " + std::to_string(attributes.device) +
-                                " but this rank's NCCL communicator uses GPU " + std::to_string(device) +
-                                "; allocate it on the device init() selected (local rank % visible GPUs)");
+    throw InStepError("the buffer is memory of GPU " + std::to_string(attributes.device) +
+                      " but this rank's NCCL communicator uses GPU " + std::to_string(device) +
+                      "; allocate it on the device init() selected (local rank % visible GPUs)");
   return true;
 }
 

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "common/duration.hpp"
+#include "in_step_error.hpp"
 #include "store/store.hpp"
 
 namespace idist::detail::shm {
@@ -236,9 +237,9 @@ void Mailboxes::complete_recv(char* data, std::size_t bytes, int src, std::uint3
   const auto deadline = Clock::now() + options_.timeout;
   auto& box = *in_[static_cast<std::size_t>(src)];
   auto mismatch = [&](std::uint64_t length) {
-    return std::invalid_argument(peer(src) + " sent " + std::to_string(length) + " bytes (tag " + std::to_string(tag) +
-                                 ") but the receive buffer holds " + std::to_string(bytes) +
-                                 "; pass a buffer of the sender's length");
+    return InStepError(peer(src) + " sent " + std::to_string(length) + " bytes (tag " + std::to_string(tag) +
+                       ") but the receive buffer holds " + std::to_string(bytes) +
+                       "; pass a buffer of the sender's length");
   };
   std::unique_lock lock(box.mu);
   for (;;) {

@@ -46,6 +46,7 @@
 #include "backends/shm/sync.hpp"
 #include "common/duration.hpp"
 #include "idist/common/host.hpp"
+#include "in_step_error.hpp"
 #include "reduce/kernels.hpp"
 
 namespace idist::detail {
@@ -135,7 +136,7 @@ class ShmBackend final : public Backend {
         half_(half_bytes(init.size)) {
     for (int h : init.hosts)
       if (h != init.hosts.front())
-        throw std::invalid_argument("the shm backend needs every rank of the group on one host");
+        throw InStepError("the shm backend needs every rank of the group on one host");
     const int cores = common::host_cores();
     policy_.oversubscribed = init.contract.local_world_size > cores || size_ > cores;
     // Every member must step the same way: decided from what all of them see alike (the group's
@@ -258,7 +259,7 @@ class ShmBackend final : public Backend {
     const auto element = dtype_size(dtype);
     const auto n = static_cast<std::size_t>(size_);
     const std::size_t per_round = std::max<std::size_t>(1, half_ / n / element);  // elements of each block
-    if (per_round * n * element > half_) throw std::invalid_argument("reduce_scatter: the group is too large for shm's slots");
+    if (per_round * n * element > half_) throw InStepError("reduce_scatter: the group is too large for shm's slots");
     const auto* src = static_cast<const char*>(in);
     auto* dst = static_cast<char*>(out);
     for (std::size_t at = 0; at < count; at += per_round) {

@@ -1,0 +1,24 @@
+#pragma once
+// How code below ProcessGroup says "refused, and the ranks are still in step" (the error
+// protocol of idist/errors.hpp).
+
+#include <stdexcept>
+
+#include "idist/export.hpp"
+
+namespace idist::detail {
+
+// Raised by argument checks, backends and the reduce kernels when a call is refused before
+// anything was sent (a (dtype, op) pair the library lacks, an operation the backend does not
+// have), or when what was sent has been consumed in step (a receive of the wrong length, which
+// the backend drained). Every rank concerned stays where the protocol expects it, so
+// ProcessGroup::run turns it into idist::Error and leaves the group usable; any other
+// exception from a backend marks the group broken. Its own type, rather than
+// std::invalid_argument, so that a std::invalid_argument from deeper down (a parse inside a
+// library) is never mistaken for it. Exported: the backend plugins throw it.
+class IDIST_API InStepError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace idist::detail
