@@ -279,6 +279,23 @@ TEST_CASE("with MIN:MAX, a member lost between attempts is left out while MIN re
   CHECK(a.count("verdict") == 1);
 }
 
+TEST_CASE("with MIN:MAX and no restart left, a lost node ends the job, saying the scale-down needed a restart") {
+  Harness h({.token = kToken, .min_nodes = 1, .max_nodes = 2, .max_restarts = 0, .last_call = 50ms, .dead_after = 60s});
+  Agent a(h, "ha"), b(h, "hb");
+  a.join(true);
+  b.join();
+  REQUIRE(h.run_until([&] { return a.has("assign") && b.has("assign"); }));
+  b.connection->close("test");  // node b's idist-run is killed while the job runs
+  REQUIRE(h.run_until([&] { return a.has("end"); }));
+  a.connection->send(over_message(0));
+  REQUIRE(h.run_until([&] { return a.has("verdict"); }));
+  const auto verdict = a.last("verdict");
+  CHECK(text_of(verdict, "then") == "failure");
+  CHECK(text_of(verdict, "cause") ==
+        "node 1 (hb) was lost: its idist-run ended or was killed; no restart left (--max-restarts 0): going on without "
+        "a lost node spends a restart");
+}
+
 TEST_CASE("a node that leaves with a reason is named with it") {
   Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .max_restarts = 0, .dead_after = 60s});
   Agent a(h, "ha"), b(h, "hb");

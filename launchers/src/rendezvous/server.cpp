@@ -695,6 +695,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (live < options.min_nodes) {
       if (failure && !departures.empty()) *cause += fmt::format("; {}", fmt::join(departures, "; "));
       *cause += fmt::format("; {} node{} left, the job needs {}", live, live == 1 ? "" : "s", options.min_nodes);
+    } else if (live < static_cast<int>(members.size())) {
+      // Enough nodes remain, but going on without the lost one is a new attempt, which the
+      // budget must pay for: say so, or the end looks like a failure the job could have survived.
+      *cause += fmt::format("; no restart left (--max-restarts {}): going on without a lost node spends a restart",
+                            options.max_restarts);
     }
     conclude(false);
   }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -249,6 +250,18 @@ std::vector<std::string> ProcessContext::kill_leftovers_now(LiveAttempt* attempt
     ::usleep(10 * 1000);
   }
   return killed;
+}
+
+ProcessState::ProcessState() {
+  for (int sig = 1; sig < NSIG; ++sig) saved_[sig] = ::sigaction(sig, nullptr, &actions_[sig]) == 0;
+  int flag = 0;
+  if (::prctl(PR_GET_CHILD_SUBREAPER, &flag) == 0) subreaper_ = flag != 0;
+}
+
+ProcessState::~ProcessState() {
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (saved_[sig] && sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &actions_[sig], nullptr);
+  if (subreaper_) ::prctl(PR_SET_CHILD_SUBREAPER, *subreaper_ ? 1 : 0);
 }
 
 }  // namespace idist::launchers::supervision

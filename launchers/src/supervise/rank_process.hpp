@@ -4,6 +4,7 @@
 // reaps them and whatever they leave behind. It decides nothing: who failed and what follows
 // is the supervisor's (policy.hpp), which hears of exits and closed streams through callbacks.
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <array>
@@ -127,6 +128,22 @@ class ProcessContext {
   detail::Console& console_;
   bool tag_output_;
   std::function<void()> output_closed_;
+};
+
+// What supervision changes in the process and puts back when it is destroyed: every signal's
+// disposition (Asio's signal sets leave SIG_DFL behind, not what was there) and the
+// child-subreaper flag, so that a program may supervise jobs of its own (idist::spawn) and go on.
+class ProcessState {
+ public:
+  ProcessState();
+  ~ProcessState();
+  ProcessState(const ProcessState&) = delete;
+  ProcessState& operator=(const ProcessState&) = delete;
+
+ private:
+  std::array<struct sigaction, NSIG> actions_{};
+  std::array<bool, NSIG> saved_{};
+  std::optional<bool> subreaper_;
 };
 
 // "pid 123 (name)" for each of `pids`, from /proc/PID/comm.

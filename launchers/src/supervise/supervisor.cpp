@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
 
 #include <algorithm>
 #include <array>
@@ -682,30 +681,6 @@ class Supervisor {
   int restarts_left_ = options_.max_restarts;  // as the last verdict left it
   detail::RunRecord run_;  // by conclude()
   JobResult result_;
-};
-
-// What supervision changes in the process and puts back afterwards: every signal's
-// disposition (Asio's signal sets leave SIG_DFL behind, not what was there) and the
-// child-subreaper flag.
-class ProcessState {
- public:
-  ProcessState() {
-    for (int sig = 1; sig < NSIG; ++sig) saved_[sig] = ::sigaction(sig, nullptr, &actions_[sig]) == 0;
-    int flag = 0;
-    if (::prctl(PR_GET_CHILD_SUBREAPER, &flag) == 0) subreaper_ = flag != 0;
-  }
-  ~ProcessState() {
-    for (int sig = 1; sig < NSIG; ++sig)
-      if (saved_[sig] && sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &actions_[sig], nullptr);
-    if (subreaper_) ::prctl(PR_SET_CHILD_SUBREAPER, *subreaper_ ? 1 : 0);
-  }
-  ProcessState(const ProcessState&) = delete;
-  ProcessState& operator=(const ProcessState&) = delete;
-
- private:
-  std::array<struct sigaction, NSIG> actions_{};
-  std::array<bool, NSIG> saved_{};
-  std::optional<bool> subreaper_;
 };
 
 }  // namespace
