@@ -115,7 +115,6 @@ struct Cli {
   bool print_config_keys = false;
   bool print_config = false;
   std::vector<std::string> command;
-  std::size_t program_words = 1;  // leading words of command that start the program (under_python adds some)
 
   // What came from the environment or the config file, by setting key ("program" included),
   // so that errors about those values name where they came from.
@@ -272,7 +271,6 @@ int run(const Cli& cli) {
   options.keep_slurm_env = cli.keep_slurm_env;
   options.local_rank_arg = cli.local_rank_arg;
   options.command = cli.command;
-  options.program_words = cli.program_words;
   const std::string path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
 
   L::SuperviseOptions supervise;
@@ -432,7 +430,6 @@ void under_python(Cli& cli) {
   if (!cli.module && !script) return;
   std::vector<std::string> command = {"python3", "-u"};
   if (cli.module) command.emplace_back("-m");
-  cli.program_words = command.size() + 1;
   command.insert(command.end(), cli.command.begin(), cli.command.end());
   cli.command = std::move(command);
 }

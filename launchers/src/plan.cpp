@@ -323,7 +323,7 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
     plan.cpu_shares = cpu_shares(usable_cpus(), plan.local_count, numa_node_of_cpu());
   plan.keep_slurm_env = o.keep_slurm_env;
   plan.local_rank_arg = o.local_rank_arg;
-  plan.program_words = o.program_words;
+  plan.program_words = program_words(o.command);
   return plan;
 }
 

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +23,44 @@ Check check(const std::string& path) {
   return Check::ok;
 }
 
+bool is_python(std::string_view path) {
+  const auto slash = path.rfind('/');
+  std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  if (name.starts_with("python")) name.remove_prefix(6);
+  else if (name.starts_with("pypy")) name.remove_prefix(4);
+  else return false;
+  return name.find_first_not_of("0123456789.") == std::string_view::npos;
+}
+
 }  // namespace
+
+std::size_t program_words(const std::vector<std::string>& command) {
+  if (command.empty()) return 0;
+  if (!is_python(command.front())) return 1;
+  const std::size_t n = command.size();
+  const auto upto = [n](std::size_t words) { return std::min(words, n); };
+  // Python's options (python3 --help): -c CMD and -m MOD end them, -W ARG and -X OPT take a
+  // value (joined or the next word), the rest are flags that may be grouped (-uB).
+  for (std::size_t i = 1; i < n; ++i) {
+    const std::string_view word = command[i];
+    if (word == "-") return i + 1;  // the script from stdin
+    if (word == "--") return upto(i + 2);
+    if (word.starts_with("--")) {
+      if (word == "--check-hash-based-pycs") ++i;
+      continue;
+    }
+    if (!word.starts_with("-")) return i + 1;  // the script
+    for (std::size_t c = 1; c < word.size(); ++c) {
+      const bool joined = c + 1 < word.size();
+      if (word[c] == 'c' || word[c] == 'm') return upto(joined ? i + 1 : i + 2);
+      if (word[c] == 'W' || word[c] == 'X') {
+        if (!joined) ++i;
+        break;
+      }
+    }
+  }
+  return n;
+}
 
 std::string resolve_program(const std::string& name) {
   if (name.empty()) throw UsageError("the program name is empty");

@@ -727,7 +727,6 @@ TEST_CASE("dry_run_json survives arguments that are not UTF-8") {
 TEST_CASE("--local-rank-arg puts --local_rank=N between the program and its arguments") {
   auto o = options(2);
   o.command = {"python3", "-u", "train.py", "--epochs", "3"};
-  o.program_words = 3;
   o.local_rank_arg = true;
   const auto plan = make_plan(o, from({}));
   CHECK(rank_command(plan, 1) == std::vector<std::string>{"python3", "-u", "train.py", "--local_rank=1", "--epochs", "3"});
@@ -739,6 +738,31 @@ TEST_CASE("--local-rank-arg puts --local_rank=N between the program and its argu
   task.local_rank_arg = true;
   CHECK(rank_command(make_plan(task, from(kSrunCyclicTask2)), 0).back() ==
         "--local_rank=" + std::to_string(make_plan(task, from(kSrunCyclicTask2)).job.local_rank));
+}
+
+TEST_CASE("--local-rank-arg goes after the script when the program is a Python interpreter") {
+  // The README's form, python3 named by the user: after python3 the interpreter would take
+  // --local_rank=1 for its own option and exit 2 on every rank.
+  const auto command_of = [](std::vector<std::string> command) {
+    auto o = options(2);
+    o.command = std::move(command);
+    o.local_rank_arg = true;
+    return rank_command(make_plan(o, from({})), 1);
+  };
+  using Words = std::vector<std::string>;
+  CHECK(command_of({"/usr/bin/python3", "script.py", "--epochs", "3"}) ==
+        Words{"/usr/bin/python3", "script.py", "--local_rank=1", "--epochs", "3"});
+  CHECK(command_of({"python3", "-u", "script.py", "--epochs", "3"}) ==
+        Words{"python3", "-u", "script.py", "--local_rank=1", "--epochs", "3"});
+  CHECK(command_of({"python3", "-m", "pkg.train", "--epochs", "3"}) ==
+        Words{"python3", "-m", "pkg.train", "--local_rank=1", "--epochs", "3"});
+  CHECK(command_of({"python3.11", "-uB", "-W", "ignore", "-Xdev", "-mpkg", "-x"}) ==
+        Words{"python3.11", "-uB", "-W", "ignore", "-Xdev", "-mpkg", "--local_rank=1", "-x"});
+  CHECK(command_of({"python", "-c", "import sys", "a"}) == Words{"python", "-c", "import sys", "--local_rank=1", "a"});
+  CHECK(command_of({"python3", "-u"}) == Words{"python3", "-u", "--local_rank=1"});
+  // Not an interpreter: right after the program, whatever its arguments look like.
+  CHECK(command_of({"./python-tool", "train.py"}) == Words{"./python-tool", "--local_rank=1", "train.py"});
+  CHECK(command_of({"./train", "-m", "x"}) == Words{"./train", "--local_rank=1", "-m", "x"});
 }
 
 TEST_CASE("attempt_of gives every local rank its command, environment and a fresh reserved port on restarts") {

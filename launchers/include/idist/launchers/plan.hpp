@@ -51,7 +51,6 @@ struct LaunchOptions {
   bool keep_slurm_env = false;        // --keep-slurm-env: spawned ranks keep their task's SLURM_* values
   bool local_rank_arg = false;        // --local-rank-arg: --local_rank=N follows the program in each rank's command
   std::vector<std::string> command;   // program (resolved) and its arguments
-  std::size_t program_words = 1;      // leading words of command that start the program ("python3 -u x.py": 3)
   PmiClient pmi = ask_pmi_server;     // how detection asks Hydra's PMI server; tests pass a fake
 };
 
@@ -82,7 +81,7 @@ struct LaunchPlan {
   std::vector<std::vector<int>> cpu_shares;  // --bind in spawn mode: local rank i's cores; else empty
   bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
   bool local_rank_arg = false;  // rank_command inserts --local_rank=N after the program_words
-  std::size_t program_words = 1;
+  std::size_t program_words = 1;  // program_words(command): "python3 -u train.py" is 3
   // A job over several nodes: the rendezvous decides node_rank, nnodes, world_size, rank and
   // master_port for each attempt (apply_assignment); until then they are placeholders.
   std::optional<RendezvousPlan> rendezvous;
@@ -102,7 +101,8 @@ env::Contract rank_contract(const LaunchPlan& plan, int index);
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
 
 // The command line of local process `index`: plan.command, and with local_rank_arg
-// "--local_rank=N" (N its LOCAL_RANK) between the program and its own arguments, where
+// "--local_rank=N" (N its LOCAL_RANK) between the program and its own arguments (after the
+// script, when the program is a Python interpreter: program_words), where
 // torch.distributed.launch without --use-env and DeepSpeed's launcher put it for scripts that
 // take it from argparse (before the script's arguments, so that a "--" or a subcommand among
 // them does not swallow it).

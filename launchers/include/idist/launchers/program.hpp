@@ -1,7 +1,9 @@
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace idist::launchers {
 
@@ -15,6 +17,13 @@ class UsageError : public std::runtime_error {
 // execvp would find it. Throws UsageError when it does not exist, is a directory, or is not
 // executable, so the job fails before any rank starts rather than N times after.
 std::string resolve_program(const std::string& name);
+
+// How many leading words of `command` start the program, that is where an argument for the
+// program itself (--local_rank=N) goes: 1 for a binary; for a Python interpreter (python,
+// python3, python3.11, pypy3, by its base name) the interpreter, its own options and the
+// script (or -m MODULE, -c CODE), as python3 -u train.py reads its sys.argv after train.py.
+// A command without a script (python3 -u alone) is all program words.
+std::size_t program_words(const std::vector<std::string>& command);
 
 // A rank whose program could not be executed exits with these, as a shell does: found but
 // not executable, and not found (a file gone since it was resolved).
