@@ -58,7 +58,8 @@ Detection, first match wins: --nnodes/--node-rank > SLURM step (srun) > Open MPI
 MPICH/Intel MPI > MVAPICH > horovodrun > RANK/WORLD_SIZE already set > local spawn.
 Force one with --launcher; IDIST_NO_DETECT=1 turns detection off.
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
-MASTER_PORT and friends, as torch.distributed's env:// expects.
+MASTER_PORT and friends, as torch.distributed's env:// expects, and PYTHONUNBUFFERED=1 unless
+it is set (a rank's stdout is a pipe, where Python would hold its output back until exit).
 Supervision (when idist-run spawns the ranks): the first rank to fail stops the others
 (SIGTERM, then SIGKILL after --grace; 250 ms later when it exited non-zero, so that a peer
 already exiting keeps its own exit code); the summary names it, the ranks stopped as collateral

@@ -23,6 +23,8 @@ namespace {
 
 std::string this_host() { return common::host_name("localhost"); }
 
+constexpr const char* kPythonUnbuffered = "PYTHONUNBUFFERED";
+
 // What the env contract accepts (env_contract.cpp).
 constexpr int kMaxRanks = 1 << 24;
 
@@ -324,6 +326,7 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   plan.keep_slurm_env = o.keep_slurm_env;
   plan.local_rank_arg = o.local_rank_arg;
   plan.program_words = program_words(o.command);
+  if (!env(kPythonUnbuffered)) plan.rank_defaults.emplace(kPythonUnbuffered, "1");
   return plan;
 }
 
@@ -445,6 +448,7 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   for (auto name : {env::kJobToken, env::kRunId, env::kLauncher}) vars.erase(std::string(name));
   for (const auto& name : plan.unset) vars.erase(name);
   for (auto& [name, value] : env::to_variables(rank_contract(plan, index))) vars[name] = value;
+  for (const auto& [name, value] : plan.rank_defaults) vars.emplace(name, value);
   if (plan.mode == Mode::spawn && plan.job.launcher == "slurm" && !plan.keep_slurm_env)
     set_slurm_task_view(vars, plan, rank_contract(plan, index));
   // Ranks share the cores; without this every OpenMP runtime starts one thread per core.

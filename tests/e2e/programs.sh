@@ -1,6 +1,6 @@
 #!/bin/bash
 # What idist-run does with the program it starts, by the kind of program: a Python interpreter
-# named on the command line (--local-rank-arg after the script).
+# named on the command line (--local-rank-arg after the script, output not held back).
 # usage: programs.sh IDIST_RUN EXAMPLES_DIR
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -27,5 +27,25 @@ for form in "$(command -v python3) train.py" "python3 -u train.py" "python3 -m p
   check "$form: every rank parses --local_rank=N (exit $rc)" eval \
     '[ $rc = 0 ] && contains "$out" "local_rank 0 epochs 3" && contains "$out" "local_rank 1 epochs 3"' || echo "$out"
 done
+
+echo "# python3 without -u: a rank's lines come as it prints them, not when it exits"
+cat >slow.py <<'EOF'
+import os, time
+print("started")
+for _ in range(300):  # until the test has seen the line (or 30 s)
+    if os.path.exists("go"):
+        break
+    time.sleep(0.1)
+EOF
+env -u PYTHONUNBUFFERED "$RUN" -n 2 python3 slow.py >"$TMP/slow.out" 2>&1 &
+job=$!
+wait_for_lines "$TMP/slow.out" started 2
+check "both ranks' first line is out while they still run" \
+  eval '[ "$(count "$(cat "$TMP/slow.out")" started)" = 2 ] && kill -0 $job 2>/dev/null' || cat "$TMP/slow.out"
+touch go
+wait $job
+check "... and the job exits 0" equals $? 0
+out=$(PYTHONUNBUFFERED= "$RUN" -n 1 python3 -c 'import os; print(repr(os.environ["PYTHONUNBUFFERED"]))' 2>&1)
+check "a PYTHONUNBUFFERED the user set stays theirs" equals "$out" "''"
 
 finish

@@ -511,6 +511,18 @@ TEST_CASE("rank_environment keeps an inherited OMP_NUM_THREADS and sets one othe
   CHECK(std::stoi(set.at("OMP_NUM_THREADS")) >= 1);
 }
 
+TEST_CASE("every rank gets PYTHONUNBUFFERED=1 unless it is set, and --dry-run shows it") {
+  // A rank's stdout is a pipe: python3 train.py would hold its output back until it exits.
+  const auto plan = make_plan(options(2), from({}));
+  CHECK(environment_of(plan, 1, {"PATH=/usr/bin"}).at("PYTHONUNBUFFERED") == "1");
+  const auto shown = nlohmann::json::parse(dry_run_json(plan));
+  CHECK(shown["ranks"][1]["env"]["PYTHONUNBUFFERED"] == "1");
+
+  const auto users = make_plan(options(2), from({{"PYTHONUNBUFFERED", ""}}));
+  CHECK(environment_of(users, 0, {"PYTHONUNBUFFERED="}).at("PYTHONUNBUFFERED") == "");
+  CHECK_FALSE(nlohmann::json::parse(dry_run_json(users))["ranks"][0]["env"].contains("PYTHONUNBUFFERED"));
+}
+
 TEST_CASE("rank_environment sets the contract over what the outer job left") {
   const auto plan = make_plan(options(2), from({}));
   const auto vars = environment_of(

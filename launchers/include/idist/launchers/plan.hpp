@@ -77,6 +77,10 @@ struct LaunchPlan {
   std::vector<std::string> notes;                 // what was seen and not used, and why
   std::string detected_by;                        // the detector's name, or "" in plain spawn mode
   std::vector<std::string> unset;                 // inherited variables the ranks must not see
+  // Variables every rank gets unless the environment idist-run started in has them (--dry-run
+  // shows them): PYTHONUNBUFFERED=1, because a rank's stdout is a pipe, through which Python
+  // would hold back its output until exit (python3 without -u, as users write it).
+  std::map<std::string, std::string> rank_defaults;
   std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
   std::vector<std::vector<int>> cpu_shares;  // --bind in spawn mode: local rank i's cores; else empty
   bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
@@ -98,6 +102,7 @@ env::Contract rank_contract(const LaunchPlan& plan, int index);
 // there is one), as "NAME=value" strings. Ranks spawned inside a SLURM step also get the
 // SLURM_* task variables srun would have given them as tasks of their own (SLURM_PROCID =
 // RANK, SLURM_LOCALID = LOCAL_RANK, SLURM_NTASKS = WORLD_SIZE, ...), unless keep_slurm_env.
+// The plan's rank_defaults, like OMP_NUM_THREADS, are set only where unset.
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
 
 // The command line of local process `index`: plan.command, and with local_rank_arg
