@@ -132,6 +132,22 @@ TEST_CASE("read_file: one line naming the file and the key for every bad file") 
                        "--config '/nonexistent/x.json': No such file or directory", UsageError);
 }
 
+TEST_CASE("read_file: a file nested 100,000 deep gets its one line, not a stack overflow") {
+  // Quoting such a value in the error recursed through all of it (SIGSEGV at 100,000; 30,000
+  // still fit the stack).
+  const auto nested = [](std::size_t depth, std::string_view inner) {
+    return std::string(depth, '[') + std::string(inner) + std::string(depth, ']');
+  };
+  const std::string too_deep = ": arrays or objects nested more than 64 deep; a launch profile is one object of settings";
+  CHECK(file_error(nested(100000, "")) == too_deep);
+  CHECK(file_error(nested(30000, "")) == too_deep);
+  CHECK(file_error("{\"program\": " + nested(99999, "1") + "}") == too_deep);
+  // Not closed: the depth is refused before the end is reached.
+  CHECK(file_error(std::string(1000000, '[')) == too_deep);
+  CHECK(file_error(nested(64, "")) ==
+        ": expected a JSON object of settings at the top level, not array " + std::string(37, '[') + "...");
+}
+
 TEST_CASE("accepted_keys: both spellings of every setting, program and $schema") {
   const auto keys = config::accepted_keys();
   CHECK(std::is_sorted(keys.begin(), keys.end()));
