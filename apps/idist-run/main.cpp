@@ -5,13 +5,17 @@
 // launchers/config, IDIST_* variables and a --config file) into options and errors into exit
 // codes (2 for bad usage, as with most Unix tools).
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -66,8 +70,8 @@ already exiting keeps its own exit code); the summary names it, the ranks stoppe
 and its last stderr lines. SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the job (a second one
 kills at once); the --forward-signals go to every rank and the job goes on. Whatever a rank
 leaves behind (forked helpers, daemons) is killed when its attempt ends. --max-restarts
-restarts the ranks of this node only (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT when
-idist-run picked it); on several nodes each node restarts on its own.
+restarts every local rank (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT when idist-run picked
+it); over several nodes (--nnodes) it is one budget for the job, every node restarting together.
 Ranks failing together: one killed or crashed by a signal idist-run did not send is named
 before one that exited non-zero, aborted or died of SIGPIPE (what survivors of a dead peer do).
 The console never holds up supervision: a slow reader holds the ranks back, one that stops
@@ -435,6 +439,120 @@ void under_python(Cli& cli) {
   cli.command = std::move(command);
 }
 
+// The loader's message when the plugin at `path` cannot be loaded, else "". Loaded in a child,
+// so that what it brings (MPI's, CUDA's libraries and their constructors) never runs here.
+std::string plugin_load_error(const std::string& path, const std::string& entry) {
+  int fds[2];
+  if (::pipe(fds) != 0) return std::strerror(errno);
+  const pid_t pid = ::fork();
+  if (pid < 0) return std::strerror(errno);
+  if (pid == 0) {
+    ::close(fds[0]);
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    const char* error = handle == nullptr ? ::dlerror() : nullptr;
+    const std::string why = handle == nullptr ? (error != nullptr ? error : "dlopen failed")
+                            : ::dlsym(handle, entry.c_str()) == nullptr ? "has no " + entry + ": not an idist plugin"
+                                                                        : "";
+    if (!why.empty() && ::write(fds[1], why.data(), why.size()) < 0) ::_exit(2);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string why;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    why.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (why.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) why = "the test load crashed";
+  if (why.starts_with(path + ": ")) why.erase(0, path.size() + 2);
+  return why;
+}
+
+// Where libidist looks for backend plugins (lib/src/backends/plugins.cpp): IDIST_PLUGIN_PATH,
+// then idist/ beside itself, which is <libdir>/idist of this install, or of this build tree
+// when this idist-run is the build's.
+std::vector<std::string> plugin_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* extra = std::getenv("IDIST_PLUGIN_PATH")) {
+    std::string_view rest(extra);
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      if (colon != 0) dirs.emplace_back(rest.substr(0, colon));
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    }
+  }
+  std::error_code ec;
+  const auto exe_dir = std::filesystem::canonical("/proc/self/exe", ec).parent_path();
+  if (ec) return dirs;
+  if (exe_dir == std::filesystem::weakly_canonical(IDIST_RUN_BUILD_DIR, ec))
+    dirs.emplace_back(IDIST_BUILD_PLUGIN_DIR);
+  else
+    dirs.push_back((exe_dir / IDIST_PLUGIN_DIR_FROM_BINDIR).lexically_normal().string());
+  return dirs;
+}
+
+// --version: the backends a rank can use, as they are installed now rather than as built:
+// gloo is in libidist, the others are plugins found and loaded as libidist would.
+std::string version_text() {
+  const auto dirs = plugin_dirs();
+  std::string usable = "gloo";
+  std::string lines = "\n  gloo: built into libidist";
+  for (const std::string_view name : idist::env::kBackendNames) {
+    if (name == "gloo") continue;
+    const std::string file = fmt::format("libidist-backend-{}.so", name);
+    std::string found;
+    for (const auto& dir : dirs) {
+      std::error_code ec;
+      if (std::filesystem::exists(std::filesystem::path(dir) / file, ec)) {
+        found = (std::filesystem::path(dir) / file).string();
+        break;
+      }
+    }
+    std::string dir_list;
+    for (const auto& dir : dirs) dir_list += (dir_list.empty() ? "" : ", ") + dir;
+    if (found.empty()) {
+      lines += fmt::format("\n  {}: not installed (no {} in {})", name, file, dir_list.empty() ? "(no directory)" : dir_list);
+      continue;
+    }
+    const auto why = plugin_load_error(found, fmt::format("idist_backend_plugin_{}", name));
+    if (why.empty()) usable += fmt::format(", {}", name);
+    lines += why.empty() ? fmt::format("\n  {}: {}", name, found)
+                         : fmt::format("\n  {}: {} cannot be loaded: {}", name, found, why);
+  }
+  return fmt::format("idist-run {} (backends: {}){}", IDIST_VERSION, usable, lines);
+}
+
+// CLI11's usage line ("idist-run [OPTIONS]") knows nothing of the program that follows; ours
+// replaces it, so that --help (and the man page help2man makes of it) has one.
+class HelpFormat : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: idist-run [OPTIONS] [--] PROGRAM [ARGS...]\n";
+  }
+};
+
+// mpirun's -np, which CLI11 would read as -n with the value "p" ("--nproc-per-node 'p' is not
+// a number"). Only among idist-run's own options: the program's -np is the program's.
+void refuse_mpirun_np(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--" || word == "-" || !word.starts_with("-")) return;
+    if (word.starts_with("-np") && word.find_first_not_of("0123456789", 3) == std::string::npos) {
+      std::string count = word.size() > 3 ? word.substr(3) : i + 1 < argc ? argv[i + 1] : "";
+      if (count.empty() || count.find_first_not_of("0123456789") != std::string::npos) count = "N";
+      throw UsageError(fmt::format("unknown option -np: did you mean -n {} (--nproc-per-node)?", count));
+    }
+    // An option's value is the next word, unless it is joined to it (--grace=3, -n4).
+    const CLI::Option* option = word.find('=') == std::string::npos ? app.get_option_no_throw(word) : nullptr;
+    if (option != nullptr && option->get_type_size_max() > 0) ++i;
+  }
+}
+
 // Every option has its variable and config key (config::kSettings), so neither can fall behind.
 void check_settings_cover(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options()) {
@@ -451,11 +569,11 @@ void check_settings_cover(const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"idist-run: run a program as a distributed job (local ranks over gloo, nccl or mpi)\n"
-               "Usage: idist-run [OPTIONS] [--] PROGRAM [ARGS...]",
-               "idist-run"};
+  CLI::App app{"idist-run: run a program as a distributed job (local ranks over gloo, nccl or mpi)", "idist-run"};
+  app.formatter(std::make_shared<HelpFormat>());
   app.footer(std::string(kExamples) + "\n\n" + config::help_table());
-  app.set_version_flag("--version", std::string("idist-run ") + IDIST_VERSION + " (backends: " + IDIST_BACKENDS + ")");
+  app.set_version_flag("--version", version_text,
+                       "Print the version and the backends installed (each plugin loaded as a rank would), and exit");
   Cli cli;
   app.add_option("-n,--nproc-per-node,--nproc_per_node", cli.nproc_per_node,
                  "Ranks to start on this node (1 to 4096, or auto: one per visible GPU, else one per usable core; "
@@ -550,6 +668,7 @@ int main(int argc, char** argv) {
 
   try {
     check_settings_cover(app);
+    refuse_mpirun_np(app, argc, argv);
     app.parse(argc, argv);
     if (cli.print_config_keys) {
       for (const auto& key : config::accepted_keys()) std::cout << key << "\n";
