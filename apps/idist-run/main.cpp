@@ -277,6 +277,7 @@ int run(const Cli& cli) {
   options.local_rank_arg = cli.local_rank_arg;
   options.command = cli.command;
   const std::string path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
+  options.program_path = path;
 
   L::SuperviseOptions supervise;
   supervise.forward_signals = checked(cli, "forward_signals", [&] {

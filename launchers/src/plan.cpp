@@ -314,12 +314,33 @@ LaunchPlan checked(LaunchPlan plan) {
   return plan;
 }
 
+// pytorch/examples' dist-mnist under idist-run -n 2: two worlds of one, each training on all
+// the data and exiting 0. What starts MPI's ranks must be an MPI launcher, which idist-run
+// (under mpirun, detect/mpi.cpp) then execs in place as one task per rank.
+void refuse_mpi_program(const LaunchPlan& plan, const LaunchOptions& o) {
+  if (plan.mode != Mode::spawn || plan.job.world_size <= 1 || o.program_path.empty()) return;
+  if (!plan.job.backend.empty() && plan.job.backend != "mpi") return;  // the user says it does not use MPI
+  const auto library = mpi_library(o.program_path);
+  if (library.empty()) return;
+  const std::string n = std::to_string(plan.job.world_size);
+  const std::string program = o.command.empty() ? o.program_path : o.command.front();
+  const std::string rest = o.command.size() > 1 ? " ..." : "";
+  const std::string start =
+      plan.detected_by.empty()
+          ? "start its ranks with mpirun: `mpirun -np " + n + " " + program + rest + "` (or `mpirun -np " + n +
+                " idist-run " + program + rest + "`)"
+          : "let the outer launcher (" + plan.detected_by + ") start one task per rank, without -n";
+  throw UsageError("program '" + program + "' links " + library + " (MPI): ranks idist-run spawns would each be an " +
+                   "MPI world of one; " + start + ", or pass --backend gloo if it does not use MPI");
+}
+
 LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env);
 
 }  // namespace
 
 LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   auto plan = checked(unchecked_plan(o, env));
+  refuse_mpi_program(plan, o);
   // Only ranks we spawn: srun and mpirun bind the tasks they start themselves.
   if (o.bind && plan.mode == Mode::spawn)
     plan.cpu_shares = cpu_shares(usable_cpus(), plan.local_count, numa_node_of_cpu());

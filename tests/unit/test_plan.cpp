@@ -3,7 +3,12 @@
 // environment each rank gets. Every plan reads an injected env, never the process's.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "idist/launchers/plan.hpp"
@@ -775,6 +780,34 @@ TEST_CASE("--local-rank-arg goes after the script when the program is a Python i
   // Not an interpreter: right after the program, whatever its arguments look like.
   CHECK(command_of({"./python-tool", "train.py"}) == Words{"./python-tool", "--local_rank=1", "train.py"});
   CHECK(command_of({"./train", "-m", "x"}) == Words{"./train", "--local_rank=1", "-m", "x"});
+}
+
+TEST_CASE("needed_libraries reads an ELF file's DT_NEEDED entries, and nothing from anything else") {
+  const auto libc = needed_libraries("/bin/true");
+  CHECK(std::any_of(libc.begin(), libc.end(), [](const auto& name) { return name.starts_with("libc.so"); }));
+  CHECK(mpi_library("/bin/true").empty());
+  CHECK(needed_libraries("/nonexistent").empty());
+  // Cut short, or with section headers pointing past the end: nothing, and no crash.
+  const auto path = std::filesystem::temp_directory_path() / ("idist-test-elf-" + std::to_string(::getpid()));
+  std::ifstream whole("/bin/true", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(whole)), std::istreambuf_iterator<char>());
+  for (const std::size_t size : {std::size_t{4}, std::size_t{64}, std::size_t{4096}, bytes.size() / 2}) {
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(size));
+    CHECK(needed_libraries(path).empty());
+  }
+  std::string broken = bytes;
+  std::fill(broken.begin() + 0x28, broken.begin() + 0x30, '\xff');  // e_shoff of an ELF64 header
+  std::ofstream(path, std::ios::binary).write(broken.data(), static_cast<std::streamsize>(broken.size()));
+  CHECK(needed_libraries(path).empty());
+  std::ofstream(path) << "#!/bin/sh\n";
+  CHECK(needed_libraries(path).empty());
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a program that links no MPI library is spawned as usual") {
+  auto o = options(2);
+  o.program_path = "/bin/true";
+  CHECK(make_plan(o, from({})).local_count == 2);
 }
 
 TEST_CASE("attempt_of gives every local rank its command, environment and a fresh reserved port on restarts") {

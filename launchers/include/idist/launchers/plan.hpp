@@ -51,6 +51,9 @@ struct LaunchOptions {
   bool keep_slurm_env = false;        // --keep-slurm-env: spawned ranks keep their task's SLURM_* values
   bool local_rank_arg = false;        // --local-rank-arg: --local_rank=N follows the program in each rank's command
   std::vector<std::string> command;   // program (resolved) and its arguments
+  // The program's file (resolve_program), for a look at the libraries it links; empty: not
+  // looked at. An MPI program spawned as several ranks is refused (make_plan).
+  std::string program_path;
   PmiClient pmi = ask_pmi_server;     // how detection asks Hydra's PMI server; tests pass a fake
 };
 
@@ -91,7 +94,10 @@ struct LaunchPlan {
   std::optional<RendezvousPlan> rendezvous;
 };
 
-// Throws UsageError for contradictory options and DetectError for a broken environment.
+// Throws UsageError for contradictory options, and for a program that links MPI (mpi_library)
+// spawned as several ranks with no --backend other than mpi: each rank's MPI_Init would make a
+// world of one, every rank doing all the work and exiting 0; mpirun must start such ranks.
+// Throws DetectError for a broken environment.
 LaunchPlan make_plan(const LaunchOptions& options, const env::Lookup& env = env::process_env());
 
 // The contract of local process `index` (0 <= index < local_count).

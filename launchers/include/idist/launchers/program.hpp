@@ -25,6 +25,16 @@ std::string resolve_program(const std::string& name);
 // A command without a script (python3 -u alone) is all program words.
 std::size_t program_words(const std::vector<std::string>& command);
 
+// The libraries the ELF file at `path` links directly (its DT_NEEDED entries: "libmpi.so.40"),
+// read from its section headers; empty when it is not an ELF file of this machine's byte order
+// or cannot be read (a script, a truncated file). Never throws.
+std::vector<std::string> needed_libraries(const std::string& path);
+
+// The first of `path`'s needed libraries that is MPI's (libmpi.so.*, libmpi_cxx.so.*,
+// libmpich*.so.*, Intel MPI's libmpi and libmpifort), or "" when it links none. A program
+// that links libidist is not one: libidist loads MPI only as a plugin, when a rank asks.
+std::string mpi_library(const std::string& path);
+
 // A rank whose program could not be executed exits with these, as a shell does: found but
 // not executable, and not found (a file gone since it was resolved).
 inline constexpr int kCannotExecute = 126;
