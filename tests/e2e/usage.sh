@@ -45,6 +45,11 @@ check "--help has one Usage line" equals "$(grep -c '^Usage:' <<<"$out")" 1
 check "--help: the nodes of a job restart together" contains "$(tr '\n' ' ' <<<"$out")" "every node restarting together"
 check "--help does not say that each node restarts on its own" equals "$(count "$out" "restarts on its own")" 0
 check "--help tells of PYTHONUNBUFFERED" contains "$out" "PYTHONUNBUFFERED=1"
+# --help and the config keys come from one table: every key is an option --help shows.
+for key in $("$RUN" --print-config-keys | grep -v '_' | grep -vx -e program -e '\$schema'); do
+  contains "$out" "--$key" || check "--help shows --$key, a config key" false
+done
+check "--help shows an option for every config key" true
 out=$("$RUN" --version 2>&1)
 check "--version exits 0" equals $? 0
 check "--version names the version and backends" contains "$out" "idist-run 0.1.0 (backends: gloo"

@@ -78,6 +78,18 @@ TEST_CASE("every setting's names follow one rule, and no variable means somethin
   CHECK(setting("launcher").env == "IDIST_LAUNCHER_KIND");
 }
 
+TEST_CASE("every setting declares its help, and a flag (boolean) goes into a bool") {
+  for (const auto& s : config::kSettings) {
+    CAPTURE(s.key);
+    CHECK_FALSE(s.help.empty());
+    CHECK(std::holds_alternative<bool config::Options::*>(s.target) == (s.type == config::Type::boolean));
+    // An integer setting's value is whole: the option takes it as text (count_or_*) or an int.
+    if (s.type == config::Type::integer)
+      CHECK((std::holds_alternative<int config::Options::*>(s.target) ||
+             std::holds_alternative<std::optional<int> config::Options::*>(s.target)));
+  }
+}
+
 TEST_CASE("from_env: the variable's text, flags as true/false, empty as unset") {
   const auto lookup = test::from({{"IDIST_NPROC_PER_NODE", "4"},
                                   {"IDIST_TAG_OUTPUT", "yes"},
