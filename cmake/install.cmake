@@ -47,7 +47,9 @@ install(TARGETS idist-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT 
 find_program(HELP2MAN help2man)
 if(HELP2MAN)
   add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/idist-run.1
-    COMMAND ${HELP2MAN} --no-info --section=1
+    # The version alone: --version's other lines name the plugins installed where it runs,
+    # which a page made at build time cannot know.
+    COMMAND ${HELP2MAN} --no-info --section=1 --version-string=${PROJECT_VERSION}
             "--name=run a program as a distributed job (gloo, nccl, mpi)"
             --output=${PROJECT_BINARY_DIR}/idist-run.1 $<TARGET_FILE:idist-run>
     DEPENDS idist-run VERBATIM)

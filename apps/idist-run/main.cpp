@@ -5,16 +5,22 @@
 // launchers/config, IDIST_* variables and a --config file) into options and errors into exit
 // codes (2 for bad usage, as with most Unix tools).
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <type_traits>
+#include <variant>
 
 #include "idist/launchers/config.hpp"
 #include "idist/launchers/exec.hpp"
@@ -58,15 +64,16 @@ Detection, first match wins: --nnodes/--node-rank > SLURM step (srun) > Open MPI
 MPICH/Intel MPI > MVAPICH > horovodrun > RANK/WORLD_SIZE already set > local spawn.
 Force one with --launcher; IDIST_NO_DETECT=1 turns detection off.
 Every rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
-MASTER_PORT and friends, as torch.distributed's env:// expects.
+MASTER_PORT and friends, as torch.distributed's env:// expects, and PYTHONUNBUFFERED=1 unless
+it is set (a rank's stdout is a pipe, where Python would hold its output back until exit).
 Supervision (when idist-run spawns the ranks): the first rank to fail stops the others
 (SIGTERM, then SIGKILL after --grace; 250 ms later when it exited non-zero, so that a peer
 already exiting keeps its own exit code); the summary names it, the ranks stopped as collateral
 and its last stderr lines. SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the job (a second one
 kills at once); the --forward-signals go to every rank and the job goes on. Whatever a rank
 leaves behind (forked helpers, daemons) is killed when its attempt ends. --max-restarts
-restarts the ranks of this node only (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT when
-idist-run picked it); on several nodes each node restarts on its own.
+restarts every local rank (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT when idist-run picked
+it); over several nodes (--nnodes) it is one budget for the job, every node restarting together.
 Ranks failing together: one killed or crashed by a signal idist-run did not send is named
 before one that exited non-zero, aborted or died of SIGPIPE (what survivors of a dead peer do).
 The console never holds up supervision: a slow reader holds the ranks back, one that stops
@@ -82,40 +89,14 @@ when killed by a signal); 128+signal when idist-run itself is interrupted; 124 o
 1 when every rank succeeded but --log-dir lost bytes or summary.json; 2 for bad usage.
 Console output dropped leaves the exit status as it is.)";
 
-struct Cli {
-  std::optional<std::string> nproc_per_node;
-  std::optional<std::string> nnodes;
-  std::optional<int> node_rank;
-  std::optional<std::string> master_addr;
-  std::optional<int> master_port;
-  std::optional<std::string> rdzv_id;
-  std::optional<std::string> rdzv_endpoint;
-  std::string rdzv_conf;
-  std::string port_range = "20000-32767";
-  std::string launcher = "auto";
-  bool force_spawn = false;
-  bool dry_run = false;
-  std::string backend;
-  bool tag_output = false;
-  bool verbose = false;
-  bool module = false;     // -m: the program is a Python module
-  bool no_python = false;  // --no-python: a .py program runs directly
-  bool bind = false;       // --bind: pin each local rank to its share of the cores
-  bool keep_slurm_env = false;  // --keep-slurm-env: spawned ranks keep their SLURM task's variables
-  bool local_rank_arg = false;  // --local-rank-arg: each rank's arguments end with --local_rank=N
-  double grace_seconds = 5;
-  double stall_seconds = 60;
-  std::string stall_action = "report";
+// The settings (config::Options, one member per config::kSettings entry), the actions that
+// are not settings, and the program.
+struct Cli : config::Options {
   bool status = false;  // --status [PID]: ask a running job where its ranks are
-  std::optional<std::string> timeout_seconds;
-  int max_restarts = 0;
-  std::string forward_signals = "USR1,USR2";
-  std::string log_dir;
   std::optional<std::string> config_file;
   bool print_config_keys = false;
   bool print_config = false;
   std::vector<std::string> command;
-  std::size_t program_words = 1;  // leading words of command that start the program (under_python adds some)
 
   // What came from the environment or the config file, by setting key ("program" included),
   // so that errors about those values name where they came from.
@@ -231,8 +212,11 @@ void check_log_dir(const std::string& dir) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw UsageError("--log-dir '" + dir + "': not writable");
 }
 
-int run(const Cli& cli) {
-  namespace L = idist::launchers;
+namespace L = idist::launchers;
+
+// The plan's options from the command line (and what fill_in gave it), each value checked
+// where its error can name where it came from.
+L::LaunchOptions launch_options(const Cli& cli) {
   L::LaunchOptions options;
   if (cli.nproc_per_node == "auto") {
     // One rank per GPU where there are GPUs (the nccl way), else one per core we may use.
@@ -272,9 +256,16 @@ int run(const Cli& cli) {
   options.keep_slurm_env = cli.keep_slurm_env;
   options.local_rank_arg = cli.local_rank_arg;
   options.command = cli.command;
-  options.program_words = cli.program_words;
-  const std::string path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
+  options.program_path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
+  return options;
+}
 
+std::chrono::milliseconds milliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
+// How the ranks are watched; checked, as the plan's options, before anything starts.
+L::SuperviseOptions supervise_options(const Cli& cli) {
   L::SuperviseOptions supervise;
   supervise.forward_signals = checked(cli, "forward_signals", [&] {
     try {
@@ -283,18 +274,24 @@ int run(const Cli& cli) {
       throw UsageError(std::string("--forward-signals: ") + e.what());
     }
   });
-  std::optional<double> timeout_seconds;
-  if (cli.timeout_seconds)
-    timeout_seconds = checked(cli, "timeout", [&] { return parse_timeout(*cli.timeout_seconds); });
-  if (!cli.log_dir.empty()) checked(cli, "log_dir", [&] { check_log_dir(cli.log_dir); });
-
-  auto plan = L::make_plan(options);
-  for (const auto& note : plan.notes) spdlog::info("{}", note);
-  if (cli.dry_run) {
-    const auto program_from = cli.outside.contains("program") ? cli.outside.at("program").from : "command line";
-    std::cout << config::add_settings(L::dry_run_json(plan), cli.resolved, program_from) << std::endl;
-    return 0;
+  if (cli.timeout_seconds) {
+    const double seconds = checked(cli, "timeout", [&] { return parse_timeout(*cli.timeout_seconds); });
+    supervise.timeout = std::max(std::chrono::milliseconds(1), milliseconds(std::min(seconds, 1e9)));
   }
+  if (!cli.log_dir.empty()) checked(cli, "log_dir", [&] { check_log_dir(cli.log_dir); });
+  supervise.tag_output = cli.tag_output;
+  supervise.grace = milliseconds(cli.grace_seconds);
+  supervise.stall_timeout = milliseconds(cli.stall_seconds);
+  supervise.stall_action = cli.stall_action == "kill" ? L::SuperviseOptions::StallAction::kill
+                                                      : L::SuperviseOptions::StallAction::report;
+  supervise.status_socket = true;
+  supervise.stacks = true;
+  supervise.max_restarts = cli.max_restarts;
+  supervise.log_dir = cli.log_dir;
+  return supervise;
+}
+
+void announce(const L::LaunchPlan& plan) {
   if (const auto& r = plan.rendezvous)
     spdlog::info("{} ranks here, one node of {}, meeting at {}:{}; run id {}", plan.local_count,
                  r->min_nodes == r->max_nodes ? std::to_string(r->max_nodes)
@@ -304,44 +301,69 @@ int run(const Cli& cli) {
     spdlog::info("{} ({}): world size {}, {} here, MASTER_ADDR={} MASTER_PORT={} run id {}", plan.job.launcher,
                  plan.mode == L::Mode::exec ? "exec in place" : "spawn", plan.job.world_size, plan.local_count,
                  plan.job.master_addr, plan.job.master_port, plan.job.run_id);
-  if (plan.mode == L::Mode::exec) {
-    // The program replaces us: there is no output to tag and no rank of ours to stop.
-    if (cli.tag_output)
-      spdlog::warn("--tag-output does nothing when idist-run execs in place (one task per rank); "
-                   "the outer launcher's own option does it (srun --label, mpirun --tag-output)");
-    if (cli.bind)
-      spdlog::warn("--bind does nothing when idist-run execs in place (one task per rank): the outer launcher "
-                   "binds its tasks (srun --cpu-bind, mpirun --bind-to)");
-    if (timeout_seconds || cli.max_restarts > 0 || !cli.log_dir.empty())
-      spdlog::warn("--timeout, --max-restarts and --log-dir do nothing when idist-run execs in place (one task per "
-                   "rank): there is no rank of ours to watch; the outer launcher's options do it");
+}
+
+// One task per rank: the program replaces us, so there is no output to tag and no rank of ours
+// to stop. Returns only when execve failed.
+int exec_here(const Cli& cli, const L::LaunchPlan& plan, const std::string& path) {
+  if (cli.tag_output)
+    spdlog::warn("--tag-output does nothing when idist-run execs in place (one task per rank); "
+                 "the outer launcher's own option does it (srun --label, mpirun --tag-output)");
+  if (cli.bind)
+    spdlog::warn("--bind does nothing when idist-run execs in place (one task per rank): the outer launcher "
+                 "binds its tasks (srun --cpu-bind, mpirun --bind-to)");
+  if (cli.timeout_seconds || cli.max_restarts > 0 || !cli.log_dir.empty())
+    spdlog::warn("--timeout, --max-restarts and --log-dir do nothing when idist-run execs in place (one task per "
+                 "rank): there is no rank of ours to watch; the outer launcher's options do it");
+  try {
+    L::exec_in_place(plan, path, environ);
+  } catch (const L::ExecError& e) {
+    spdlog::error("{}", e.what());
+    return e.code();
+  }
+  return 1;  // exec_in_place returns only by throwing
+}
+
+// A job over several nodes: this node's agent of the rendezvous.
+std::shared_ptr<L::NodeAgent> node_agent(const Cli& cli, const L::LaunchPlan& plan) {
+  // A round that does not fill waits as long as the ranks' own rendezvous would.
+  auto join_timeout = idist::env::kDefaultTimeout;
+  if (const char* t = std::getenv(std::string(idist::env::kTimeout).c_str()); t != nullptr && *t != '\0') {
     try {
-      L::exec_in_place(plan, path, environ);
-    } catch (const L::ExecError& e) {
-      spdlog::error("{}", e.what());
-      return e.code();
+      join_timeout = idist::env::parse_timeout(idist::env::kTimeout, t);
+    } catch (const std::exception& e) {
+      throw UsageError(e.what());
     }
   }
+  auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout, milliseconds(cli.grace_seconds));
+  ro.stall_timeout = milliseconds(cli.stall_seconds);
+  checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro); });
+  return std::make_shared<L::NodeAgent>(ro);
+}
+
+// Options -> plan -> exec in place (one task per rank) | spawn and supervise the ranks.
+int run(const Cli& cli) {
+  const auto options = launch_options(cli);
+  auto supervise = supervise_options(cli);
+  auto plan = L::make_plan(options);
+  for (const auto& note : plan.notes) spdlog::info("{}", note);
+  if (cli.dry_run) {
+    const auto program_from = cli.outside.contains("program") ? cli.outside.at("program").from : "command line";
+    std::cout << config::add_settings(L::dry_run_json(plan), cli.resolved, program_from) << std::endl;
+    return 0;
+  }
+  announce(plan);
+  const std::string& path = options.program_path;
+  if (plan.mode == L::Mode::exec) return exec_here(cli, plan, path);
 
   for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)
     spdlog::info("--bind: local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
   std::shared_ptr<L::NodeAgent> agent;
   if (plan.rendezvous) {
-    // A round that does not fill waits as long as the ranks' own rendezvous would.
-    auto join_timeout = idist::env::kDefaultTimeout;
-    if (const char* t = std::getenv(std::string(idist::env::kTimeout).c_str()); t != nullptr && *t != '\0') {
-      try {
-        join_timeout = idist::env::parse_timeout(idist::env::kTimeout, t);
-      } catch (const std::exception& e) {
-        throw UsageError(e.what());
-      }
-    }
-    auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout,
-                                    std::chrono::milliseconds(static_cast<long long>(cli.grace_seconds * 1000)));
-    ro.stall_timeout = std::chrono::milliseconds(static_cast<long long>(cli.stall_seconds * 1000));
-    checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro); });
     try {
-      agent = std::make_shared<L::NodeAgent>(ro);
+      agent = node_agent(cli, plan);
+    } catch (const UsageError&) {
+      throw;
     } catch (const std::exception& e) {
       spdlog::error("{}", e.what());
       return 1;
@@ -358,19 +380,6 @@ int run(const Cli& cli) {
     }
     return L::attempt_of(plan, path, restart_count, environ);
   };
-
-  supervise.tag_output = cli.tag_output;
-  supervise.grace = std::chrono::milliseconds(static_cast<long long>(cli.grace_seconds * 1000));
-  supervise.stall_timeout = std::chrono::milliseconds(static_cast<long long>(cli.stall_seconds * 1000));
-  supervise.stall_action = cli.stall_action == "kill" ? L::SuperviseOptions::StallAction::kill
-                                                      : L::SuperviseOptions::StallAction::report;
-  supervise.status_socket = true;
-  supervise.stacks = true;
-  if (timeout_seconds)
-    supervise.timeout =
-        std::chrono::milliseconds(std::max(1LL, static_cast<long long>(std::min(*timeout_seconds, 1e9) * 1000)));
-  supervise.max_restarts = cli.max_restarts;
-  supervise.log_dir = cli.log_dir;
   supervise.run_id = plan.job.run_id;
   return L::supervise(make_attempt, supervise);
 }
@@ -432,9 +441,168 @@ void under_python(Cli& cli) {
   if (!cli.module && !script) return;
   std::vector<std::string> command = {"python3", "-u"};
   if (cli.module) command.emplace_back("-m");
-  cli.program_words = command.size() + 1;
   command.insert(command.end(), cli.command.begin(), cli.command.end());
   cli.command = std::move(command);
+}
+
+// The loader's message when the plugin at `path` cannot be loaded, else "". Loaded in a child,
+// so that what it brings (MPI's, CUDA's libraries and their constructors) never runs here.
+std::string plugin_load_error(const std::string& path, const std::string& entry) {
+  int fds[2];
+  if (::pipe(fds) != 0) return std::strerror(errno);
+  const pid_t pid = ::fork();
+  if (pid < 0) return std::strerror(errno);
+  if (pid == 0) {
+    ::close(fds[0]);
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    const char* error = handle == nullptr ? ::dlerror() : nullptr;
+    const std::string why = handle == nullptr ? (error != nullptr ? error : "dlopen failed")
+                            : ::dlsym(handle, entry.c_str()) == nullptr ? "has no " + entry + ": not an idist plugin"
+                                                                        : "";
+    if (!why.empty() && ::write(fds[1], why.data(), why.size()) < 0) ::_exit(2);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string why;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    why.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (why.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) why = "the test load crashed";
+  if (why.starts_with(path + ": ")) why.erase(0, path.size() + 2);
+  return why;
+}
+
+// Where libidist looks for backend plugins (lib/src/backends/plugins.cpp): IDIST_PLUGIN_PATH,
+// then idist/ beside itself, which is <libdir>/idist of this install, or of this build tree
+// when this idist-run is the build's.
+std::vector<std::string> plugin_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* extra = std::getenv("IDIST_PLUGIN_PATH")) {
+    std::string_view rest(extra);
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      if (colon != 0) dirs.emplace_back(rest.substr(0, colon));
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    }
+  }
+  std::error_code ec;
+  const auto exe_dir = std::filesystem::canonical("/proc/self/exe", ec).parent_path();
+  if (ec) return dirs;
+  if (exe_dir == std::filesystem::weakly_canonical(IDIST_RUN_BUILD_DIR, ec))
+    dirs.emplace_back(IDIST_BUILD_PLUGIN_DIR);
+  else
+    dirs.push_back((exe_dir / IDIST_PLUGIN_DIR_FROM_BINDIR).lexically_normal().string());
+  return dirs;
+}
+
+// --version: the backends a rank can use, as they are installed now rather than as built:
+// gloo is in libidist, the others are plugins found and loaded as libidist would.
+std::string version_text() {
+  const auto dirs = plugin_dirs();
+  std::string usable = "gloo";
+  std::string lines = "\n  gloo: built into libidist";
+  for (const std::string_view name : idist::env::kBackendNames) {
+    if (name == "gloo") continue;
+    const std::string file = fmt::format("libidist-backend-{}.so", name);
+    std::string found;
+    for (const auto& dir : dirs) {
+      std::error_code ec;
+      if (std::filesystem::exists(std::filesystem::path(dir) / file, ec)) {
+        found = (std::filesystem::path(dir) / file).string();
+        break;
+      }
+    }
+    std::string dir_list;
+    for (const auto& dir : dirs) dir_list += (dir_list.empty() ? "" : ", ") + dir;
+    if (found.empty()) {
+      lines += fmt::format("\n  {}: not installed (no {} in {})", name, file, dir_list.empty() ? "(no directory)" : dir_list);
+      continue;
+    }
+    const auto why = plugin_load_error(found, fmt::format("idist_backend_plugin_{}", name));
+    if (why.empty()) usable += fmt::format(", {}", name);
+    lines += why.empty() ? fmt::format("\n  {}: {}", name, found)
+                         : fmt::format("\n  {}: {} cannot be loaded: {}", name, found, why);
+  }
+  return fmt::format("idist-run {} (backends: {}){}", IDIST_VERSION, usable, lines);
+}
+
+// CLI11's usage line ("idist-run [OPTIONS]") knows nothing of the program that follows; ours
+// replaces it, so that --help (and the man page help2man makes of it) has one.
+class HelpFormat : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: idist-run [OPTIONS] [--] PROGRAM [ARGS...]\n";
+  }
+};
+
+// mpirun's -np, which CLI11 would read as -n with the value "p" ("--nproc-per-node 'p' is not
+// a number"). Only among idist-run's own options: the program's -np is the program's.
+void refuse_mpirun_np(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--" || word == "-" || !word.starts_with("-")) return;
+    if (word.starts_with("-np") && word.find_first_not_of("0123456789", 3) == std::string::npos) {
+      std::string count = word.size() > 3 ? word.substr(3) : i + 1 < argc ? argv[i + 1] : "";
+      if (count.empty() || count.find_first_not_of("0123456789") != std::string::npos) count = "N";
+      throw UsageError(fmt::format("unknown option -np: did you mean -n {} (--nproc-per-node)?", count));
+    }
+    // An option's value is the next word, unless it is joined to it (--grace=3, -n4).
+    const CLI::Option* option = word.find('=') == std::string::npos ? app.get_option_no_throw(word) : nullptr;
+    if (option != nullptr && option->get_type_size_max() > 0) ++i;
+  }
+}
+
+// The check config::Check names, as CLI11 runs it on the command line's value and on those
+// fill_in passes through the option from a variable or a config file.
+void add_check(CLI::Option* option, const config::Setting& setting) {
+  const auto not_empty = [](std::string what) {
+    return CLI::Validator([what](const std::string& v) { return v.empty() ? "an empty " + what : ""; }, "");
+  };
+  const auto one_of = [](const auto& names) {
+    return CLI::IsMember(std::vector<std::string>(std::begin(names), std::end(names)));
+  };
+  switch (setting.check) {
+    case config::Check::none: return;
+    case config::Check::not_empty:
+      option->check(not_empty(setting.key == "master_addr" ? "address" : setting.key == "rdzv_id" ? "id" : "endpoint"));
+      return;
+    case config::Check::port: option->check(CLI::Range(1, 65535)); return;
+    case config::Check::node_rank: option->check(CLI::Range(0, 65535)); return;
+    case config::Check::launcher: option->check(one_of(idist::launchers::kLauncherChoices)); return;
+    case config::Check::backend: option->check(one_of(idist::env::kBackendNames)); return;
+    case config::Check::grace: option->check(seconds_from_zero(3600)); return;
+    case config::Check::stall_timeout: option->check(seconds_from_zero(1e6)); return;
+    case config::Check::stall_action: option->check(CLI::IsMember({"report", "kill"})); return;
+    case config::Check::restarts: option->check(CLI::Range(0, 10000)); return;
+  }
+}
+
+// Every setting's option, as config::kSettings declares it: spellings, help, where its value
+// goes (a bool member is a flag), its check, and its default shown where the table says so.
+void add_setting_options(CLI::App& app, Cli& cli) {
+  for (const auto& setting : config::kSettings) {
+    std::string names(setting.option);
+    if (!setting.also.empty()) names += "," + std::string(setting.also);
+    const std::string help(setting.help);
+    CLI::Option* option = std::visit(
+        [&](auto member) -> CLI::Option* {
+          auto& value = cli.*member;
+          if constexpr (std::is_same_v<std::remove_reference_t<decltype(value)>, bool>)
+            return app.add_flag(names, value, help);
+          else
+            return app.add_option(names, value, help);
+        },
+        setting.target);
+    add_check(option, setting);
+    if (setting.show_default) option->capture_default_str();
+  }
 }
 
 // Every option has its variable and config key (config::kSettings), so neither can fall behind.
@@ -452,95 +620,61 @@ void check_settings_cover(const CLI::App& app) {
 
 }  // namespace
 
+// --status [PID]: the remaining word, if any, is the pid of the idist-run to ask.
+int ask_status(const CLI::App& app) {
+  const auto& words = app.remaining();
+  if (words.size() > 1 || (words.size() == 1 && words.front().find_first_not_of("0123456789") != std::string::npos))
+    throw UsageError("--status takes at most one argument, the pid of the idist-run to ask (got '" +
+                     words.front() + "')");
+  std::optional<pid_t> pid;
+  if (words.size() == 1) pid = static_cast<pid_t>(std::stol(words.front()));
+  return idist::launchers::print_status(pid);
+}
+
+// After the command line: the environment and a config file fill in what it left unset, the
+// program is found (the command line's, else the file's), and the job runs.
+int settle_and_run(CLI::App& app, Cli& cli) {
+  const auto file = load_config(cli);
+  fill_in(app, cli, file);
+  const auto& rest = app.remaining();
+  const bool after_dashes = !rest.empty() && rest.front() == "--";
+  cli.command.assign(rest.begin() + (after_dashes ? 1 : 0), rest.end());
+  if (!cli.command.empty() && cli.command.front().starts_with("-") && !after_dashes)
+    throw UsageError("unknown option '" + cli.command.front() + "' (see idist-run --help)");
+  if (cli.print_config) {
+    std::vector<std::string> program = cli.command;
+    std::string from = "command line";
+    if (program.empty() && file) {
+      program = file->program;
+      from = file->from(config::kProgramKey);
+    }
+    std::cout << config::effective_table(cli.resolved, program, from) << std::endl;
+    return 0;
+  }
+  if (cli.command.empty() && file && !file->program.empty()) {
+    cli.command = file->program;
+    cli.outside.emplace(std::string(config::kProgramKey),
+                        config::Value{cli.command.front(), file->from(config::kProgramKey),
+                                      file->context(config::kProgramKey)});
+  } else if (cli.command.empty()) {
+    throw UsageError("no program given (idist-run [OPTIONS] PROGRAM [ARGS...])");
+  }
+  under_python(cli);
+  idist::launchers::setup_logging("idist-run", cli.verbose);
+  return run(cli);
+}
+
 int main(int argc, char** argv) {
-  CLI::App app{"idist-run: run a program as a distributed job (local ranks over gloo, nccl or mpi)\n"
-               "Usage: idist-run [OPTIONS] [--] PROGRAM [ARGS...]",
-               "idist-run"};
+  CLI::App app{"idist-run: run a program as a distributed job (local ranks over gloo, nccl or mpi)", "idist-run"};
+  app.formatter(std::make_shared<HelpFormat>());
   app.footer(std::string(kExamples) + "\n\n" + config::help_table());
-  app.set_version_flag("--version", std::string("idist-run ") + IDIST_VERSION + " (backends: " + IDIST_BACKENDS + ")");
+  app.set_version_flag("--version", version_text,
+                       "Print the version and the backends installed (each plugin loaded as a rank would), and exit");
   Cli cli;
-  app.add_option("-n,--nproc-per-node,--nproc_per_node", cli.nproc_per_node,
-                 "Ranks to start on this node (1 to 4096, or auto: one per visible GPU, else one per usable core; "
-                 "default 1, or one rank per task of an outer launcher)");
-  app.add_option("--nnodes", cli.nnodes,
-                 "Nodes in a job without a scheduler: N, or MIN:MAX (elastic); with --rdzv-endpoint or --master-addr");
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", cli.rdzv_endpoint,
-                 "HOST[:PORT] (default port 29400) where the nodes meet, the same on every node: the first idist-run "
-                 "started on HOST hosts it and is node 0 (rank 0 runs there)")
-      ->check(CLI::Validator([](const std::string& e) { return e.empty() ? "an empty endpoint" : ""; }, ""));
-  app.add_option("--rdzv-conf,--rdzv_conf", cli.rdzv_conf,
-                 "key=seconds,...: join_timeout (default IDIST_TIMEOUT), last_call_timeout (2), heartbeat (1), "
-                 "node_timeout (5: a node silent that long ends the attempt)");
-  app.add_option("--node-rank,--node_rank", cli.node_rank,
-                 "This node's index, 0 to --nnodes - 1 (optional with a rendezvous: nodes are ranked by host name)")
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--master-addr,--master_addr", cli.master_addr,
-                 "Address of rank 0's store (default: 127.0.0.1, or what the outer launcher says)")
-      ->check(CLI::Validator([](const std::string& host) { return host.empty() ? "an empty address" : ""; }, ""));
-  app.add_option("--master-port,--master_port", cli.master_port,
-                 "Port of rank 0's store (default: a free one, or one derived from the job's id)")
-      ->check(CLI::Range(1, 65535));
-  app.add_option("--rdzv-id,--rdzv_id", cli.rdzv_id,
-                 "The job's identity, the same on every node (as torchrun's): rank 0's port is derived from it where "
-                 "no launcher gives a job id, and only clients presenting it reach the store (needed by --nnodes > 1 "
-                 "unless IDIST_JOB_TOKEN is set)")
-      ->check(CLI::Validator([](const std::string& id) { return id.empty() ? "an empty id" : ""; }, ""));
-  app.add_option("--port-range", cli.port_range, "Range that ports derived from a job's id fall in (LO-HI)")
-      ->capture_default_str();
-  app.add_option("--launcher", cli.launcher, "Where the job's topology comes from (auto detects)")
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(idist::launchers::kLauncherChoices),
-                                                     std::end(idist::launchers::kLauncherChoices))))
-      ->capture_default_str();
-  app.add_flag("--force-spawn", cli.force_spawn,
-               "Start -n ranks per task even when the outer launcher already runs several tasks on this node");
-  app.add_flag("--dry-run", cli.dry_run, "Print the launch plan as JSON and start nothing");
-  app.add_option("--backend", cli.backend, "Backend every rank uses, overriding the program's choice")
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(idist::env::kBackendNames),
-                                                     std::end(idist::env::kBackendNames))));
-  app.add_flag("--tag-output", cli.tag_output, "Prefix each output line with [rank N]");
-  app.add_option("--grace", cli.grace_seconds, "Seconds between SIGTERM and SIGKILL when stopping ranks")
-      ->check(seconds_from_zero(3600))
-      ->capture_default_str();
-  app.add_option("--stall-timeout", cli.stall_seconds,
-                 "Seconds a rank may wait in one collective before idist-run reports who is stuck where (0: never)")
-      ->check(seconds_from_zero(1e6))
-      ->capture_default_str();
-  app.add_option("--stall-action", cli.stall_action,
-                 "After a stall report: report (and keep waiting) or kill (end the attempt as a failure: restarts "
-                 "apply, exit 1)")
-      ->check(CLI::IsMember({"report", "kill"}))
-      ->capture_default_str();
+  add_setting_options(app, cli);
   app.add_flag("--status", cli.status,
                "Print where every rank of the running job is (idist-run --status [PID]: which job, when several "
                "run here), and exit");
-  app.add_option("--timeout", cli.timeout_seconds,
-                 "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 "
-                 "(variable: IDIST_JOB_TIMEOUT; IDIST_TIMEOUT is each collective's)");
-  app.add_option("--max-restarts", cli.max_restarts,
-                 "Restart every local rank after a failure, up to this many times (spawn mode; see below)")
-      ->check(CLI::Range(0, 10000))
-      ->capture_default_str();
-  app.add_option("--forward-signals", cli.forward_signals,
-                 "Signals passed on to every rank while the job goes on (comma-separated: HUP, INT, QUIT, TERM, "
-                 "USR1, USR2, ALRM, WINCH, or none); the others of these but WINCH stop the job")
-      ->capture_default_str();
-  app.add_option("--log-dir", cli.log_dir,
-                 "Also write each rank's stdout and stderr to DIR/<run-id>/attempt_<k>/rank_<r>.{out,err}, "
-                 "and DIR/<run-id>/summary.json at the end");
-  app.add_flag("-v,--verbose", cli.verbose, "Say what idist-run decides and does");
-  app.add_flag("-m,--module", cli.module,
-               "The program is a Python module: run python3 -u -m MODULE ARGS... (as torchrun -m)");
-  app.add_flag("--bind", cli.bind,
-               "Pin each local rank to its share of the usable cores (whole NUMA nodes where the counts allow) and "
-               "set OMP_NUM_THREADS to match, unless it is set");
-  app.add_flag("--keep-slurm-env", cli.keep_slurm_env,
-               "Ranks spawned inside a SLURM task keep the task's SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... "
-               "(by default each gets those srun would have given it as a task of its own)");
-  app.add_flag("--local-rank-arg", cli.local_rank_arg,
-               "Append --local_rank=N (the rank's LOCAL_RANK) to each rank's arguments, as torch.distributed.launch "
-               "without --use-env and DeepSpeed's launcher do, for scripts that read it with argparse");
-  app.add_flag("--no-python,--no_python", cli.no_python,
-               "Run a .py program directly (it needs #! and +x) rather than under python3 -u (as torchrun --no-python)");
   app.add_option(std::string(config::kConfigOption), cli.config_file,
                  "Take the settings this command line leaves unset from a JSON launch profile (see Settings below)");
   app.add_flag("--print-config-keys", cli.print_config_keys, "Print the keys a --config file may hold, and exit");
@@ -552,48 +686,14 @@ int main(int argc, char** argv) {
 
   try {
     check_settings_cover(app);
+    refuse_mpirun_np(app, argc, argv);
     app.parse(argc, argv);
     if (cli.print_config_keys) {
       for (const auto& key : config::accepted_keys()) std::cout << key << "\n";
       return 0;
     }
-    if (cli.status) {
-      const auto& words = app.remaining();
-      if (words.size() > 1 || (words.size() == 1 && words.front().find_first_not_of("0123456789") != std::string::npos))
-        throw UsageError("--status takes at most one argument, the pid of the idist-run to ask (got '" +
-                         words.front() + "')");
-      std::optional<pid_t> pid;
-      if (words.size() == 1) pid = static_cast<pid_t>(std::stol(words.front()));
-      return idist::launchers::print_status(pid);
-    }
-    const auto file = load_config(cli);
-    fill_in(app, cli, file);
-    const auto& rest = app.remaining();
-    const bool after_dashes = !rest.empty() && rest.front() == "--";
-    cli.command.assign(rest.begin() + (after_dashes ? 1 : 0), rest.end());
-    if (!cli.command.empty() && cli.command.front().starts_with("-") && !after_dashes)
-      throw UsageError("unknown option '" + cli.command.front() + "' (see idist-run --help)");
-    if (cli.print_config) {
-      std::vector<std::string> program = cli.command;
-      std::string from = "command line";
-      if (program.empty() && file) {
-        program = file->program;
-        from = file->from(config::kProgramKey);
-      }
-      std::cout << config::effective_table(cli.resolved, program, from) << std::endl;
-      return 0;
-    }
-    if (cli.command.empty() && file && !file->program.empty()) {
-      cli.command = file->program;
-      cli.outside.emplace(std::string(config::kProgramKey),
-                          config::Value{cli.command.front(), file->from(config::kProgramKey),
-                                        file->context(config::kProgramKey)});
-    } else if (cli.command.empty()) {
-      throw UsageError("no program given (idist-run [OPTIONS] PROGRAM [ARGS...])");
-    }
-    under_python(cli);
-    idist::launchers::setup_logging("idist-run", cli.verbose);
-    return run(cli);
+    if (cli.status) return ask_status(app);
+    return settle_and_run(app, cli);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {

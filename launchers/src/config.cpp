@@ -24,6 +24,11 @@ using json = nlohmann::json;
 
 // A profile is a few lines; the bound keeps `--config /dev/zero` from eating the memory.
 constexpr std::size_t kMaxFileBytes = 1 << 20;
+// A profile nests two deep ("program": [...]). The bound keeps a file of 100,000 '[' from
+// becoming a value that anything recursive (dump, for an error) would overflow the stack on.
+constexpr int kMaxDepth = 64;
+
+struct TooDeep {};
 
 std::string dashed(std::string_view key) {
   std::string out(key);
@@ -157,17 +162,23 @@ File read_file(const std::string& path, const std::string& named_by) {
 
   // nlohmann keeps the last of two equal keys; a profile that says two things is an error.
   std::string twice;
-  const json::parser_callback_t note_duplicates = [&, seen = std::set<std::string>()](
-                                                      int depth, json::parse_event_t event, json& parsed) mutable {
+  const json::parser_callback_t check = [&, seen = std::set<std::string>()](int depth, json::parse_event_t event,
+                                                                            json& parsed) mutable {
     if (event == json::parse_event_t::key && depth == 1 && twice.empty() && !seen.insert(parsed.get<std::string>()).second)
       twice = parsed.get<std::string>();
+    if ((event == json::parse_event_t::array_start || event == json::parse_event_t::object_start) && depth >= kMaxDepth)
+      throw TooDeep{};
     return true;
   };
   json root;
   try {
-    root = json::parse(text, note_duplicates);
+    root = json::parse(text, check);
   } catch (const json::parse_error& e) {
     throw UsageError(fmt::format("{}: invalid JSON: {}", path, parse_error_text(e)));
+  } catch (const TooDeep&) {
+    throw UsageError(fmt::format("{}: arrays or objects nested more than {} deep; a launch profile is one object "
+                                 "of settings",
+                                 path, kMaxDepth));
   }
   if (!root.is_object())
     throw UsageError(fmt::format("{}: expected a JSON object of settings at the top level, not {}", path, shown(root)));

@@ -23,6 +23,8 @@ namespace {
 
 std::string this_host() { return common::host_name("localhost"); }
 
+constexpr const char* kPythonUnbuffered = "PYTHONUNBUFFERED";
+
 // What the env contract accepts (env_contract.cpp).
 constexpr int kMaxRanks = 1 << 24;
 
@@ -312,18 +314,40 @@ LaunchPlan checked(LaunchPlan plan) {
   return plan;
 }
 
+// pytorch/examples' dist-mnist under idist-run -n 2: two worlds of one, each training on all
+// the data and exiting 0. What starts MPI's ranks must be an MPI launcher, which idist-run
+// (under mpirun, detect/mpi.cpp) then execs in place as one task per rank.
+void refuse_mpi_program(const LaunchPlan& plan, const LaunchOptions& o) {
+  if (plan.mode != Mode::spawn || plan.job.world_size <= 1 || o.program_path.empty()) return;
+  if (!plan.job.backend.empty() && plan.job.backend != "mpi") return;  // the user says it does not use MPI
+  const auto library = mpi_library(o.program_path);
+  if (library.empty()) return;
+  const std::string n = std::to_string(plan.job.world_size);
+  const std::string program = o.command.empty() ? o.program_path : o.command.front();
+  const std::string rest = o.command.size() > 1 ? " ..." : "";
+  const std::string start =
+      plan.detected_by.empty()
+          ? "start its ranks with mpirun: `mpirun -np " + n + " " + program + rest + "` (or `mpirun -np " + n +
+                " idist-run " + program + rest + "`)"
+          : "let the outer launcher (" + plan.detected_by + ") start one task per rank, without -n";
+  throw UsageError("program '" + program + "' links " + library + " (MPI): ranks idist-run spawns would each be an " +
+                   "MPI world of one; " + start + ", or pass --backend gloo if it does not use MPI");
+}
+
 LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env);
 
 }  // namespace
 
 LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   auto plan = checked(unchecked_plan(o, env));
+  refuse_mpi_program(plan, o);
   // Only ranks we spawn: srun and mpirun bind the tasks they start themselves.
   if (o.bind && plan.mode == Mode::spawn)
     plan.cpu_shares = cpu_shares(usable_cpus(), plan.local_count, numa_node_of_cpu());
   plan.keep_slurm_env = o.keep_slurm_env;
   plan.local_rank_arg = o.local_rank_arg;
-  plan.program_words = o.program_words;
+  plan.program_words = program_words(o.command);
+  if (!env(kPythonUnbuffered)) plan.rank_defaults.emplace(kPythonUnbuffered, "1");
   return plan;
 }
 
@@ -445,6 +469,7 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   for (auto name : {env::kJobToken, env::kRunId, env::kLauncher}) vars.erase(std::string(name));
   for (const auto& name : plan.unset) vars.erase(name);
   for (auto& [name, value] : env::to_variables(rank_contract(plan, index))) vars[name] = value;
+  for (const auto& [name, value] : plan.rank_defaults) vars.emplace(name, value);
   if (plan.mode == Mode::spawn && plan.job.launcher == "slurm" && !plan.keep_slurm_env)
     set_slurm_task_view(vars, plan, rank_contract(plan, index));
   // Ranks share the cores; without this every OpenMP runtime starts one thread per core.

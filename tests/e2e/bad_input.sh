@@ -117,6 +117,11 @@ row config "a string where a number belongs" 2 "nproc_per_node" "$RUN" --config 
 row config "nproc_per_node 0" 2 "0" "$RUN" --config "$TMP/range.json" /bin/true
 row config "invalid JSON" 2 "line 2" "$RUN" --config "$TMP/syntax.json" /bin/true
 row config "an array, not an object" 2 "$TMP/array.json" "$RUN" --config "$TMP/array.json" /bin/true
+# Nested 100,000 deep: quoting it in the error overflowed the stack (SIGSEGV); 30,000 did not.
+for depth in 100000 30000; do
+  { head -c $depth /dev/zero | tr '\0' '['; head -c $depth /dev/zero | tr '\0' ']'; } >"$TMP/deep$depth.json"
+  row config "arrays nested $depth deep" 2 "$TMP/deep$depth.json" "$RUN" --config "$TMP/deep$depth.json" /bin/true
+done
 row config "IDIST_NPROC_PER_NODE=abc" 2 "IDIST_NPROC_PER_NODE" IDIST_NPROC_PER_NODE=abc "$RUN" /bin/true
 
 echo "# env contract, seen by idist-run (torchrun-style variables)"

@@ -25,6 +25,23 @@ check "spawn: --backend shows" equals "$(q .backend "$(plan "$RUN" --dry-run --b
 out=$(plan "$RUN" --dry-run --local-rank-arg -n 2 ./train.py --epochs 3)
 check "--local-rank-arg: --local_rank=N between the script and its arguments (as torch.distributed.launch)" \
   equals "$(q '.ranks[1].command | join(" ")' "$out")" "python3 -u ./train.py --local_rank=1 --epochs 3"
+# An interpreter named on the command line (the README's form): after the script or module,
+# never between python3 and it, where python3 would take it for its own option and exit 2.
+PY=$(command -v python3)
+out=$(plan "$RUN" --dry-run --local-rank-arg -n 2 "$PY" script.py --epochs 3)
+check "--local-rank-arg: python3 script.py: after the script" \
+  equals "$(q '.ranks[1].command | join(" ")' "$out")" "$PY script.py --local_rank=1 --epochs 3"
+out=$(plan "$RUN" --dry-run --local-rank-arg -n 2 python3 -u script.py --epochs 3)
+check "--local-rank-arg: python3 -u script.py: after the script" \
+  equals "$(q '.ranks[1].command | join(" ")' "$out")" "python3 -u script.py --local_rank=1 --epochs 3"
+out=$(plan "$RUN" --dry-run --local-rank-arg -n 2 python3 -m pkg.train --epochs 3)
+check "--local-rank-arg: python3 -m pkg.train: after the module" \
+  equals "$(q '.ranks[0].command | join(" ")' "$out")" "python3 -m pkg.train --local_rank=0 --epochs 3"
+out=$(plan "$RUN" --dry-run -n 2 python3 train.py)
+check "every rank gets PYTHONUNBUFFERED=1 (a rank's stdout is a pipe)" \
+  equals "$(q '[.ranks[].env.PYTHONUNBUFFERED] | join(" ")' "$out")" "1 1"
+out=$(plan PYTHONUNBUFFERED= "$RUN" --dry-run -n 2 python3 train.py)
+check "PYTHONUNBUFFERED the user set (even empty) is theirs" equals "$(q '.ranks[0].env | has("PYTHONUNBUFFERED")' "$out")" false
 out=$(plan "$RUN" --dry-run --local-rank-arg -n 2 /bin/echo a -- b)
 check "--local-rank-arg: a program's '--' does not swallow it" equals "$(q '.ranks[0].command | join(" ")' "$out")" "/bin/echo --local_rank=0 a -- b"
 

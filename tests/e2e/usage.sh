@@ -33,12 +33,38 @@ bad "port out of range" "--master-port" --master-port 70000 /bin/true
 bad "port 0" "--master-port" --master-port 0 /bin/true
 bad "unknown backend" "--backend" --backend tpu /bin/true
 
+bad "mpirun's -np" "unknown option -np: did you mean -n 2 (--nproc-per-node)?" -np 2 /bin/true
+bad "mpirun's -np after another option" "did you mean -n 4 (--nproc-per-node)?" --grace 3 -np4 /bin/true
+"$RUN" -n 1 /bin/echo -np 2 >/dev/null
+check "the program's own -np is the program's" equals $? 0
+
 out=$("$RUN" --help 2>&1)
 check "--help exits 0" equals $? 0
 check "--help shows examples" contains "$out" "idist-run -n 4 ./train"
+check "--help has one Usage line" equals "$(grep -c '^Usage:' <<<"$out")" 1
+check "--help: the nodes of a job restart together" contains "$(tr '\n' ' ' <<<"$out")" "every node restarting together"
+check "--help does not say that each node restarts on its own" equals "$(count "$out" "restarts on its own")" 0
+check "--help tells of PYTHONUNBUFFERED" contains "$out" "PYTHONUNBUFFERED=1"
+# --help and the config keys come from one table: every key is an option --help shows.
+for key in $("$RUN" --print-config-keys | grep -v '_' | grep -vx -e program -e '\$schema'); do
+  contains "$out" "--$key" || check "--help shows --$key, a config key" false
+done
+check "--help shows an option for every config key" true
 out=$("$RUN" --version 2>&1)
 check "--version exits 0" equals $? 0
 check "--version names the version and backends" contains "$out" "idist-run 0.1.0 (backends: gloo"
+# A plugin where libidist would look that is not one (or lacks its libraries): not listed as a
+# backend, and said why.
+mkdir "$TMP/plugins"
+echo "not a library" >"$TMP/plugins/libidist-backend-nccl.so"
+out=$(IDIST_PLUGIN_PATH="$TMP/plugins" "$RUN" --version 2>&1)
+check "--version: a plugin that does not load is not a backend" equals "$(count "$(head -1 <<<"$out")" nccl)" 0 ||
+  echo "$out"
+check "--version: ... and says why" contains "$out" "nccl: $TMP/plugins/libidist-backend-nccl.so cannot be loaded"
+for name in mpi nccl; do
+  line=$(grep "^  $name: " <<<"$out")
+  check "--version: $name is said installed or not ($line)" eval '[ -n "$line" ]'
+done
 "$RUN" -n 2 /bin/true
 check "a job of /bin/true exits 0" equals $? 0
 "$RUN" -n 2 /bin/false

@@ -78,6 +78,18 @@ TEST_CASE("every setting's names follow one rule, and no variable means somethin
   CHECK(setting("launcher").env == "IDIST_LAUNCHER_KIND");
 }
 
+TEST_CASE("every setting declares its help, and a flag (boolean) goes into a bool") {
+  for (const auto& s : config::kSettings) {
+    CAPTURE(s.key);
+    CHECK_FALSE(s.help.empty());
+    CHECK(std::holds_alternative<bool config::Options::*>(s.target) == (s.type == config::Type::boolean));
+    // An integer setting's value is whole: the option takes it as text (count_or_*) or an int.
+    if (s.type == config::Type::integer)
+      CHECK((std::holds_alternative<int config::Options::*>(s.target) ||
+             std::holds_alternative<std::optional<int> config::Options::*>(s.target)));
+  }
+}
+
 TEST_CASE("from_env: the variable's text, flags as true/false, empty as unset") {
   const auto lookup = test::from({{"IDIST_NPROC_PER_NODE", "4"},
                                   {"IDIST_TAG_OUTPUT", "yes"},
@@ -130,6 +142,22 @@ TEST_CASE("read_file: one line naming the file and the key for every bad file") 
   CHECK(file_error(R"({"nproc_per_node": 0})") == "no error");  // ranges are the option's to check
   CHECK_THROWS_WITH_AS(config::read_file("/nonexistent/x.json", "--config '/nonexistent/x.json'"),
                        "--config '/nonexistent/x.json': No such file or directory", UsageError);
+}
+
+TEST_CASE("read_file: a file nested 100,000 deep gets its one line, not a stack overflow") {
+  // Quoting such a value in the error recursed through all of it (SIGSEGV at 100,000; 30,000
+  // still fit the stack).
+  const auto nested = [](std::size_t depth, std::string_view inner) {
+    return std::string(depth, '[') + std::string(inner) + std::string(depth, ']');
+  };
+  const std::string too_deep = ": arrays or objects nested more than 64 deep; a launch profile is one object of settings";
+  CHECK(file_error(nested(100000, "")) == too_deep);
+  CHECK(file_error(nested(30000, "")) == too_deep);
+  CHECK(file_error("{\"program\": " + nested(99999, "1") + "}") == too_deep);
+  // Not closed: the depth is refused before the end is reached.
+  CHECK(file_error(std::string(1000000, '[')) == too_deep);
+  CHECK(file_error(nested(64, "")) ==
+        ": expected a JSON object of settings at the top level, not array " + std::string(37, '[') + "...");
 }
 
 TEST_CASE("accepted_keys: both spellings of every setting, program and $schema") {

@@ -3,7 +3,12 @@
 // environment each rank gets. Every plan reads an injected env, never the process's.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "idist/launchers/plan.hpp"
@@ -511,6 +516,18 @@ TEST_CASE("rank_environment keeps an inherited OMP_NUM_THREADS and sets one othe
   CHECK(std::stoi(set.at("OMP_NUM_THREADS")) >= 1);
 }
 
+TEST_CASE("every rank gets PYTHONUNBUFFERED=1 unless it is set, and --dry-run shows it") {
+  // A rank's stdout is a pipe: python3 train.py would hold its output back until it exits.
+  const auto plan = make_plan(options(2), from({}));
+  CHECK(environment_of(plan, 1, {"PATH=/usr/bin"}).at("PYTHONUNBUFFERED") == "1");
+  const auto shown = nlohmann::json::parse(dry_run_json(plan));
+  CHECK(shown["ranks"][1]["env"]["PYTHONUNBUFFERED"] == "1");
+
+  const auto users = make_plan(options(2), from({{"PYTHONUNBUFFERED", ""}}));
+  CHECK(environment_of(users, 0, {"PYTHONUNBUFFERED="}).at("PYTHONUNBUFFERED") == "");
+  CHECK_FALSE(nlohmann::json::parse(dry_run_json(users))["ranks"][0]["env"].contains("PYTHONUNBUFFERED"));
+}
+
 TEST_CASE("rank_environment sets the contract over what the outer job left") {
   const auto plan = make_plan(options(2), from({}));
   const auto vars = environment_of(
@@ -727,7 +744,6 @@ TEST_CASE("dry_run_json survives arguments that are not UTF-8") {
 TEST_CASE("--local-rank-arg puts --local_rank=N between the program and its arguments") {
   auto o = options(2);
   o.command = {"python3", "-u", "train.py", "--epochs", "3"};
-  o.program_words = 3;
   o.local_rank_arg = true;
   const auto plan = make_plan(o, from({}));
   CHECK(rank_command(plan, 1) == std::vector<std::string>{"python3", "-u", "train.py", "--local_rank=1", "--epochs", "3"});
@@ -739,6 +755,59 @@ TEST_CASE("--local-rank-arg puts --local_rank=N between the program and its argu
   task.local_rank_arg = true;
   CHECK(rank_command(make_plan(task, from(kSrunCyclicTask2)), 0).back() ==
         "--local_rank=" + std::to_string(make_plan(task, from(kSrunCyclicTask2)).job.local_rank));
+}
+
+TEST_CASE("--local-rank-arg goes after the script when the program is a Python interpreter") {
+  // The README's form, python3 named by the user: after python3 the interpreter would take
+  // --local_rank=1 for its own option and exit 2 on every rank.
+  const auto command_of = [](std::vector<std::string> command) {
+    auto o = options(2);
+    o.command = std::move(command);
+    o.local_rank_arg = true;
+    return rank_command(make_plan(o, from({})), 1);
+  };
+  using Words = std::vector<std::string>;
+  CHECK(command_of({"/usr/bin/python3", "script.py", "--epochs", "3"}) ==
+        Words{"/usr/bin/python3", "script.py", "--local_rank=1", "--epochs", "3"});
+  CHECK(command_of({"python3", "-u", "script.py", "--epochs", "3"}) ==
+        Words{"python3", "-u", "script.py", "--local_rank=1", "--epochs", "3"});
+  CHECK(command_of({"python3", "-m", "pkg.train", "--epochs", "3"}) ==
+        Words{"python3", "-m", "pkg.train", "--local_rank=1", "--epochs", "3"});
+  CHECK(command_of({"python3.11", "-uB", "-W", "ignore", "-Xdev", "-mpkg", "-x"}) ==
+        Words{"python3.11", "-uB", "-W", "ignore", "-Xdev", "-mpkg", "--local_rank=1", "-x"});
+  CHECK(command_of({"python", "-c", "import sys", "a"}) == Words{"python", "-c", "import sys", "--local_rank=1", "a"});
+  CHECK(command_of({"python3", "-u"}) == Words{"python3", "-u", "--local_rank=1"});
+  // Not an interpreter: right after the program, whatever its arguments look like.
+  CHECK(command_of({"./python-tool", "train.py"}) == Words{"./python-tool", "--local_rank=1", "train.py"});
+  CHECK(command_of({"./train", "-m", "x"}) == Words{"./train", "--local_rank=1", "-m", "x"});
+}
+
+TEST_CASE("needed_libraries reads an ELF file's DT_NEEDED entries, and nothing from anything else") {
+  const auto libc = needed_libraries("/bin/true");
+  CHECK(std::any_of(libc.begin(), libc.end(), [](const auto& name) { return name.starts_with("libc.so"); }));
+  CHECK(mpi_library("/bin/true").empty());
+  CHECK(needed_libraries("/nonexistent").empty());
+  // Cut short, or with section headers pointing past the end: nothing, and no crash.
+  const auto path = std::filesystem::temp_directory_path() / ("idist-test-elf-" + std::to_string(::getpid()));
+  std::ifstream whole("/bin/true", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(whole)), std::istreambuf_iterator<char>());
+  for (const std::size_t size : {std::size_t{4}, std::size_t{64}, std::size_t{4096}, bytes.size() / 2}) {
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(size));
+    CHECK(needed_libraries(path).empty());
+  }
+  std::string broken = bytes;
+  std::fill(broken.begin() + 0x28, broken.begin() + 0x30, '\xff');  // e_shoff of an ELF64 header
+  std::ofstream(path, std::ios::binary).write(broken.data(), static_cast<std::streamsize>(broken.size()));
+  CHECK(needed_libraries(path).empty());
+  std::ofstream(path) << "#!/bin/sh\n";
+  CHECK(needed_libraries(path).empty());
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a program that links no MPI library is spawned as usual") {
+  auto o = options(2);
+  o.program_path = "/bin/true";
+  CHECK(make_plan(o, from({})).local_count == 2);
 }
 
 TEST_CASE("attempt_of gives every local rank its command, environment and a fresh reserved port on restarts") {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "idist/env_contract.hpp"
@@ -24,48 +25,156 @@ namespace idist::launchers::config {
 // "MIN:MAX" (--nnodes).
 enum class Type { integer, count_or_auto, count_or_range, number, string, boolean };
 
-// One option of idist-run and its other two spellings.
+// The values of idist-run's options as the command line gives them (text where idist-run
+// checks the value itself, after the environment and a config file have had their say). Each
+// member's initializer is the option's default.
+struct Options {
+  std::optional<std::string> nproc_per_node;
+  std::optional<std::string> nnodes;
+  std::optional<int> node_rank;
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+  std::optional<std::string> rdzv_id;
+  std::optional<std::string> rdzv_endpoint;
+  std::string rdzv_conf;
+  std::string port_range = "20000-32767";
+  std::string launcher = "auto";
+  bool force_spawn = false;
+  bool dry_run = false;
+  std::string backend;
+  bool tag_output = false;
+  double grace_seconds = 5;
+  double stall_seconds = 60;
+  std::string stall_action = "report";
+  std::optional<std::string> timeout_seconds;
+  int max_restarts = 0;
+  std::string forward_signals = "USR1,USR2";
+  std::string log_dir;
+  bool verbose = false;
+  bool module = false;          // -m: the program is a Python module
+  bool no_python = false;       // --no-python: a .py program runs directly
+  bool bind = false;            // pin each local rank to its share of the cores
+  bool keep_slurm_env = false;  // spawned ranks keep their SLURM task's variables
+  bool local_rank_arg = false;  // each rank's arguments get --local_rank=N
+};
+
+// Where an option's value goes: a flag is a bool member, every other option one of the rest.
+using Target = std::variant<bool Options::*, int Options::*, double Options::*, std::string Options::*,
+                            std::optional<int> Options::*, std::optional<std::string> Options::*>;
+
+// What the command line checks of a value beyond its type, as it parses it (idist-run turns
+// each into a CLI11 check); the rest idist-run checks once every source has been read.
+enum class Check { none, not_empty, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts };
+
+// One option of idist-run, declared once: its spellings, help, default (the Options member's
+// initializer) and where its value goes. idist-run's command line, --help and its man page,
+// the config keys (--print-config-keys, the schema's test) and the variables all come from here.
 struct Setting {
   std::string_view key;     // in a config file: the long option without "--", '_' for '-' ('-' also accepted)
   std::string_view option;  // the long option on the command line
   std::string_view env;     // the variable
   Type type;                // the JSON type a config file gives it
-  bool secret = false;      // shown as "<hidden>" by --print-config and --dry-run (it is the store's password)
+  std::string_view also;    // its other spellings on the command line, CLI11's way: "-n,--nproc_per_node"
+  std::string_view help;    // for --help
+  Target target;            // where the command line puts its value
+  Check check = Check::none;
+  bool show_default = false;  // --help shows the default
+  bool secret = false;        // shown as "<hidden>" by --print-config and --dry-run (it is the store's password)
 };
 
-// Every option idist-run has, but --config itself. The variables are IDIST_ and the option in
-// capitals except where that name already means something else to the ranks a job starts
+// Every option idist-run has, but --config, --print-config(-keys), --status, --help and
+// --version, which are actions rather than settings. The variables are IDIST_ and the option
+// in capitals except where that name already means something else to the ranks a job starts
 // (the env contract): IDIST_TIMEOUT is each collective's timeout, not the job's, and
 // IDIST_LAUNCHER tells a rank where its topology came from; a nested idist-run must not take
 // either for its own option.
 inline constexpr Setting kSettings[] = {
-    {"nproc_per_node", "--nproc-per-node", "IDIST_NPROC_PER_NODE", Type::count_or_auto},
-    {"nnodes", "--nnodes", "IDIST_NNODES", Type::count_or_range},
-    {"node_rank", "--node-rank", "IDIST_NODE_RANK", Type::integer},
-    {"master_addr", "--master-addr", "IDIST_MASTER_ADDR", Type::string},
-    {"master_port", "--master-port", "IDIST_MASTER_PORT", Type::integer},
-    {"rdzv_id", "--rdzv-id", "IDIST_RDZV_ID", Type::string, true},
-    {"rdzv_endpoint", "--rdzv-endpoint", "IDIST_RDZV_ENDPOINT", Type::string},
-    {"rdzv_conf", "--rdzv-conf", "IDIST_RDZV_CONF", Type::string},
-    {"port_range", "--port-range", "IDIST_PORT_RANGE", Type::string},
-    {"launcher", "--launcher", "IDIST_LAUNCHER_KIND", Type::string},
-    {"force_spawn", "--force-spawn", "IDIST_FORCE_SPAWN", Type::boolean},
-    {"dry_run", "--dry-run", "IDIST_DRY_RUN", Type::boolean},
-    {"backend", "--backend", "IDIST_BACKEND", Type::string},
-    {"tag_output", "--tag-output", "IDIST_TAG_OUTPUT", Type::boolean},
-    {"grace", "--grace", "IDIST_GRACE", Type::number},
-    {"stall_timeout", "--stall-timeout", "IDIST_STALL_TIMEOUT", Type::number},
-    {"stall_action", "--stall-action", "IDIST_STALL_ACTION", Type::string},
-    {"timeout", "--timeout", "IDIST_JOB_TIMEOUT", Type::number},
-    {"max_restarts", "--max-restarts", "IDIST_MAX_RESTARTS", Type::integer},
-    {"forward_signals", "--forward-signals", "IDIST_FORWARD_SIGNALS", Type::string},
-    {"log_dir", "--log-dir", "IDIST_LOG_DIR", Type::string},
-    {"verbose", "--verbose", "IDIST_VERBOSE", Type::boolean},
-    {"module", "--module", "IDIST_MODULE", Type::boolean},
-    {"no_python", "--no-python", "IDIST_NO_PYTHON", Type::boolean},
-    {"bind", "--bind", "IDIST_BIND", Type::boolean},
-    {"keep_slurm_env", "--keep-slurm-env", "IDIST_KEEP_SLURM_ENV", Type::boolean},
-    {"local_rank_arg", "--local-rank-arg", "IDIST_LOCAL_RANK_ARG", Type::boolean},
+    {"nproc_per_node", "--nproc-per-node", "IDIST_NPROC_PER_NODE", Type::count_or_auto, "-n,--nproc_per_node",
+     "Ranks to start on this node (1 to 4096, or auto: one per visible GPU, else one per usable core; default 1, or "
+     "one rank per task of an outer launcher)",
+     &Options::nproc_per_node},
+    {"nnodes", "--nnodes", "IDIST_NNODES", Type::count_or_range, "",
+     "Nodes in a job without a scheduler: N, or MIN:MAX (elastic); with --rdzv-endpoint or --master-addr",
+     &Options::nnodes},
+    {"node_rank", "--node-rank", "IDIST_NODE_RANK", Type::integer, "--node_rank",
+     "This node's index, 0 to --nnodes - 1 (optional with a rendezvous: nodes are ranked by host name)",
+     &Options::node_rank, Check::node_rank},
+    {"master_addr", "--master-addr", "IDIST_MASTER_ADDR", Type::string, "--master_addr",
+     "Address of rank 0's store (default: 127.0.0.1, or what the outer launcher says)", &Options::master_addr,
+     Check::not_empty},
+    {"master_port", "--master-port", "IDIST_MASTER_PORT", Type::integer, "--master_port",
+     "Port of rank 0's store (default: a free one, or one derived from the job's id)", &Options::master_port,
+     Check::port},
+    {"rdzv_id", "--rdzv-id", "IDIST_RDZV_ID", Type::string, "--rdzv_id",
+     "The job's identity, the same on every node (as torchrun's): rank 0's port is derived from it where no "
+     "launcher gives a job id, and only clients presenting it reach the store (needed by --nnodes > 1 unless "
+     "IDIST_JOB_TOKEN is set)",
+     &Options::rdzv_id, Check::not_empty, false, true},
+    {"rdzv_endpoint", "--rdzv-endpoint", "IDIST_RDZV_ENDPOINT", Type::string, "--rdzv_endpoint",
+     "HOST[:PORT] (default port 29400) where the nodes meet, the same on every node: the first idist-run started "
+     "on HOST hosts it and is node 0 (rank 0 runs there)",
+     &Options::rdzv_endpoint, Check::not_empty},
+    {"rdzv_conf", "--rdzv-conf", "IDIST_RDZV_CONF", Type::string, "--rdzv_conf",
+     "key=seconds,...: join_timeout (default IDIST_TIMEOUT), last_call_timeout (2), heartbeat (1), node_timeout "
+     "(5: a node silent that long ends the attempt)",
+     &Options::rdzv_conf},
+    {"port_range", "--port-range", "IDIST_PORT_RANGE", Type::string, "",
+     "Range that ports derived from a job's id fall in (LO-HI)", &Options::port_range, Check::none, true},
+    {"launcher", "--launcher", "IDIST_LAUNCHER_KIND", Type::string, "",
+     "Where the job's topology comes from (auto detects)", &Options::launcher, Check::launcher, true},
+    {"force_spawn", "--force-spawn", "IDIST_FORCE_SPAWN", Type::boolean, "",
+     "Start -n ranks per task even when the outer launcher already runs several tasks on this node",
+     &Options::force_spawn},
+    {"dry_run", "--dry-run", "IDIST_DRY_RUN", Type::boolean, "", "Print the launch plan as JSON and start nothing",
+     &Options::dry_run},
+    {"backend", "--backend", "IDIST_BACKEND", Type::string, "",
+     "Backend every rank uses, overriding the program's choice", &Options::backend, Check::backend},
+    {"tag_output", "--tag-output", "IDIST_TAG_OUTPUT", Type::boolean, "", "Prefix each output line with [rank N]",
+     &Options::tag_output},
+    {"grace", "--grace", "IDIST_GRACE", Type::number, "", "Seconds between SIGTERM and SIGKILL when stopping ranks",
+     &Options::grace_seconds, Check::grace, true},
+    {"stall_timeout", "--stall-timeout", "IDIST_STALL_TIMEOUT", Type::number, "",
+     "Seconds a rank may wait in one collective before idist-run reports who is stuck where (0: never)",
+     &Options::stall_seconds, Check::stall_timeout, true},
+    {"stall_action", "--stall-action", "IDIST_STALL_ACTION", Type::string, "",
+     "After a stall report: report (and keep waiting) or kill (end the attempt as a failure: restarts apply, exit "
+     "1)",
+     &Options::stall_action, Check::stall_action, true},
+    {"timeout", "--timeout", "IDIST_JOB_TIMEOUT", Type::number, "",
+     "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 (variable: "
+     "IDIST_JOB_TIMEOUT; IDIST_TIMEOUT is each collective's)",
+     &Options::timeout_seconds},
+    {"max_restarts", "--max-restarts", "IDIST_MAX_RESTARTS", Type::integer, "",
+     "Restart every local rank after a failure, up to this many times (spawn mode; see below)",
+     &Options::max_restarts, Check::restarts, true},
+    {"forward_signals", "--forward-signals", "IDIST_FORWARD_SIGNALS", Type::string, "",
+     "Signals passed on to every rank while the job goes on (comma-separated: HUP, INT, QUIT, TERM, USR1, USR2, "
+     "ALRM, WINCH, or none); the others of these but WINCH stop the job",
+     &Options::forward_signals, Check::none, true},
+    {"log_dir", "--log-dir", "IDIST_LOG_DIR", Type::string, "",
+     "Also write each rank's stdout and stderr to DIR/<run-id>/attempt_<k>/rank_<r>.{out,err}, and "
+     "DIR/<run-id>/summary.json at the end",
+     &Options::log_dir},
+    {"verbose", "--verbose", "IDIST_VERBOSE", Type::boolean, "-v", "Say what idist-run decides and does",
+     &Options::verbose},
+    {"module", "--module", "IDIST_MODULE", Type::boolean, "-m",
+     "The program is a Python module: run python3 -u -m MODULE ARGS... (as torchrun -m)", &Options::module},
+    {"no_python", "--no-python", "IDIST_NO_PYTHON", Type::boolean, "--no_python",
+     "Run a .py program directly (it needs #! and +x) rather than under python3 -u (as torchrun --no-python)",
+     &Options::no_python},
+    {"bind", "--bind", "IDIST_BIND", Type::boolean, "",
+     "Pin each local rank to its share of the usable cores (whole NUMA nodes where the counts allow) and set "
+     "OMP_NUM_THREADS to match, unless it is set",
+     &Options::bind},
+    {"keep_slurm_env", "--keep-slurm-env", "IDIST_KEEP_SLURM_ENV", Type::boolean, "",
+     "Ranks spawned inside a SLURM task keep the task's SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... (by default "
+     "each gets those srun would have given it as a task of its own)",
+     &Options::keep_slurm_env},
+    {"local_rank_arg", "--local-rank-arg", "IDIST_LOCAL_RANK_ARG", Type::boolean, "",
+     "Append --local_rank=N (the rank's LOCAL_RANK) to each rank's arguments, as torch.distributed.launch without "
+     "--use-env and DeepSpeed's launcher do, for scripts that read it with argparse (after the script when the "
+     "program is python3)",
+     &Options::local_rank_arg},
 };
 
 // What --print-config and --dry-run show instead of a secret setting's value (and the token).

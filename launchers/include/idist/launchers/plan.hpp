@@ -51,7 +51,9 @@ struct LaunchOptions {
   bool keep_slurm_env = false;        // --keep-slurm-env: spawned ranks keep their task's SLURM_* values
   bool local_rank_arg = false;        // --local-rank-arg: --local_rank=N follows the program in each rank's command
   std::vector<std::string> command;   // program (resolved) and its arguments
-  std::size_t program_words = 1;      // leading words of command that start the program ("python3 -u x.py": 3)
+  // The program's file (resolve_program), for a look at the libraries it links; empty: not
+  // looked at. An MPI program spawned as several ranks is refused (make_plan).
+  std::string program_path;
   PmiClient pmi = ask_pmi_server;     // how detection asks Hydra's PMI server; tests pass a fake
 };
 
@@ -78,17 +80,24 @@ struct LaunchPlan {
   std::vector<std::string> notes;                 // what was seen and not used, and why
   std::string detected_by;                        // the detector's name, or "" in plain spawn mode
   std::vector<std::string> unset;                 // inherited variables the ranks must not see
+  // Variables every rank gets unless the environment idist-run started in has them (--dry-run
+  // shows them): PYTHONUNBUFFERED=1, because a rank's stdout is a pipe, through which Python
+  // would hold back its output until exit (python3 without -u, as users write it).
+  std::map<std::string, std::string> rank_defaults;
   std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
   std::vector<std::vector<int>> cpu_shares;  // --bind in spawn mode: local rank i's cores; else empty
   bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
   bool local_rank_arg = false;  // rank_command inserts --local_rank=N after the program_words
-  std::size_t program_words = 1;
+  std::size_t program_words = 1;  // program_words(command): "python3 -u train.py" is 3
   // A job over several nodes: the rendezvous decides node_rank, nnodes, world_size, rank and
   // master_port for each attempt (apply_assignment); until then they are placeholders.
   std::optional<RendezvousPlan> rendezvous;
 };
 
-// Throws UsageError for contradictory options and DetectError for a broken environment.
+// Throws UsageError for contradictory options, and for a program that links MPI (mpi_library)
+// spawned as several ranks with no --backend other than mpi: each rank's MPI_Init would make a
+// world of one, every rank doing all the work and exiting 0; mpirun must start such ranks.
+// Throws DetectError for a broken environment.
 LaunchPlan make_plan(const LaunchOptions& options, const env::Lookup& env = env::process_env());
 
 // The contract of local process `index` (0 <= index < local_count).
@@ -99,10 +108,12 @@ env::Contract rank_contract(const LaunchPlan& plan, int index);
 // there is one), as "NAME=value" strings. Ranks spawned inside a SLURM step also get the
 // SLURM_* task variables srun would have given them as tasks of their own (SLURM_PROCID =
 // RANK, SLURM_LOCALID = LOCAL_RANK, SLURM_NTASKS = WORLD_SIZE, ...), unless keep_slurm_env.
+// The plan's rank_defaults, like OMP_NUM_THREADS, are set only where unset.
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
 
 // The command line of local process `index`: plan.command, and with local_rank_arg
-// "--local_rank=N" (N its LOCAL_RANK) between the program and its own arguments, where
+// "--local_rank=N" (N its LOCAL_RANK) between the program and its own arguments (after the
+// script, when the program is a Python interpreter: program_words), where
 // torch.distributed.launch without --use-env and DeepSpeed's launcher put it for scripts that
 // take it from argparse (before the script's arguments, so that a "--" or a subcommand among
 // them does not swallow it).

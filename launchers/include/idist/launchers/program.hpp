@@ -1,7 +1,9 @@
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace idist::launchers {
 
@@ -15,6 +17,23 @@ class UsageError : public std::runtime_error {
 // execvp would find it. Throws UsageError when it does not exist, is a directory, or is not
 // executable, so the job fails before any rank starts rather than N times after.
 std::string resolve_program(const std::string& name);
+
+// How many leading words of `command` start the program, that is where an argument for the
+// program itself (--local_rank=N) goes: 1 for a binary; for a Python interpreter (python,
+// python3, python3.11, pypy3, by its base name) the interpreter, its own options and the
+// script (or -m MODULE, -c CODE), as python3 -u train.py reads its sys.argv after train.py.
+// A command without a script (python3 -u alone) is all program words.
+std::size_t program_words(const std::vector<std::string>& command);
+
+// The libraries the ELF file at `path` links directly (its DT_NEEDED entries: "libmpi.so.40"),
+// read from its section headers; empty when it is not an ELF file of this machine's byte order
+// or cannot be read (a script, a truncated file). Never throws.
+std::vector<std::string> needed_libraries(const std::string& path);
+
+// The first of `path`'s needed libraries that is MPI's (libmpi.so.*, libmpi_cxx.so.*,
+// libmpich*.so.*, Intel MPI's libmpi and libmpifort), or "" when it links none. A program
+// that links libidist is not one: libidist loads MPI only as a plugin, when a rank asks.
+std::string mpi_library(const std::string& path);
 
 // A rank whose program could not be executed exits with these, as a shell does: found but
 // not executable, and not found (a file gone since it was resolved).
