@@ -70,4 +70,11 @@ check "a job of /bin/true exits 0" equals $? 0
 "$RUN" -n 2 /bin/false
 check "a job of /bin/false exits 1" equals $? 1
 
+# The README's option table cannot fall behind the settings table that makes --help: every
+# option --help lists is in the README's idist-run block.
+readme=$(dirname "$0")/../../README.md
+missing=$(comm -23 <("$RUN" --help | grep -oE '^ +(-[a-z], )?--[a-z][a-z-]*' | grep -oE -- '--[a-z][a-z-]*' | sort -u) \
+  <(awk '/^## idist-run/ {f = 1} f && /^```$/ {c++; if (c == 2) exit} f' "$readme" | grep -oE -- '--[a-z][a-z-]*' | sort -u))
+check "every option of --help is in the README's table${missing:+ (missing: $missing)}" equals "$missing" ""
+
 finish
