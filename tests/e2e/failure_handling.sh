@@ -47,7 +47,7 @@ start=$(now_ms)
 rc=$?
 elapsed=$(($(now_ms) - start))
 check "a SIGTERM-deaf helper: exit 0, after --grace 3 (${elapsed} ms)" eval '[ $rc = 0 ] && [ $elapsed -ge 2900 ] && [ $elapsed -lt 5000 ]'
-check "... the wait is said as it begins" contains "$(cat "$TMP/helper3.err")" "did not end on SIGTERM; killing them in 2s (--grace)"
+check "... the wait is said as it begins" contains "$(cat "$TMP/helper3.err")" "did not end on SIGTERM; killing it in 2s (--grace)"
 check "... and what was killed" grep -qE "killed pid [0-9]+ \(sleep\) left behind by the ranks \(--grace 3s after SIGTERM\)" "$TMP/helper3.err"
 
 # A rank the kernel's OOM killer kills: named as such, not as a plain SIGKILL. In a memory

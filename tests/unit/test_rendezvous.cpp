@@ -187,6 +187,7 @@ TEST_CASE("a failure that crosses a re-form's end is not counted: --max-restarts
   for (const Agent* n : {&a, &b}) {
     CHECK(text_of(n->last("verdict"), "then") == "restart");
     CHECK(n->last("verdict").value("restarts_left", -1) == 0);
+    CHECK(n->last("verdict").value("counted", true) == false);  // each node counts it as a re-form
     CHECK(text_of(n->last("verdict"), "cause") == "the node on hc joined");
   }
   a.join(true);
@@ -210,6 +211,7 @@ TEST_CASE("after a failure ends an attempt, the budget is spent once and the fir
   REQUIRE(h.run_until([&] { return a.has("verdict") && b.has("verdict"); }));
   CHECK(text_of(b.last("verdict"), "then") == "restart");
   CHECK(b.last("verdict").value("restarts_left", -1) == 0);
+  CHECK(b.last("verdict").value("counted", false) == true);
   CHECK(text_of(b.last("verdict"), "cause") == "rank 1 on node 0 (ha) exited with code 7");
 }
 

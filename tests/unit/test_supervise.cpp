@@ -242,8 +242,8 @@ struct Ending {
 };
 
 // Runs the scenario's supervise_job in a child (its signals and its hang, if any, stay there);
-// SIGTERM to it after `term_after` if given. The child is killed after 20 s: a hang.
-Ending run(Scenario s, std::optional<std::chrono::milliseconds> term_after) {
+// SIGTERM to it after each of `terms` in turn. The child is killed after 20 s: a hang.
+Ending run(Scenario s, std::vector<std::chrono::milliseconds> terms) {
   s.options.report_failure = false;
   if (s.coordinator) s.options.coordinator = s.coordinator;
   const auto start = std::chrono::steady_clock::now();
@@ -264,8 +264,8 @@ Ending run(Scenario s, std::optional<std::chrono::milliseconds> term_after) {
     ::_exit(supervise(make, s.options));
   }
   auto from = start;
-  if (term_after) {
-    std::this_thread::sleep_for(*term_after);
+  for (const auto wait : terms) {
+    std::this_thread::sleep_for(wait);
     ::kill(child, SIGTERM);
     from = std::chrono::steady_clock::now();
   }
@@ -311,7 +311,7 @@ TEST_CASE("SIGTERM ends supervise within --grace + 1 s in every phase") {
   for (const std::string phase : {"starting", "running", "stopping", "cleaning", "awaiting_verdict", "finishing"}) {
     CAPTURE(phase);
     const Scenario s = in_phase(phase);
-    const Ending e = run(s, 700ms);
+    const Ending e = run(s, {700ms});
     CHECK(e.exit_code != -1);  // -1: still running 20 s on, killed
     CHECK(e.seconds < std::chrono::duration<double>(s.options.grace).count() + 1.0);
     if (phase == "finishing")
@@ -326,7 +326,7 @@ TEST_CASE("--timeout ends supervise on time in every phase") {
     CAPTURE(phase);
     Scenario s = in_phase(phase);
     s.options.timeout = 1500ms;
-    const Ending e = run(s, std::nullopt);
+    const Ending e = run(s, {});
     CHECK(e.exit_code != -1);
     // Stopping takes --grace after the timeout's SIGTERM when the rank ignores it.
     const double bound = 1.5 + (phase == "stopping" ? 1.0 : 0.0) + 1.0;
@@ -334,4 +334,21 @@ TEST_CASE("--timeout ends supervise on time in every phase") {
     CHECK(e.seconds > 1.4);
     CHECK(e.exit_code == (phase == "finishing" ? 0 : kTimeoutExit));
   }
+}
+
+TEST_CASE("a second SIGTERM ends the leave-taking that the first began") {
+  // The first SIGTERM leaves the join; node 0's rendezvous would then drain for up to 15 s.
+  Scenario s = in_phase("starting");
+  s.coordinator->answer_finish = false;
+  const Ending e = run(s, {700ms, 500ms});
+  CHECK(e.exit_code == 128 + SIGTERM);
+  CHECK(e.seconds < 1.0);
+}
+
+TEST_CASE("one SIGTERM delivered twice (a wrapper forwarding it) does not cut the leave-taking short") {
+  Scenario s = in_phase("starting");
+  s.coordinator->answer_finish = false;
+  const Ending e = run(s, {700ms, 50ms});
+  CHECK(e.exit_code == 128 + SIGTERM);
+  CHECK(e.seconds > 10.0);  // the second is the same stop: the 15 s bound ends the wait
 }

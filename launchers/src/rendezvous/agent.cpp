@@ -32,6 +32,8 @@ using Clock = std::chrono::steady_clock;
 
 // Between tries to reach a rendezvous that does not listen yet (node 0 starts later).
 constexpr auto kConnectRetry = std::chrono::milliseconds(100);
+// How long a node leaving the job waits for its last message to be written.
+constexpr auto kLeaveFlush = std::chrono::seconds(1);
 // A silence timer woken this late was not waiting: the process was not running.
 constexpr auto kOwnSilence = std::chrono::seconds(1);
 // An endpoint of this host whose port someone else holds: how long (beyond one heartbeat, the
@@ -88,6 +90,7 @@ struct NodeAgent::State {
   std::function<void(const std::optional<RemoteVerdict>&)> joined;
   std::function<void(const RemoteVerdict&)> verdict;
   std::optional<RemoteVerdict> early_verdict;  // came while no over() waited for it
+  std::function<void()> leave_sent;  // finish()'s `done`, once its "leave" is written
   std::string lost_why;
   bool finished = false;
   // Our bind found the endpoint's port taken on this host: until a message comes, whatever is
@@ -195,6 +198,7 @@ struct NodeAgent::State {
       v.cause = field<std::string>(m, "cause", "");
       v.exit_code = field<int>(m, "exit_code", 1);
       v.restarts_left = field<int>(m, "restarts_left", 0);
+      v.counted = field<bool>(m, "counted", true);
       v.rank = field<int>(m, "rank", -1);
       if (v.then != RemoteVerdict::Then::restart) final_verdict = true;
       deliver(v);
@@ -231,7 +235,11 @@ struct NodeAgent::State {
   }
 
   void on_close(const std::string& why) {
-    if (finished) return;
+    if (finished) {
+      // The "leave" finish() queued has gone out (or never will): this node may go.
+      if (auto done = std::exchange(leave_sent, nullptr)) done();
+      return;
+    }
     if (probing && !heard) return give_up(port_taken());
     const std::string text = !lost_why.empty()
                                  ? lost_why
@@ -426,7 +434,16 @@ void NodeAgent::finish(const std::string& outcome, std::function<void()> done) {
   }
   if (!s.server) {
     s.guard_timer->cancel();
-    return done();
+    if (!s.connection || s.connection->closed()) return done();
+    // The supervisor stops the event loop at `done`: the "leave" must be written first, or the
+    // rendezvous hears a node lost rather than why it left. Bounded: a peer that reads nothing.
+    s.leave_sent = std::move(done);
+    s.guard_timer->expires_after(kLeaveFlush);
+    s.guard_timer->async_wait([&s](auto ec) {
+      if (ec) return;
+      if (auto d = std::exchange(s.leave_sent, nullptr)) d();
+    });
+    return;
   }
   // The server drains within its own grace; this bounds it from outside, once.
   auto once = std::make_shared<std::function<void()>>(std::move(done));
@@ -446,6 +463,7 @@ void NodeAgent::finish(const std::string& outcome, std::function<void()> done) {
 void NodeAgent::detach() {
   auto& s = *state_;
   s.finished = true;
+  s.leave_sent = nullptr;  // the loop is gone: nothing may be called on it
   if (s.connection) s.connection->close("the job is over here");
   s.connection.reset();
   s.server.reset();

@@ -710,7 +710,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     info("attempt {} ended ({}): attempt {} on every node{}", attempt, *cause, attempt + 1,
          counted ? fmt::format(", {} restart{} left", left, left == 1 ? "" : "s") : std::string(" (a re-form, not counted)"));
     Json verdict{{"t", "verdict"}, {"attempt", attempt}, {"then", "restart"}, {"next", attempt + 1},
-                 {"cause", *cause}, {"restarts_left", left}, {"rank", blamed_rank}};
+                 {"cause", *cause}, {"restarts_left", left}, {"counted", counted}, {"rank", blamed_rank}};
     // Members join again (their "join" re-enters them); a node that waited is in already.
     for (const auto& n : members) {
       n->member = false;

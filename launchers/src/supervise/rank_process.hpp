@@ -88,7 +88,6 @@ struct LiveAttempt {
   std::vector<Rank> ranks;
   bool ranks_gone = false;      // every rank reaped, leftovers dealt with
   bool ended_remotely = false;  // its teardown came from another node's end
-  std::optional<int> restarts_left;  // the verdict that started it: a restart's budget after it
 };
 
 // Whether we have any child, exited or not, without reaping it.

@@ -18,7 +18,9 @@ constexpr auto kStallCheck = std::chrono::milliseconds(500);
 }  // namespace
 
 StallWatch::StallWatch(asio::io_context& io, const SuperviseOptions& options, std::string host)
-    : io_(io), options_(options), host_(std::move(host)), timer_(io) {}
+    : io_(io), options_(options), host_(std::move(host)), timer_(io) {
+  mailbox_->io = &io_;
+}
 
 void StallWatch::start(std::function<LiveAttempt*()> watched, std::function<void(detail::StallReport)> stalled) {
   watched_ = std::move(watched);
@@ -80,12 +82,7 @@ void StallWatch::check() {
 void StallWatch::inspect_stacks(const std::vector<std::pair<int, pid_t>>& ranks,
                                 std::function<void(std::vector<std::string>)> done) {
   if (ranks.empty() || !options_.stacks || !detail::stack_tool_available()) return done({});
-  auto guard = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(io_.get_executor());
-  {
-    const std::lock_guard lock(inspecting_mutex_);
-    ++inspecting_;
-  }
-  std::thread([this, ranks, done = std::move(done), guard]() mutable {
+  std::thread([mailbox = mailbox_, ranks, done = std::move(done)]() mutable {
     std::vector<std::string> lines;
     for (const auto& [rank, pid] : ranks) {
       const auto stack = detail::stack_of(pid);
@@ -93,19 +90,16 @@ void StallWatch::inspect_stacks(const std::vector<std::pair<int, pid_t>>& ranks,
       lines.push_back(fmt::format("stall: rank {} (pid {}), its threads' stacks (gdb):", rank, pid));
       for (const auto& line : stack) lines.push_back("stall:   | " + line);
     }
-    asio::post(io_, [done = std::move(done), lines = std::move(lines), guard]() mutable {
-      done(std::move(lines));
-      guard->reset();
-    });
-    const std::lock_guard lock(inspecting_mutex_);
-    --inspecting_;
-    inspected_.notify_all();
+    const std::lock_guard lock(mailbox->mutex);
+    if (mailbox->io != nullptr)
+      asio::post(*mailbox->io, [done = std::move(done), lines = std::move(lines)]() mutable { done(std::move(lines)); });
   }).detach();
 }
 
-void StallWatch::wait_for_inspections() {
-  std::unique_lock lock(inspecting_mutex_);
-  inspected_.wait(lock, [this] { return inspecting_ == 0; });
+void StallWatch::close() {
+  stop();
+  const std::lock_guard lock(mailbox_->mutex);
+  mailbox_->io = nullptr;
 }
 
 std::string StallWatch::status_text(LiveAttempt* attempt) {

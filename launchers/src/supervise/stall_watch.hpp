@@ -8,7 +8,7 @@
 #include <sys/types.h>
 
 #include <boost/asio.hpp>
-#include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <functional>
 #include <string>
@@ -24,6 +24,9 @@ namespace idist::launchers::supervision {
 class StallWatch {
  public:
   StallWatch(asio::io_context& io, const SuperviseOptions& options, std::string host);
+  ~StallWatch() { close(); }
+  StallWatch(const StallWatch&) = delete;
+  StallWatch& operator=(const StallWatch&) = delete;
 
   // Reads the recorders from now on, every kStallCheck, while `watched` gives an attempt whose
   // ranks run (nullptr: nothing to read now), and calls `stalled` with each new report.
@@ -42,10 +45,11 @@ class StallWatch {
 
   // The stacks of `ranks` by gdb, off the event loop (attaching takes a second or two), then
   // `done` on it with the lines; at once with none where gdb is not installed or not wanted.
+  // A job that ends meanwhile does not wait for them (gdb may take 10 s a rank): their lines
+  // are not said.
   void inspect_stacks(const std::vector<std::pair<int, pid_t>>& ranks, std::function<void(std::vector<std::string>)> done);
-  // Until no inspection's thread is left: one posts to the event loop when it ends, which
-  // must still be there (gdb is bounded: stack_of gives up after 10 s).
-  void wait_for_inspections();
+  // The event loop is going: an inspection that ends later posts nothing to it.
+  void close();
 
   // `idist-run --status`: where the ranks of `attempt` are now (nullptr: none started yet).
   std::string status_text(LiveAttempt* attempt);
@@ -66,9 +70,12 @@ class StallWatch {
   detail::CallKeys mismatches_reported_;    // the same
   detail::HeldMismatches mismatches_held_;  // seen before every rank of the group reached them
   bool stopped_ = false;
-  std::mutex inspecting_mutex_;
-  std::condition_variable inspected_;
-  int inspecting_ = 0;
+  // Where an inspection's thread posts its lines: the event loop until close(), then nowhere.
+  struct Mailbox {
+    std::mutex mutex;
+    asio::io_context* io = nullptr;
+  };
+  std::shared_ptr<Mailbox> mailbox_ = std::make_shared<Mailbox>();
 };
 
 }  // namespace idist::launchers::supervision

@@ -100,7 +100,7 @@ class Supervisor {
                      .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); }});
     start_attempt(0);
     io_.run();  // until done(): the job, then the console's last lines
-    watch_.wait_for_inspections();  // a gdb thread still posting to io_ must end before it goes
+    watch_.close();  // a gdb thread still at work posts nothing to io_ from now on
     if (options_.coordinator) options_.coordinator->detach();  // before io_ goes
     procs_.kill_leftovers_now(nullptr);  // normally none: each attempt cleaned up after itself
     report_.finish(run_);
@@ -136,7 +136,6 @@ class Supervisor {
     auto live = std::make_unique<LiveAttempt>();
     live->record.index = index;
     live->record.start = WallClock::now();
-    live->restarts_left = restarts_left_;
     attempts_.push_back(std::move(live));
     if (!options_.coordinator) return launch(index);
     // A job over several nodes: the ranks start once every node is in.
@@ -319,10 +318,10 @@ class Supervisor {
       if (ec || generation != attempts_.size() || !cleaning_) return;
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - cleaning_since_);
       if (waited < options_.grace) {
+        const auto left = describe_processes(detail::descendants_of(::getpid()));
         spdlog::warn("every rank has ended, but {} left behind by the ranks did not end on SIGTERM; killing "
                      "{} in {} (--grace)",
-                     fmt::join(describe_processes(detail::descendants_of(::getpid())), ", "),
-                     "them", common::duration_text(std::chrono::round<std::chrono::duration<long, std::deci>>(options_.grace - waited)));
+                     fmt::join(left, ", "), left.size() == 1 ? "it" : "them", common::duration_text(std::chrono::round<std::chrono::duration<long, std::deci>>(options_.grace - waited)));
         return wait_for_leftovers(options_.grace - waited);
       }
       kill_leftovers("--grace " + common::duration_text(options_.grace) + " after SIGTERM");
@@ -358,17 +357,23 @@ class Supervisor {
 
   void on_teardown_signal(const boost::system::error_code& ec, int sig) {
     if (ec || phase_ == Phase::done) return;
+    const bool same_stop = interrupted_by_ && std::chrono::steady_clock::now() - interrupted_at_ < kSameSignal;
     switch (phase_) {
       case Phase::finishing:
+        // One Ctrl-C delivered twice (see on_stop_signal) must not cut the end short: node 0
+        // would stop telling the other nodes that this one left.
+        if (same_stop) break;
         spdlog::info("{}: leaving now", detail::signal_name(sig));
         return done();
       case Phase::starting:
       case Phase::awaiting_verdict:  // no rank of ours runs
-        interrupted(sig);
+        if (!interrupted_by_) interrupted(sig);
         spdlog::info("{}: leaving the job's rendezvous", detail::signal_name(sig));
-        return end_job();
+        end_job();
+        break;  // armed again: a second signal ends the leave-taking
       case Phase::cleaning:
-        interrupted(sig);
+        if (!interrupted_by_) interrupted(sig);
+        spdlog::info("{}: killing what the ranks left behind", detail::signal_name(sig));
         kill_leftovers(detail::signal_name(sig));
         break;
       default:
@@ -413,7 +418,9 @@ class Supervisor {
     if (phase_ == Phase::finishing) {
       // The job's outcome is decided and said; only the leave-taking is left, and it may not
       // outlast --timeout (node 0 waiting for nodes that will never hear the verdict).
-      spdlog::warn("timeout: leaving now, while the job's end was still being told to the other nodes");
+      spdlog::warn("timeout: leaving now, while {}", options_.coordinator
+                                                         ? "the job's end was still being told to the other nodes"
+                                                         : "the console still held output");
       return done();
     }
     if (stop_ == Stop::none) stop_ = Stop::timed_out;
@@ -438,7 +445,9 @@ class Supervisor {
     watch_.inspect_stacks(report.to_inspect, [this, generation = attempts_.size(), suspect = report.suspect](auto lines) {
       if (generation != attempts_.size()) return;
       say_stall(lines);
-      if (options_.stall_action == SuperviseOptions::StallAction::kill && phase_ == Phase::running) stall_kill(suspect);
+      if (options_.stall_action == SuperviseOptions::StallAction::kill && phase_ == Phase::running &&
+          !current().ranks_gone)
+        stall_kill(suspect);
     });
   }
 
@@ -576,9 +585,7 @@ class Supervisor {
     }
     if (v.then == Then::failure) job_failure_ = v;
     if (v.then != Then::restart || stop_ != Stop::none) return end_job();
-    // A restart that left the budget as it was is a re-form of an elastic job: free.
-    if (v.restarts_left < restarts_left_) ++restarts_; else ++reforms_;
-    restarts_left_ = v.restarts_left;
+    ++(v.counted ? restarts_ : reforms_);
     start_attempt(v.next_attempt);
   }
 
@@ -678,7 +685,6 @@ class Supervisor {
   std::string coordination_error_;
   bool mismatched_ = false;
   int restarts_ = 0, reforms_ = 0;
-  int restarts_left_ = options_.max_restarts;  // as the last verdict left it
   detail::RunRecord run_;  // by conclude()
   JobResult result_;
 };

@@ -38,6 +38,7 @@ struct RemoteVerdict {
   std::string cause;     // restart, failure: "rank 3 on node 1 (hostb) exited with code 3"
   int exit_code = 1;     // failure: the job's exit code, the same on every node
   int restarts_left = 0;
+  bool counted = true;  // restart: it spent one from the budget (false: a re-form of an elastic job)
   int rank = -1;  // the global rank the cause names; -1: none, or a node that was lost
 };
 
