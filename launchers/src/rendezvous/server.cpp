@@ -58,7 +58,7 @@ struct Failure {
   int rank = -1;          // global; -1: the node itself was lost
   std::string how;        // "exited with code 3"; for a lost node, the whole sentence
   int exit_code = 1;
-  bool root = false;      // killed by a signal nobody sent, crashed, or a lost node (supervisor.cpp's Blame)
+  bool root = false;      // killed by a signal nobody sent, crashed, or a lost node (supervise/policy.hpp's Blame)
   std::optional<int> lost_peer;  // it said it lost its connection to this rank
 
   std::string text() const { return rank < 0 ? how : fmt::format("rank {} on {} {}", rank, node->name(), how); }
@@ -350,7 +350,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     end_attempt();
   }
 
-  // Which failure the job names, as the supervisor blames its own ranks (supervisor.cpp): a
+  // Which failure the job names, as the supervisor blames its own ranks (supervise/policy.hpp): a
   // root cause (a crash, a kill nobody sent, a lost node) before a non-zero exit, which may be
   // a survivor's answer to it; among equals the first that came; then, while the one named
   // says it lost its connection to a rank that failed too, that rank.

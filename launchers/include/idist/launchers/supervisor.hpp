@@ -11,7 +11,7 @@
 //    summary names it (pid, host, how it ended), the ranks we stopped, and its last stderr lines.
 //    Ranks failing together are weighed: one killed or crashed by a signal we did not send is
 //    named before one that exited non-zero, aborted or died of SIGPIPE, which is what survivors
-//    do moments after a peer's death (Blame in supervisor.cpp).
+//    do moments after a peer's death (Blame in supervise/policy.hpp).
 //  - With max_restarts, a failed attempt is followed by a new one: every local rank again,
 //    with IDIST_RESTART_COUNT incremented (the caller makes each attempt's processes). With a
 //    Coordinator (a job over several nodes, rendezvous.hpp) the attempts are the job's: each
