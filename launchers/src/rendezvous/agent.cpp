@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <ratio>
 #include <cstring>
 #include <stdexcept>
 
@@ -160,7 +159,7 @@ struct NodeAgent::State {
       const std::string own = late > kOwnSilence
                                   ? fmt::format("; this idist-run itself did not run for at least {} (stopped or "
                                                 "starved): the silence was its own",
-                                                common::duration_text(std::chrono::round<std::chrono::duration<long, std::deci>>(late)))
+                                                common::measured_duration_text(late))
                                   : std::string();
       return connection->close(
           fmt::format("stopped answering (no heartbeat for {}){}", common::duration_text(options.dead_after), own));

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <ratio>
 
 #include "console.hpp"
 #include "idist/common/duration.hpp"
@@ -321,7 +320,7 @@ class Supervisor {
         const auto left = describe_processes(detail::descendants_of(::getpid()));
         spdlog::warn("every rank has ended, but {} left behind by the ranks did not end on SIGTERM; killing "
                      "{} in {} (--grace)",
-                     fmt::join(left, ", "), left.size() == 1 ? "it" : "them", common::duration_text(std::chrono::round<std::chrono::duration<long, std::deci>>(options_.grace - waited)));
+                     fmt::join(left, ", "), left.size() == 1 ? "it" : "them", common::measured_duration_text(options_.grace - waited));
         return wait_for_leftovers(options_.grace - waited);
       }
       kill_leftovers("--grace " + common::duration_text(options_.grace) + " after SIGTERM");

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <ratio>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,11 @@ inline std::string duration_text(std::chrono::duration<double> t) {
   char text[32];
   std::snprintf(text, sizeof(text), "%gs", t.count());
   return text;
+}
+
+// A duration measured rather than configured, to a tenth of a second: "2s", not "2.02036s".
+inline std::string measured_duration_text(std::chrono::duration<double> t) {
+  return duration_text(std::chrono::round<std::chrono::duration<long, std::deci>>(t));
 }
 
 // "<what> timed out after <duration>: <why>" (no colon without a why). `what` names the
