@@ -19,6 +19,8 @@ PACKAGES=(
   dpkg-dev                           # dpkg-shlibdeps: the Depends of the .deb packages (cpack, e2e.deb)
   python3-torch                      # PyTorch scripts under idist-run, unchanged (e2e.torch); Python DDP, the reference of bench/ddp
   libtorch-dev                       # idist::torch (torch/): auto_model, auto_dataloader, tensor collectives
+  libucx-dev ucx-utils               # the ucx backend between hosts (issue 29); ucx_info/ucx_perftest for its checks
+  etcd-server etcd-client            # real etcd members for the etcd rendezvous tests (issue 30)
 )
 
 source scripts/install_missing.sh
