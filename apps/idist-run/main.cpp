@@ -25,6 +25,7 @@
 #include "idist/launchers/config.hpp"
 #include "idist/launchers/exec.hpp"
 #include "idist/launchers/plan.hpp"
+#include "idist/launchers/etcd_rendezvous.hpp"
 #include "idist/launchers/rendezvous.hpp"
 #include "idist/launchers/program.hpp"
 #include "idist/launchers/resources.hpp"
@@ -144,7 +145,11 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
 
 // --rdzv-conf key=seconds,...: torchrun's join_timeout and last_call_timeout, and ours,
 // heartbeat (how often agents and rendezvous beat) and node_timeout (silence that drops a node).
-void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOptions& r) {
+// With --rdzv-backend etcd (`etcd` set) also etcd's keys, whose values are text: prefix (of the
+// job's keys), user and password (etcd's auth), local_addr (this node's MASTER_ADDR when its
+// node hosts rank 0).
+void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOptions& r,
+                     idist::launchers::EtcdRendezvousOptions* etcd = nullptr) {
   std::size_t at = 0;
   while (at < text.size()) {
     auto end = text.find(',', at);
@@ -158,6 +163,19 @@ void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOption
                         " (keys: join_timeout, last_call_timeout, heartbeat, node_timeout; values in seconds)");
     };
     if (eq == std::string::npos) throw bad("not key=seconds");
+    if (key == "prefix" || key == "user" || key == "password" || key == "local_addr") {
+      if (etcd == nullptr) throw bad("'" + key + "' is for --rdzv-backend etcd");
+      const std::string value = item.substr(eq + 1);
+      if (value.empty()) throw bad("an empty " + key);
+      if (key == "prefix") etcd->prefix = value.back() == '/' ? value : value + "/";
+      else if (key == "user") etcd->user = value;
+      else if (key == "password") etcd->password = value;
+      else etcd->local_addr = value;
+      continue;
+    }
+    if (key == "cert" || key == "key" || key == "cacert" || key == "ssl_cert" || key == "ssl_key" || key == "ca_cert")
+      throw bad("TLS to etcd is not supported yet: reach etcd over plain HTTP on a trusted network (or through an "
+                "etcd grpc-proxy on localhost), with user= and password= for its auth");
     double seconds = 0;
     const std::string value = item.substr(eq + 1);
     const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
@@ -171,6 +189,16 @@ void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOption
     else throw bad("unknown key '" + key + "'");
   }
   if (r.heartbeat >= r.dead_after) throw UsageError("--rdzv-conf: heartbeat must be shorter than node_timeout");
+  if (etcd != nullptr && r.dead_after < std::chrono::seconds(2))
+    throw UsageError("--rdzv-conf node_timeout: at least 2 seconds with etcd (a lease's TTL is whole seconds, 2 at least)");
+}
+
+// --rdzv-backend: torchrun's names. c10d and static are the built-in rendezvous (node 0's
+// idist-run); etcd and etcd-v2 (torchrun's two etcd rendezvous) are ours on etcd's v3 API.
+bool etcd_backend(const std::string& backend) {
+  if (backend == "c10d" || backend == "static") return false;
+  if (backend == "etcd" || backend == "etcd-v2") return true;
+  throw UsageError("--rdzv-backend '" + backend + "': not c10d (or static: the built-in rendezvous) nor etcd (or etcd-v2)");
 }
 
 // Seconds, fractions allowed: a finite number and nothing else (nan passes a range check).
@@ -236,6 +264,19 @@ L::LaunchOptions launch_options(const Cli& cli) {
     if (min < max) options.min_nodes = min;
   }
   options.rdzv_endpoint = cli.rdzv_endpoint;
+  if (checked(cli, "rdzv_backend", [&] { return etcd_backend(cli.rdzv_backend); })) {
+    if (!cli.rdzv_endpoint) throw UsageError("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...]: etcd's members");
+    if (cli.node_rank) throw UsageError("--node-rank does not go with --rdzv-backend etcd: etcd ranks the nodes");
+    // The plan's rendezvous endpoint stands for etcd's first member; MASTER_ADDR comes from
+    // each attempt's assignment.
+    checked(cli, "rdzv_endpoint", [&] {
+      try {
+        options.rdzv_endpoint = L::etcd_first_endpoint(*cli.rdzv_endpoint);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError("--rdzv-endpoint " + std::string(e.what()));
+      }
+    });
+  }
   options.node_rank = cli.node_rank;
   options.master_addr = cli.master_addr;
   options.master_port = cli.master_port;
@@ -341,6 +382,34 @@ std::shared_ptr<L::NodeAgent> node_agent(const Cli& cli, const L::LaunchPlan& pl
   return std::make_shared<L::NodeAgent>(ro);
 }
 
+// A job over several nodes on etcd (--rdzv-backend etcd): this node's part of it.
+std::shared_ptr<L::EtcdRendezvous> etcd_rendezvous(const Cli& cli, const L::LaunchPlan& plan) {
+  auto join_timeout = idist::env::kDefaultTimeout;
+  if (const char* t = std::getenv(std::string(idist::env::kTimeout).c_str()); t != nullptr && *t != '\0') {
+    try {
+      join_timeout = idist::env::parse_timeout(idist::env::kTimeout, t);
+    } catch (const std::exception& e) {
+      throw UsageError(e.what());
+    }
+  }
+  auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout, milliseconds(cli.grace_seconds));
+  L::EtcdRendezvousOptions eo;
+  checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro, &eo); });
+  eo.endpoints = *cli.rdzv_endpoint;
+  if (cli.rdzv_id) eo.job_id = *cli.rdzv_id;
+  eo.token = ro.token;
+  eo.min_nodes = ro.min_nodes;
+  eo.max_nodes = ro.max_nodes;
+  eo.nproc = ro.nproc;
+  eo.max_restarts = ro.max_restarts;
+  eo.last_call = ro.last_call;
+  eo.heartbeat = ro.heartbeat;
+  eo.dead_after = ro.dead_after;
+  eo.join_timeout = ro.join_timeout;
+  eo.grace = ro.grace;
+  return std::make_shared<L::EtcdRendezvous>(eo);
+}
+
 // Options -> plan -> exec in place (one task per rank) | spawn and supervise the ranks.
 int run(const Cli& cli) {
   const auto options = launch_options(cli);
@@ -359,7 +428,18 @@ int run(const Cli& cli) {
   for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)
     spdlog::info("--bind: local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
   std::shared_ptr<L::NodeAgent> agent;
-  if (plan.rendezvous) {
+  std::shared_ptr<L::EtcdRendezvous> on_etcd;
+  if (plan.rendezvous && etcd_backend(cli.rdzv_backend)) {
+    try {
+      on_etcd = etcd_rendezvous(cli, plan);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {
+      spdlog::error("--rdzv-endpoint: {}", e.what());
+      return 2;
+    }
+    supervise.coordinator = on_etcd;
+  } else if (plan.rendezvous) {
     try {
       agent = node_agent(cli, plan);
     } catch (const UsageError&) {
@@ -371,6 +451,14 @@ int run(const Cli& cli) {
     supervise.coordinator = agent;
   }
   const L::MakeAttempt make_attempt = [&](int restart_count) {
+    if (on_etcd) {
+      const auto& a = on_etcd->assignment();
+      L::apply_assignment(plan, a.attempt, a.node_rank, a.nnodes, a.world_size, a.rank_base, a.master_port);
+      plan.job.master_addr = a.master_addr;
+      spdlog::info("attempt {}: node {} of {}, ranks {} to {} of {}, MASTER_ADDR={} MASTER_PORT={}", a.attempt,
+                   a.node_rank, a.nnodes, a.rank_base, a.rank_base + plan.local_count - 1, a.world_size,
+                   plan.job.master_addr, a.master_port);
+    }
     if (agent) {
       const auto& a = agent->assignment();
       L::apply_assignment(plan, a);

@@ -37,6 +37,7 @@ struct Options {
   std::optional<std::string> rdzv_id;
   std::optional<std::string> rdzv_endpoint;
   std::string rdzv_conf;
+  std::string rdzv_backend = "c10d";
   std::string port_range = "20000-32767";
   std::string launcher = "auto";
   bool force_spawn = false;
@@ -118,6 +119,11 @@ inline constexpr Setting kSettings[] = {
      "key=seconds,...: join_timeout (default IDIST_TIMEOUT), last_call_timeout (2), heartbeat (1), node_timeout "
      "(5: a node silent that long ends the attempt)",
      &Options::rdzv_conf},
+    {"rdzv_backend", "--rdzv-backend", "IDIST_RDZV_BACKEND", Type::string, "--rdzv_backend",
+     "Where the nodes' rendezvous lives: c10d (or static; default): in node 0's idist-run; etcd (or etcd-v2): in "
+     "an etcd cluster, --rdzv-endpoint HOST:PORT[,HOST:PORT...] its members, so that no node's loss ends the job "
+     "(--rdzv-conf prefix=, user=, password=, local_addr=)",
+     &Options::rdzv_backend, Check::none, true},
     {"port_range", "--port-range", "IDIST_PORT_RANGE", Type::string, "",
      "Range that ports derived from a job's id fall in (LO-HI)", &Options::port_range, Check::none, true},
     {"launcher", "--launcher", "IDIST_LAUNCHER_KIND", Type::string, "",

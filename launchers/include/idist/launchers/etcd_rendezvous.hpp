@@ -1,0 +1,75 @@
+#pragma once
+// The rendezvous on etcd (--rdzv-backend etcd): the same decisions as the built-in one
+// (rendezvous.hpp: attempts, MIN:MAX, one restart budget, joins during a run, one verdict for
+// every node), kept in an etcd cluster rather than in node 0's idist-run, so that losing any
+// node costs an attempt, not the job. See launchers/src/rendezvous/etcd/coordinator.cpp for
+// the keys and the protocol.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "idist/launchers/coordinator.hpp"
+
+namespace idist::launchers {
+
+struct EtcdRendezvousOptions {
+  std::string endpoints;  // "host:port,host:port": etcd's client URLs
+  std::string prefix = "/idist/rdzv/";  // --rdzv-conf prefix=...; the job's keys go under prefix + id + "/"
+  std::string job_id;                   // --rdzv-id; empty: a hash of `token` (a secret: not itself a key)
+  std::string token;
+  std::string user;                     // etcd auth
+  std::string password;
+  std::string local_addr;  // this node's address for MASTER_ADDR (default: its address towards etcd)
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc = 1;
+  int max_restarts = 0;
+  std::chrono::milliseconds last_call{2000};
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds dead_after{5000};  // node_timeout: the lease's TTL (whole seconds, at least 2)
+  std::chrono::milliseconds join_timeout{300000};
+  std::chrono::milliseconds grace{5000};
+};
+
+// What the etcd rendezvous gave this node for its current attempt.
+struct EtcdAssignment {
+  int attempt = 0;
+  int node_rank = 0;
+  int nnodes = 1;
+  int world_size = 1;
+  int rank_base = 0;
+  std::string master_addr;  // the host of node 0 of this attempt: rank 0 runs there
+  int master_port = 0;
+};
+
+// The first of etcd's endpoints ("h1:2379,h2:2379"), as HOST:PORT; throws std::invalid_argument
+// naming one that is not HOST:PORT.
+std::string etcd_first_endpoint(const std::string& endpoints);
+
+class EtcdRendezvous final : public Coordinator {
+ public:
+  // Throws std::invalid_argument for endpoints that are not HOST:PORT.
+  explicit EtcdRendezvous(EtcdRendezvousOptions options);
+  ~EtcdRendezvous() override;
+  EtcdRendezvous(const EtcdRendezvous&) = delete;
+  EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
+
+  const EtcdAssignment& assignment() const;
+
+  void start(boost::asio::io_context& io, Events events) override;
+  void join(int attempt, std::function<void(const std::optional<RemoteVerdict>& ended)> joined) override;
+  int attempt() const override { return assignment().attempt; }
+  void failed(int attempt, const LocalFailure& failure) override;
+  void over(int attempt, const std::optional<LocalFailure>& failure,
+            std::function<void(const RemoteVerdict&)> verdict) override;
+  void finish(const std::string& outcome, std::function<void()> done) override;
+  void detach() override;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace idist::launchers

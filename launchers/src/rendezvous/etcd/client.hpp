@@ -1,0 +1,92 @@
+#pragma once
+// A small asynchronous client of etcd's v3 API through its JSON gateway (HTTP/1.1 POST to
+// /v3/kv/range, /v3/kv/txn, /v3/lease/..., /v3/watch; keys and values base64), on the
+// caller's io_context with Boost.Beast. Why not etcd's gRPC client: Debian ships no C++ one,
+// and gRPC would be a heavy dependency for a handful of calls; Beast is header-only and part of
+// the Boost we already build with. The gateway is served by every etcd 3.4 member on its client
+// port, so nothing runs beside etcd.
+//
+// Failover: a call goes to the member that answered last, and on a refused connection, a
+// timeout or an error etcd calls transient ("request timed out", "leader changed", "no
+// leader") to the next, round after round, until its deadline; then it fails with one
+// sentence naming every endpoint tried and what each said. Errors that no other member would
+// answer differently (a lease not found, a permission denied) come back at once.
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace idist::launchers::etcd {
+
+using Json = nlohmann::json;
+
+struct Endpoint {
+  std::string host;
+  std::string port;
+  std::string text() const { return host + ":" + port; }
+};
+
+struct ClientOptions {
+  std::vector<Endpoint> endpoints;
+  std::string user;  // with password: etcd's auth (a token per member, from /v3/auth/authenticate)
+  std::string password;
+  std::chrono::milliseconds try_timeout{1000};  // one member's answer to one call
+};
+
+// "h1:2379,h2:2379" -> endpoints; throws std::invalid_argument naming the bad one.
+std::vector<Endpoint> parse_endpoints(const std::string& text);
+std::string endpoints_text(const std::vector<Endpoint>& endpoints);
+
+std::string base64(const std::string& raw);
+std::string unbase64(const std::string& text);
+// The key just past every key that starts with `prefix` (etcd's range_end for a prefix).
+std::string prefix_end(const std::string& prefix);
+
+class Client : public std::enable_shared_from_this<Client> {
+ public:
+  // error empty: `body` is etcd's answer.
+  using Reply = std::function<void(const std::string& error, const Json& body)>;
+  // Watch events came (their revision); or the stream broke (error), then it is restarted.
+  using OnEvents = std::function<void(long long revision)>;
+
+  Client(boost::asio::io_context& io, ClientOptions options);
+  ~Client();
+
+  // POST `path` with `body`; `reply` once, on the io_context, within `deadline`.
+  void call(const std::string& path, Json body, std::chrono::milliseconds deadline, Reply reply);
+
+  // Watches [key, range_end) from `start_revision`, across members: a stream that breaks is
+  // opened again on the next member, from the revision after the last one seen.
+  void watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events);
+
+  // This host's address on its connection to etcd: where the other nodes, which reach the same
+  // etcd, most likely reach this one. Empty until a call succeeded.
+  const std::string& local_address() const { return local_address_; }
+  const std::vector<Endpoint>& endpoints() const { return options_.endpoints; }
+
+  // Cancels every call and the watch; no reply comes after.
+  void close();
+
+ private:
+  struct Call;
+  struct Watcher;
+  void try_call(const std::shared_ptr<Call>& call);
+  void send(const std::shared_ptr<Call>& call, const std::string& path, const std::string& body,
+            std::function<void(const std::string& error, int status, const std::string& body)> done);
+  void start_watch();
+
+  boost::asio::io_context& io_;
+  ClientOptions options_;
+  std::size_t current_ = 0;  // the member that answered last
+  std::map<std::size_t, std::string> tokens_;  // auth token by member
+  std::string local_address_;
+  std::shared_ptr<Watcher> watcher_;
+  bool closed_ = false;
+};
+
+}  // namespace idist::launchers::etcd

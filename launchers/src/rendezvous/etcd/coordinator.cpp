@@ -1,0 +1,788 @@
+// The rendezvous on etcd. No process hosts it: the job's state lives in etcd, and every node
+// runs the same rules on it (those of the built-in rendezvous, server.cpp), each proposing the
+// next state by a transaction that holds only if the state is still the one it read
+// (compare-and-swap on its mod_revision). Two nodes racing propose the same or different next
+// states; exactly one wins, the others read the winner's and go on from there. Losing any node
+// therefore loses nothing but that node: its lease expires and the others decide without it.
+//
+// Keys, under PREFIX = --rdzv-conf prefix (default /idist/rdzv/) + the job's id + "/":
+//   state                 {attempt, phase: gathering|running|ending|done, restarts_used,
+//                          members: [{id, host, addr, nproc, port}] (node rank = index),
+//                          cause, reform, verdict (the last one), prev {id: node rank}}
+//   node/ID               (this node's lease) {host, addr, nproc, join, port, grace_ms}: alive,
+//                          and asks to be in attempt `join` or later
+//   a/K/fail/ID           (lease) a rank of attempt K failed on node ID first
+//   a/K/over/ID           (lease) every rank of attempt K is gone on node ID {failure?}
+//   left/ID               why node ID's idist-run left before the job's end
+// A node's lease (TTL = node_timeout) is renewed at every heartbeat; when it lapses, etcd
+// deletes the node's keys, which is how the others learn that it is lost. Each node watches
+// PREFIX, and on any change (and at every heartbeat, should a watch sit on a member cut off
+// from the others) reads it whole and decides. Attempt K's rank 0 runs on its node 0, whose
+// address (the one it reaches etcd from, or --rdzv-conf local_addr) and port (reserved there
+// for the attempt) the state names.
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "client.hpp"
+#include "idist/common/duration.hpp"
+#include "idist/common/hash.hpp"
+#include "idist/common/host.hpp"
+#include "idist/launchers/etcd_rendezvous.hpp"
+#include "idist/launchers/ports.hpp"
+
+namespace idist::launchers {
+namespace {
+
+namespace asio = boost::asio;
+using etcd::base64;
+using etcd::Json;
+using etcd::unbase64;
+using Clock = std::chrono::steady_clock;
+
+// How long finish() may take to say goodbye (its lease revoked, the keys cleaned up).
+constexpr auto kFinishWait = std::chrono::seconds(2);
+
+long long as_ll(const Json& j, const char* key, long long fallback = 0) {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  try {
+    if (it->is_string()) return std::stoll(it->get<std::string>());
+    if (it->is_number_integer()) return it->get<long long>();
+  } catch (const std::exception&) {
+  }
+  return fallback;
+}
+
+template <class T>
+T get(const Json& j, const char* key, T fallback) {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  try {
+    return it->template get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+
+struct NodeRecord {
+  std::string id, host, addr;
+  int nproc = 1;
+  int join = -1;
+  int port = 0;
+};
+
+struct Report {
+  long long revision = 0;
+  Json body;
+};
+
+// The job's keys as one read returned them.
+struct Snapshot {
+  long long revision = 0;
+  long long state_revision = 0;  // 0: no state yet (attempt 0 gathers)
+  Json state = Json{{"attempt", 0}, {"phase", "gathering"}, {"restarts_used", 0}};
+  std::map<std::string, NodeRecord> nodes;
+  std::map<std::string, Report> fails, overs;  // of the state's attempt
+  std::map<std::string, std::string> left;
+
+  int attempt() const { return get<int>(state, "attempt", 0); }
+  std::string phase() const { return get<std::string>(state, "phase", "gathering"); }
+  const Json& members() const {
+    static const Json none = Json::array();
+    const auto it = state.find("members");
+    return it != state.end() && it->is_array() ? *it : none;
+  }
+};
+
+struct Failure {
+  long long revision = LLONG_MAX;  // a lost node comes after every report
+  std::string text;
+  int exit_code = 1;
+  bool root = false;
+  int rank = -1;
+};
+
+RemoteVerdict verdict_from(const Json& v) {
+  RemoteVerdict r;
+  const auto then = get<std::string>(v, "then", "failure");
+  r.then = then == "restart" ? RemoteVerdict::Then::restart
+           : then == "success" ? RemoteVerdict::Then::success
+                               : RemoteVerdict::Then::failure;
+  r.next_attempt = get<int>(v, "next", 0);
+  r.cause = get<std::string>(v, "cause", "");
+  r.exit_code = get<int>(v, "exit_code", 1);
+  r.restarts_left = get<int>(v, "restarts_left", 0);
+  r.counted = get<bool>(v, "counted", true);
+  r.rank = get<int>(v, "rank", -1);
+  return r;
+}
+
+Json failure_json(const LocalFailure& f) {
+  Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
+  if (f.lost_peer) j["lost_peer"] = *f.lost_peer;
+  return j;
+}
+
+std::string node_id() {
+  std::random_device random;
+  return fmt::format("{}-{}-{:08x}", common::host_name("localhost"), ::getpid(), random());
+}
+
+}  // namespace
+
+struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::State> {
+  EtcdRendezvousOptions options;
+  std::vector<etcd::Endpoint> endpoints;
+  std::string prefix;
+  std::string id = node_id();
+  std::string host = common::host_name("localhost");
+  asio::io_context* io = nullptr;
+  Events events;
+  std::shared_ptr<etcd::Client> client;
+  long long lease = 0;
+  Clock::time_point renewed = Clock::now();
+  bool renewing = false;
+  EtcdAssignment assignment;
+  bool assigned = false;
+  int join_attempt = -1;  // in our record: the attempt we ask to be in; -1: none
+  int over_attempt = -1;  // the attempt whose verdict `verdict` waits for
+  std::unique_ptr<PortReservation> port;
+  std::function<void(const std::optional<RemoteVerdict>&)> joined;
+  std::function<void(const RemoteVerdict&)> verdict;
+  std::optional<RemoteVerdict> early_verdict;
+  int ended_attempt = -1;
+  bool finished = false;
+  bool final_verdict = false;
+  bool gave_up = false;
+  bool first_read = true;
+  bool reading = false;
+  bool dirty = false;
+  int last_call_for = -1;      // the attempt whose last call has passed
+  int last_call_armed = -1;
+  int gathering_seen = -1;     // since when this node has seen attempt K gather (its join timeout)
+  bool join_timed_out = false;
+  int ending_seen = -1;        // since when attempt K ends (dropping members that never stop)
+  bool stop_passed = false;
+  std::unique_ptr<asio::steady_timer> beat_timer, last_call_timer, join_timer, stop_timer, finish_timer;
+
+  std::string key(const std::string& rest) const { return prefix + rest; }
+  std::string tried() const { return etcd::endpoints_text(endpoints); }
+
+  template <class... Args>
+  void info(fmt::format_string<Args...> format, Args&&... args) {
+    spdlog::info("rendezvous (etcd): {}", fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  void call(const std::string& path, Json body, std::function<void(const std::string&, const Json&)> reply) {
+    if (!client) return;
+    std::weak_ptr<State> weak = shared_from_this();
+    client->call(path, std::move(body), options.dead_after,
+                 [weak, reply = std::move(reply)](const std::string& error, const Json& j) {
+                   if (auto self = weak.lock(); self && self->client) reply(error, j);
+                 });
+  }
+
+  void put(const std::string& k, const Json& value, bool leased, std::function<void()> then = nullptr) {
+    Json body{{"key", base64(k)}, {"value", base64(value.dump())}};
+    if (leased) body["lease"] = std::to_string(lease);
+    call("/v3/kv/put", body, [this, then](const std::string& error, const Json&) {
+      if (finished && then) return then();
+      if (!error.empty()) return give_up("lost etcd: " + error);
+      if (then) then();
+      read();
+    });
+  }
+
+  void start() {
+    const long long ttl = std::max<long long>(2, (options.dead_after.count() + 999) / 1000);
+    call("/v3/lease/grant", Json{{"TTL", std::to_string(ttl)}}, [this](const std::string& error, const Json& j) {
+      if (!error.empty()) return give_up(fmt::format("cannot start the rendezvous on etcd: {}", error));
+      lease = as_ll(j, "ID");
+      renewed = Clock::now();
+      if (options.local_addr.empty()) options.local_addr = client->local_address();
+      std::weak_ptr<State> weak = shared_from_this();
+      client->watch(prefix, etcd::prefix_end(prefix), 0, [weak](long long) {
+        if (auto self = weak.lock()) self->read();
+      });
+      beat();
+      put_record();
+    });
+  }
+
+  void put_record() {
+    if (lease == 0 || finished) return;
+    put(key("node/" + id),
+        Json{{"host", host},
+             {"addr", options.local_addr.empty() ? host : options.local_addr},
+             {"nproc", options.nproc},
+             {"join", join_attempt},
+             {"port", port ? port->port() : 0}},
+        true);
+  }
+
+  // The lease renewed, the state read again (a watch on a member cut off from the others is
+  // silent, not broken), and this node's silence towards etcd checked, at every heartbeat.
+  void beat() {
+    if (finished) return;
+    if (Clock::now() - renewed > options.dead_after)
+      return give_up(fmt::format("lost etcd: this node's lease was not renewed for {} (tried {})",
+                                 common::duration_text(options.dead_after), tried()));
+    if (!renewing) {
+      renewing = true;
+      call("/v3/lease/keepalive", Json{{"ID", std::to_string(lease)}}, [this](const std::string& error, const Json& j) {
+        renewing = false;
+        if (finished) return;
+        if (!error.empty()) return;  // beat() decides when the silence is too long
+        const Json& r = j.contains("result") ? j["result"] : j;
+        if (as_ll(r, "TTL") <= 0)
+          return give_up(fmt::format("lost etcd: this node's lease expired (no heartbeat reached etcd for {})",
+                                     common::duration_text(options.dead_after)));
+        renewed = Clock::now();
+      });
+    }
+    read();
+    beat_timer->expires_after(options.heartbeat);
+    beat_timer->async_wait([this](auto ec) {
+      if (!ec) beat();
+    });
+  }
+
+  void read() {
+    if (finished || lease == 0) return;
+    if (reading) {
+      dirty = true;
+      return;
+    }
+    reading = true;
+    call("/v3/kv/range", Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}},
+         [this](const std::string& error, const Json& j) {
+           reading = false;
+           if (finished) return;
+           if (!error.empty()) return give_up("lost etcd: " + error);
+           decide(snapshot_of(j));
+           if (std::exchange(dirty, false)) read();
+         });
+  }
+
+  Snapshot snapshot_of(const Json& j) const {
+    Snapshot s;
+    if (j.contains("header")) s.revision = as_ll(j["header"], "revision");
+    std::vector<std::pair<std::string, Report>> fails, overs;
+    if (j.contains("kvs") && j["kvs"].is_array())
+      for (const auto& kv : j["kvs"]) {
+        const std::string k = unbase64(get<std::string>(kv, "key", ""));
+        if (k.rfind(prefix, 0) != 0) continue;
+        const std::string rest = k.substr(prefix.size());
+        Json value = Json::parse(unbase64(get<std::string>(kv, "value", "")), nullptr, false);
+        const long long revision = as_ll(kv, "mod_revision");
+        if (rest == "state" && value.is_object()) {
+          s.state = value;
+          s.state_revision = revision;
+        } else if (rest.rfind("node/", 0) == 0 && value.is_object()) {
+          NodeRecord n{.id = rest.substr(5),
+                       .host = get<std::string>(value, "host", "?"),
+                       .addr = get<std::string>(value, "addr", ""),
+                       .nproc = std::max(1, get<int>(value, "nproc", 1)),
+                       .join = get<int>(value, "join", -1),
+                       .port = get<int>(value, "port", 0)};
+          s.nodes[n.id] = n;
+        } else if (rest.rfind("left/", 0) == 0) {
+          s.left[rest.substr(5)] = value.is_string() ? value.get<std::string>() : std::string("?");
+        } else if (rest.rfind("a/", 0) == 0) {
+          // a/K/fail/ID, a/K/over/ID
+          const auto slash = rest.find('/', 2);
+          const auto slash2 = slash == std::string::npos ? slash : rest.find('/', slash + 1);
+          if (slash2 == std::string::npos) continue;
+          const std::string attempt = rest.substr(2, slash - 2);
+          const std::string kind = rest.substr(slash + 1, slash2 - slash - 1);
+          auto& into = kind == "fail" ? fails : overs;
+          into.emplace_back(attempt + "/" + rest.substr(slash2 + 1), Report{revision, value});
+        }
+      }
+    const std::string mine = std::to_string(s.attempt()) + "/";
+    for (auto& [k, r] : fails)
+      if (k.rfind(mine, 0) == 0) s.fails[k.substr(mine.size())] = r;
+    for (auto& [k, r] : overs)
+      if (k.rfind(mine, 0) == 0) s.overs[k.substr(mine.size())] = r;
+    return s;
+  }
+
+  // --- this node's side: what the state means for its supervisor ------------------------------
+
+  void decide(const Snapshot& s) {
+    if (finished || gave_up) return;
+    const int k = s.attempt();
+    const std::string phase = s.phase();
+    if (first_read) {
+      first_read = false;
+      // A job with this id ended before (and its last node did not clean up): start afresh,
+      // unless some node of it is still there.
+      const bool others = std::any_of(s.nodes.begin(), s.nodes.end(), [&](const auto& n) { return n.first != id; });
+      if (phase == "done" && !others) {
+        info("clearing what a finished job with this id left in etcd");
+        Json ops = Json::array({Json{{"request_delete_range", {{"key", base64(key("state"))}}}},
+                                Json{{"request_delete_range", {{"key", base64(key("a/"))}, {"range_end", base64(etcd::prefix_end(key("a/")))}}}},
+                                Json{{"request_delete_range", {{"key", base64(key("left/"))}, {"range_end", base64(etcd::prefix_end(key("left/")))}}}}});
+        txn_ops(s, ops);
+        return;
+      }
+    }
+    if (phase == "done") {
+      final_verdict = true;
+      return deliver(verdict_from(s.state["verdict"]));
+    }
+    const Json& members = s.members();
+    int my_rank = -1;
+    for (std::size_t r = 0; r < members.size(); ++r)
+      if (get<std::string>(members[r], "id", "") == id) my_rank = static_cast<int>(r);
+    // Assigned: the attempt this node asked for (or a later one) runs with it.
+    if (joined && (phase == "running" || phase == "ending") && k >= join_attempt && my_rank >= 0) {
+      int base = 0, world = 0;
+      for (std::size_t r = 0; r < members.size(); ++r) {
+        if (static_cast<int>(r) < my_rank) base += get<int>(members[r], "nproc", 1);
+        world += get<int>(members[r], "nproc", 1);
+      }
+      const auto& zero = members[0];
+      assignment = EtcdAssignment{.attempt = k,
+                                  .node_rank = my_rank,
+                                  .nnodes = static_cast<int>(members.size()),
+                                  .world_size = world,
+                                  .rank_base = base,
+                                  .master_addr = get<std::string>(zero, "addr", get<std::string>(zero, "host", "")),
+                                  .master_port = get<int>(zero, "port", 0)};
+      assigned = true;
+      join_timer->cancel();
+      std::exchange(joined, nullptr)(std::nullopt);
+    } else if (joined) {
+      if (phase == "gathering" && join_attempt < k) {
+        join_attempt = k;
+        put_record();
+      } else if (phase != "gathering" && join_attempt <= k && my_rank < 0) {
+        if (options.min_nodes == options.max_nodes) {
+          RemoteVerdict v;
+          v.cause = fmt::format("the job already has its {} nodes (it runs attempt {})", options.max_nodes, k);
+          return std::exchange(joined, nullptr)(v);
+        }
+        join_attempt = k + 1;  // the next attempt; our record makes this one re-form if there is room
+        put_record();
+      }
+    }
+    // Our attempt ended elsewhere: stop the ranks.
+    if (assigned && over_attempt < assignment.attempt && ended_attempt < assignment.attempt &&
+        (k > assignment.attempt || (k == assignment.attempt && phase == "ending"))) {
+      ended_attempt = assignment.attempt;
+      const std::string cause = k == assignment.attempt ? get<std::string>(s.state, "cause", "another node failed")
+                                                        : get<std::string>(s.state["verdict"], "cause", "the job moved on");
+      if (events.end_attempt) events.end_attempt(cause);
+    }
+    // Our attempt's verdict: the job has moved on to a later attempt.
+    if (verdict && k > over_attempt) {
+      RemoteVerdict v = verdict_from(s.state.contains("verdict") ? s.state["verdict"] : Json::object());
+      v.then = RemoteVerdict::Then::restart;
+      v.next_attempt = k;
+      std::exchange(verdict, nullptr)(v);
+    }
+    propose(s);
+  }
+
+  void deliver(const RemoteVerdict& v) {
+    if (verdict) return std::exchange(verdict, nullptr)(v);
+    if (joined) {
+      RemoteVerdict ended = v;
+      if (v.then == RemoteVerdict::Then::success) {
+        ended.then = RemoteVerdict::Then::failure;
+        ended.cause = "the job ended (it succeeded) before this node could join it";
+        ended.exit_code = 1;
+      }
+      return std::exchange(joined, nullptr)(ended);
+    }
+    if (early_verdict) return;
+    early_verdict = v;
+    if (v.then == RemoteVerdict::Then::failure && assigned && events.end_attempt) events.end_attempt(v.cause);
+  }
+
+  void give_up(const std::string& why) {
+    if (finished || gave_up) return;
+    gave_up = true;
+    beat_timer->cancel();
+    RemoteVerdict v;
+    v.cause = why;
+    if (joined) return std::exchange(joined, nullptr)(v);
+    if (verdict) return std::exchange(verdict, nullptr)(v);
+    if (!early_verdict) early_verdict = v;
+    if (events.lost) events.lost(why);
+  }
+
+  // --- the job's side: the next state, proposed by every node, won by one ---------------------
+
+  std::string name(const Json& members, std::size_t r) const {
+    return fmt::format("node {} ({})", r, get<std::string>(members[r], "host", "?"));
+  }
+
+  // Failures of the running attempt, in the order they were written: reports first, then
+  // members that vanished without saying their ranks were gone.
+  std::vector<Failure> failures_of(const Snapshot& s) const {
+    std::vector<Failure> out;
+    const Json& members = s.members();
+    for (std::size_t r = 0; r < members.size(); ++r) {
+      const std::string mid = get<std::string>(members[r], "id", "");
+      const Json* report = nullptr;
+      long long revision = LLONG_MAX;
+      if (const auto o = s.overs.find(mid); o != s.overs.end() && o->second.body.contains("failure")) {
+        report = &o->second.body["failure"];
+        revision = o->second.revision;
+        if (const auto f = s.fails.find(mid); f != s.fails.end()) revision = f->second.revision;
+      } else if (const auto f = s.fails.find(mid); f != s.fails.end()) {
+        report = &f->second.body;
+        revision = f->second.revision;
+      }
+      if (report) {
+        out.push_back(Failure{.revision = revision,
+                              .text = fmt::format("rank {} on {} {}", get<int>(*report, "rank", -1), name(members, r),
+                                                  get<std::string>(*report, "how", "failed")),
+                              .exit_code = get<int>(*report, "exit_code", 1),
+                              .root = get<bool>(*report, "root", false),
+                              .rank = get<int>(*report, "rank", -1)});
+      } else if (!s.nodes.count(mid) && !s.overs.count(mid)) {
+        out.push_back(Failure{.text = lost_text(s, members, r), .exit_code = 1, .root = true});
+      }
+    }
+    std::stable_sort(out.begin(), out.end(), [](const Failure& a, const Failure& b) { return a.revision < b.revision; });
+    return out;
+  }
+
+  std::string lost_text(const Snapshot& s, const Json& members, std::size_t r) const {
+    const std::string mid = get<std::string>(members[r], "id", "");
+    if (const auto l = s.left.find(mid); l != s.left.end()) return fmt::format("{} left the job: {}", name(members, r), l->second);
+    return fmt::format("{} was lost: its etcd lease expired (no heartbeat for {})", name(members, r),
+                       common::duration_text(options.dead_after));
+  }
+
+  std::vector<const NodeRecord*> waiting(const Snapshot& s, int from) const {
+    std::set<std::string> in;
+    for (const auto& m : s.members()) in.insert(get<std::string>(m, "id", ""));
+    std::vector<const NodeRecord*> out;
+    for (const auto& [nid, n] : s.nodes)
+      if (n.join >= from && !in.count(nid) && n.join >= 0) out.push_back(&n);
+    return out;
+  }
+
+  void propose(const Snapshot& s) {
+    const int k = s.attempt();
+    const std::string phase = s.phase();
+    Json next = s.state;
+    if (phase == "gathering") {
+      if (gathering_seen != k) {
+        gathering_seen = k;
+        join_timed_out = false;
+        join_timer->expires_after(options.join_timeout);
+        join_timer->async_wait([this, k](auto ec) {
+          if (ec || gathering_seen != k) return;
+          join_timed_out = true;
+          read();
+        });
+      }
+      auto ready = waiting(s, k);
+      const int n = static_cast<int>(ready.size());
+      const bool close = n >= options.max_nodes || (n >= options.min_nodes && last_call_for == k);
+      if (!close) {
+        if (n >= options.min_nodes && last_call_armed != k) {
+          last_call_armed = k;
+          last_call_timer->expires_after(options.last_call);
+          last_call_timer->async_wait([this, k](auto ec) {
+            if (ec) return;
+            last_call_for = k;
+            read();
+          });
+        }
+        if (!join_timed_out) return;
+        std::vector<std::string> hosts;
+        for (const auto* r : ready) hosts.push_back(r->host);
+        next["phase"] = "done";
+        next["verdict"] = Json{{"then", "failure"},
+                               {"cause", fmt::format("the rendezvous timed out after {}: {} of {} nodes joined ({}) "
+                                                     "(etcd at {})",
+                                                     common::duration_text(options.join_timeout), n, options.min_nodes,
+                                                     hosts.empty() ? "none" : fmt::format("{}", fmt::join(hosts, ", ")),
+                                                     tried())},
+                               {"exit_code", 1}};
+        txn(s, next);
+        return;
+      }
+      // Stable ranks while membership stays: last attempt's rank, then host name, then id.
+      const Json prev = s.state.value("prev", Json::object());
+      auto rank_of = [&](const NodeRecord* r) { return prev.contains(r->id) ? get<int>(prev, r->id.c_str(), INT_MAX) : INT_MAX; };
+      std::stable_sort(ready.begin(), ready.end(), [&](const NodeRecord* a, const NodeRecord* b) {
+        return std::make_tuple(rank_of(a), a->host, a->id) < std::make_tuple(rank_of(b), b->host, b->id);
+      });
+      if (static_cast<int>(ready.size()) > options.max_nodes) ready.resize(static_cast<std::size_t>(options.max_nodes));
+      Json members = Json::array();
+      Json ranks = Json::object();
+      int world = 0;
+      for (std::size_t r = 0; r < ready.size(); ++r) {
+        const auto* m = ready[r];
+        members.push_back(Json{{"id", m->id}, {"host", m->host}, {"addr", m->addr}, {"nproc", m->nproc}, {"port", m->port}});
+        ranks[m->id] = static_cast<int>(r);
+        world += m->nproc;
+      }
+      next["phase"] = "running";
+      next["members"] = members;
+      next["prev"] = ranks;
+      next.erase("cause");
+      next["reform"] = false;
+      if (txn(s, next)) info("attempt {}: {} node{}, world size {}", k, members.size(), members.size() == 1 ? "" : "s", world);
+      return;
+    }
+    const Json& members = s.members();
+    auto live = [&](std::size_t r) { return s.nodes.count(get<std::string>(members[r], "id", "")) > 0; };
+    auto over = [&](std::size_t r) { return s.overs.count(get<std::string>(members[r], "id", "")) > 0; };
+    const auto failures = failures_of(s);
+    if (phase == "running") {
+      if (!failures.empty()) {
+        next["phase"] = "ending";
+        next["cause"] = failures.front().text;
+        next["reform"] = false;
+        if (txn(s, next)) info("attempt {}: {}; stopping every node", k, failures.front().text);
+        return;
+      }
+      bool all_over = true;
+      int alive = 0;
+      for (std::size_t r = 0; r < members.size(); ++r) {
+        all_over = all_over && over(r);
+        alive += live(r) ? 1 : 0;
+      }
+      if (all_over) {
+        next["phase"] = "done";
+        next["verdict"] = Json{{"then", "success"}};
+        return txn(s, next), void();
+      }
+      const auto arrivals = waiting(s, k);
+      if (options.max_nodes > options.min_nodes && alive < options.max_nodes && !arrivals.empty()) {
+        next["phase"] = "ending";
+        next["cause"] = fmt::format("the node on {} joined", arrivals.front()->host);
+        next["reform"] = true;
+        if (txn(s, next)) info("the node on {} asks to join: ending attempt {} so that the job re-forms with it", arrivals.front()->host, k);
+      }
+      return;
+    }
+    // ending: the verdict, once every member's ranks are gone (or the member is).
+    if (ending_seen != k) {
+      ending_seen = k;
+      stop_passed = false;
+      stop_timer->expires_after(options.grace + std::chrono::seconds(5));
+      stop_timer->async_wait([this, k](auto ec) {
+        if (ec || ending_seen != k) return;
+        stop_passed = true;
+        read();
+      });
+    }
+    std::vector<std::string> departures;
+    int alive = 0;
+    for (std::size_t r = 0; r < members.size(); ++r) {
+      if (!over(r) && live(r) && !stop_passed) return;  // still stopping its ranks
+      if (!live(r) || (!over(r) && stop_passed)) {
+        if (!over(r) && live(r))
+          departures.push_back(fmt::format("{} did not report its ranks stopped within {} of attempt {}'s end",
+                                           name(members, r), common::duration_text(options.grace + std::chrono::seconds(5)), k));
+        else if (!live(r) && over(r))
+          departures.push_back(lost_text(s, members, r));
+        continue;
+      }
+      ++alive;
+    }
+    const int live_count = alive + static_cast<int>(waiting(s, k).size());
+    const bool reform = get<bool>(s.state, "reform", false);
+    const bool failure = !reform && !failures.empty();
+    int restarts_used = get<int>(s.state, "restarts_used", 0);
+    std::string cause = get<std::string>(s.state, "cause", "");
+    int exit_code = 1, rank = -1;
+    bool counted = false;
+    bool restart = false;
+    if (!failure && live_count >= options.min_nodes) {
+      restart = true;
+    } else {
+      if (!failure) {
+        cause = departures.empty() ? std::string("a node left while the job re-formed")
+                                   : fmt::format("while the job re-formed, {}", fmt::join(departures, "; "));
+      } else {
+        auto pick = std::find_if(failures.begin(), failures.end(), [](const Failure& f) { return f.root; });
+        if (pick == failures.end()) pick = failures.begin();
+        cause = pick->text;
+        exit_code = pick->exit_code;
+        rank = pick->rank;
+      }
+      if (restarts_used < options.max_restarts && live_count >= options.min_nodes) {
+        restart = true;
+        counted = true;
+      }
+    }
+    if (restart) {
+      if (counted) ++restarts_used;
+      const int left = options.max_restarts - restarts_used;
+      next = Json{{"attempt", k + 1},
+                  {"phase", "gathering"},
+                  {"restarts_used", restarts_used},
+                  {"prev", s.state.value("prev", Json::object())},
+                  {"verdict",
+                   {{"then", "restart"}, {"attempt", k}, {"next", k + 1}, {"cause", cause}, {"restarts_left", left},
+                    {"counted", counted}, {"rank", rank}}}};
+      const Json drop{{"request_delete_range",
+                       {{"key", base64(key(fmt::format("a/{}/", k)))},
+                        {"range_end", base64(etcd::prefix_end(key(fmt::format("a/{}/", k))))}}}};
+      if (txn(s, next, {drop}))
+        info("attempt {} ended ({}): attempt {} on every node{}", k, cause, k + 1,
+             counted ? fmt::format(", {} restart{} left", left, left == 1 ? "" : "s") : std::string(" (a re-form, not counted)"));
+      return;
+    }
+    if (live_count < options.min_nodes) {
+      if (failure && !departures.empty()) cause += fmt::format("; {}", fmt::join(departures, "; "));
+      cause += fmt::format("; {} node{} left, the job needs {}", live_count, live_count == 1 ? "" : "s", options.min_nodes);
+    } else if (live_count < static_cast<int>(members.size())) {
+      cause += fmt::format("; no restart left (--max-restarts {}): going on without a lost node spends a restart",
+                           options.max_restarts);
+    }
+    next["phase"] = "done";
+    next["verdict"] = Json{{"then", "failure"}, {"cause", cause}, {"exit_code", exit_code}, {"rank", rank}};
+    if (txn(s, next)) info("the job failed: {}", cause);
+  }
+
+  // Proposes `next` as the state that follows `s`'s (with `more` operations, all or none).
+  // Returns true once sent (whether it wins is learnt by reading again).
+  bool txn(const Snapshot& s, const Json& next, std::vector<Json> more = {}) {
+    Json ops = Json::array({Json{{"request_put", {{"key", base64(key("state"))}, {"value", base64(next.dump())}}}}});
+    for (auto& op : more) ops.push_back(std::move(op));
+    return txn_ops(s, std::move(ops));
+  }
+  bool txn_ops(const Snapshot& s, Json ops) {
+    Json body{{"compare", Json::array({Json{{"key", base64(key("state"))},
+                                            {"target", "MOD"},
+                                            {"mod_revision", std::to_string(s.state_revision)},
+                                            {"result", "EQUAL"}}})},
+              {"success", std::move(ops)}};
+    call("/v3/kv/txn", body, [this](const std::string& error, const Json&) {
+      if (finished) return;
+      if (!error.empty()) return give_up("lost etcd: " + error);
+      read();
+    });
+    return true;
+  }
+};
+
+std::string etcd_first_endpoint(const std::string& endpoints) { return etcd::parse_endpoints(endpoints).front().text(); }
+
+EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options) : state_(std::make_shared<State>()) {
+  auto& s = *state_;
+  s.options = std::move(options);
+  s.endpoints = etcd::parse_endpoints(s.options.endpoints);
+  if (s.options.job_id.empty()) s.options.job_id = fmt::format("{:016x}", common::fnv1a(s.options.token));
+  s.prefix = s.options.prefix + s.options.job_id + "/";
+}
+
+EtcdRendezvous::~EtcdRendezvous() {
+  if (state_->client) state_->client->close();
+}
+
+const EtcdAssignment& EtcdRendezvous::assignment() const { return state_->assignment; }
+
+void EtcdRendezvous::start(boost::asio::io_context& io, Events events) {
+  auto& s = *state_;
+  s.io = &io;
+  s.events = std::move(events);
+  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.finish_timer})
+    *t = std::make_unique<asio::steady_timer>(io);
+  s.client = std::make_shared<etcd::Client>(
+      io, etcd::ClientOptions{.endpoints = s.endpoints,
+                              .user = s.options.user,
+                              .password = s.options.password,
+                              .try_timeout = std::clamp(s.options.heartbeat, std::chrono::milliseconds(300),
+                                                        std::chrono::milliseconds(2000))});
+  s.info("job {} on etcd at {}, under {}", s.options.job_id, s.tried(), s.prefix);
+  s.start();
+}
+
+void EtcdRendezvous::join(int attempt, std::function<void(const std::optional<RemoteVerdict>&)> joined) {
+  auto& s = *state_;
+  if (s.early_verdict && s.early_verdict->then == RemoteVerdict::Then::failure) return joined(s.early_verdict);
+  s.early_verdict.reset();
+  s.joined = std::move(joined);
+  s.join_attempt = std::max(attempt, s.join_attempt);
+  // Rank 0's store gets a fresh port for every attempt, taken while the last one is held.
+  try {
+    auto fresh = std::make_unique<PortReservation>(s.options.local_addr.empty() ? "0.0.0.0" : s.options.local_addr);
+    s.port = std::move(fresh);
+  } catch (const std::exception& e) {
+    RemoteVerdict v;
+    v.cause = fmt::format("cannot reserve a port for rank 0's store: {}", e.what());
+    return std::exchange(s.joined, nullptr)(v);
+  }
+  s.put_record();
+}
+
+void EtcdRendezvous::failed(int attempt, const LocalFailure& failure) {
+  auto& s = *state_;
+  if (s.lease == 0 || s.finished) return;
+  s.put(s.key(fmt::format("a/{}/fail/{}", attempt, s.id)), failure_json(failure), true);
+}
+
+void EtcdRendezvous::over(int attempt, const std::optional<LocalFailure>& failure,
+                          std::function<void(const RemoteVerdict&)> verdict) {
+  auto& s = *state_;
+  if (s.early_verdict) return verdict(*std::exchange(s.early_verdict, std::nullopt));
+  s.verdict = std::move(verdict);
+  s.over_attempt = attempt;
+  Json body = Json::object();
+  if (failure) body["failure"] = failure_json(*failure);
+  s.put(s.key(fmt::format("a/{}/over/{}", attempt, s.id)), body, true);
+}
+
+void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> done) {
+  auto& s = *state_;
+  s.finished = true;
+  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer}) (*t)->cancel();
+  auto once = std::make_shared<std::function<void()>>(std::move(done));
+  auto call = [once] {
+    if (auto f = std::exchange(*once, nullptr)) f();
+  };
+  s.finish_timer->expires_after(kFinishWait);
+  s.finish_timer->async_wait([call](auto ec) {
+    if (!ec) call();
+  });
+  if (s.lease == 0) return call();
+  // Our keys go with our lease; the last node out takes the job's prefix with it.
+  auto cleanup = [&s, call] {
+    s.call("/v3/lease/revoke", Json{{"ID", std::to_string(s.lease)}}, [&s, call](const std::string&, const Json&) {
+      if (!s.final_verdict) return call();
+      const std::string nodes = s.key("node/");
+      s.call("/v3/kv/range", Json{{"key", base64(nodes)}, {"range_end", base64(etcd::prefix_end(nodes))}, {"count_only", true}},
+             [&s, call](const std::string& error, const Json& j) {
+               if (!error.empty() || as_ll(j, "count") > 0) return call();
+               s.call("/v3/kv/deleterange",
+                      Json{{"key", base64(s.prefix)}, {"range_end", base64(etcd::prefix_end(s.prefix))}},
+                      [call](const std::string&, const Json&) { call(); });
+             });
+    });
+  };
+  if (s.final_verdict) return cleanup();
+  // Leaving before the job's verdict: the others name why, rather than a lease that expired.
+  s.call("/v3/kv/put", Json{{"key", base64(s.key("left/" + s.id))}, {"value", base64(Json(outcome).dump())}},
+         [cleanup](const std::string&, const Json&) { cleanup(); });
+}
+
+void EtcdRendezvous::detach() {
+  auto& s = *state_;
+  s.finished = true;
+  if (s.client) s.client->close();
+  s.client.reset();
+  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.finish_timer}) t->reset();
+}
+
+}  // namespace idist::launchers

@@ -1,0 +1,180 @@
+#!/bin/bash
+# The rendezvous on etcd (--rdzv-backend etcd): a real etcd cluster of 3 members on loopback
+# ports in a temp dir (killed at the end, whatever happens), idist-run "nodes" on loopback with
+# job_sum's ranks checking every sum. Two and three nodes form and finish; the etcd leader
+# killed mid-job; the node hosting rank 0 killed (--nnodes 2:3, a restart left): the survivors
+# re-form and finish; quorum lost: every node fails in one line; two job ids on one etcd; the
+# prefix removed at the end.
+# usage: rendezvous_etcd.sh IDIST_RUN EXAMPLES_DIR JOB_SUM [CASE...]   (no CASE: every case)
+source "$(dirname "$0")/lib.sh"
+RUN=$(realpath "$1")
+EX=$(realpath "$2")
+JOB_SUM=$(realpath "$3")
+shift 3
+CASES=("$@")
+ETCD=$(command -v etcd)
+ETCDCTL=$(command -v etcdctl)
+if [ -z "$ETCD" ] || [ -z "$ETCDCTL" ]; then
+  echo "SKIP: etcd or etcdctl not installed (Debian: etcd-server, etcd-client; scripts/setup.sh)"
+  exit 77
+fi
+DIR=$(mktemp -d /tmp/idist-etcd.XXXXXX)
+ETCD_PIDS=()
+cleanup() {
+  for p in "${ETCD_PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  pkill -9 -f "rdzv-id etcd-test-$$" 2>/dev/null
+  if [ -n "$KEEP" ]; then echo "kept $DIR"; else rm -rf "$DIR"; fi
+}
+trap cleanup EXIT
+export IDIST_TIMEOUT=30
+wants() { [ ${#CASES[@]} -eq 0 ] || [[ " ${CASES[*]} " == *" $1 "* ]]; }
+
+# A cluster of 3 members: client ports C[i], peer ports P[i].
+base=$(random_port)
+C=($base $((base + 1)) $((base + 2)))
+P=($((base + 3)) $((base + 4)) $((base + 5)))
+cluster="m0=http://127.0.0.1:${P[0]},m1=http://127.0.0.1:${P[1]},m2=http://127.0.0.1:${P[2]}"
+ENDPOINTS="127.0.0.1:${C[0]},127.0.0.1:${C[1]},127.0.0.1:${C[2]}"
+start_member() {
+  local i=$1
+  "$ETCD" --name "m$i" --data-dir "$DIR/m$i" --listen-client-urls "http://127.0.0.1:${C[$i]}" \
+    --advertise-client-urls "http://127.0.0.1:${C[$i]}" --listen-peer-urls "http://127.0.0.1:${P[$i]}" \
+    --initial-advertise-peer-urls "http://127.0.0.1:${P[$i]}" --initial-cluster "$cluster" \
+    --initial-cluster-token "idist-$$" --initial-cluster-state new >"$DIR/etcd$i.log" 2>&1 &
+  ETCD_PIDS[$i]=$!
+  disown $!  # killed by us: no "Killed" line from bash
+}
+for i in 0 1 2; do start_member $i; done
+ctl() { ETCDCTL_API=3 "$ETCDCTL" --endpoints "$ENDPOINTS" --dial-timeout 2s --command-timeout 3s "$@"; }
+for _ in $(seq 100); do ctl endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+check "the etcd cluster (3 members) is up" ctl endpoint health
+
+# node NAME NNODES ID [idist-run options...] -- [job_sum args]: in the background; output in
+# $DIR/NAME.out, exit code in $DIR/NAME.rc, its subshell's pid in $NODE_PID.
+node() {
+  local name=$1 nnodes=$2 id=$3
+  shift 3
+  local opts=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+  shift
+  rm -f "$DIR/$name.rc"
+  (timeout 120 "$RUN" --verbose --rdzv-backend etcd --nnodes "$nnodes" --rdzv-endpoint "$ENDPOINTS" \
+     --rdzv-id "etcd-test-$$-$id" -n 2 "${opts[@]}" "$JOB_SUM" "$@" >"$DIR/$name.out" 2>&1
+   echo $? >"$DIR/$name.rc") &
+  NODE_PID=$!
+}
+agent_of() { pgrep -P "$(pgrep -P "$1" timeout)" idist-run; }
+rc_of() { cat "$DIR/$1.rc" 2>/dev/null || echo none; }
+wait_rc() { for _ in $(seq $((${2:-60} * 10))); do [ -f "$DIR/$1.rc" ] && return; sleep 0.1; done; }
+keys_of() { ctl get --prefix "/idist/rdzv/etcd-test-$$-$1/" --keys-only 2>/dev/null | grep -c . || true; }
+# Every rank of every node saw the closed-form sum: job_sum prints "ok" lines; WORLD ranks in all.
+sums_ok() {
+  local world=$1 value=$2
+  shift 2
+  local all=""
+  for n in "$@"; do all+=$(cat "$DIR/$n.out")$'\n'; done
+  equals "$(grep -c "^job $value rank [0-9]*/$world .* right$" <<<"$all")" "$world" && ! grep -q WRONG <<<"$all"
+}
+
+if wants form; then
+  # Two nodes, then three: they form, every sum is right, the job's keys are gone at the end.
+  node a 2 two -- 5 10 3; a=$NODE_PID
+  node b 2 two -- 5 10 3; b=$NODE_PID
+  wait $a $b
+  check "two nodes on etcd: both exit 0" equals "$(rc_of a) $(rc_of b)" "0 0" || tail -n 5 "$DIR"/{a,b}.out
+  check "two nodes: every rank's sums are right (4 ranks)" sums_ok 4 3 a b || tail -n 5 "$DIR"/{a,b}.out
+  check "two nodes: the job's keys are removed" equals "$(keys_of two)" 0
+  node a 3 three -- 5 10 3; a=$NODE_PID
+  node b 3 three -- 5 10 3; b=$NODE_PID
+  node c 3 three -- 5 10 3; c=$NODE_PID
+  wait $a $b $c
+  check "three nodes on etcd: all exit 0" equals "$(rc_of a) $(rc_of b) $(rc_of c)" "0 0 0" || tail -n 5 "$DIR"/{a,b,c}.out
+  check "three nodes: every rank's sums are right (6 ranks)" sums_ok 6 3 a b c
+  check "three nodes: the job's keys are removed" equals "$(keys_of three)" 0
+  check "rank 0 runs on the node etcd made node 0" equals "$(grep -l "node 0 of 3" "$DIR"/{a,b,c}.out | wc -l)" 1
+fi
+
+if wants ids; then
+  # Two jobs with different ids on one etcd, at once: each is a job of 2 nodes, not one of 4.
+  node a 2 one -- 20 25 3; a=$NODE_PID
+  node b 2 one -- 20 25 3; b=$NODE_PID
+  node c 2 other -- 20 25 5; c=$NODE_PID
+  node d 2 other -- 20 25 5; d=$NODE_PID
+  wait $a $b $c $d
+  check "two jobs on one etcd: all four nodes exit 0" equals "$(rc_of a)$(rc_of b)$(rc_of c)$(rc_of d)" "0000"
+  check "job 'one' has its own 4 ranks, right sums" sums_ok 4 3 a b
+  check "job 'other' has its own 4 ranks, right sums" sums_ok 4 5 c d
+  check "no node saw a world of 8" equals "$(cat "$DIR"/{a,b,c,d}.out | grep -c "world size 8")" 0
+fi
+
+leader() {
+  local i
+  for i in 0 1 2; do
+    ETCDCTL_API=3 "$ETCDCTL" --endpoints "127.0.0.1:${C[$i]}" endpoint status -w json 2>/dev/null |
+      grep -q '"leader":\([0-9]*\).*"member_id":\1\|"member_id":\([0-9]*\).*"leader":\2' && { echo $i; return; }
+  done
+}
+
+if wants leader; then
+  # The etcd leader killed (kill -9) while the job runs: the job goes on and ends correctly.
+  node a 2 lead -- 60 50 7; a=$NODE_PID
+  node b 2 lead -- 60 50 7; b=$NODE_PID
+  wait_for_lines "$DIR/a.out" "attempt 0: node" 1
+  sleep 1
+  l=$(leader)
+  check "the etcd leader is found (member ${l:-?})" test -n "$l"
+  [ -n "$l" ] && kill -9 "${ETCD_PIDS[$l]}"
+  wait $a $b
+  check "leader killed mid-job: both nodes exit 0" equals "$(rc_of a) $(rc_of b)" "0 0" || tail -n 5 "$DIR"/{a,b}.out
+  check "leader killed: every rank's sums are right" sums_ok 4 7 a b
+  [ -n "$l" ] && start_member "$l"
+  for _ in $(seq 100); do ctl endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+if wants rank0; then
+  # The node that hosts rank 0 killed, --nnodes 2:3 and a restart left: the two others re-form
+  # and finish with right sums, within 5 s of the kill.
+  conf=(--max-restarts 1 --rdzv-conf heartbeat=0.5,node_timeout=2,last_call_timeout=0.5)
+  node a 2:3 zero "${conf[@]}" -- 80 50 11; a=$NODE_PID
+  node b 2:3 zero "${conf[@]}" -- 80 50 11; b=$NODE_PID
+  node c 2:3 zero "${conf[@]}" -- 80 50 11; c=$NODE_PID
+  for n in a b c; do wait_for_lines "$DIR/$n.out" "attempt 0: node" 1; done
+  sleep 1
+  zero=$(grep -l "attempt 0: node 0 of 3" "$DIR"/{a,b,c}.out | head -1 | xargs -r basename | cut -d. -f1)
+  check "attempt 0 has 3 nodes, one of them node 0 (${zero:-none})" test -n "$zero"
+  eval "victim=\$$zero"
+  kill_at=$(now_ms)
+  kill -9 "$(agent_of "$victim")"
+  pkill -9 -P "$(agent_of "$victim")" 2>/dev/null
+  survivors=$(echo a b c | tr ' ' '\n' | grep -v "^$zero$" | tr '\n' ' ')
+  for n in $survivors; do wait_for_lines "$DIR/$n.out" "attempt 1: node" 1; done
+  formed=$(($(now_ms) - kill_at))
+  wait $a $b $c 2>/dev/null
+  set -- $survivors
+  check "rank 0's node killed: the survivors ($survivors) exit 0" equals "$(rc_of $1) $(rc_of $2)" "0 0" || tail -n 8 "$DIR/$1.out" "$DIR/$2.out"
+  check "the survivors re-formed as 2 nodes" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "attempt 1: node . of 2")" 2
+  check "re-formed within 5 s of the kill (took ${formed} ms)" test "$formed" -lt 5000
+  check "the survivors' 4 ranks of attempt 1 have right sums" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "^job 11 rank [0-3]/4 .* attempt 1 sum .* right$")" 4
+fi
+
+if wants quorum; then
+  # Quorum lost (2 of 3 members down): every node fails in one line, within the timeout.
+  node a 2 quorum --rdzv-conf heartbeat=0.5,node_timeout=3 -- 400 50 3; a=$NODE_PID
+  node b 2 quorum --rdzv-conf heartbeat=0.5,node_timeout=3 -- 400 50 3; b=$NODE_PID
+  wait_for_lines "$DIR/a.out" "attempt 0: node" 1
+  wait_for_lines "$DIR/b.out" "attempt 0: node" 1
+  kill -9 "${ETCD_PIDS[1]}" "${ETCD_PIDS[2]}"
+  lost_at=$(now_ms)
+  wait_rc a 30
+  wait_rc b 30
+  took=$(($(now_ms) - lost_at))
+  check "quorum lost: both nodes fail (exit $(rc_of a), $(rc_of b))" test "$(rc_of a)" != 0 -a "$(rc_of b)" != 0 -a "$(rc_of a)" != none
+  check "quorum lost: within the timeout and a margin (took ${took} ms)" test "$took" -lt 15000
+  for n in a b; do
+    check "node $n names etcd's endpoints in one line" equals "$(grep -c "lost etcd.*127.0.0.1:${C[1]}" "$DIR/$n.out")" 1 || tail -n 5 "$DIR/$n.out"
+  done
+  start_member 1
+  start_member 2
+fi
+
+finish
