@@ -23,7 +23,7 @@ ETCD_PIDS=()
 cleanup() {
   for p in "${ETCD_PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   pkill -9 -f "rdzv-id etcd-test-$$" 2>/dev/null
-  if [ -n "$KEEP" ]; then echo "kept $DIR"; else rm -rf "$DIR"; fi
+  if [ -n "${KEEP:-}" ]; then echo "kept $DIR"; else rm -rf "$DIR"; fi
 }
 trap cleanup EXIT
 export IDIST_TIMEOUT=30
@@ -108,25 +108,32 @@ if wants ids; then
 fi
 
 leader() {
-  local i
+  local i status
   for i in 0 1 2; do
-    ETCDCTL_API=3 "$ETCDCTL" --endpoints "127.0.0.1:${C[$i]}" endpoint status -w json 2>/dev/null |
-      grep -q '"leader":\([0-9]*\).*"member_id":\1\|"member_id":\([0-9]*\).*"leader":\2' && { echo $i; return; }
+    status=$(ETCDCTL_API=3 "$ETCDCTL" --endpoints "127.0.0.1:${C[$i]}" endpoint status -w fields 2>/dev/null)
+    [ -n "$status" ] && equals "$(sed -n 's/^"MemberID" : //p' <<<"$status")" "$(sed -n 's/^"Leader" : //p' <<<"$status")" &&
+      { echo $i; return; }
   done
 }
 
 if wants leader; then
   # The etcd leader killed (kill -9) while the job runs: the job goes on and ends correctly.
-  node a 2 lead -- 60 50 7; a=$NODE_PID
-  node b 2 lead -- 60 50 7; b=$NODE_PID
+  node a 2 lead -- 100 50 7; a=$NODE_PID
+  node b 2 lead -- 100 50 7; b=$NODE_PID
   wait_for_lines "$DIR/a.out" "attempt 0: node" 1
   sleep 1
   l=$(leader)
   check "the etcd leader is found (member ${l:-?})" test -n "$l"
   [ -n "$l" ] && kill -9 "${ETCD_PIDS[$l]}"
+  sleep 2
+  [ -f "$DIR/a.rc" ] && touch "$DIR/a.rc.early"
+  l2=$(leader)
+  check "a new etcd leader was elected (member ${l2:-none}, not $l)" test -n "$l2" -a "$l2" != "$l"
   wait $a $b
   check "leader killed mid-job: both nodes exit 0" equals "$(rc_of a) $(rc_of b)" "0 0" || tail -n 5 "$DIR"/{a,b}.out
   check "leader killed: every rank's sums are right" sums_ok 4 7 a b
+  check "leader killed: the job's keys are removed" equals "$(keys_of lead)" 0
+  check "leader killed while the job ran (it was still running 2 s after the kill)" test ! -f "$DIR/a.rc.early"
   [ -n "$l" ] && start_member "$l"
   for _ in $(seq 100); do ctl endpoint health >/dev/null 2>&1 && break; sleep 0.1; done
 fi
@@ -144,16 +151,19 @@ if wants rank0; then
   check "attempt 0 has 3 nodes, one of them node 0 (${zero:-none})" test -n "$zero"
   eval "victim=\$$zero"
   kill_at=$(now_ms)
-  kill -9 "$(agent_of "$victim")"
-  pkill -9 -P "$(agent_of "$victim")" 2>/dev/null
+  # The whole host lost: its idist-run and its ranks at once.
+  agent=$(agent_of "$victim")
+  kill -9 "$agent" $(pgrep -P "$agent")
   survivors=$(echo a b c | tr ' ' '\n' | grep -v "^$zero$" | tr '\n' ' ')
   for n in $survivors; do wait_for_lines "$DIR/$n.out" "attempt 1: node" 1; done
   formed=$(($(now_ms) - kill_at))
   wait $a $b $c 2>/dev/null
+  finished=$(($(now_ms) - kill_at))
   set -- $survivors
   check "rank 0's node killed: the survivors ($survivors) exit 0" equals "$(rc_of $1) $(rc_of $2)" "0 0" || tail -n 8 "$DIR/$1.out" "$DIR/$2.out"
   check "the survivors re-formed as 2 nodes" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "attempt 1: node . of 2")" 2
   check "re-formed within 5 s of the kill (took ${formed} ms)" test "$formed" -lt 5000
+  echo "  (the survivors' attempt 1, 80 rounds of 50 ms, finished $finished ms after the kill)"
   check "the survivors' 4 ranks of attempt 1 have right sums" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "^job 11 rank [0-3]/4 .* attempt 1 sum .* right$")" 4
 fi
 
@@ -171,7 +181,7 @@ if wants quorum; then
   check "quorum lost: both nodes fail (exit $(rc_of a), $(rc_of b))" test "$(rc_of a)" != 0 -a "$(rc_of b)" != 0 -a "$(rc_of a)" != none
   check "quorum lost: within the timeout and a margin (took ${took} ms)" test "$took" -lt 15000
   for n in a b; do
-    check "node $n names etcd's endpoints in one line" equals "$(grep -c "lost etcd.*127.0.0.1:${C[1]}" "$DIR/$n.out")" 1 || tail -n 5 "$DIR/$n.out"
+    check "node $n ends with one line naming etcd's endpoints" equals "$(tail -n 2 "$DIR/$n.out" | grep -c "lost etcd.*127.0.0.1:${C[1]}")" 1 || tail -n 5 "$DIR/$n.out"
   done
   start_member 1
   start_member 2
