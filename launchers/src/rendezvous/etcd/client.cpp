@@ -180,18 +180,25 @@ struct Client::Call {
   std::unique_ptr<asio::steady_timer> pause;
 };
 
+// One watch stream on one member, with everything its pending operations use: replaced, not
+// reused, when the watch moves, so that an old stream's handlers never touch a new one's parser.
+struct WatchStream {
+  explicit WatchStream(asio::io_context& io) : stream(io) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  std::string pending;  // stream text not yet a whole line
+  std::function<std::size_t(std::uint64_t, beast::string_view, beast::error_code&)> on_chunk;
+  http::request<http::string_body> request;
+};
+
 struct Client::Watcher {
   std::string key;
   std::string range_end;
   long long next_revision = 0;
   OnEvents on_events;
   std::size_t member = 0;
-  std::shared_ptr<beast::tcp_stream> stream;
-  beast::flat_buffer buffer;
-  std::unique_ptr<http::response_parser<http::string_body>> parser;
-  std::string pending;  // stream text not yet a whole line
-  std::function<std::size_t(std::uint64_t, beast::string_view, beast::error_code&)> on_chunk;
-  http::request<http::string_body> request;
+  std::shared_ptr<WatchStream> current;
   asio::steady_timer retry;
   explicit Watcher(asio::io_context& io) : retry(io) {}
 };
@@ -204,7 +211,7 @@ void Client::close() {
   closed_ = true;
   if (watcher_) {
     watcher_->retry.cancel();
-    if (watcher_->stream) watcher_->stream->close();
+    if (watcher_->current) watcher_->current->stream.close();
   }
 }
 
@@ -267,6 +274,7 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
       if (status == 200) {
         Json j = Json::parse(text, nullptr, false);
         if (j.is_discarded()) return next("an answer that is not JSON: " + text.substr(0, 100));
+        follow(member);
         return c->reply("", j);
       }
       int code = -1;
@@ -301,6 +309,18 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
        });
 }
 
+// A member cut off from the others (no reset, no FIN) leaves a watch on it silent, not broken.
+// Calls notice (they time out and move on): the watch moves to the member that answers them.
+void Client::follow(std::size_t member) {
+  auto w = watcher_;
+  if (!w || closed_ || w->member == member || !w->current) return;
+  w->member = member;
+  w->retry.cancel();
+  auto old = std::exchange(w->current, nullptr);
+  old->stream.close();  // its handlers see an error and find the stream replaced: they do nothing
+  start_watch();
+}
+
 void Client::watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events) {
   watcher_ = std::make_shared<Watcher>(io_);
   watcher_->key = key;
@@ -312,25 +332,24 @@ void Client::watch(const std::string& key, const std::string& range_end, long lo
 }
 
 // The stream: the gateway answers a watch with chunks, each holding JSON lines {"result":
-// {...events}}. Only their revisions matter here: the rendezvous reads the state again on any
-// change (the events are a wake-up, the read is the truth), so a line it cannot parse costs
-// nothing but a read.
+// {...events}}. Only the events' keys are handed on: the rendezvous reads what it needs again
+// (the events are a wake-up, the read is the truth).
 void Client::start_watch() {
   auto w = watcher_;
   if (closed_ || !w) return;
-  const auto& e = options_.endpoints[w->member % options_.endpoints.size()];
-  w->stream = std::make_shared<beast::tcp_stream>(io_);
-  w->buffer.clear();
-  w->pending.clear();
-  w->parser = std::make_unique<http::response_parser<http::string_body>>();
-  w->parser->body_limit(boost::none);
+  const std::size_t member = w->member % options_.endpoints.size();
+  const auto& e = options_.endpoints[member];
+  auto st = std::make_shared<WatchStream>(io_);
+  w->current = st;
+  st->parser.body_limit(boost::none);
   std::weak_ptr<Client> weak = shared_from_this();
-  // Held by the watcher, which the parser calling it belongs to (hence a plain pointer).
-  w->on_chunk = [weak, w = w.get()](std::uint64_t, beast::string_view body, beast::error_code&) -> std::size_t {
-    w->pending.append(body.data(), body.size());
+  // Held by the stream, whose parser calls it (hence plain pointers).
+  st->on_chunk = [weak, w = w.get(), st = st.get()](std::uint64_t, beast::string_view body,
+                                                    beast::error_code&) -> std::size_t {
+    st->pending.append(body.data(), body.size());
     std::size_t at = 0;
-    for (auto nl = w->pending.find('\n', at); nl != std::string::npos; nl = w->pending.find('\n', at)) {
-      const Json j = Json::parse(w->pending.substr(at, nl - at), nullptr, false);
+    for (auto nl = st->pending.find('\n', at); nl != std::string::npos; nl = st->pending.find('\n', at)) {
+      const Json j = Json::parse(st->pending.substr(at, nl - at), nullptr, false);
       at = nl + 1;
       if (!j.is_object() || !j.contains("result")) continue;
       const auto& r = j["result"];
@@ -343,26 +362,31 @@ void Client::start_watch() {
       const bool events = r.contains("events") && r["events"].is_array() && !r["events"].empty();
       if (revision > 0 && events) w->next_revision = std::max(w->next_revision, revision + 1);
       auto self = weak.lock();
-      if (events && self && !self->closed_ && w->on_events) w->on_events(revision);
+      if (!events || !self || self->closed_ || !w->on_events) continue;
+      std::vector<Client::Event> keys;
+      for (const auto& e : r["events"]) {
+        if (!e.is_object() || !e.contains("kv") || !e["kv"].contains("key")) continue;
+        keys.push_back({unbase64(e["kv"]["key"].get<std::string>()), e.value("type", "") == "DELETE"});
+      }
+      w->on_events(keys);
     }
-    w->pending.erase(0, at);
+    st->pending.erase(0, at);
     return body.size();
   };
-  w->parser->on_chunk_body(w->on_chunk);
-  w->request = http::request<http::string_body>(http::verb::post, "/v3/watch", 11);
-  w->request.set(http::field::host, e.text());
-  w->request.set(http::field::content_type, "application/json");
-  if (const auto t = tokens_.find(w->member % options_.endpoints.size()); t != tokens_.end())
-    w->request.set(http::field::authorization, t->second);
-  w->request.body() = Json{{"create_request",
-                            {{"key", base64(w->key)},
-                             {"range_end", base64(w->range_end)},
-                             {"start_revision", std::to_string(w->next_revision)}}}}
-                          .dump();
-  w->request.prepare_payload();
-  auto broken = [weak, w](const std::string&) {
+  st->parser.on_chunk_body(st->on_chunk);
+  st->request = http::request<http::string_body>(http::verb::post, "/v3/watch", 11);
+  st->request.set(http::field::host, e.text());
+  st->request.set(http::field::content_type, "application/json");
+  if (const auto t = tokens_.find(member); t != tokens_.end()) st->request.set(http::field::authorization, t->second);
+  st->request.body() = Json{{"create_request",
+                             {{"key", base64(w->key)},
+                              {"range_end", base64(w->range_end)},
+                              {"start_revision", std::to_string(w->next_revision)}}}}
+                           .dump();
+  st->request.prepare_payload();
+  auto broken = [weak, w, st](const std::string&) {
     auto self = weak.lock();
-    if (!self || self->closed_ || self->watcher_ != w) return;
+    if (!self || self->closed_ || self->watcher_ != w || w->current != st) return;
     // Another member next: this one may be down, or cut off from the others.
     w->member = (w->member + 1) % self->options_.endpoints.size();
     w->retry.expires_after(kWatchRetry);
@@ -375,18 +399,18 @@ void Client::start_watch() {
   beast::error_code ec;
   const auto results = resolver.resolve(e.host, e.port, ec);
   if (ec) return broken(ec.message());
-  w->stream->expires_after(options_.try_timeout);
-  w->stream->async_connect(results, [w, broken](auto ec, const tcp::endpoint&) {
+  st->stream.expires_after(options_.try_timeout);
+  st->stream.async_connect(results, [st, broken](auto ec, const tcp::endpoint&) {
     if (ec) return broken(ec.message());
-    http::async_write(*w->stream, w->request, [w, broken](auto ec, std::size_t) {
+    http::async_write(st->stream, st->request, [st, broken](auto ec, std::size_t) {
       if (ec) return broken(ec.message());
-      w->stream->expires_never();
-      http::async_read_header(*w->stream, w->buffer, *w->parser, [w, broken](auto ec, std::size_t) {
+      st->stream.expires_never();
+      http::async_read_header(st->stream, st->buffer, st->parser, [st, broken](auto ec, std::size_t) {
         if (ec) return broken(ec.message());
         auto more = std::make_shared<std::function<void()>>();
-        *more = [w, broken, more] {
-          http::async_read_some(*w->stream, w->buffer, *w->parser, [w, broken, more](auto ec, std::size_t) {
-            if (ec || w->parser->is_done()) {
+        *more = [st, broken, more] {
+          http::async_read_some(st->stream, st->buffer, st->parser, [st, broken, more](auto ec, std::size_t) {
+            if (ec || st->parser.is_done()) {
               *more = nullptr;  // the cycle through the handler
               return broken(ec ? ec.message() : "the stream ended");
             }

@@ -51,8 +51,13 @@ class Client : public std::enable_shared_from_this<Client> {
  public:
   // error empty: `body` is etcd's answer.
   using Reply = std::function<void(const std::string& error, const Json& body)>;
-  // Watch events came (their revision); or the stream broke (error), then it is restarted.
-  using OnEvents = std::function<void(long long revision)>;
+  // Watch events came: their keys, each with whether it was deleted (a stream that breaks is
+  // restarted, from the revision after the last one seen, without a word).
+  struct Event {
+    std::string key;
+    bool deleted = false;
+  };
+  using OnEvents = std::function<void(const std::vector<Event>& events)>;
 
   Client(boost::asio::io_context& io, ClientOptions options);
   ~Client();
@@ -79,6 +84,7 @@ class Client : public std::enable_shared_from_this<Client> {
   void send(const std::shared_ptr<Call>& call, const std::string& path, const std::string& body,
             std::function<void(const std::string& error, int status, const std::string& body)> done);
   void start_watch();
+  void follow(std::size_t member);
 
   boost::asio::io_context& io_;
   ClientOptions options_;

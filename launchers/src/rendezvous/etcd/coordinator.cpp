@@ -165,6 +165,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   bool gave_up = false;
   bool first_read = true;
   bool reading = false;
+  bool proposer = false;  // the oldest node alive: it proposes the next state (read())
   bool dirty = false;
   int last_call_for = -1;      // the attempt whose last call has passed
   int last_call_armed = -1;
@@ -210,8 +211,15 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       renewed = Clock::now();
       if (options.local_addr.empty()) options.local_addr = client->local_address();
       std::weak_ptr<State> weak = shared_from_this();
-      client->watch(prefix, etcd::prefix_end(prefix), 0, [weak](long long) {
-        if (auto self = weak.lock()) self->read();
+      client->watch(prefix, etcd::prefix_end(prefix), 0, [weak](const std::vector<etcd::Client::Event>& events) {
+        auto self = weak.lock();
+        if (!self) return;
+        // The proposer reads on any change; the others only when the state changed, or a node
+        // left (the proposer may have been the one).
+        const bool wanted = self->proposer || std::any_of(events.begin(), events.end(), [&](const auto& e) {
+          return e.key == self->key("state") || (e.deleted && e.key.rfind(self->key("node/"), 0) == 0);
+        });
+        if (wanted) self->read();
       });
       beat();
       put_record();
@@ -256,6 +264,12 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     });
   }
 
+  // What this node needs of etcd, read again. The nodes' next state is proposed by one node,
+  // the oldest alive (its key's create revision, the lowest): it reads the whole prefix; the
+  // others read the state alone, which is all their own side needs. Should the proposer be
+  // lost, its lease lapses, its key goes, and the next oldest takes over at once (the watch
+  // reports the delete). Any node's proposal would be as safe (the transaction decides), but
+  // a thousand nodes reading a thousand keys at every change would cost a million.
   void read() {
     if (finished || lease == 0) return;
     if (reading) {
@@ -263,13 +277,30 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       return;
     }
     reading = true;
-    call("/v3/kv/range", Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}},
-         [this](const std::string& error, const Json& j) {
-           reading = false;
+    const std::string nodes = key("node/");
+    call("/v3/kv/range",
+         Json{{"key", base64(nodes)},
+              {"range_end", base64(etcd::prefix_end(nodes))},
+              {"limit", 1},
+              {"sort_order", "ASCEND"},
+              {"sort_target", "CREATE"},
+              {"keys_only", true}},
+         [this, nodes](const std::string& error, const Json& j) {
            if (finished) return;
-           if (!error.empty()) return give_up("lost etcd: " + error);
-           decide(snapshot_of(j));
-           if (std::exchange(dirty, false)) read();
+           if (!error.empty()) return reading = false, give_up("lost etcd: " + error);
+           std::string oldest;
+           if (j.contains("kvs") && j["kvs"].is_array() && !j["kvs"].empty())
+             oldest = unbase64(get<std::string>(j["kvs"][0], "key", ""));
+           proposer = oldest.empty() || oldest == nodes + id;
+           Json range = proposer ? Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}}
+                                 : Json{{"key", base64(key("state"))}};
+           call("/v3/kv/range", range, [this](const std::string& error, const Json& j) {
+             reading = false;
+             if (finished) return;
+             if (!error.empty()) return give_up("lost etcd: " + error);
+             decide(snapshot_of(j));
+             if (std::exchange(dirty, false)) read();
+           });
          });
   }
 
@@ -322,7 +353,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     if (finished || gave_up) return;
     const int k = s.attempt();
     const std::string phase = s.phase();
-    if (first_read) {
+    if (first_read && proposer) {
       first_read = false;
       // A job with this id ended before (and its last node did not clean up): start afresh,
       // unless some node of it is still there.
@@ -391,7 +422,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       v.next_attempt = k;
       std::exchange(verdict, nullptr)(v);
     }
-    propose(s);
+    if (proposer) propose(s);
   }
 
   void deliver(const RemoteVerdict& v) {
