@@ -353,10 +353,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     if (finished || gave_up) return;
     const int k = s.attempt();
     const std::string phase = s.phase();
-    if (first_read && proposer) {
-      first_read = false;
+    if (std::exchange(first_read, false) && proposer) {
       // A job with this id ended before (and its last node did not clean up): start afresh,
-      // unless some node of it is still there.
+      // unless some node of it is still there. Only at this node's first read: later, a done
+      // state with nobody else left is this job's own end, not a leftover.
       const bool others = std::any_of(s.nodes.begin(), s.nodes.end(), [&](const auto& n) { return n.first != id; });
       if (phase == "done" && !others) {
         info("clearing what a finished job with this id left in etcd");
