@@ -209,7 +209,7 @@ if wants quorum; then
   wait_rc b 30
   took=$(($(now_ms) - lost_at))
   check "quorum lost: both nodes fail (exit $(rc_of a), $(rc_of b))" test "$(rc_of a)" != 0 -a "$(rc_of b)" != 0 -a "$(rc_of a)" != none
-  check "quorum lost: within the timeout and a margin (took ${took} ms)" test "$took" -lt 15000
+  check "quorum lost: within node_timeout (3 s), a heartbeat and a margin (took ${took} ms; at most 5000)" test "$took" -lt 5000
   for n in a b; do
     check "node $n ends with one line naming etcd's endpoints" equals "$(tail -n 2 "$DIR/$n.out" | grep -c "lost etcd.*127.0.0.1:${C[1]}")" 1 || tail -n 5 "$DIR/$n.out"
   done

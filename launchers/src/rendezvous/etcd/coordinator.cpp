@@ -787,7 +787,8 @@ void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> do
   s.finish_timer->async_wait([call](auto ec) {
     if (!ec) call();
   });
-  if (s.lease == 0) return call();
+  // Lost etcd (or our lease): a goodbye would only wait out kFinishWait for an answer.
+  if (s.lease == 0 || s.gave_up) return call();
   // Our keys go with our lease; the last node out takes the job's prefix with it.
   auto cleanup = [&s, call] {
     s.call("/v3/lease/revoke", Json{{"ID", std::to_string(s.lease)}}, [&s, call](const std::string&, const Json&) {
