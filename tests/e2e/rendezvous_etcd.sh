@@ -4,7 +4,7 @@
 # job_sum's ranks checking every sum. Two and three nodes form and finish; the etcd leader
 # killed mid-job; the node hosting rank 0 killed (--nnodes 2:3, a restart left): the survivors
 # re-form and finish; quorum lost: every node fails in one line; two job ids on one etcd; the
-# prefix removed at the end.
+# prefix removed at the end; 300 simulated nodes timed (rdzv_scale_etcd, beside JOB_SUM).
 # usage: rendezvous_etcd.sh IDIST_RUN EXAMPLES_DIR JOB_SUM [CASE...]   (no CASE: every case)
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -195,6 +195,19 @@ if wants errors; then
     rc=$?
     check "'$bad' with etcd: exit 2, one line" equals "$rc $(wc -l <<<"$out")" "2 1" || echo "$out"
   done
+fi
+
+if wants scale; then
+  # 300 simulated nodes (one process) through the cluster: every assignment right, timed.
+  SCALE=$(dirname "$JOB_SUM")/rdzv_scale_etcd
+  if [ -x "$SCALE" ]; then
+    out=$(timeout 120 "$SCALE" "$ENDPOINTS" "etcd-test-$$-scale" 300 2>&1)
+    check "300 simulated nodes through etcd: every one assigned, none wrong" contains "$out" "300 assigned, 0 failed, 0 wrong"
+    echo "  ($out)"
+    ctl del --prefix "/idist/rdzv/etcd-test-$$-scale/" >/dev/null
+  else
+    echo "# rdzv_scale_etcd not built: the scale case skipped"
+  fi
 fi
 
 if wants quorum; then

@@ -5,6 +5,7 @@
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <stdexcept>
@@ -198,6 +199,7 @@ struct Client::Watcher {
   long long next_revision = 0;
   OnEvents on_events;
   std::size_t member = 0;
+  bool no_puts = false;
   std::shared_ptr<WatchStream> current;
   asio::steady_timer retry;
   explicit Watcher(asio::io_context& io) : retry(io) {}
@@ -209,9 +211,9 @@ Client::~Client() { close(); }
 
 void Client::close() {
   closed_ = true;
-  if (watcher_) {
-    watcher_->retry.cancel();
-    if (watcher_->current) watcher_->current->stream.close();
+  for (auto& [id, w] : std::exchange(watchers_, {})) {
+    w->retry.cancel();
+    if (w->current) w->current->stream.close();
   }
 }
 
@@ -312,31 +314,49 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
 // A member cut off from the others (no reset, no FIN) leaves a watch on it silent, not broken.
 // Calls notice (they time out and move on): the watch moves to the member that answers them.
 void Client::follow(std::size_t member) {
-  auto w = watcher_;
-  if (!w || closed_ || w->member == member || !w->current) return;
-  w->member = member;
-  w->retry.cancel();
-  auto old = std::exchange(w->current, nullptr);
-  old->stream.close();  // its handlers see an error and find the stream replaced: they do nothing
-  start_watch();
+  for (auto [id, w] : watchers_) {
+    if (closed_ || w->member == member || !w->current) continue;
+    w->member = member;
+    w->retry.cancel();
+    auto old = std::exchange(w->current, nullptr);
+    old->stream.close();  // its handlers see an error and find the stream replaced: they do nothing
+    start_watch(w);
+  }
 }
 
-void Client::watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events) {
-  watcher_ = std::make_shared<Watcher>(io_);
-  watcher_->key = key;
-  watcher_->range_end = range_end;
-  watcher_->next_revision = start_revision;
-  watcher_->on_events = std::move(on_events);
-  watcher_->member = current_;
-  start_watch();
+int Client::watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events,
+                  bool no_puts) {
+  auto w = std::make_shared<Watcher>(io_);
+  w->key = key;
+  w->range_end = range_end;
+  w->next_revision = start_revision;
+  w->on_events = std::move(on_events);
+  w->member = current_;
+  w->no_puts = no_puts;
+  const int id = next_watch_++;
+  watchers_[id] = w;
+  start_watch(w);
+  return id;
+}
+
+void Client::unwatch(int id) {
+  const auto it = watchers_.find(id);
+  if (it == watchers_.end()) return;
+  auto w = it->second;
+  watchers_.erase(it);
+  w->retry.cancel();
+  if (w->current) w->current->stream.close();
+}
+
+bool Client::watching(const std::shared_ptr<Watcher>& w) const {
+  return std::any_of(watchers_.begin(), watchers_.end(), [&](const auto& x) { return x.second == w; });
 }
 
 // The stream: the gateway answers a watch with chunks, each holding JSON lines {"result":
 // {...events}}. Only the events' keys are handed on: the rendezvous reads what it needs again
 // (the events are a wake-up, the read is the truth).
-void Client::start_watch() {
-  auto w = watcher_;
-  if (closed_ || !w) return;
+void Client::start_watch(const std::shared_ptr<Watcher>& w) {
+  if (closed_ || !watching(w)) return;
   const std::size_t member = w->member % options_.endpoints.size();
   const auto& e = options_.endpoints[member];
   auto st = std::make_shared<WatchStream>(io_);
@@ -378,21 +398,20 @@ void Client::start_watch() {
   st->request.set(http::field::host, e.text());
   st->request.set(http::field::content_type, "application/json");
   if (const auto t = tokens_.find(member); t != tokens_.end()) st->request.set(http::field::authorization, t->second);
-  st->request.body() = Json{{"create_request",
-                             {{"key", base64(w->key)},
-                              {"range_end", base64(w->range_end)},
-                              {"start_revision", std::to_string(w->next_revision)}}}}
-                           .dump();
+  Json create{{"key", base64(w->key)}, {"start_revision", std::to_string(w->next_revision)}};
+  if (!w->range_end.empty()) create["range_end"] = base64(w->range_end);
+  if (w->no_puts) create["filters"] = Json::array({"NOPUT"});
+  st->request.body() = Json{{"create_request", create}}.dump();
   st->request.prepare_payload();
   auto broken = [weak, w, st](const std::string&) {
     auto self = weak.lock();
-    if (!self || self->closed_ || self->watcher_ != w || w->current != st) return;
+    if (!self || self->closed_ || !self->watching(w) || w->current != st) return;
     // Another member next: this one may be down, or cut off from the others.
     w->member = (w->member + 1) % self->options_.endpoints.size();
     w->retry.expires_after(kWatchRetry);
     w->retry.async_wait([weak, w](auto ec) {
       auto self = weak.lock();
-      if (!ec && self && !self->closed_ && self->watcher_ == w) self->start_watch();
+      if (!ec && self && !self->closed_) self->start_watch(w);
     });
   };
   tcp::resolver resolver(io_);

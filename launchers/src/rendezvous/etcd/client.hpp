@@ -67,7 +67,10 @@ class Client : public std::enable_shared_from_this<Client> {
 
   // Watches [key, range_end) from `start_revision`, across members: a stream that breaks is
   // opened again on the next member, from the revision after the last one seen.
-  void watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events);
+  // `no_puts`: deletes only (etcd's NOPUT filter). Returns an id for unwatch().
+  int watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events,
+            bool no_puts = false);
+  void unwatch(int id);
 
   // This host's address on its connection to etcd: where the other nodes, which reach the same
   // etcd, most likely reach this one. Empty until a call succeeded.
@@ -83,15 +86,17 @@ class Client : public std::enable_shared_from_this<Client> {
   void try_call(const std::shared_ptr<Call>& call);
   void send(const std::shared_ptr<Call>& call, const std::string& path, const std::string& body,
             std::function<void(const std::string& error, int status, const std::string& body)> done);
-  void start_watch();
+  void start_watch(const std::shared_ptr<Watcher>& w);
   void follow(std::size_t member);
+  bool watching(const std::shared_ptr<Watcher>& w) const;
 
   boost::asio::io_context& io_;
   ClientOptions options_;
   std::size_t current_ = 0;  // the member that answered last
   std::map<std::size_t, std::string> tokens_;  // auth token by member
   std::string local_address_;
-  std::shared_ptr<Watcher> watcher_;
+  std::map<int, std::shared_ptr<Watcher>> watchers_;
+  int next_watch_ = 0;
   bool closed_ = false;
 };
 

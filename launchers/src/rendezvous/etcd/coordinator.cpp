@@ -166,6 +166,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   bool first_read = true;
   bool reading = false;
   bool proposer = false;  // the oldest node alive: it proposes the next state (read())
+  bool watching_all = false;
   bool dirty = false;
   int last_call_for = -1;      // the attempt whose last call has passed
   int last_call_armed = -1;
@@ -210,20 +211,29 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       lease = as_ll(j, "ID");
       renewed = Clock::now();
       if (options.local_addr.empty()) options.local_addr = client->local_address();
-      std::weak_ptr<State> weak = shared_from_this();
-      client->watch(prefix, etcd::prefix_end(prefix), 0, [weak](const std::vector<etcd::Client::Event>& events) {
-        auto self = weak.lock();
-        if (!self) return;
-        // The proposer reads on any change; the others only when the state changed, or a node
-        // left (the proposer may have been the one).
-        const bool wanted = self->proposer || std::any_of(events.begin(), events.end(), [&](const auto& e) {
-          return e.key == self->key("state") || (e.deleted && e.key.rfind(self->key("node/"), 0) == 0);
-        });
-        if (wanted) self->read();
-      });
+      // Every node watches the state, and the nodes' keys for deletes (a lost node, maybe the
+      // proposer); the proposer also watches everything (watch_all()). A node's own puts then
+      // reach one watcher, not all of them: with N nodes, N writes, not N * N messages.
+      client->watch(key("state"), "", 0, on_events());
+      client->watch(key("node/"), etcd::prefix_end(key("node/")), 0, on_events(), /*no_puts=*/true);
       beat();
       put_record();
     });
+  }
+
+  etcd::Client::OnEvents on_events() {
+    std::weak_ptr<State> weak = shared_from_this();
+    return [weak](const std::vector<etcd::Client::Event>&) {
+      if (auto self = weak.lock()) self->read();
+    };
+  }
+
+  // The proposer watches the whole prefix; a node that stops being it (it cannot: the oldest
+  // stays the oldest) would keep the watch, which costs only messages.
+  void watch_all(long long from) {
+    if (watching_all || !client) return;
+    watching_all = true;
+    client->watch(prefix, etcd::prefix_end(prefix), from, on_events());
   }
 
   void put_record() {
@@ -292,6 +302,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
            if (j.contains("kvs") && j["kvs"].is_array() && !j["kvs"].empty())
              oldest = unbase64(get<std::string>(j["kvs"][0], "key", ""));
            proposer = oldest.empty() || oldest == nodes + id;
+           // From the revision this read saw: no change between the two is missed.
+           if (proposer) watch_all(j.contains("header") ? as_ll(j["header"], "revision") + 1 : 0);
            Json range = proposer ? Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}}
                                  : Json{{"key", base64(key("state"))}};
            call("/v3/kv/range", range, [this](const std::string& error, const Json& j) {
