@@ -1,23 +1,24 @@
-// The rendezvous on etcd. No process hosts it: the job's state lives in etcd, and every node
-// runs the same rules on it (those of the built-in rendezvous, server.cpp), each proposing the
-// next state by a transaction that holds only if the state is still the one it read
-// (compare-and-swap on its mod_revision). Two nodes racing propose the same or different next
-// states; exactly one wins, the others read the winner's and go on from there. Losing any node
-// therefore loses nothing but that node: its lease expires and the others decide without it.
+// The rendezvous on etcd. No process hosts it: the job's state lives in etcd, and the oldest
+// node alive (the proposer: its key has the lowest create revision) applies the rules of the
+// built-in rendezvous (server.cpp) to it, proposing each next state by a transaction that
+// holds only if the state is still the one it read (compare-and-swap on its mod_revision), so
+// that a proposer that lost its place (a stale read, a successor already at work) cannot win.
+// Losing any node therefore loses nothing but that node: its lease expires, etcd deletes its
+// keys, and, were it the proposer, the next oldest takes over at once.
 //
 // Keys, under PREFIX = --rdzv-conf prefix (default /idist/rdzv/) + the job's id + "/":
 //   state                 {attempt, phase: gathering|running|ending|done, restarts_used,
 //                          members: [{id, host, addr, nproc, port}] (node rank = index),
 //                          cause, reform, verdict (the last one), prev {id: node rank}}
-//   node/ID               (this node's lease) {host, addr, nproc, join, port, grace_ms}: alive,
+//   node/ID               (this node's lease) {host, addr, nproc, join, port}: alive,
 //                          and asks to be in attempt `join` or later
 //   a/K/fail/ID           (lease) a rank of attempt K failed on node ID first
 //   a/K/over/ID           (lease) every rank of attempt K is gone on node ID {failure?}
 //   left/ID               why node ID's idist-run left before the job's end
 // A node's lease (TTL = node_timeout) is renewed at every heartbeat; when it lapses, etcd
 // deletes the node's keys, which is how the others learn that it is lost. Each node watches
-// PREFIX, and on any change (and at every heartbeat, should a watch sit on a member cut off
-// from the others) reads it whole and decides. Attempt K's rank 0 runs on its node 0, whose
+// the state and the nodes' deletes (the proposer: all of PREFIX), and on a change (and at every
+// heartbeat) reads what it needs (read()) and decides. Attempt K's rank 0 runs on its node 0, whose
 // address (the one it reaches etcd from, or --rdzv-conf local_addr) and port (reserved there
 // for the attempt) the state names.
 
