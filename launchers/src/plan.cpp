@@ -517,14 +517,27 @@ void set_slurm_task_view(std::map<std::string, std::string>& vars, const LaunchP
   }
 }
 
+// Ranks we spawn get ours; a task we become (exec) keeps what its launcher set (a torchrun
+// above us knows its restarts better), and gets ours only where unset.
+void set_torchelastic_view(std::map<std::string, std::string>& vars, const LaunchPlan& plan, const env::Contract& rank) {
+  for (auto& [name, value] : torchelastic_variables(plan, rank)) {
+    if (plan.mode == Mode::spawn)
+      vars[name] = std::move(value);
+    else
+      vars.emplace(name, std::move(value));
+  }
+}
+
+}  // namespace
+
 // What torchrun's agent gives each worker beside the contract's variables
 // (torch/distributed/elastic/agent/server/local_elastic_agent.py), which scripts written for
 // torchrun read: one role ("default", torchrun's), so role rank and size are the global ones.
-// Ranks we spawn get ours; a task we become (exec) keeps what its launcher set (a torchrun
-// above us knows its restarts better), and gets ours only where unset. Not set:
-// TORCHELASTIC_USE_AGENT_STORE, since MASTER_PORT is rank 0's own store, not an agent's.
-void set_torchelastic_view(std::map<std::string, std::string>& vars, const LaunchPlan& plan, const env::Contract& rank) {
-  const std::pair<const char*, std::string> view[] = {
+// GROUP_RANK and GROUP_WORLD_SIZE are the contract's own. Not set: TORCHELASTIC_USE_AGENT_STORE,
+// since MASTER_PORT is rank 0's own store, not an agent's.
+std::vector<std::pair<std::string, std::string>> torchelastic_variables(const LaunchPlan& plan,
+                                                                        const env::Contract& rank) {
+  return {
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(rank.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(plan.max_restarts)},
       {"TORCHELASTIC_RUN_ID", rank.run_id},
@@ -532,15 +545,7 @@ void set_torchelastic_view(std::map<std::string, std::string>& vars, const Launc
       {"ROLE_RANK", std::to_string(rank.rank)},
       {"ROLE_WORLD_SIZE", std::to_string(rank.world_size)},
   };
-  for (const auto& [name, value] : view) {
-    if (plan.mode == Mode::spawn)
-      vars[name] = value;
-    else
-      vars.emplace(name, value);
-  }
 }
-
-}  // namespace
 
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ) {
   std::map<std::string, std::string> vars;

@@ -115,6 +115,11 @@ env::Contract rank_contract(const LaunchPlan& plan, int index);
 // The plan's rank_defaults, like OMP_NUM_THREADS, are set only where unset.
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
 
+// torchrun's worker variables that are not the contract's (TORCHELASTIC_RESTART_COUNT,
+// TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE) for a
+// rank of `plan` with contract `rank`: rank_environment sets them, --dry-run shows them.
+std::vector<std::pair<std::string, std::string>> torchelastic_variables(const LaunchPlan& plan,
+                                                                        const env::Contract& rank);
 // The command line of local process `index`: plan.command, and with local_rank_arg
 // "--local_rank=N" (N its LOCAL_RANK) between the program and its own arguments (after the
 // script, when the program is a Python interpreter: program_words), where
