@@ -278,7 +278,10 @@ std::string torchrun_rdzv_backend(std::string_view variable, std::string_view va
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup) {
   std::string_view name = setting.env;
   auto text = lookup(name);
-  const auto pet = torchrun_variable(setting);
+  // A rank that torchrun (or idist-run) started inherits the PET_* its launcher was given, and
+  // has a LOCAL_RANK of its own: they were its launcher's options, not those of an idist-run
+  // it runs (which then becomes that rank, detect/torch_env.cpp).
+  const auto pet = lookup(env::kLocalRank) ? std::nullopt : torchrun_variable(setting);
   // Empty counts as unset, so that a job script may export IDIST_LOG_DIR=${LOGS:-}.
   if ((!text || text->empty()) && pet) {
     name = *pet;
@@ -306,8 +309,9 @@ std::vector<std::string> accepted_keys() {
 }
 
 std::string help_table() {
-  std::string out = "Settings: the command line wins over IDIST_* variables, which win over --config FILE.json\n"
-                    "(IDIST_CONFIG=FILE.json). Keys take '-' or '_'; flags are true/false in a file, 1/0 in a\n"
+  std::string out = "Settings: the command line wins over IDIST_* variables, then torchrun's PET_* (for its options:\n"
+                    "PET_NNODES, PET_RDZV_ID, ...), then --config FILE.json (IDIST_CONFIG=FILE.json).\n"
+                    "Keys take '-' or '_'; flags are true/false in a file, 1/0 in a\n"
                     "variable; \"program\": [\"./train\", \"--epochs\", \"10\"] in a file when none is given here.\n";
   out += fmt::format("  {:<19} {:<23} {}\n", "option", "variable", "config key");
   for (const auto& setting : kSettings) out += fmt::format("  {:<19} {:<23} {}\n", setting.option, setting.env, setting.key);

@@ -239,6 +239,8 @@ TEST_CASE("PET_<OPTION>: torchrun's variable for every option torchrun has, afte
   CHECK(std::stoi(config::from_env(setting("nproc_per_node"), both)->text) >= 1);
   CHECK_FALSE(config::from_env(setting("rdzv_conf"), both));
   CHECK_FALSE(config::from_env(setting("grace"), test::from({{"PET_GRACE", "3"}})));
+  // A rank torchrun started inherits its PET_*: they are not the options of an idist-run it runs.
+  CHECK_FALSE(config::from_env(setting("nnodes"), test::from({{"PET_NNODES", "2"}, {"LOCAL_RANK", "0"}})));
 }
 
 TEST_CASE("torchrun's -n values and rendezvous backends, mapped in one place each") {
