@@ -326,6 +326,15 @@ LaunchPlan pod_plan(LaunchOptions o, const PodDetected& pod, const env::Lookup& 
     from["master_addr"] = pod.rdzv_endpoint->from + " (the pod that hosts the rendezvous runs rank 0)";
   }
   const bool elastic = o.rdzv_endpoint.has_value();
+  if (elastic) {
+    // An elastic job with a Master replica: v1.7+ also set PET_MASTER_* and PET_NODE_RANK,
+    // which reached the options as torchrun's; its c10d rendezvous ignores them, and so do we.
+    if (o.master_addr && pod.master_addr && *o.master_addr == pod.master_addr->value) {
+      o.master_addr.reset();
+      if (o.master_port && pod.master_port && *o.master_port == pod.master_port->value) o.master_port.reset();
+    }
+    if (o.node_rank && pod.node_rank && *o.node_rank == pod.node_rank->value) o.node_rank.reset();
+  }
   if (!o.nnodes && pod.nnodes) {
     o.nnodes = pod.nnodes->value;
     if (pod.min_nodes) o.min_nodes = pod.min_nodes->value;

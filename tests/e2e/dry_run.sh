@@ -177,6 +177,11 @@ check "... restarts from PET_MAX_RESTARTS" equals "$(q '.settings.max_restarts |
   "3 PET_MAX_RESTARTS"
 check "... every rank gets TORCHELASTIC_MAX_RESTARTS=3 and ROLE_NAME" equals \
   "$(q '.ranks[1].env.TORCHELASTIC_MAX_RESTARTS + " " + .ranks[1].env.ROLE_NAME' "$out")" "3 default"
+out=$(plan "${PJ_ELASTIC[@]}" MASTER_ADDR=mnist-master-0 PET_MASTER_ADDR=mnist-master-0 MASTER_PORT=23456 \
+  PET_MASTER_PORT=23456 RANK=0 PET_NODE_RANK=0 WORLD_SIZE=2 "$RUN" --dry-run /bin/true 2>&1)
+check "elastic with a Master (v1.7+): PET_MASTER_* and PET_NODE_RANK set aside, said in a note" equals \
+  "$(q '.master_addr + " " + (.notes | map(select(contains("PET_NODE_RANK and PET_MASTER_ADDR ignored"))) | length | tostring)' "$out")" \
+  "mnist-worker-0 1"
 bad "PyTorchJob PET_NNODES=3:2" "PET_NNODES='3:2': --nnodes 3:2: MIN is above MAX" "${PJ_ELASTIC[@]}" PET_NNODES=3:2
 bad "PyTorchJob RANK >= WORLD_SIZE" "Kubeflow PyTorchJob pod: RANK=2 is not below WORLD_SIZE=2 (pods)" "${PJ_V15[@]}" RANK=2
 bad "PyTorchJob PET_NPROC_PER_NODE=abc" "PET_NPROC_PER_NODE='abc'" "${PJ_V17[@]}" PET_NPROC_PER_NODE=abc

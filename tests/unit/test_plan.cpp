@@ -870,6 +870,26 @@ TEST_CASE("an elastic PyTorchJob pod: MIN:MAX nodes at PET_RDZV_ENDPOINT, its id
   CHECK(plan.rendezvous->token == "mnist-run");
 }
 
+TEST_CASE("an elastic PyTorchJob with a Master (v1.7+): PET_MASTER_* and PET_NODE_RANK set aside, as torchrun's c10d") {
+  const Env env = with(kPyTorchJobElastic, {{"MASTER_ADDR", "mnist-master-0"}, {"PET_MASTER_ADDR", "mnist-master-0"},
+                                            {"MASTER_PORT", "23456"}, {"PET_MASTER_PORT", "23456"}, {"RANK", "0"},
+                                            {"PET_NODE_RANK", "0"}, {"WORLD_SIZE", "2"}});
+  // As the command line's PET_* layer hands them on (config.cpp).
+  auto o = options();
+  o.master_addr = "mnist-master-0";
+  o.master_port = 23456;
+  o.node_rank = 0;
+  o.rdzv_endpoint = "mnist-worker-0:23456";
+  o.nnodes = 3;
+  o.min_nodes = 1;
+  const auto plan = make_plan(o, from(env));
+  REQUIRE(plan.rendezvous);
+  CHECK(plan.rendezvous->host == "mnist-worker-0");
+  CHECK_FALSE(plan.rendezvous->node_rank);
+  CHECK(std::any_of(plan.notes.begin(), plan.notes.end(),
+                    [](auto& n) { return contains(n, "PET_NODE_RANK and PET_MASTER_ADDR ignored"); }));
+}
+
 TEST_CASE("a bare RANK/WORLD_SIZE with -n: the refusal names the PyTorchJob form too") {
   const Env pod = without(kPyTorchJobWorkerV15, {"PET_NPROC_PER_NODE"});
   const auto error = usage_error(options(2), pod);

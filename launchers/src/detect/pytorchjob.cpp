@@ -131,9 +131,14 @@ std::optional<PodDetected> detect_pytorchjob(const env::Lookup& env) {
     if (!range) fail(fmt::format("{} is set but {} is not (MIN:MAX pods)", kPetRdzvEndpoint, kPetNnodes));
     pod.nnodes = range->second;
     if (range->first.value < range->second.value) pod.min_nodes = range->first;
-    if (rank || node_rank)
-      pod.notes.push_back(fmt::format("{} ignored: an elastic PyTorchJob's pods are ranked by the rendezvous at {}",
-                                      node_rank ? kPetNodeRank : env::kRank, pod.rdzv_endpoint->value));
+    // With a Master replica, v1.7+ also give PET_NODE_RANK and PET_MASTER_*: kept in `pod` for
+    // pod_plan to set aside where they reached the options (torchrun's c10d ignores them).
+    pod.node_rank = node_rank;
+    if (rank || node_rank || pod.master_addr)
+      pod.notes.push_back(fmt::format("{}{} ignored: an elastic PyTorchJob's pods are ranked by the rendezvous at {}",
+                                      node_rank ? kPetNodeRank : env::kRank,
+                                      pod.master_addr ? " and " + pod.master_addr->from : std::string(),
+                                      pod.rdzv_endpoint->value));
     pod.job_name = pod.rdzv_endpoint->value;
     pod.job_name_from = std::string(kPetRdzvEndpoint);
     return pod;
