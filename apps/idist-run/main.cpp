@@ -296,6 +296,7 @@ L::LaunchOptions launch_options(const Cli& cli) {
   options.bind = cli.bind;
   options.keep_slurm_env = cli.keep_slurm_env;
   options.local_rank_arg = cli.local_rank_arg;
+  options.max_restarts = cli.max_restarts;
   options.command = cli.command;
   options.program_path = checked(cli, "program", [&] { return L::resolve_program(cli.command.front()); });
   return options;

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "idist/launchers/program.hpp"
+#include "idist/launchers/resources.hpp"
 #include "parse_whole.hpp"
 
 namespace idist::launchers::config {
@@ -222,12 +223,78 @@ bool no_detect_from_env(const env::Lookup& lookup) {
   return value && parse_env_flag(kNoDetectEnv, *value);
 }
 
+namespace {
+
+// torchrun's options that idist-run has too, as torchrun's argparse names them (its `dest`, in
+// torch/distributed/run.py): PET_ + the dest in capitals is what torchrun reads when its command
+// line does not give the option. Each is one of our keys, and our command line takes torchrun's
+// spelling of it (the table's `also` column: "--rdzv_id"; test_config checks both).
+// --rdzv_backend is mapped by torchrun_rdzv_backend, not here: torchrun's backends are not ours.
+constexpr std::string_view kTorchrunOptions[] = {"nproc_per_node", "nnodes",      "node_rank",     "master_addr",
+                                                 "master_port",    "rdzv_id",     "rdzv_endpoint", "rdzv_conf",
+                                                 "max_restarts",   "log_dir",     "module",        "no_python"};
+
+std::string upper(std::string_view text) {
+  std::string out(text);
+  for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> torchrun_variable(const Setting& setting) {
+  if (std::find(std::begin(kTorchrunOptions), std::end(kTorchrunOptions), setting.key) == std::end(kTorchrunOptions))
+    return std::nullopt;
+  return "PET_" + upper(setting.key);
+}
+
+int torchrun_nproc_per_node(std::string_view text, std::string_view context) {
+  if (const auto n = parse_whole<int>(text)) {
+    if (*n < 1 || *n > 4096) throw UsageError(fmt::format("{}: {} processes is out of range (1 to 4096)", context, *n));
+    return *n;
+  }
+  const auto gpus = visible_gpus();
+  const int cores = std::min(static_cast<int>(usable_cpus().size()), 4096);
+  if (text == "cpu") return std::max(1, cores);
+  if (text == "gpu") {
+    if (gpus.count < 1) throw UsageError(fmt::format("{}: no GPU is visible ({})", context, gpus.why));
+    return std::min(gpus.count, 4096);
+  }
+  if (text == "auto") return std::max(1, gpus.count > 0 ? std::min(gpus.count, 4096) : cores);
+  throw UsageError(fmt::format("{}: not a number of processes (1 to 4096), auto, gpu or cpu", context));
+}
+
+std::string torchrun_rdzv_backend(std::string_view variable, std::string_view value) {
+  // torchrun's static backend is MASTER_ADDR:MASTER_PORT with fixed node ranks, c10d a
+  // rendezvous at --rdzv-endpoint that ranks the nodes: idist-run's one rendezvous does both.
+  if (value == "c10d" || value == "static") return "c10d";
+  if (value == "etcd" || value == "etcd-v2")
+    throw UsageError(fmt::format("{}='{}': idist-run has no etcd rendezvous yet; use c10d (rdzvBackend: c10d), "
+                                 "idist-run's built-in rendezvous, hosted by the pod PET_RDZV_ENDPOINT names",
+                                 variable, value));
+  throw UsageError(fmt::format("{}='{}' is not a rendezvous backend idist-run knows (c10d or static)", variable, value));
+}
+
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup) {
-  const auto text = lookup(setting.env);
+  std::string_view name = setting.env;
+  auto text = lookup(name);
+  // A rank that torchrun (or idist-run) started inherits the PET_* its launcher was given, and
+  // has a LOCAL_RANK of its own: they were its launcher's options, not those of an idist-run
+  // it runs (which then becomes that rank, detect/torch_env.cpp).
+  const auto pet = lookup(env::kLocalRank) ? std::nullopt : torchrun_variable(setting);
   // Empty counts as unset, so that a job script may export IDIST_LOG_DIR=${LOGS:-}.
+  if ((!text || text->empty()) && pet) {
+    name = *pet;
+    text = lookup(name);
+  }
   if (!text || text->empty()) return std::nullopt;
-  Value value{*text, std::string(setting.env), fmt::format("{}='{}'", setting.env, *text)};
-  if (setting.type == Type::boolean) value.text = parse_env_flag(setting.env, *text) ? "true" : "false";
+  Value value{*text, std::string(name), fmt::format("{}='{}'", name, *text)};
+  if (setting.type == Type::boolean) value.text = parse_env_flag(name, *text) ? "true" : "false";
+  // torchrun's -n takes gpu and cpu too; ours takes a count or auto (resolved, and said, later).
+  if (pet && name == *pet && setting.key == "nproc_per_node" && (*text == "gpu" || *text == "cpu")) {
+    value.text = std::to_string(torchrun_nproc_per_node(*text, value.context));
+    value.from = fmt::format("{}={} ({} processes)", name, *text, value.text);
+  }
   return value;
 }
 
@@ -242,8 +309,9 @@ std::vector<std::string> accepted_keys() {
 }
 
 std::string help_table() {
-  std::string out = "Settings: the command line wins over IDIST_* variables, which win over --config FILE.json\n"
-                    "(IDIST_CONFIG=FILE.json). Keys take '-' or '_'; flags are true/false in a file, 1/0 in a\n"
+  std::string out = "Settings: the command line wins over IDIST_* variables, then torchrun's PET_* (for its options:\n"
+                    "PET_NNODES, PET_RDZV_ID, ...), then --config FILE.json (IDIST_CONFIG=FILE.json).\n"
+                    "Keys take '-' or '_'; flags are true/false in a file, 1/0 in a\n"
                     "variable; \"program\": [\"./train\", \"--epochs\", \"10\"] in a file when none is given here.\n";
   out += fmt::format("  {:<19} {:<23} {}\n", "option", "variable", "config key");
   for (const auto& setting : kSettings) out += fmt::format("  {:<19} {:<23} {}\n", setting.option, setting.env, setting.key);

@@ -44,6 +44,7 @@ std::string dry_run_json(const LaunchPlan& plan) {
       else
         vars[name] = value;
     }
+    for (const auto& [name, value] : torchelastic_variables(plan, contract)) vars[name] = value;
     for (const auto& [name, value] : plan.rank_defaults)
       if (!vars.contains(name)) vars[name] = value;
     json rank = {{"rank", contract.rank}, {"local_rank", contract.local_rank}, {"env", std::move(vars)}};

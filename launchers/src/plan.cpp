@@ -14,6 +14,7 @@
 
 #include "idist/common/hash.hpp"
 #include "idist/common/host.hpp"
+#include "idist/launchers/config.hpp"
 #include "idist/launchers/program.hpp"
 #include "idist/launchers/resources.hpp"
 #include "parse_whole.hpp"
@@ -163,6 +164,14 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
   return plan;
 }
 
+// A bare RANK/WORLD_SIZE/MASTER_ADDR is also what an older PyTorchJob gives each pod, where
+// they count pods: the refusal says how to tell idist-run that this is such a pod.
+std::string kubernetes_hint(const Detected& d) {
+  return "; in a Kubeflow PyTorchJob pod (" + d.rank.from + " and " + d.world_size.from +
+         " count pods) set nprocPerNode in the job's spec (PET_NPROC_PER_NODE), or pass --nnodes $" + d.world_size.from +
+         " --node-rank $" + d.rank.from + " --master-addr $MASTER_ADDR --master-port $MASTER_PORT";
+}
+
 // Inside an outer launcher: become its task (exec) or spawn -n ranks as its node.
 LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Lookup& env) {
   LaunchPlan plan;
@@ -202,7 +211,8 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
       throw UsageError(d.source + " runs up to " + count_text(most_tasks, "task") + " on a node (" + most_from +
                        ") and each asks for -n " + std::to_string(k) + ": " +
                        std::to_string(static_cast<long long>(most_tasks) * k) + " ranks on that node; start one task per node (srun --ntasks-per-node=1, "
-                       "mpirun --map-by ppr:1:node), or drop -n to run one rank per task; --force-spawn starts them anyway");
+                       "mpirun --map-by ppr:1:node), or drop -n to run one rank per task; --force-spawn starts them anyway" +
+                       (d.one_node_assumed ? kubernetes_hint(d) : std::string()));
     if (static_cast<long long>(d.world_size.value) * k > kMaxRanks)
       throw UsageError(describe(d.world_size) + " tasks x --nproc-per-node " + std::to_string(k) +
                        " ranks is more than idist handles (" + std::to_string(kMaxRanks) + ")");
@@ -301,6 +311,63 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   return plan;
 }
 
+// A Kubeflow PyTorchJob pod is one node of a job without a scheduler (detect/pytorchjob.cpp):
+// what its variables say fills the options that the command line, IDIST_* and PET_* left unset,
+// and the plan is static_plan's, its provenance naming those variables.
+LaunchPlan pod_plan(LaunchOptions o, const PodDetected& pod, const env::Lookup& env) {
+  std::map<std::string, std::string> from;
+  if (!o.nproc_per_node && pod.nproc_per_node) {
+    o.nproc_per_node = config::torchrun_nproc_per_node(pod.nproc_per_node->value,
+                                                       pod.nproc_per_node->from + "='" + pod.nproc_per_node->value + "'");
+    from["local_world_size"] = pod.nproc_per_node->from + "=" + pod.nproc_per_node->value;
+  }
+  if (!o.rdzv_endpoint && !o.master_addr && pod.rdzv_endpoint) {
+    o.rdzv_endpoint = pod.rdzv_endpoint->value;
+    from["master_addr"] = pod.rdzv_endpoint->from + " (the pod that hosts the rendezvous runs rank 0)";
+  }
+  const bool elastic = o.rdzv_endpoint.has_value();
+  if (elastic) {
+    // An elastic job with a Master replica: v1.7+ also set PET_MASTER_* and PET_NODE_RANK,
+    // which reached the options as torchrun's; its c10d rendezvous ignores them, and so do we.
+    if (o.master_addr && pod.master_addr && *o.master_addr == pod.master_addr->value) {
+      o.master_addr.reset();
+      if (o.master_port && pod.master_port && *o.master_port == pod.master_port->value) o.master_port.reset();
+    }
+    if (o.node_rank && pod.node_rank && *o.node_rank == pod.node_rank->value) o.node_rank.reset();
+  }
+  if (!o.nnodes && pod.nnodes) {
+    o.nnodes = pod.nnodes->value;
+    if (pod.min_nodes) o.min_nodes = pod.min_nodes->value;
+    from["nnodes"] = pod.min_nodes ? pod.nnodes->from + " MIN:MAX: the pods in the attempt (the rendezvous)"
+                                   : pod.nnodes->from;
+  }
+  if (!elastic && !o.node_rank && pod.node_rank && o.nnodes.value_or(1) > 1) {
+    o.node_rank = pod.node_rank->value;
+    from["node_rank"] = pod.node_rank->from;
+  }
+  if (!elastic && !o.master_addr && pod.master_addr && o.nnodes.value_or(1) > 1) {
+    o.master_addr = pod.master_addr->value;
+    from["master_addr"] = pod.master_addr->from + " (the master pod's service: rank 0 and the rendezvous)";
+  }
+  if (!elastic && !o.master_port && pod.master_port && o.nnodes.value_or(1) > 1) o.master_port = pod.master_port->value;
+  std::vector<std::string> notes = pod.notes;
+  if (!o.rdzv_id && pod.rdzv_id) o.rdzv_id = pod.rdzv_id->value;
+  const auto token = env(env::kJobToken);
+  if (!o.rdzv_id && (!token || token->empty()) && o.nnodes.value_or(1) > 1 && !pod.job_name.empty()) {
+    // As a SLURM job's id does (outer_plan): every pod knows the job's name, no other job has it.
+    o.rdzv_id = "pytorchjob:" + pod.job_name;
+    notes.push_back("IDIST_JOB_TOKEN is not set: the pods admit whoever presents this job's name (derived from " +
+                    pod.job_name_from + "), which keeps jobs apart but is no secret; export a secret to every pod "
+                    "(IDIST_JOB_TOKEN from a Kubernetes Secret) to require it");
+  }
+  auto plan = static_plan(o, env);
+  plan.detected_by = pod.source;
+  for (auto& [key, text] : from) plan.provenance[key] = text;
+  if (from.contains("nnodes") && !plan.rendezvous) plan.provenance["world_size"] = from["nnodes"] + " x -n";
+  plan.notes.insert(plan.notes.end(), notes.begin(), notes.end());
+  return plan;
+}
+
 }  // namespace
 
 namespace {
@@ -344,6 +411,7 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   // Only ranks we spawn: srun and mpirun bind the tasks they start themselves.
   if (o.bind && plan.mode == Mode::spawn)
     plan.cpu_shares = cpu_shares(usable_cpus(), plan.local_count, numa_node_of_cpu());
+  plan.max_restarts = o.max_restarts;
   plan.keep_slurm_env = o.keep_slurm_env;
   plan.local_rank_arg = o.local_rank_arg;
   plan.program_words = program_words(o.command);
@@ -354,6 +422,9 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
 namespace {
 
 LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env) {
+  // A PyTorchJob pod is asked for first: its PET_* may already have given --nnodes (config.cpp).
+  if (o.launcher == "auto" && !o.no_detect)
+    if (auto pod = detect_pytorchjob(env)) return pod_plan(o, *pod, env);
   if (o.nnodes || o.node_rank || o.rdzv_endpoint) {
     if (o.launcher != "auto" && o.launcher != "spawn")
       throw UsageError("--nnodes/--node-rank describe a job without a scheduler; they do not go with --launcher " +
@@ -455,7 +526,35 @@ void set_slurm_task_view(std::map<std::string, std::string>& vars, const LaunchP
   }
 }
 
+// Ranks we spawn get ours; a task we become (exec) keeps what its launcher set (a torchrun
+// above us knows its restarts better), and gets ours only where unset.
+void set_torchelastic_view(std::map<std::string, std::string>& vars, const LaunchPlan& plan, const env::Contract& rank) {
+  for (auto& [name, value] : torchelastic_variables(plan, rank)) {
+    if (plan.mode == Mode::spawn)
+      vars[name] = std::move(value);
+    else
+      vars.emplace(name, std::move(value));
+  }
+}
+
 }  // namespace
+
+// What torchrun's agent gives each worker beside the contract's variables
+// (torch/distributed/elastic/agent/server/local_elastic_agent.py), which scripts written for
+// torchrun read: one role ("default", torchrun's), so role rank and size are the global ones.
+// GROUP_RANK and GROUP_WORLD_SIZE are the contract's own. Not set: TORCHELASTIC_USE_AGENT_STORE,
+// since MASTER_PORT is rank 0's own store, not an agent's.
+std::vector<std::pair<std::string, std::string>> torchelastic_variables(const LaunchPlan& plan,
+                                                                        const env::Contract& rank) {
+  return {
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(rank.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(plan.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", rank.run_id},
+      {"ROLE_NAME", "default"},
+      {"ROLE_RANK", std::to_string(rank.rank)},
+      {"ROLE_WORLD_SIZE", std::to_string(rank.world_size)},
+  };
+}
 
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ) {
   std::map<std::string, std::string> vars;
@@ -472,6 +571,7 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   for (const auto& [name, value] : plan.rank_defaults) vars.emplace(name, value);
   if (plan.mode == Mode::spawn && plan.job.launcher == "slurm" && !plan.keep_slurm_env)
     set_slurm_task_view(vars, plan, rank_contract(plan, index));
+  set_torchelastic_view(vars, plan, rank_contract(plan, index));
   // Ranks share the cores; without this every OpenMP runtime starts one thread per core.
   if (!vars.count(std::string(env::kOmpNumThreads)) && !plan.cpu_shares.empty()) {
     vars[std::string(env::kOmpNumThreads)] = std::to_string(plan.cpu_shares.at(static_cast<std::size_t>(index)).size());

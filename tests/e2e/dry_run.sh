@@ -142,4 +142,54 @@ out=$(plan "$RUN" --dry-run --launcher mpi /bin/true 2>&1)
 check "--launcher mpi with no MPI variables: exit 2" equals $? 2
 check "--launcher mpi with no MPI variables: says so" contains "$out" "--launcher mpi: no mpi variables in the environment"
 
+# Kubeflow PyTorchJob pods (the training operator's setPodEnv, recorded in tests/unit/
+# launcher_envs.hpp): a worker of Master + 1 Worker, nprocPerNode 2, in both generations, and
+# an elastic worker. Each pod is one node: -n from PET_NPROC_PER_NODE, the pods meet at the
+# master's service (or PET_RDZV_ENDPOINT), and the plan names the variables.
+PJ_V17=(MASTER_ADDR=mnist-master-0 PET_MASTER_ADDR=mnist-master-0 MASTER_PORT=23456 PET_MASTER_PORT=23456
+  WORLD_SIZE=4 RANK=1 PET_NODE_RANK=1 PET_NNODES=2 PET_NPROC_PER_NODE=2 PYTHONUNBUFFERED=1)
+PJ_V15=(MASTER_ADDR=mnist-master-0 MASTER_PORT=23456 WORLD_SIZE=2 RANK=1 PET_NPROC_PER_NODE=2 PYTHONUNBUFFERED=0)
+PJ_ELASTIC=(PET_RDZV_ENDPOINT=mnist-worker-0:23456 PET_RDZV_BACKEND=c10d PET_NNODES=1:3 PET_MAX_RESTARTS=3
+  PET_NPROC_PER_NODE=2 PET_RDZV_ID=mnist-run)
+for generation in V17 V15; do
+  vars="PJ_$generation[@]"
+  out=$(plan "${!vars}" "$RUN" --dry-run /bin/true)
+  check "PyTorchJob $generation worker pod: exit 0" equals $? 0
+  check "... detected as a PyTorchJob pod" contains "$(q .detected_by "$out")" "Kubeflow PyTorchJob pod"
+  check "... node 1 of 2, 2 ranks here, meeting at the master's service" equals \
+    "$(q '[.node_rank, .nnodes, .local_world_size, .master_addr] | map(tostring) | join(" ")' "$out")" "1 2 2 mnist-master-0"
+  check "... 2 ranks planned" equals "$(q '.ranks | length' "$out")" 2
+  check "... -n from PET_NPROC_PER_NODE" equals "$(q .provenance.local_world_size "$out")" PET_NPROC_PER_NODE
+done
+out=$(plan "${PJ_V17[@]}" "$RUN" --dry-run /bin/true)
+check "v1.7: the nodes from PET_NNODES, the node from PET_NODE_RANK" equals \
+  "$(q '.provenance.nnodes + " " + .provenance.node_rank' "$out")" "PET_NNODES PET_NODE_RANK"
+check "v1.7: the note says WORLD_SIZE counts processes" contains "$(q '.notes | join("|")' "$out")" "WORLD_SIZE=4 counts processes"
+out=$(plan "${PJ_V15[@]}" "$RUN" --dry-run /bin/true)
+check "before v1.7: the nodes from WORLD_SIZE, counting pods" equals "$(q .provenance.nnodes "$out")" \
+  "WORLD_SIZE (pods: no PET_NODE_RANK, the operator before v1.7)"
+out=$(plan "${PJ_V15[@]}" "$RUN" --dry-run -n 3 --nnodes 2 /bin/true)
+check "the command line wins over the pod" equals "$(q '.local_world_size' "$out")" 3
+out=$(plan "${PJ_ELASTIC[@]}" "$RUN" --dry-run /bin/true)
+check "elastic pod: 2 ranks here, nodes 1:3 from PET_NNODES" equals "$(q '.local_world_size' "$out")" 2
+check "... the rendezvous at PET_RDZV_ENDPOINT" contains "$(q .provenance.master_addr "$out")" "PET_RDZV_ENDPOINT"
+check "... restarts from PET_MAX_RESTARTS" equals "$(q '.settings.max_restarts | tostring' "$out") $(q .settings_from.max_restarts "$out")" \
+  "3 PET_MAX_RESTARTS"
+check "... every rank gets TORCHELASTIC_MAX_RESTARTS=3 and ROLE_NAME" equals \
+  "$(q '.ranks[1].env.TORCHELASTIC_MAX_RESTARTS + " " + .ranks[1].env.ROLE_NAME' "$out")" "3 default"
+out=$(plan "${PJ_ELASTIC[@]}" MASTER_ADDR=mnist-master-0 PET_MASTER_ADDR=mnist-master-0 MASTER_PORT=23456 \
+  PET_MASTER_PORT=23456 RANK=0 PET_NODE_RANK=0 WORLD_SIZE=2 "$RUN" --dry-run /bin/true 2>&1)
+check "elastic with a Master (v1.7+): PET_MASTER_* and PET_NODE_RANK set aside, said in a note" equals \
+  "$(q '.master_addr + " " + (.notes | map(select(contains("PET_NODE_RANK and PET_MASTER_ADDR ignored"))) | length | tostring)' "$out")" \
+  "mnist-worker-0 1"
+bad "PyTorchJob PET_NNODES=3:2" "PET_NNODES='3:2': --nnodes 3:2: MIN is above MAX" "${PJ_ELASTIC[@]}" PET_NNODES=3:2
+bad "PyTorchJob RANK >= WORLD_SIZE" "Kubeflow PyTorchJob pod: RANK=2 is not below WORLD_SIZE=2 (pods)" "${PJ_V15[@]}" RANK=2
+bad "PyTorchJob PET_NPROC_PER_NODE=abc" "PET_NPROC_PER_NODE='abc'" "${PJ_V17[@]}" PET_NPROC_PER_NODE=abc
+bad "PyTorchJob WORLD_SIZE of neither convention" "WORLD_SIZE=6 is neither PET_NNODES=2 pods nor PET_NNODES x PET_NPROC_PER_NODE = 4 processes" \
+  "${PJ_V17[@]}" WORLD_SIZE=6
+bad "PyTorchJob PET_RDZV_BACKEND=etcd" "PET_RDZV_BACKEND='etcd': idist-run has no etcd rendezvous yet" "${PJ_ELASTIC[@]}" PET_RDZV_BACKEND=etcd
+bad "bare RANK/WORLD_SIZE with -n 2: ambiguous, the refusal names the PyTorchJob form" \
+  "in a Kubeflow PyTorchJob pod (RANK and WORLD_SIZE count pods) set nprocPerNode" \
+  MASTER_ADDR=mnist-master-0 MASTER_PORT=23456 WORLD_SIZE=2 RANK=1 IDIST_NPROC_PER_NODE=2
+
 finish

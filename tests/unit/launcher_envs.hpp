@@ -113,4 +113,28 @@ inline const Env kTorchrunRank1 = {
     {"MASTER_ADDR", "10.1.1.1"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RUN_ID", "abc"},
 };
 
+// A Kubeflow PyTorchJob "mnist" (Master x1 + Worker x1, the master's pytorchjob-port 23456,
+// nprocPerNode "2"), as the training operator's setPodEnv writes the worker pod's variables
+// (kubeflow/training-operator, pkg/controller.v1/pytorch/envvar.go and master.go).
+// v1.7 and later: PET_* beside the plain ones, WORLD_SIZE = pods x nprocPerNode.
+inline const Env kPyTorchJobWorkerV17 = {
+    {"PYTHONUNBUFFERED", "1"},         {"MASTER_PORT", "23456"},         {"PET_MASTER_PORT", "23456"},
+    {"MASTER_ADDR", "mnist-master-0"}, {"PET_MASTER_ADDR", "mnist-master-0"}, {"WORLD_SIZE", "4"},
+    {"RANK", "1"},                     {"PET_NODE_RANK", "1"},           {"PET_NPROC_PER_NODE", "2"},
+    {"PET_NNODES", "2"},
+};
+// Before v1.7 (v1.5's envvar.go): WORLD_SIZE counts pods, no PET_* but an elasticPolicy's
+// (PET_NPROC_PER_NODE from elasticPolicy.nProcPerNode, here set in the pod spec by hand).
+inline const Env kPyTorchJobWorkerV15 = {
+    {"PYTHONUNBUFFERED", "0"}, {"MASTER_PORT", "23456"}, {"MASTER_ADDR", "mnist-master-0"},
+    {"WORLD_SIZE", "2"},       {"RANK", "1"},            {"PET_NPROC_PER_NODE", "2"},
+};
+// An elastic PyTorchJob (Worker x3, elasticPolicy minReplicas 1, maxReplicas 3, maxRestarts 3,
+// rdzvId "mnist-run"), any worker pod (elastic.go): the pods meet at worker 0.
+inline const Env kPyTorchJobElastic = {
+    {"PYTHONUNBUFFERED", "1"},     {"PET_RDZV_ENDPOINT", "mnist-worker-0:23456"}, {"PET_RDZV_BACKEND", "c10d"},
+    {"PET_NNODES", "1:3"},         {"PET_MAX_RESTARTS", "3"},                      {"PET_NPROC_PER_NODE", "2"},
+    {"PET_RDZV_ID", "mnist-run"},  {"PET_MONITOR_INTERVAL", "5"},
+};
+
 }  // namespace test

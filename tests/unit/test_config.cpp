@@ -206,3 +206,54 @@ TEST_CASE("add_settings: typed settings, their origins, and provenance naming th
   CHECK(out["provenance"]["rank"] == "--node-rank x nproc_per_node in job.json + local index");
   CHECK(out["launcher"] == "spawn");
 }
+
+TEST_CASE("PET_<OPTION>: torchrun's variable for every option torchrun has, after IDIST_*") {
+  // torchrun's own spelling of each is on our command line too (the `also` column), so that its
+  // PET_ name, torchrun's dest in capitals, is the one a torchrun user knows.
+  int torchrun_options = 0;
+  for (const auto& s : config::kSettings) {
+    const auto pet = config::torchrun_variable(s);
+    if (!pet) continue;
+    ++torchrun_options;
+    std::string dest = std::string(pet->substr(4));
+    std::transform(dest.begin(), dest.end(), dest.begin(), [](unsigned char c) { return std::tolower(c); });
+    CHECK(dest == s.key);
+    const std::string underscored = "--" + dest;
+    const bool spelled = s.option == underscored || std::string(s.also).find(underscored) != std::string::npos ||
+                         (s.key == "module" && std::string(s.also) == "-m");
+    CHECK_MESSAGE(spelled, s.option, " does not take torchrun's spelling ", underscored);
+  }
+  CHECK(torchrun_options == 12);
+  CHECK(config::torchrun_variable(setting("nnodes")) == "PET_NNODES");
+  CHECK(config::torchrun_variable(setting("rdzv_id")) == "PET_RDZV_ID");
+  CHECK_FALSE(config::torchrun_variable(setting("grace")));
+
+  const auto both = test::from({{"IDIST_NNODES", "3"}, {"PET_NNODES", "2"}, {"PET_MAX_RESTARTS", "4"},
+                                {"PET_MODULE", "1"}, {"PET_NPROC_PER_NODE", "cpu"}, {"PET_RDZV_CONF", ""}});
+  CHECK(config::from_env(setting("nnodes"), both)->from == "IDIST_NNODES");
+  const auto restarts = config::from_env(setting("max_restarts"), both);
+  CHECK(restarts->text == "4");
+  CHECK(restarts->from == "PET_MAX_RESTARTS");
+  CHECK(restarts->context == "PET_MAX_RESTARTS='4'");
+  CHECK(config::from_env(setting("module"), both)->text == "true");
+  CHECK(std::stoi(config::from_env(setting("nproc_per_node"), both)->text) >= 1);
+  CHECK_FALSE(config::from_env(setting("rdzv_conf"), both));
+  CHECK_FALSE(config::from_env(setting("grace"), test::from({{"PET_GRACE", "3"}})));
+  // A rank torchrun started inherits its PET_*: they are not the options of an idist-run it runs.
+  CHECK_FALSE(config::from_env(setting("nnodes"), test::from({{"PET_NNODES", "2"}, {"LOCAL_RANK", "0"}})));
+}
+
+TEST_CASE("torchrun's -n values and rendezvous backends, mapped in one place each") {
+  CHECK(config::torchrun_nproc_per_node("3", "PET_NPROC_PER_NODE='3'") == 3);
+  CHECK(config::torchrun_nproc_per_node("cpu", "x") >= 1);
+  CHECK(config::torchrun_nproc_per_node("auto", "x") >= 1);
+  CHECK_THROWS_WITH_AS(config::torchrun_nproc_per_node("abc", "PET_NPROC_PER_NODE='abc'"),
+                       "PET_NPROC_PER_NODE='abc': not a number of processes (1 to 4096), auto, gpu or cpu", UsageError);
+  CHECK_THROWS_WITH_AS(config::torchrun_nproc_per_node("0", "PET_NPROC_PER_NODE='0'"),
+                       "PET_NPROC_PER_NODE='0': 0 processes is out of range (1 to 4096)", UsageError);
+  CHECK(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "c10d") == "c10d");
+  CHECK(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "static") == "c10d");
+  CHECK_THROWS_AS(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "etcd"), UsageError);
+  CHECK_THROWS_WITH_AS(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "zk"),
+                       "PET_RDZV_BACKEND='zk' is not a rendezvous backend idist-run knows (c10d or static)", UsageError);
+}

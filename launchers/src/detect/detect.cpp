@@ -169,6 +169,7 @@ Detected complete(Reading r) {
   d.job_id = std::move(r.job_id);
   d.step = r.step;
   d.job_id_from = std::move(r.job_id_from);
+  d.one_node_assumed = r.one_node_by_default && r.local_world_size->from.ends_with("(one node assumed)");
   return d;
 }
 
@@ -210,6 +211,14 @@ Detection detect(const env::Lookup& env, const DetectOptions& options) {
   const std::string_view launcher = options.launcher;
   Detection out;
   const bool forced = launcher != "auto";
+  // A PyTorchJob pod's RANK and WORLD_SIZE place the pod, not a rank (detect/pytorchjob.cpp):
+  // the torchrun-style reading of them would be wrong, so the pod's reading is the answer.
+  if (!forced) {
+    if (auto pod = detect_pytorchjob(env)) {
+      out.pod = std::move(pod);
+      return out;
+    }
+  }
   std::vector<Reading> readings;
   for (const auto& detector : all_detectors()) {
     try {

@@ -1,7 +1,10 @@
 #pragma once
 // idist-run's settings from outside its command line: an IDIST_<OPTION> variable for every
-// option (as torchrun's PET_<OPTION>) and a JSON launch profile (--config FILE.json). The
-// command line wins over the environment, which wins over the file.
+// option, torchrun's own PET_<OPTION> for every option torchrun has (so that a pod spec or job
+// script written for torchrun works with idist-run in its place), and a JSON launch profile
+// (--config FILE.json). The command line wins over IDIST_*, which wins over PET_*, which wins
+// over the file; what an outer launcher says (a PyTorchJob pod's RANK/WORLD_SIZE, detect.hpp)
+// fills only what all of these leave unset.
 //
 // CLI11's own config and env support is not used: CLI11 2.x reads the config file before the
 // environment and lets a variable fill only an option nothing else set, so a file would beat
@@ -150,14 +153,14 @@ inline constexpr Setting kSettings[] = {
      "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 (variable: "
      "IDIST_JOB_TIMEOUT; IDIST_TIMEOUT is each collective's)",
      &Options::timeout_seconds},
-    {"max_restarts", "--max-restarts", "IDIST_MAX_RESTARTS", Type::integer, "",
+    {"max_restarts", "--max-restarts", "IDIST_MAX_RESTARTS", Type::integer, "--max_restarts",
      "Restart every local rank after a failure, up to this many times (spawn mode; see below)",
      &Options::max_restarts, Check::restarts, true},
     {"forward_signals", "--forward-signals", "IDIST_FORWARD_SIGNALS", Type::string, "",
      "Signals passed on to every rank while the job goes on (comma-separated: HUP, INT, QUIT, TERM, USR1, USR2, "
      "ALRM, WINCH, or none); the others of these but WINCH stop the job",
      &Options::forward_signals, Check::none, true},
-    {"log_dir", "--log-dir", "IDIST_LOG_DIR", Type::string, "",
+    {"log_dir", "--log-dir", "IDIST_LOG_DIR", Type::string, "--log_dir",
      "Also write each rank's stdout and stderr to DIR/<run-id>/attempt_<k>/rank_<r>.{out,err}, and "
      "DIR/<run-id>/summary.json at the end",
      &Options::log_dir},
@@ -215,9 +218,26 @@ struct File {
 // errors about the file as a whole. Throws UsageError (one line, naming the file and the key).
 File read_file(const std::string& path, const std::string& named_by);
 
-// `setting`'s value from its variable; nullopt when it is unset or empty. A flag's variable
-// takes 1/true/yes or 0/false/no; anything else is a UsageError naming the variable.
+// `setting`'s value from its variable (IDIST_*), else from torchrun's (PET_*, where torchrun
+// has the option); nullopt when both are unset or empty. A flag's variable takes 1/true/yes or
+// 0/false/no; anything else is a UsageError naming the variable. PET_NPROC_PER_NODE's gpu and
+// cpu become the count they stand for.
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup = env::process_env());
+
+// torchrun's variable for `setting` ("PET_RDZV_ID"), or nullopt where torchrun has no such
+// option. torchrun's argparse `env` action reads PET_ + the option's dest in capitals
+// (torch/distributed/argparse_util.py), and its dests are our keys.
+std::optional<std::string> torchrun_variable(const Setting& setting);
+
+// torchrun's -n: a count, or "auto" (one per visible GPU, else one per usable core), "gpu"
+// (one per visible GPU: an error without one) or "cpu" (one per usable core), as
+// torch/distributed/run.py takes them. `context` starts the error ("PET_NPROC_PER_NODE='abc'").
+int torchrun_nproc_per_node(std::string_view text, std::string_view context);
+
+// torchrun's --rdzv-backend (PET_RDZV_BACKEND, which a PyTorchJob's elasticPolicy sets) as
+// idist-run's rendezvous: c10d (and static) are the built-in one, "c10d" here. The one place
+// this mapping is made. Anything else is a UsageError naming `variable`.
+std::string torchrun_rdzv_backend(std::string_view variable, std::string_view value);
 
 // A yes/no variable, as env::parse_flag reads every one; its error as a UsageError.
 bool parse_env_flag(std::string_view name, std::string_view value);

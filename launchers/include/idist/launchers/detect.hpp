@@ -4,7 +4,9 @@
 //
 //   SLURM step > Open MPI > PMIx > MPICH/Intel MPI > MVAPICH > horovodrun > torchrun-style env
 //
-// (explicit flags, handled by the plan, come before all of them; local spawn after). Every
+// (explicit flags, handled by the plan, come before all of them; local spawn after). A
+// Kubeflow PyTorchJob pod (detect_pytorchjob) is a node rather than a rank: the plan asks for
+// it first, and detect() leaves the pod's RANK/WORLD_SIZE to it. Every
 // value keeps the variable it came from, for --dry-run and for error messages. When several
 // sources are present (srun --mpi=pmi2 also sets PMI_RANK; a container hook may set RANK under
 // srun) they must agree on what they both say.
@@ -51,11 +53,28 @@ struct Detected {
   std::uint64_t step = 0;                   // SLURM step id: steps of one job get different ports
   std::string job_id_from;                  // the variables job_id and step came from
   std::string run_id;                       // the job's (and step's) identity, for IDIST_RUN_ID; empty when unknown
+  bool one_node_assumed = false;            // torch's reading of a bare RANK/WORLD_SIZE: every rank on this node
+};
+
+// A pod of a Kubeflow PyTorchJob (the training operator's variables, detect/pytorchjob.cpp):
+// not a rank but one node of a job without a scheduler, as torchrun sees it there. What the
+// variables say becomes the options of such a job (--nnodes, --node-rank, --master-addr,
+// --rdzv-endpoint, -n) wherever the command line and the PET_* options leave them unset.
+struct PodDetected {
+  std::string source;                                  // "Kubeflow PyTorchJob pod (training-operator v1.7 or later)"
+  std::optional<Sourced<std::string>> nproc_per_node;  // a count, or torchrun's auto | gpu | cpu
+  std::optional<Sourced<int>> nnodes, min_nodes, node_rank, master_port;
+  std::optional<Sourced<std::string>> master_addr, rdzv_endpoint, rdzv_id;
+  std::string rdzv_backend;     // config::torchrun_rdzv_backend's answer; empty: PET_RDZV_BACKEND unset
+  std::string job_name;         // the same in every pod of the job (its master's or rendezvous' address)
+  std::string job_name_from;    // the variables job_name came from
+  std::vector<std::string> notes;
 };
 
 struct Detection {
   std::optional<Detected> found;   // nullopt: no outer launcher; idist-run spawns locally
   std::vector<std::string> notes;  // what was seen and deliberately not used, for -v and --dry-run
+  std::optional<PodDetected> pod;  // a PyTorchJob pod (--launcher auto only): a node, not a rank; `found` is empty
 };
 
 // Launcher names --launcher accepts; "auto" detects, "spawn" skips detection.
@@ -71,6 +90,11 @@ struct DetectOptions {
   bool job_id_needed = true;
   PmiClient pmi = ask_pmi_server;
 };
+
+// The pod's reading, or nullopt where no PET_* variable of the operator is set, or LOCAL_RANK
+// is (a rank that torchrun or idist-run started inherits the pod's PET_*). Throws DetectError
+// (one line naming the variables) for a malformed or contradictory set.
+std::optional<PodDetected> detect_pytorchjob(const env::Lookup& env);
 
 // Runs the detectors in priority order. Throws DetectError for malformed values, incomplete
 // sets, sources that disagree, and an outer launcher's marks (env::launcher_marks) that no

@@ -3,6 +3,8 @@
 // environment (the env contract) it gets. Made from the command line's options and what
 // detect() finds, in this order:
 //
+//  0. A Kubeflow PyTorchJob pod (detect_pytorchjob, unless --launcher or IDIST_NO_DETECT say
+//     otherwise): one node of a job as in 1, its variables filling the options left unset.
 //  1. --nnodes/--node-rank/--rdzv-endpoint (a job over several nodes without a scheduler):
 //     spawn -n ranks here as one node of the job. The nodes meet at a rendezvous (rendezvous.hpp)
 //     that gives each attempt its node ranks, world size and rank 0's port; --node-rank, when
@@ -50,6 +52,7 @@ struct LaunchOptions {
   bool bind = false;                  // --bind: pin each spawned rank to its share of our cores
   bool keep_slurm_env = false;        // --keep-slurm-env: spawned ranks keep their task's SLURM_* values
   bool local_rank_arg = false;        // --local-rank-arg: --local_rank=N follows the program in each rank's command
+  int max_restarts = 0;               // --max-restarts, for the ranks' TORCHELASTIC_MAX_RESTARTS
   std::vector<std::string> command;   // program (resolved) and its arguments
   // The program's file (resolve_program), for a look at the libraries it links; empty: not
   // looked at. An MPI program spawned as several ranks is refused (make_plan).
@@ -88,6 +91,7 @@ struct LaunchPlan {
   std::vector<std::vector<int>> cpu_shares;  // --bind in spawn mode: local rank i's cores; else empty
   bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
   bool local_rank_arg = false;  // rank_command inserts --local_rank=N after the program_words
+  int max_restarts = 0;         // the ranks' TORCHELASTIC_MAX_RESTARTS (rank_environment)
   std::size_t program_words = 1;  // program_words(command): "python3 -u train.py" is 3
   // A job over several nodes: the rendezvous decides node_rank, nnodes, world_size, rank and
   // master_port for each attempt (apply_assignment); until then they are placeholders.
@@ -111,6 +115,11 @@ env::Contract rank_contract(const LaunchPlan& plan, int index);
 // The plan's rank_defaults, like OMP_NUM_THREADS, are set only where unset.
 std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, char** base_environ);
 
+// torchrun's worker variables that are not the contract's (TORCHELASTIC_RESTART_COUNT,
+// TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE) for a
+// rank of `plan` with contract `rank`: rank_environment sets them, --dry-run shows them.
+std::vector<std::pair<std::string, std::string>> torchelastic_variables(const LaunchPlan& plan,
+                                                                        const env::Contract& rank);
 // The command line of local process `index`: plan.command, and with local_rank_arg
 // "--local_rank=N" (N its LOCAL_RANK) between the program and its own arguments (after the
 // script, when the program is a Python interpreter: program_words), where
