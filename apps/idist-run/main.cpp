@@ -196,9 +196,7 @@ void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOption
 // --rdzv-backend: torchrun's names. c10d and static are the built-in rendezvous (node 0's
 // idist-run); etcd and etcd-v2 (torchrun's two etcd rendezvous) are ours on etcd's v3 API.
 bool etcd_backend(const std::string& backend) {
-  if (backend == "c10d" || backend == "static") return false;
-  if (backend == "etcd" || backend == "etcd-v2") return true;
-  throw UsageError("--rdzv-backend '" + backend + "': not c10d (or static: the built-in rendezvous) nor etcd (or etcd-v2)");
+  return config::torchrun_rdzv_backend("--rdzv-backend", backend) == "etcd";
 }
 
 // Seconds, fractions allowed: a finite number and nothing else (nan passes a range check).
@@ -264,9 +262,15 @@ L::LaunchOptions launch_options(const Cli& cli) {
     if (min < max) options.min_nodes = min;
   }
   options.rdzv_endpoint = cli.rdzv_endpoint;
+  bool ignore_node_rank = false;
   if (checked(cli, "rdzv_backend", [&] { return etcd_backend(cli.rdzv_backend); })) {
     if (!cli.rdzv_endpoint) throw UsageError("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...]: etcd's members");
-    if (cli.node_rank) throw UsageError("--node-rank does not go with --rdzv-backend etcd: etcd ranks the nodes");
+    // A PyTorchJob's Master replica (operator v1.7+) has PET_NODE_RANK, which torchrun's etcd
+    // rendezvous ignores: so does ours.
+    const auto from = cli.outside.find("node_rank");
+    ignore_node_rank = cli.node_rank && from != cli.outside.end() && from->second.from == "PET_NODE_RANK";
+    if (cli.node_rank && !ignore_node_rank)
+      throw UsageError("--node-rank does not go with --rdzv-backend etcd: etcd ranks the nodes");
     // The plan's rendezvous endpoint stands for etcd's first member; MASTER_ADDR comes from
     // each attempt's assignment.
     checked(cli, "rdzv_endpoint", [&] {
@@ -277,7 +281,7 @@ L::LaunchOptions launch_options(const Cli& cli) {
       }
     });
   }
-  options.node_rank = cli.node_rank;
+  if (!ignore_node_rank) options.node_rank = cli.node_rank;
   options.master_addr = cli.master_addr;
   options.master_port = cli.master_port;
   options.rdzv_id = cli.rdzv_id;

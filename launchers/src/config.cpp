@@ -229,10 +229,11 @@ namespace {
 // torch/distributed/run.py): PET_ + the dest in capitals is what torchrun reads when its command
 // line does not give the option. Each is one of our keys, and our command line takes torchrun's
 // spelling of it (the table's `also` column: "--rdzv_id"; test_config checks both).
-// --rdzv_backend is mapped by torchrun_rdzv_backend, not here: torchrun's backends are not ours.
-constexpr std::string_view kTorchrunOptions[] = {"nproc_per_node", "nnodes",      "node_rank",     "master_addr",
-                                                 "master_port",    "rdzv_id",     "rdzv_endpoint", "rdzv_conf",
-                                                 "max_restarts",   "log_dir",     "module",        "no_python"};
+// --rdzv_backend's values are torchrun's names, mapped to ours by torchrun_rdzv_backend.
+constexpr std::string_view kTorchrunOptions[] = {"nproc_per_node", "nnodes",       "node_rank",     "master_addr",
+                                                 "master_port",    "rdzv_backend", "rdzv_id",       "rdzv_endpoint",
+                                                 "rdzv_conf",      "max_restarts", "log_dir",       "module",
+                                                 "no_python"};
 
 std::string upper(std::string_view text) {
   std::string out(text);
@@ -268,11 +269,11 @@ std::string torchrun_rdzv_backend(std::string_view variable, std::string_view va
   // torchrun's static backend is MASTER_ADDR:MASTER_PORT with fixed node ranks, c10d a
   // rendezvous at --rdzv-endpoint that ranks the nodes: idist-run's one rendezvous does both.
   if (value == "c10d" || value == "static") return "c10d";
-  if (value == "etcd" || value == "etcd-v2")
-    throw UsageError(fmt::format("{}='{}': idist-run has no etcd rendezvous yet; use c10d (rdzvBackend: c10d), "
-                                 "idist-run's built-in rendezvous, hosted by the pod PET_RDZV_ENDPOINT names",
-                                 variable, value));
-  throw UsageError(fmt::format("{}='{}' is not a rendezvous backend idist-run knows (c10d or static)", variable, value));
+  // torchrun's etcd-v2 is its etcd backend on etcd's v3 API, as ours is (rendezvous/etcd).
+  if (value == "etcd" || value == "etcd-v2") return "etcd";
+  throw UsageError(fmt::format("{}='{}' is not a rendezvous backend idist-run knows (c10d or static: the built-in "
+                               "rendezvous; etcd or etcd-v2: an etcd cluster)",
+                               variable, value));
 }
 
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup) {

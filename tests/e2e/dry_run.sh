@@ -187,7 +187,12 @@ bad "PyTorchJob RANK >= WORLD_SIZE" "Kubeflow PyTorchJob pod: RANK=2 is not belo
 bad "PyTorchJob PET_NPROC_PER_NODE=abc" "PET_NPROC_PER_NODE='abc'" "${PJ_V17[@]}" PET_NPROC_PER_NODE=abc
 bad "PyTorchJob WORLD_SIZE of neither convention" "WORLD_SIZE=6 is neither PET_NNODES=2 pods nor PET_NNODES x PET_NPROC_PER_NODE = 4 processes" \
   "${PJ_V17[@]}" WORLD_SIZE=6
-bad "PyTorchJob PET_RDZV_BACKEND=etcd" "PET_RDZV_BACKEND='etcd': idist-run has no etcd rendezvous yet" "${PJ_ELASTIC[@]}" PET_RDZV_BACKEND=etcd
+bad "PyTorchJob PET_RDZV_BACKEND=zk" "PET_RDZV_BACKEND='zk' is not a rendezvous backend idist-run knows" "${PJ_ELASTIC[@]}" PET_RDZV_BACKEND=zk
+# rdzvBackend: etcd: PET_RDZV_BACKEND and PET_RDZV_ENDPOINT are --rdzv-backend and etcd's members.
+out=$(plan "${PJ_ELASTIC[@]}" PET_RDZV_BACKEND=etcd PET_RDZV_ENDPOINT=etcd-0:2379,etcd-1:2379 "$RUN" --dry-run /bin/true 2>&1)
+check "PyTorchJob PET_RDZV_BACKEND=etcd: exit 0" equals $? 0
+check "... --rdzv-backend etcd from PET_RDZV_BACKEND" equals \
+  "$(q '.settings.rdzv_backend + " " + .settings_from.rdzv_backend' "$out")" "etcd PET_RDZV_BACKEND"
 bad "bare RANK/WORLD_SIZE with -n 2: ambiguous, the refusal names the PyTorchJob form" \
   "in a Kubeflow PyTorchJob pod (RANK and WORLD_SIZE count pods) set nprocPerNode" \
   MASTER_ADDR=mnist-master-0 MASTER_PORT=23456 WORLD_SIZE=2 RANK=1 IDIST_NPROC_PER_NODE=2

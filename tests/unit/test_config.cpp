@@ -223,7 +223,7 @@ TEST_CASE("PET_<OPTION>: torchrun's variable for every option torchrun has, afte
                          (s.key == "module" && std::string(s.also) == "-m");
     CHECK_MESSAGE(spelled, s.option, " does not take torchrun's spelling ", underscored);
   }
-  CHECK(torchrun_options == 12);
+  CHECK(torchrun_options == 13);
   CHECK(config::torchrun_variable(setting("nnodes")) == "PET_NNODES");
   CHECK(config::torchrun_variable(setting("rdzv_id")) == "PET_RDZV_ID");
   CHECK_FALSE(config::torchrun_variable(setting("grace")));
@@ -253,7 +253,10 @@ TEST_CASE("torchrun's -n values and rendezvous backends, mapped in one place eac
                        "PET_NPROC_PER_NODE='0': 0 processes is out of range (1 to 4096)", UsageError);
   CHECK(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "c10d") == "c10d");
   CHECK(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "static") == "c10d");
-  CHECK_THROWS_AS(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "etcd"), UsageError);
+  CHECK(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "etcd") == "etcd");
+  CHECK(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "etcd-v2") == "etcd");
   CHECK_THROWS_WITH_AS(config::torchrun_rdzv_backend("PET_RDZV_BACKEND", "zk"),
-                       "PET_RDZV_BACKEND='zk' is not a rendezvous backend idist-run knows (c10d or static)", UsageError);
+                       "PET_RDZV_BACKEND='zk' is not a rendezvous backend idist-run knows (c10d or static: the "
+                       "built-in rendezvous; etcd or etcd-v2: an etcd cluster)",
+                       UsageError);
 }

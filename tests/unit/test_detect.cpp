@@ -703,8 +703,8 @@ TEST_CASE("bad PyTorchJob variables: one line each, naming them") {
         "Kubeflow PyTorchJob pod: 2 pods but no MASTER_ADDR: where is the master pod?");
   CHECK(pod_error(with(kPyTorchJobWorkerV15, {{"PET_NNODES", "1:2"}})) ==
         "Kubeflow PyTorchJob pod: PET_NNODES='1:2' without PET_RDZV_ENDPOINT: MIN:MAX needs an elastic policy");
-  CHECK(contains(pod_error(with(kPyTorchJobElastic, {{"PET_RDZV_BACKEND", "etcd"}})),
-                 "PET_RDZV_BACKEND='etcd': idist-run has no etcd rendezvous yet"));
+  CHECK(contains(pod_error(with(kPyTorchJobElastic, {{"PET_RDZV_BACKEND", "zk"}})),
+                 "PET_RDZV_BACKEND='zk' is not a rendezvous backend idist-run knows"));
   CHECK(pod_error(without(kPyTorchJobElastic, {"PET_RDZV_ENDPOINT"})) ==
         "Kubeflow PyTorchJob pod: PET_RDZV_BACKEND is set but PET_RDZV_ENDPOINT is not: where do the pods meet?");
 }
