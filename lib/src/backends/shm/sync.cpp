@@ -23,11 +23,13 @@ void wake_all(Word& word) {
 }  // namespace
 
 void post(Word& word, std::uint32_t value) {
+  word.poster_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
   word.value.store(value, std::memory_order_seq_cst);
   wake_all(word);
 }
 
 std::uint32_t post_add(Word& word, std::uint32_t delta) {
+  word.poster_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
   const auto now = word.value.fetch_add(delta, std::memory_order_seq_cst) + delta;
   wake_all(word);
   return now;
@@ -48,6 +50,8 @@ void pause_once(bool oversubscribed) {
   asm volatile("yield");
 #endif
 }
+
+bool on_this_cpu(std::int32_t cpu) { return cpu >= 0 && ::sched_getcpu() == cpu; }
 
 void sleep_while(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::microseconds nap) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(nap).count();

@@ -27,6 +27,10 @@ struct alignas(64) Word {
   // By step modulo 3: with one-sided steps (shm_backend.cpp) a rank may post up to two steps
   // past one that a peer has yet to read the notes of.
   std::atomic<std::uint64_t> note[3][2]{};
+  // The cpu its poster ran on at its last post (sched_getcpu; -1: none yet). The words waited on
+  // in a collective have one poster each (a rank's arrival, the generation, a ring's head or
+  // tail): see wait_for. (The attach count, which every rank posts, is waited on yielding.)
+  std::atomic<std::int32_t> poster_cpu{-1};
 };
 static_assert(sizeof(Word) == 64, "a Word is one cache line");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex words must be plain 32-bit words");
@@ -54,6 +58,9 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
 
 namespace impl {
 void pause_once(bool oversubscribed);
+// Whether `cpu` is the one this thread runs on (sched_getcpu: a load from the rseq area where
+// glibc registers one, else the vDSO).
+bool on_this_cpu(std::int32_t cpu);
 // FUTEX_WAIT while the word holds `seen`, for at most `nap`; returns at once if it does not.
 void sleep_while(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::microseconds nap);
 inline constexpr auto kSpin = std::chrono::microseconds(50);
@@ -66,9 +73,16 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
   if (ready(word.value.load(std::memory_order_acquire))) return;
   // Spin, looking at the clock every few turns only: it costs more than a turn.
   const auto spin_until = Clock::now() + impl::kSpin;
+  // Past the pause budget the spin yields only where the rank it waits for last posted from this
+  // very cpu: there only a yield lets it run. Elsewhere a yield gives nothing to the rank but
+  // its core, for a whole slice, to whatever else runs there (a compiler on a busy machine),
+  // while the answer it waits for may come any moment from another core.
+  bool yield = policy.oversubscribed;
   for (unsigned turn = 1;; ++turn) {
-    impl::pause_once(policy.oversubscribed || turn > impl::kPauseTurns);
+    impl::pause_once(yield);
     if (ready(word.value.load(std::memory_order_acquire))) return;
+    if (turn >= impl::kPauseTurns && turn % 16 == 0 && !policy.oversubscribed)
+      yield = impl::on_this_cpu(word.poster_cpu.load(std::memory_order_relaxed));
     if (turn % 64 == 0 && Clock::now() > spin_until) break;
   }
   // between_naps() runs before every sleep, not only after one: what ends a wait early (a
