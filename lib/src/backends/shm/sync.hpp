@@ -4,9 +4,8 @@
 // between which the caller checks what can end the wait early (a dead peer, the deadline).
 // When ranks outnumber cores, spinning takes the core from the very rank being waited for, so
 // the spin then yields the processor at every turn instead of burning it; and even with a core
-// each, the scheduler sometimes puts two ranks on one core for a while, so after a few
-// microseconds of pausing the spin yields too (one in ten runs of 8-byte all_reduces on 2
-// ranks took 2.2 us instead of 0.22 without it).
+// each, the scheduler sometimes puts two ranks on one core for a while, which a waiter sees
+// from the cpu its poster last posted from (Word::poster_cpu): it then yields too.
 
 #include <atomic>
 #include <chrono>
@@ -64,7 +63,6 @@ bool on_this_cpu(std::int32_t cpu);
 // FUTEX_WAIT while the word holds `seen`, for at most `nap`; returns at once if it does not.
 void sleep_while(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::microseconds nap);
 inline constexpr auto kSpin = std::chrono::microseconds(50);
-inline constexpr unsigned kPauseTurns = 256;  // a few microseconds of pause instructions, then yields
 inline constexpr auto kNap = std::chrono::milliseconds(20);
 }  // namespace impl
 
@@ -73,15 +71,17 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
   if (ready(word.value.load(std::memory_order_acquire))) return;
   // Spin, looking at the clock every few turns only: it costs more than a turn.
   const auto spin_until = Clock::now() + impl::kSpin;
-  // Past the pause budget the spin yields only where the rank it waits for last posted from this
-  // very cpu: there only a yield lets it run. Elsewhere a yield gives nothing to the rank but
-  // its core, for a whole slice, to whatever else runs there (a compiler on a busy machine),
-  // while the answer it waits for may come any moment from another core.
+  // The spin yields where the rank it waits for last posted from this very cpu (asked after a
+  // few turns, past the answers that come at once, and again every 16): there only a yield lets
+  // it run, and pausing through a budget first cost 20 us per 8-byte all_reduce on 2 ranks the
+  // scheduler had put on one core (5.3-6.1 us yielding at once; 0.3-0.8 on two cores). Elsewhere
+  // it never yields: a yield gives nothing to the rank waited for, but this core, for a whole
+  // slice, to whatever else runs here (a compiler on a busy machine).
   bool yield = policy.oversubscribed;
   for (unsigned turn = 1;; ++turn) {
     impl::pause_once(yield);
     if (ready(word.value.load(std::memory_order_acquire))) return;
-    if (turn >= impl::kPauseTurns && turn % 16 == 0 && !policy.oversubscribed)
+    if (turn % 16 == 8 && !policy.oversubscribed)
       yield = impl::on_this_cpu(word.poster_cpu.load(std::memory_order_relaxed));
     if (turn % 64 == 0 && Clock::now() > spin_until) break;
   }
