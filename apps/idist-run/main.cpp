@@ -425,6 +425,8 @@ void fill_in(CLI::App& app, Cli& cli, const std::optional<config::File>& file) {
       resolved.text = setting.type == config::Type::boolean ? (option->as<bool>() ? "true" : "false")
                                                              : option->as<std::string>();
       resolved.from = on_command_line ? std::string(setting.option) : cli.outside.at(std::string(setting.key)).from;
+      // --no-bind is --bind's negation: name the one given.
+      if (on_command_line && setting.unset_decides && resolved.text == "false") resolved.from = "--no-" + std::string(setting.option.substr(2));
     } else if (setting.type == config::Type::boolean && !setting.unset_decides) {
       resolved.text = "false";
     } else if (!option->get_default_str().empty()) {

@@ -401,7 +401,7 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   const std::string here =
       std::to_string(ranks) + " rank(s) on " + std::to_string(n) + " usable cpu(s) (" + cpu_list(view.mask) + ")";
   if (bind == Bind::never) {
-    plan.binding = "not bound: --no-bind";
+    plan.binding = "not bound: --no-bind (or IDIST_BIND=0, or bind: false in a config file)";
     return;
   }
   if (bind == Bind::always) {
