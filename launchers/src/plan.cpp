@@ -390,11 +390,12 @@ CpuView cpu_view() {
 }
 
 // Unbound ranks of a busy machine are moved about by the scheduler, and two that land on one
-// core take turns at every step of a collective: 8-byte all_reduces on 2 ranks went from
-// 0.2-0.6 us bound to 11-13 us unbound in most runs (docs/BENCHMARKS.md). Hence binding by
-// default, as mpirun does, but only where it cannot hurt: each rank a cpu of its own, and the
+// core take turns at every step of a collective: 8-byte all_reduces on 2 ranks took 0.3-0.8 us
+// bound and 11-21 us unbound in most runs (docs/BENCHMARKS.md, item 14). Hence binding by
+// default, as mpirun does, but only where each rank gets a cpu of its own, and only among the
 // cpus nobody chose for us (a mask narrower than the allotment is someone's binding, which we
-// keep rather than cut up).
+// keep rather than cut up). The price, measured there too: a bound rank cannot leave a core
+// that other work shares, so large calls on a machine busy with other jobs can be slower bound.
 void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   plan.cpu_shares.clear();
   const std::size_t n = view.mask.size();
