@@ -169,8 +169,8 @@ fi
 out=$(taskset -c 0 "$RUN" -n 2 --bind sh -c "$show" 2>&1)
 check "--bind shares only the cores idist-run may use (taskset -c 0: both on 0)" \
   equals "$(cpus_of_rank 0 "$out")/$(cpus_of_rank 1 "$out")" "0/0"
-out=$("$RUN" -n 2 sh -c "$show" 2>&1)
-check "without --bind, ranks keep every core ($(cpus_of_rank 0 "$out"))" \
+out=$("$RUN" -n 2 --no-bind sh -c "$show" 2>&1)
+check "with --no-bind, ranks keep every core ($(cpus_of_rank 0 "$out"))" \
   equals "$(cpus_of_rank 0 "$out")" "$(grep Cpus_allowed_list /proc/self/status | cut -f2)"
 
 finish
