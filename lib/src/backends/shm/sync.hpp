@@ -26,10 +26,11 @@ struct alignas(64) Word {
   // By step modulo 3: with one-sided steps (shm_backend.cpp) a rank may post up to two steps
   // past one that a peer has yet to read the notes of.
   std::atomic<std::uint64_t> note[3][2]{};
-  // The cpu its poster ran on at its last post (sched_getcpu; -1: none yet). The words waited on
-  // in a collective have one poster each (a rank's arrival, the generation, a ring's head or
-  // tail): see wait_for. (The attach count, which every rank posts, is waited on yielding.)
+  // Who posted last, and from which cpu (sched_getcpu; -1: none yet): see wait_for. A rank's
+  // arrival and a ring's head or tail have one poster; the generation's is whichever rank
+  // arrives last, which may be the waiter itself, hence the process.
   std::atomic<std::int32_t> poster_cpu{-1};
+  std::atomic<std::int32_t> poster_pid{0};
 };
 static_assert(sizeof(Word) == 64, "a Word is one cache line");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex words must be plain 32-bit words");
@@ -57,9 +58,9 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
 
 namespace impl {
 void pause_once(bool oversubscribed);
-// Whether `cpu` is the one this thread runs on (sched_getcpu: a load from the rseq area where
-// glibc registers one, else the vDSO).
-bool on_this_cpu(std::int32_t cpu);
+// Whether another process last posted `word` from the cpu this thread runs on (sched_getcpu:
+// a load from the rseq area where glibc registers one, else the vDSO).
+bool poster_shares_cpu(const Word& word);
 // FUTEX_WAIT while the word holds `seen`, for at most `nap`; returns at once if it does not.
 void sleep_while(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::microseconds nap);
 inline constexpr auto kSpin = std::chrono::microseconds(50);
@@ -82,7 +83,7 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
     impl::pause_once(yield);
     if (ready(word.value.load(std::memory_order_acquire))) return;
     if (turn % 16 == 8 && !policy.oversubscribed)
-      yield = impl::on_this_cpu(word.poster_cpu.load(std::memory_order_relaxed));
+      yield = impl::poster_shares_cpu(word);
     if (turn % 64 == 0 && Clock::now() > spin_until) break;
   }
   // between_naps() runs before every sleep, not only after one: what ends a wait early (a
