@@ -297,7 +297,10 @@ L::LaunchOptions launch_options(const Cli& cli) {
   options.no_detect = config::no_detect_from_env();
   options.force_spawn = cli.force_spawn;
   options.dry_run = cli.dry_run;
-  options.bind = cli.bind;
+  // Neither --bind nor --no-bind (nor IDIST_BIND, nor a config file's bind): make_plan decides.
+  const auto bind = std::find_if(cli.resolved.begin(), cli.resolved.end(),
+                                 [](const config::Resolved& r) { return r.setting->key == "bind"; });
+  if (bind != cli.resolved.end() && bind->text) options.bind = cli.bind ? L::Bind::always : L::Bind::never;
   options.keep_slurm_env = cli.keep_slurm_env;
   options.local_rank_arg = cli.local_rank_arg;
   options.max_restarts = cli.max_restarts;
@@ -430,8 +433,9 @@ int run(const Cli& cli) {
   const std::string& path = options.program_path;
   if (plan.mode == L::Mode::exec) return exec_here(cli, plan, path);
 
+  spdlog::info("{}", plan.binding);
   for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)
-    spdlog::info("--bind: local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
+    spdlog::info("local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
   std::shared_ptr<L::NodeAgent> agent;
   std::shared_ptr<L::EtcdRendezvous> on_etcd;
   if (plan.rendezvous && etcd_backend(cli.rdzv_backend)) {
@@ -514,7 +518,9 @@ void fill_in(CLI::App& app, Cli& cli, const std::optional<config::File>& file) {
       resolved.text = setting.type == config::Type::boolean ? (option->as<bool>() ? "true" : "false")
                                                              : option->as<std::string>();
       resolved.from = on_command_line ? std::string(setting.option) : cli.outside.at(std::string(setting.key)).from;
-    } else if (setting.type == config::Type::boolean) {
+      // --no-bind is --bind's negation: name the one given.
+      if (on_command_line && setting.unset_decides && resolved.text == "false") resolved.from = "--no-" + std::string(setting.option.substr(2));
+    } else if (setting.type == config::Type::boolean && !setting.unset_decides) {
       resolved.text = "false";
     } else if (!option->get_default_str().empty()) {
       resolved.text = option->get_default_str();

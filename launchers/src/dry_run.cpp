@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "idist/launchers/plan.hpp"
+#include "idist/launchers/resources.hpp"
 
 namespace idist::launchers {
 
@@ -32,6 +33,9 @@ std::string dry_run_json(const LaunchPlan& plan) {
   out["run_id"] = job.run_id;
   out["command"] = plan.command;
   out["notes"] = plan.notes;
+  json cpus = json::array();
+  for (const auto& share : plan.cpu_shares) cpus.push_back(cpu_list(share));
+  out["binding"] = {{"bound", !plan.cpu_shares.empty()}, {"why", plan.binding}, {"cpus", std::move(cpus)}};
   json ranks = json::array();
   for (int i = 0; i < plan.local_count; ++i) {
     const auto contract = rank_contract(plan, i);

@@ -409,8 +409,10 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   auto plan = checked(unchecked_plan(o, env));
   refuse_mpi_program(plan, o);
   // Only ranks we spawn: srun and mpirun bind the tasks they start themselves.
-  if (o.bind && plan.mode == Mode::spawn)
-    plan.cpu_shares = cpu_shares(usable_cpus(), plan.local_count, numa_node_of_cpu());
+  if (plan.mode == Mode::spawn)
+    bind_ranks(plan, o.bind, plan.local_count, cpu_view());
+  else
+    plan.binding = "not bound by idist-run: it execs in place, and the outer launcher binds its tasks";
   plan.max_restarts = o.max_restarts;
   plan.keep_slurm_env = o.keep_slurm_env;
   plan.local_rank_arg = o.local_rank_arg;
@@ -452,6 +454,51 @@ LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env) {
 }
 
 }  // namespace
+
+CpuView cpu_view() {
+  auto allotted = allotted_cpus();
+  return {usable_cpus(), std::move(allotted.cpus), std::move(allotted.source), numa_node_of_cpu(), core_of_cpu()};
+}
+
+// Unbound ranks of a busy machine are moved about by the scheduler, and two that land on one
+// core take turns at every step of a collective: 8-byte all_reduces on 2 ranks took 0.3-0.8 us
+// bound and 11-21 us unbound in most runs (docs/BENCHMARKS.md, item 14). Hence binding by
+// default, as mpirun does, but only where each rank gets a cpu of its own, and only among the
+// cpus nobody chose for us (a mask narrower than the allotment is someone's binding, which we
+// keep rather than cut up). The price, measured there too: a bound rank cannot leave a core
+// that other work shares, so large calls on a machine busy with other jobs can be slower bound.
+void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
+  plan.cpu_shares.clear();
+  const std::size_t n = view.mask.size();
+  const std::string here =
+      std::to_string(ranks) + " rank(s) on " + std::to_string(n) + " usable cpu(s) (" + cpu_list(view.mask) + ")";
+  if (bind == Bind::never) {
+    plan.binding = "not bound: --no-bind (or IDIST_BIND=0, or bind: false in a config file)";
+    return;
+  }
+  if (bind == Bind::always) {
+    plan.cpu_shares = cpu_shares(view.mask, ranks, view.numa, view.core);
+    plan.binding = "bound (--bind): " + here;
+    if (static_cast<std::size_t>(ranks) > n) plan.binding += ", so some share a cpu";
+    return;
+  }
+  if (ranks > 0 && static_cast<std::size_t>(ranks) > n) {
+    plan.binding = "not bound: " + here + ": binding would put ranks on one cpu for good; the scheduler may "
+                   "move them (--bind forces it)";
+    return;
+  }
+  const bool narrowed = !view.allotted.empty() && std::any_of(view.allotted.begin(), view.allotted.end(), [&](int c) {
+    return !std::binary_search(view.mask.begin(), view.mask.end(), c);
+  });
+  if (narrowed) {
+    plan.binding = "not bound: idist-run's affinity mask (" + cpu_list(view.mask) + ") is narrower than the " +
+                   view.allotted_source + ": the user or an outer launcher bound it, and its ranks stay within it "
+                   "(--bind shares it out)";
+    return;
+  }
+  plan.cpu_shares = cpu_shares(view.mask, ranks, view.numa, view.core);
+  plan.binding = "bound (the default where every rank gets a cpu; --no-bind to opt out): " + here;
+}
 
 env::Contract rank_contract(const LaunchPlan& plan, int index) {
   env::Contract c = plan.job;

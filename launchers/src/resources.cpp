@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
+#include <tuple>
 #include <system_error>
 
 #include "parse_whole.hpp"
@@ -29,7 +31,65 @@ std::vector<int> parse_cpulist(const std::string& text) {
   return cpus;
 }
 
+std::vector<int> read_cpulist(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string list;
+  if (!in || !std::getline(in, list)) return {};
+  auto cpus = parse_cpulist(list);
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+std::optional<int> read_int(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string text;
+  if (!in || !std::getline(in, text)) return std::nullopt;
+  return parse_whole<int>(text);
+}
+
 }  // namespace
+
+CpuAllotment allotted_cpus(const std::filesystem::path& proc_cgroup, const std::filesystem::path& cgroup_root,
+                           const std::filesystem::path& online) {
+  // /proc/self/cgroup: "N:cpuset:/path" under cgroup v1, "0::/path" under v2 (whose cpuset
+  // file exists only where the cpuset controller is on).
+  std::ifstream in(proc_cgroup);
+  for (std::string line; std::getline(in, line);) {
+    const auto first = line.find(':');
+    const auto second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    const std::string relative = path.starts_with("/") ? path.substr(1) : path;
+    std::vector<std::filesystem::path> files;
+    if (controllers == "cpuset") {
+      files = {cgroup_root / "cpuset" / relative / "cpuset.effective_cpus", cgroup_root / "cpuset" / relative / "cpuset.cpus"};
+    } else if (controllers.empty() && line.starts_with("0:")) {
+      files = {cgroup_root / relative / "cpuset.cpus.effective", cgroup_root / "unified" / relative / "cpuset.cpus.effective"};
+    }
+    for (const auto& file : files)
+      if (auto cpus = read_cpulist(file); !cpus.empty()) return {cpus, "cgroup cpuset " + cpu_list(cpus)};
+  }
+  auto cpus = read_cpulist(online);
+  if (cpus.empty()) return {};
+  return {cpus, "online cpus " + cpu_list(cpus)};
+}
+
+std::map<int, int> core_of_cpu(const std::filesystem::path& cpu_dir) {
+  std::map<int, int> core;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(cpu_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with("cpu")) continue;
+    const auto cpu = parse_whole<int>(std::string_view(name).substr(3));
+    if (!cpu) continue;
+    const auto package = read_int(it->path() / "topology" / "physical_package_id");
+    const auto id = read_int(it->path() / "topology" / "core_id");
+    if (package && id) core[*cpu] = (std::max(*package, 0) << 16) + std::max(*id, 0);
+  }
+  return core;
+}
 
 GpuCount visible_gpus(const env::Lookup& env, const std::filesystem::path& driver_dir) {
   std::error_code ec;
@@ -82,7 +142,8 @@ std::map<int, int> numa_node_of_cpu(const std::filesystem::path& node_dir) {
   return numa;
 }
 
-std::vector<std::vector<int>> cpu_shares(const std::vector<int>& cpus, int ranks, const std::map<int, int>& numa) {
+std::vector<std::vector<int>> cpu_shares(const std::vector<int>& cpus, int ranks, const std::map<int, int>& numa,
+                                         const std::map<int, int>& core) {
   std::vector<std::vector<int>> shares(static_cast<std::size_t>(std::max(ranks, 0)));
   if (cpus.empty() || ranks <= 0) return shares;
   std::vector<int> ordered = cpus;
@@ -90,8 +151,14 @@ std::vector<std::vector<int>> cpu_shares(const std::vector<int>& cpus, int ranks
     const auto it = numa.find(cpu);
     return it == numa.end() ? 0 : it->second;
   };
-  std::stable_sort(ordered.begin(), ordered.end(),
-                   [&](int a, int b) { return std::pair(node_of(a), a) < std::pair(node_of(b), b); });
+  // A cpu the machine gives no core for counts as a core of its own, after the known ones.
+  const auto core_of = [&](int cpu) {
+    const auto it = core.find(cpu);
+    return it == core.end() ? (1 << 30) + cpu : it->second;
+  };
+  std::stable_sort(ordered.begin(), ordered.end(), [&](int a, int b) {
+    return std::tuple(node_of(a), core_of(a), a) < std::tuple(node_of(b), core_of(b), b);
+  });
   const auto n = ordered.size();
   const auto r = static_cast<std::size_t>(ranks);
   if (r >= n) {

@@ -4,61 +4,16 @@
 
 #include "idist/errors.hpp"
 #include "idist/idist.hpp"
+#include "reduce/half.hpp"
 
 namespace idist {
 
-// IEEE binary16 <-> binary32 by bit manipulation, rounding to nearest even, with subnormals,
-// infinities and NaN; no dependency on compiler support for _Float16.
-float16::float16(float value) {
-  const auto u = std::bit_cast<std::uint32_t>(value);
-  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
-  const std::uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) {  // NaN
-    bits = static_cast<std::uint16_t>(sign | 0x7e00u);
-  } else if (abs >= 0x477ff000u) {  // rounds to beyond the largest half (65504): infinity
-    bits = static_cast<std::uint16_t>(sign | 0x7c00u);
-  } else if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
-    if (abs < 0x33000000u) {  // below half the smallest subnormal
-      bits = sign;
-    } else {
-      const std::uint32_t exponent = abs >> 23;
-      const std::uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-      const std::uint32_t shift = 126 - exponent;  // 14 + (127 - 15) - exponent + 1 - 1
-      std::uint32_t half = mantissa >> shift;
-      const std::uint32_t rest = mantissa & ((1u << shift) - 1);
-      const std::uint32_t halfway = 1u << (shift - 1);
-      if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
-      bits = static_cast<std::uint16_t>(sign | half);
-    }
-  } else {
-    std::uint32_t half = ((abs >> 13) - (112u << 10));  // rebias 127 -> 15
-    const std::uint32_t rest = abs & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
-    bits = static_cast<std::uint16_t>(sign | half);
-  }
-}
+// IEEE binary16 <-> binary32 by bit manipulation (reduce/half.hpp, which the reduction kernels
+// inline), rounding to nearest even, with subnormals, infinities and NaN; no dependency on
+// compiler support for _Float16.
+float16::float16(float value) : bits(detail::float_to_half(value)) {}
 
-float16::operator float() const {
-  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
-  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
-  std::uint32_t mantissa = bits & 0x3ffu;
-  std::uint32_t u;
-  if (exponent == 0x1f) {
-    u = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    u = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    u = sign;
-  } else {  // subnormal half: normalise
-    std::uint32_t e = 113;
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --e;
-    }
-    u = sign | (e << 23) | ((mantissa & 0x3ffu) << 13);
-  }
-  return std::bit_cast<float>(u);
-}
+float16::operator float() const { return detail::half_to_float(bits); }
 
 void Tensor::check_dtype(DType wanted) const {
   if (wanted != dtype)

@@ -22,6 +22,43 @@ check "spawn: provenance covers rank, world_size, local_rank, node_rank, master_
 check "spawn: the job token is not printed" equals "$(q '.ranks[0].env.IDIST_JOB_TOKEN' "$out")" "<hidden>"
 check "spawn: hosts is this host" equals "$(q '.hosts[0]' "$out")" "$(hostname)"
 check "spawn: --backend shows" equals "$(q .backend "$(plan "$RUN" --dry-run --backend gloo /bin/true)")" gloo
+# Binding: by default where every rank gets a cpu of its own and nobody bound idist-run.
+cpus=$(nproc)  # idist-run's mask, as this shell's
+online=$(getconf _NPROCESSORS_ONLN)
+out=$(plan "$RUN" --dry-run -n 1 /bin/true)
+if [ "$cpus" -eq "$online" ]; then
+  check "binding: -n 1 on an unnarrowed mask: bound by default ($(q .binding.why "$out"))" \
+    equals "$(q .binding.bound "$out")" true
+  out=$(plan "$RUN" --dry-run -n "$cpus" /bin/true)
+  check "binding: one rank per cpu: bound, each on its own cpu" \
+    equals "$(q '[.binding.bound, (.binding.cpus | length), (.binding.cpus | unique | length)] | join(" ")' "$out")" \
+    "true $cpus $cpus"
+  check "binding: one cpu in each share" equals "$(q '.binding.cpus[0]' "$out" | tr ',' '\n' | wc -l)" 1
+else
+  echo "# SKIP: the default binding: this shell's affinity mask ($cpus cpus) is already narrower than the machine ($online)"
+fi
+out=$(plan "$RUN" --dry-run --no-bind -n 1 /bin/true)
+check "binding: --no-bind: not bound" equals "$(q .binding.bound "$out")" false
+check "binding: --no-bind: says why" contains "$(q .binding.why "$out")" "not bound: --no-bind"
+out=$(plan IDIST_BIND=0 "$RUN" --dry-run -n 1 /bin/true)
+check "binding: IDIST_BIND=0: not bound" equals "$(q .binding.bound "$out")" false
+out=$(plan "$RUN" --dry-run -n $((cpus + 1)) /bin/true)
+check "binding: more ranks than cpus: not bound by default" equals "$(q .binding.bound "$out")" false
+check "binding: ... says why" contains "$(q .binding.why "$out")" "$((cpus + 1)) rank(s) on $cpus usable cpu(s)"
+out=$(plan "$RUN" --dry-run --bind -n $((cpus + 1)) /bin/true)
+check "binding: --bind with more ranks than cpus: bound, sharing" equals "$(q '.binding.cpus | length' "$out")" $((cpus + 1))
+if [ "$online" -ge 2 ] && command -v taskset >/dev/null; then
+  out=$(plan taskset -c 0 "$RUN" --dry-run -n 1 /bin/true)
+  check "binding: under taskset -c 0: not bound (someone bound idist-run)" equals "$(q .binding.bound "$out")" false
+  check "binding: ... says why" contains "$(q .binding.why "$out")" "affinity mask (0) is narrower"
+  out=$(plan taskset -c 0 "$RUN" --dry-run --bind -n 2 /bin/true)
+  check "binding: --bind under taskset -c 0: both ranks on cpu 0" equals "$(q '.binding.cpus | join(" ")' "$out")" "0 0"
+else
+  echo "# SKIP: binding under taskset: needs taskset and 2 cpus"
+fi
+check "binding: settings show bind unset when neither --bind nor --no-bind is given" \
+  equals "$(q '.settings | has("bind")' "$(plan "$RUN" --dry-run /bin/true)")" false
+
 out=$(plan "$RUN" --dry-run --local-rank-arg -n 2 ./train.py --epochs 3)
 check "--local-rank-arg: --local_rank=N between the script and its arguments (as torch.distributed.launch)" \
   equals "$(q '.ranks[1].command | join(" ")' "$out")" "python3 -u ./train.py --local_rank=1 --epochs 3"

@@ -148,11 +148,29 @@ else
 fi
 out=$(OMP_NUM_THREADS=7 "$RUN" -n 2 --bind sh -c "$show" 2>&1)
 check "--bind keeps an OMP_NUM_THREADS the user set" equals "$(grep -c 'OMP=7$' <<<"$out")" 2
+# The default: bound where each rank gets a cpu of its own and nobody bound idist-run.
+all=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
+if [ "$(nproc)" -ge 2 ] && [ "$(nproc)" -eq "$(getconf _NPROCESSORS_ONLN)" ]; then
+  out=$("$RUN" -n 2 sh -c "$show" 2>&1)
+  check "default: ranks 0 and 1 bound to different cores ($(cpus_of_rank 0 "$out") and $(cpus_of_rank 1 "$out"))" \
+    test -n "$(cpus_of_rank 0 "$out")" -a "$(cpus_of_rank 0 "$out")" != "$(cpus_of_rank 1 "$out")" \
+    -a "$(cpus_of_rank 0 "$out")" != "$all"
+  out=$("$RUN" --no-bind -n 2 sh -c "$show" 2>&1)
+  check "--no-bind: every rank keeps idist-run's whole mask ($all)" equals \
+    "$(cpus_of_rank 0 "$out") $(cpus_of_rank 1 "$out")" "$all $all"
+  out=$("$RUN" -n $(($(nproc) + 1)) sh -c "$show" 2>&1)
+  check "default, more ranks than cores: not bound" equals "$(cpus_of_rank 0 "$out")" "$all"
+  out=$(taskset -c 0 "$RUN" -v -n 1 sh -c "$show" 2>&1)
+  check "default under taskset -c 0: the rank keeps the user's mask (0), not bound" equals "$(cpus_of_rank 0 "$out")" 0
+  check "... -v says why" contains "$out" "not bound: idist-run's affinity mask (0) is narrower"
+else
+  echo "# SKIP: the default binding: one core, or this shell's mask is already narrower than the machine"
+fi
 out=$(taskset -c 0 "$RUN" -n 2 --bind sh -c "$show" 2>&1)
 check "--bind shares only the cores idist-run may use (taskset -c 0: both on 0)" \
   equals "$(cpus_of_rank 0 "$out")/$(cpus_of_rank 1 "$out")" "0/0"
-out=$("$RUN" -n 2 sh -c "$show" 2>&1)
-check "without --bind, ranks keep every core ($(cpus_of_rank 0 "$out"))" \
+out=$("$RUN" -n 2 --no-bind sh -c "$show" 2>&1)
+check "with --no-bind, ranks keep every core ($(cpus_of_rank 0 "$out"))" \
   equals "$(cpus_of_rank 0 "$out")" "$(grep Cpus_allowed_list /proc/self/status | cut -f2)"
 
 finish

@@ -13,6 +13,7 @@
 
 #include "idist/launchers/plan.hpp"
 #include "idist/launchers/program.hpp"
+#include "idist/launchers/resources.hpp"
 #include "launcher_envs.hpp"
 
 using namespace idist;
@@ -914,4 +915,82 @@ TEST_CASE("every rank gets torchrun's TORCHELASTIC_*, ROLE_* and GROUP_* beside 
   CHECK(has("ROLE_WORLD_SIZE=2"));
   CHECK(has("GROUP_RANK=0"));
   CHECK(has("GROUP_WORLD_SIZE=1"));
+
+namespace {
+
+// A node of `cpus` cpus, idist-run's mask `mask` of them.
+CpuView node(std::vector<int> mask, int cpus, std::string source = "online cpus") {
+  CpuView v;
+  v.mask = std::move(mask);
+  for (int c = 0; c < cpus; ++c) v.allotted.push_back(c);
+  v.allotted_source = std::move(source);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("binding by default: each rank a cpu of its own where the ranks fit a mask nobody narrowed") {
+  LaunchPlan plan;
+  bind_ranks(plan, Bind::where_fits, 2, node({0, 1}, 2));
+  CHECK(plan.cpu_shares == std::vector<std::vector<int>>{{0}, {1}});
+  CHECK(plan.binding.starts_with("bound (the default"));
+  bind_ranks(plan, Bind::where_fits, 2, node({0, 1, 2, 3, 4, 5, 6, 7}, 8));
+  CHECK(plan.cpu_shares == std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  // A cgroup's cpuset (a container's allotment) is the machine to share, not someone's binding.
+  bind_ranks(plan, Bind::where_fits, 2, [] {
+    auto v = node({4, 5}, 0, "cgroup cpuset 4-5");
+    v.allotted = {4, 5};
+    return v;
+  }());
+  CHECK(plan.cpu_shares == std::vector<std::vector<int>>{{4}, {5}});
+}
+
+TEST_CASE("not bound by default: more ranks than cpus, or a mask the user or an outer launcher narrowed") {
+  LaunchPlan plan;
+  bind_ranks(plan, Bind::where_fits, 3, node({0, 1}, 2));
+  CHECK(plan.cpu_shares.empty());
+  CHECK(plan.binding.find("3 rank(s) on 2 usable cpu(s)") != std::string::npos);
+  // taskset -c 0 idist-run -n 1, srun --cpu-bind: the mask is narrower than the machine.
+  bind_ranks(plan, Bind::where_fits, 1, node({0}, 2));
+  CHECK(plan.cpu_shares.empty());
+  CHECK(plan.binding.find("narrower than the online cpus") != std::string::npos);
+  bind_ranks(plan, Bind::where_fits, 2, node({2, 3, 4, 5}, 8));
+  CHECK(plan.cpu_shares.empty());
+  // --no-bind: never.
+  bind_ranks(plan, Bind::never, 2, node({0, 1}, 2));
+  CHECK(plan.cpu_shares.empty());
+  CHECK(plan.binding.starts_with("not bound: --no-bind"));
+}
+
+TEST_CASE("--bind binds whatever the mask and count: within a narrowed mask, and ranks sharing cpus") {
+  LaunchPlan plan;
+  bind_ranks(plan, Bind::always, 2, node({2, 3, 4, 5}, 8));
+  CHECK(plan.cpu_shares == std::vector<std::vector<int>>{{2, 3}, {4, 5}});
+  bind_ranks(plan, Bind::always, 3, node({0, 1}, 2));
+  CHECK(plan.cpu_shares == std::vector<std::vector<int>>{{0}, {1}, {0}});
+  CHECK(plan.binding.find("some share a cpu") != std::string::npos);
+}
+
+TEST_CASE("make_plan binds spawned ranks, says so in --dry-run, and leaves exec mode to the outer launcher") {
+  const auto mask = usable_cpus();
+  const auto allotted = allotted_cpus().cpus;
+  const bool whole = std::all_of(allotted.begin(), allotted.end(),
+                                 [&](int c) { return std::binary_search(mask.begin(), mask.end(), c); });
+  auto o = options(static_cast<int>(mask.size()));
+  auto plan = make_plan(o, from({}));
+  CHECK(plan.cpu_shares.empty() == !whole);
+  auto json = nlohmann::json::parse(dry_run_json(plan));
+  CHECK(json["binding"]["bound"] == whole);
+  CHECK(json["binding"]["why"] == plan.binding);
+  CHECK(json["binding"]["cpus"].size() == plan.cpu_shares.size());
+  // One rank per cpu and one more: not bound.
+  plan = make_plan(options(static_cast<int>(mask.size()) + 1), from({}));
+  CHECK(plan.cpu_shares.empty());
+  o.bind = Bind::never;
+  CHECK(make_plan(o, from({})).cpu_shares.empty());
+  // A rank per task of an outer launcher, exec'd in place.
+  plan = make_plan(options(), from(kSrunCyclicTask1));
+  REQUIRE(plan.mode == Mode::exec);
+  CHECK(plan.cpu_shares.empty());
+  CHECK(plan.binding.find("outer launcher") != std::string::npos);
 }

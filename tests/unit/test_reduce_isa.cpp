@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <bit>
 #include <cstring>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <string>
@@ -227,6 +229,142 @@ TEST_CASE("reduce kernels: NaN wins MIN and MAX whichever side holds it, in ever
       detail::reduce_kernel(DType::float32, op, isa)(out.data(), a.data(), b.data(), out.size());
       for (std::size_t i : {0, 1, 31, 32}) CHECK(out[i] != out[i]);
       CHECK(out[2] == (op == ReduceOp::MIN ? 1.0f : 2.0f));
+    }
+  }
+}
+
+namespace {
+
+// float16's conversions as they were written before the kernels inlined them (one case per
+// class of value, a loop to normalise a subnormal): the reference the inline, branch-free ones
+// (reduce/half.hpp) and the F16C variant must equal bit for bit. (All 2^32 floats were compared
+// once, by hand: 0 differences; the tests below take every half and a stride of the floats.)
+std::uint16_t reference_to_half(float value) {
+  const auto u = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const std::uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds past 65504
+  if (abs < 0x38800000u) {                                                    // subnormal or zero
+    if (abs < 0x33000000u) return sign;
+    const std::uint32_t exponent = abs >> 23;
+    const std::uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
+    const std::uint32_t shift = 126 - exponent;
+    std::uint32_t half = mantissa >> shift;
+    const std::uint32_t rest = mantissa & ((1u << shift) - 1);
+    const std::uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
+    return static_cast<std::uint16_t>(sign | half);
+  }
+  std::uint32_t half = (abs >> 13) - (112u << 10);
+  const std::uint32_t rest = abs & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+float reference_to_float(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
+  std::uint32_t mantissa = bits & 0x3ffu;
+  std::uint32_t u;
+  if (exponent == 0x1f) {
+    u = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    u = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    u = sign;
+  } else {
+    std::uint32_t e = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    u = sign | (e << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  return std::bit_cast<float>(u);
+}
+
+// One element of a float16 reduction as it always was: widen, combine in float (a NaN in a
+// wins a SUM or PRODUCT: x86's first operand), round back.
+std::uint16_t reference_op(ReduceOp op, std::uint16_t a, std::uint16_t b) {
+  const float x = reference_to_float(a), y = reference_to_float(b);
+  switch (op) {
+    case ReduceOp::SUM: return reference_to_half(x != x ? x : x + y);
+    case ReduceOp::PRODUCT: return reference_to_half(x != x ? x : x * y);
+    case ReduceOp::MIN: return reference_to_half((y < x || y != y) ? y : x);
+    case ReduceOp::MAX: return reference_to_half((y > x || y != y) ? y : x);
+    default: return 0;
+  }
+}
+
+std::string hex32(std::uint64_t v) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("float16 conversions: every half, and a stride of every float, as the reference converts them") {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    float16 x;
+    x.bits = static_cast<std::uint16_t>(h);
+    const auto want = std::bit_cast<std::uint32_t>(reference_to_float(x.bits));
+    if (std::bit_cast<std::uint32_t>(static_cast<float>(x)) != want) FAIL_CHECK("half " << hex32(h));
+    // And back: a half is exact in float, so it returns as it was (a NaN as 0x7e00 with its sign).
+    const std::uint16_t back = (h & 0x7fffu) > 0x7c00u ? static_cast<std::uint16_t>((h & 0x8000u) | 0x7e00u)
+                                                        : static_cast<std::uint16_t>(h);
+    if (float16(static_cast<float>(x)).bits != back) FAIL_CHECK("half " << hex32(h) << " and back");
+  }
+  // 2^32 / 65537: every exponent and sign, mantissas spread across; then the rounding edges.
+  int wrong = 0;
+  for (std::uint64_t u = 0; u < (std::uint64_t{1} << 32); u += 65537) {
+    const float f = std::bit_cast<float>(static_cast<std::uint32_t>(u));
+    if (float16(f).bits != reference_to_half(f) && wrong++ < 5) FAIL_CHECK("float " << hex32(u));
+  }
+  for (std::uint32_t edge : {0x477ff000u, 0x477fefffu, 0x47800000u, 0x38800000u, 0x387fffffu, 0x33000000u,
+                             0x33000001u, 0x32ffffffu, 0x7f800000u, 0x7f800001u, 0x7fc00000u, 0x00000001u}) {
+    for (std::uint32_t near = edge - 2; near != edge + 3; ++near) {
+      for (std::uint32_t sign : {0u, 0x80000000u}) {
+        const float f = std::bit_cast<float>(near | sign);
+        CHECK_MESSAGE(float16(f).bits == reference_to_half(f), "float " << hex32(near | sign));
+      }
+    }
+  }
+}
+
+TEST_CASE("float16 reductions: every variant gives what float16's kernels always gave, element by element") {
+  std::mt19937_64 rng(16);
+  for (auto isa : detail::kReduceIsas) {
+    if (!detail::cpu_has(isa)) continue;
+    for (auto op : {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX}) {
+      const auto kernel = detail::reduce_kernel(DType::float16, op, isa);
+      for (auto count : kLengths) {
+        std::vector<std::uint16_t> a(count), b(count), out(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          a[i] = static_cast<std::uint16_t>(rng());
+          // Half of them finite and near a's, whose sums round; the rest any bits.
+          b[i] = rng() % 2 ? static_cast<std::uint16_t>(rng()) : static_cast<std::uint16_t>(a[i] ^ (rng() & 0x83ffu));
+        }
+        kernel(out.data(), a.data(), b.data(), count);
+        int wrong = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          const auto want = reference_op(op, a[i], b[i]);
+          if (out[i] != want && wrong++ < 3)
+            FAIL_CHECK(detail::to_string(isa) << " " << to_string(op) << " count " << count << " element " << i
+                                              << ": a=" << hex32(a[i]) << " b=" << hex32(b[i]) << " want "
+                                              << hex32(want) << " got " << hex32(out[i]));
+        }
+      }
+    }
+    // AVG's division, in float.
+    for (int divisor : {2, 3, 7}) {
+      std::vector<std::uint16_t> x(1000);
+      for (auto& v : x) v = static_cast<std::uint16_t>(rng());
+      auto got = x;
+      detail::divide(got.data(), got.size(), DType::float16, divisor, isa);
+      for (std::size_t i = 0; i < x.size(); ++i)
+        CHECK(got[i] == reference_to_half(reference_to_float(x[i]) / static_cast<float>(divisor)));
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -10,6 +11,8 @@
 #include "idist/launchers/resources.hpp"
 
 namespace fs = std::filesystem;
+using idist::launchers::allotted_cpus;
+using idist::launchers::core_of_cpu;
 using idist::launchers::cpu_list;
 using idist::launchers::cpu_shares;
 using idist::launchers::numa_node_of_cpu;
@@ -79,6 +82,63 @@ TEST_CASE("cores are shared out in contiguous shares that keep to one NUMA node 
   // A restricted mask (a cgroup, an outer launcher's binding) is all there is to share.
   CHECK(cpu_shares({2, 3, 6, 7}, 2) == std::vector<std::vector<int>>{{2, 3}, {6, 7}});
   CHECK(cpu_shares({}, 2) == std::vector<std::vector<int>>{{}, {}});
+}
+
+TEST_CASE("hyperthreads of one core stay in one share") {
+  // Intel's numbering: cpus 0-3 are cores 0-3, cpus 4-7 their second threads.
+  const std::vector<int> eight = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::map<int, int> core;
+  for (int c : eight) core[c] = c % 4;
+  CHECK(cpu_shares(eight, 2, {}, core) == std::vector<std::vector<int>>{{0, 4, 1, 5}, {2, 6, 3, 7}});
+  CHECK(cpu_shares(eight, 4, {}, core) == std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+}
+
+TEST_CASE("cores from /sys/devices/system/cpu/cpu*/topology") {
+  TempDir dir;
+  const auto write = [](const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+  };
+  for (int c = 0; c < 4; ++c) {
+    write(dir.path / ("cpu" + std::to_string(c)) / "topology" / "physical_package_id", c < 2 ? "0" : "1");
+    write(dir.path / ("cpu" + std::to_string(c)) / "topology" / "core_id", std::to_string(c % 2));
+  }
+  fs::create_directories(dir.path / "cpufreq");  // not a cpu
+  const auto core = core_of_cpu(dir.path);
+  CHECK(core.size() == 4);
+  CHECK(core.at(0) != core.at(1));
+  CHECK(core.at(0) != core.at(2));  // the same core id in another package is another core
+  CHECK(core_of_cpu(dir.path / "absent").empty());
+}
+
+TEST_CASE("the cpus allotted before anyone binds: the cgroup's cpuset, else the online cpus") {
+  TempDir dir;
+  const auto write = [](const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+  };
+  write(dir.path / "online", "0-7");
+  // cgroup v1, as in a container: the cpuset controller's own line.
+  write(dir.path / "v1" / "cgroup", "4:memory:/job\n3:cpuset:/job\n0::/");
+  write(dir.path / "root" / "cpuset" / "job" / "cpuset.effective_cpus", "2-3,6");
+  auto a = allotted_cpus(dir.path / "v1" / "cgroup", dir.path / "root", dir.path / "online");
+  CHECK(a.cpus == std::vector<int>{2, 3, 6});
+  CHECK(a.source == "cgroup cpuset 2-3,6");
+  // cgroup v2: the one hierarchy's line.
+  write(dir.path / "v2" / "cgroup", "0::/slice/job.scope");
+  write(dir.path / "root" / "slice" / "job.scope" / "cpuset.cpus.effective", "0-3");
+  CHECK(allotted_cpus(dir.path / "v2" / "cgroup", dir.path / "root", dir.path / "online").cpus ==
+        std::vector<int>{0, 1, 2, 3});
+  // No cpuset file (the controller off): the online cpus.
+  write(dir.path / "none" / "cgroup", "0::/elsewhere");
+  a = allotted_cpus(dir.path / "none" / "cgroup", dir.path / "root", dir.path / "online");
+  CHECK(a.cpus.size() == 8);
+  CHECK(a.source == "online cpus 0-7");
+  CHECK(allotted_cpus(dir.path / "absent", dir.path / "absent", dir.path / "absent").cpus.empty());
+  // This machine: the mask is within what it allots.
+  const auto here = allotted_cpus();
+  for (int c : idist::launchers::usable_cpus())
+    CHECK((here.cpus.empty() || std::binary_search(here.cpus.begin(), here.cpus.end(), c)));
 }
 
 TEST_CASE("cpu lists are written as the kernel writes them") {

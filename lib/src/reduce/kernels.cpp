@@ -1,12 +1,19 @@
 #include "reduce/kernels.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include "in_step_error.hpp"
+#include "reduce/half.hpp"
 #include "reduce/isa.hpp"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 namespace idist::detail {
 namespace {
@@ -56,25 +63,59 @@ struct Xor {
   W operator()(W a, W b) const { return static_cast<W>(a ^ b); }
 };
 
+// T to its arithmetic type and back; float16's through reduce/half.hpp, inline (its class's
+// conversions are out of line, a call per element that keeps a loop scalar).
+template <class T>
+[[gnu::always_inline]] inline Wide<T> widen(T x) {
+  if constexpr (std::is_same_v<T, float16>)
+    return half_to_float(x.bits);
+  else
+    return static_cast<Wide<T>>(x);
+}
+template <class T>
+[[gnu::always_inline]] inline T narrow(Wide<T> x) {
+  if constexpr (std::is_same_v<T, float16>) {
+    T out;
+    out.bits = float_to_half(x);
+    return out;
+  } else {
+    return static_cast<T>(x);
+  }
+}
+
+// Op on two widened elements. For float16, a sum or product of two NaNs is a's NaN (its sign,
+// the only part a half NaN keeps here): what x86 gives for the first operand of an SSE add or
+// multiply, and what float16's kernels always gave when they called a conversion per element.
+// Said outright, because the compiler may put either operand first once the loop is inline.
+template <class T, class Op>
+[[gnu::always_inline]] inline Wide<T> op_on(Wide<T> a, Wide<T> b) {
+  const Wide<T> r = Op{}(a, b);
+  if constexpr (std::is_same_v<T, float16> && (std::is_same_v<Op, Sum> || std::is_same_v<Op, Product>)) {
+    // A mask rather than ?:, for the reason half.hpp gives: the loop stays vectorisable.
+    const std::uint32_t a_is_nan = 0u - static_cast<std::uint32_t>(a != a);
+    return std::bit_cast<float>((a_is_nan & std::bit_cast<std::uint32_t>(a)) |
+                                (~a_is_nan & std::bit_cast<std::uint32_t>(r)));
+  } else {
+    return r;
+  }
+}
+
 // The two loops every variant runs. Always inlined, so that each is compiled (and vectorised by
-// -O3) for the instruction set of the function it lands in; the operators above and bfloat16's
-// inline conversions are inlined into it in turn (float16's are out of line, in
-// types_and_errors.cpp: its loops stay scalar at every width). `out` may alias `a` or `b`: GCC
-// checks the overlap at run time, and a distance of 0 keeps the vector loop.
+// -O3) for the instruction set of the function it lands in; the operators above and the 16-bit
+// floats' conversions are inlined into it in turn. `out` may alias `a` or `b`: GCC checks the
+// overlap at run time, and a distance of 0 keeps the vector loop.
 template <class T, class Op>
 [[gnu::always_inline]] inline void combine(void* out, const void* a, const void* b, std::size_t count) {
   auto* o = static_cast<T*>(out);
   const auto* x = static_cast<const T*>(a);
   const auto* y = static_cast<const T*>(b);
-  for (std::size_t i = 0; i < count; ++i) {
-    o[i] = static_cast<T>(Op{}(static_cast<Wide<T>>(x[i]), static_cast<Wide<T>>(y[i])));
-  }
+  for (std::size_t i = 0; i < count; ++i) o[i] = narrow<T>(op_on<T, Op>(widen(x[i]), widen(y[i])));
 }
 
 template <class T>
 [[gnu::always_inline]] inline void divide_each(T* x, std::size_t count, int divisor) {
   const auto d = static_cast<Wide<T>>(divisor);
-  for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<T>(static_cast<Wide<T>>(x[i]) / d);
+  for (std::size_t i = 0; i < count; ++i) x[i] = narrow<T>(widen(x[i]) / d);
 }
 
 // One struct per instruction set (reduce/isa.hpp), each the same two loops compiled for it.
@@ -98,13 +139,84 @@ struct Baseline {
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define IDIST_REDUCE_X86 1
+// float16 where the CPU has F16C (every AVX2 CPU made, but a hypervisor may hide it): 8 halves
+// at a time converted by the hardware into a block of floats, the operator's float loop on the
+// blocks (vectorised as float32's), and back. The hardware rounds as half.hpp does (to nearest
+// even, explicitly, whatever MXCSR says), with the same subnormals and infinities; it keeps a
+// NaN's payload where float16(float) makes it 0x7e00, so NaNs are made so here too (and a
+// signalling half NaN it widens quieted, which only the payload, dropped on the way back, shows).
+bool cpu_has_f16c() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") != 0;
+  }();
+  return has;
+}
+
+[[gnu::target("avx2,f16c")]] inline void halves_to_floats(const float16* in, float* out, std::size_t count) {
+  std::size_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  for (; i < count; ++i) out[i] = half_to_float(in[i].bits);
+}
+
+[[gnu::target("avx2,f16c")]] inline void floats_to_halves(const float* in, float16* out, std::size_t count) {
+  const __m128i magnitude = _mm_set1_epi16(0x7fff);
+  const __m128i infinity = _mm_set1_epi16(0x7c00);
+  const __m128i sign = _mm_set1_epi16(static_cast<short>(0x8000));
+  const __m128i quiet = _mm_set1_epi16(0x7e00);
+  std::size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, magnitude), infinity);  // signed: magnitudes fit
+    const __m128i canonical = _mm_or_si128(_mm_and_si128(h, sign), quiet);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_blendv_epi8(h, canonical, nan));
+  }
+  for (; i < count; ++i) out[i].bits = float_to_half(in[i]);
+}
+
+// Blocks that stay in L1 beside their inputs. `out` may alias `a` or `b`: a block is read whole
+// before it is written.
+inline constexpr std::size_t kHalfBlock = 512;
+
+template <class Op>
+[[gnu::target("avx2,f16c")]] void combine_f16c(void* out, const void* a, const void* b, std::size_t count) {
+  auto* o = static_cast<float16*>(out);
+  const auto* x = static_cast<const float16*>(a);
+  const auto* y = static_cast<const float16*>(b);
+  alignas(64) float fx[kHalfBlock];
+  alignas(64) float fy[kHalfBlock];
+  for (std::size_t at = 0; at < count; at += kHalfBlock) {
+    const std::size_t n = std::min(kHalfBlock, count - at);
+    halves_to_floats(x + at, fx, n);
+    halves_to_floats(y + at, fy, n);
+    for (std::size_t i = 0; i < n; ++i) fx[i] = op_on<float16, Op>(fx[i], fy[i]);
+    floats_to_halves(fx, o + at, n);
+  }
+}
+
+[[gnu::target("avx2,f16c")]] void divide_f16c(float16* x, std::size_t count, int divisor) {
+  const auto d = static_cast<float>(divisor);
+  alignas(64) float fx[kHalfBlock];
+  for (std::size_t at = 0; at < count; at += kHalfBlock) {
+    const std::size_t n = std::min(kHalfBlock, count - at);
+    halves_to_floats(x + at, fx, n);
+    for (std::size_t i = 0; i < n; ++i) fx[i] /= d;
+    floats_to_halves(fx, x + at, n);
+  }
+}
+
 struct Avx2 {
   template <class T, class Op>
   [[gnu::target("avx2")]] static void apply(void* out, const void* a, const void* b, std::size_t count) {
+    if constexpr (std::is_same_v<T, float16>)
+      if (cpu_has_f16c()) return combine_f16c<Op>(out, a, b, count);
     combine<T, Op>(out, a, b, count);
   }
   template <class T>
   [[gnu::target("avx2")]] static void divide(T* x, std::size_t count, int divisor) {
+    if constexpr (std::is_same_v<T, float16>)
+      if (cpu_has_f16c()) return divide_f16c(x, count, divisor);
     divide_each(x, count, divisor);
   }
 };
@@ -114,11 +226,15 @@ struct Avx512 {
   template <class T, class Op>
   [[gnu::target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")]] static void apply(
       void* out, const void* a, const void* b, std::size_t count) {
+    if constexpr (std::is_same_v<T, float16>)  // F16C's 256-bit path: conversion, not width, bounds it
+      if (cpu_has_f16c()) return combine_f16c<Op>(out, a, b, count);
     combine<T, Op>(out, a, b, count);
   }
   template <class T>
   [[gnu::target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")]] static void divide(
       T* x, std::size_t count, int divisor) {
+    if constexpr (std::is_same_v<T, float16>)
+      if (cpu_has_f16c()) return divide_f16c(x, count, divisor);
     divide_each(x, count, divisor);
   }
 };

@@ -57,7 +57,7 @@ struct Options {
   bool verbose = false;
   bool module = false;          // -m: the program is a Python module
   bool no_python = false;       // --no-python: a .py program runs directly
-  bool bind = false;            // pin each local rank to its share of the cores
+  bool bind = false;            // --bind/--no-bind; neither (the option unset): bind where the ranks fit
   bool keep_slurm_env = false;  // spawned ranks keep their SLURM task's variables
   bool local_rank_arg = false;  // each rank's arguments get --local_rank=N
 };
@@ -84,6 +84,7 @@ struct Setting {
   Check check = Check::none;
   bool show_default = false;  // --help shows the default
   bool secret = false;        // shown as "<hidden>" by --print-config and --dry-run (it is the store's password)
+  bool unset_decides = false;  // a flag whose absence is a choice of its own (--bind/--no-bind): unset, not false
 };
 
 // Every option idist-run has, but --config, --print-config(-keys), --status, --help and
@@ -171,10 +172,12 @@ inline constexpr Setting kSettings[] = {
     {"no_python", "--no-python", "IDIST_NO_PYTHON", Type::boolean, "--no_python",
      "Run a .py program directly (it needs #! and +x) rather than under python3 -u (as torchrun --no-python)",
      &Options::no_python},
-    {"bind", "--bind", "IDIST_BIND", Type::boolean, "",
-     "Pin each local rank to its share of the usable cores (whole NUMA nodes where the counts allow) and set "
-     "OMP_NUM_THREADS to match, unless it is set",
-     &Options::bind},
+    {"bind", "--bind", "IDIST_BIND", Type::boolean, "!--no-bind",
+     "Pin each spawned rank to its share of the usable cores (whole cores, whole NUMA nodes where the counts "
+     "allow) and set OMP_NUM_THREADS to match, unless it is set. Default: bound where every rank gets a cpu of "
+     "its own and nobody bound idist-run (its affinity mask is all its cgroup or machine has); --bind binds "
+     "whatever the mask and count, --no-bind (IDIST_BIND=0) never; -v and --dry-run say which and why",
+     &Options::bind, Check::none, false, false, true},
     {"keep_slurm_env", "--keep-slurm-env", "IDIST_KEEP_SLURM_ENV", Type::boolean, "",
      "Ranks spawned inside a SLURM task keep the task's SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... (by default "
      "each gets those srun would have given it as a task of its own)",

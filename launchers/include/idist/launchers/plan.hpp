@@ -31,6 +31,13 @@
 
 namespace idist::launchers {
 
+// Whether spawned ranks are pinned to cores (bind_ranks decides).
+enum class Bind {
+  where_fits,  // neither --bind nor --no-bind: as mpirun does, where each rank gets a core of its own
+  always,      // --bind (IDIST_BIND=1): share out whatever cpus idist-run may use, one each at least
+  never,       // --no-bind (IDIST_BIND=0)
+};
+
 struct LaunchOptions {
   std::optional<int> nproc_per_node;  // -n; unset: 1, or one rank per outer task
   std::optional<int> nnodes;          // several nodes without a scheduler (MAX of MIN:MAX)
@@ -49,7 +56,7 @@ struct LaunchOptions {
   bool no_detect = false;             // IDIST_NO_DETECT=1
   bool force_spawn = false;           // spawn -n K even when the node already runs several tasks
   bool dry_run = false;               // reserve nothing
-  bool bind = false;                  // --bind: pin each spawned rank to its share of our cores
+  Bind bind = Bind::where_fits;       // pin each spawned rank to its share of our cores
   bool keep_slurm_env = false;        // --keep-slurm-env: spawned ranks keep their task's SLURM_* values
   bool local_rank_arg = false;        // --local-rank-arg: --local_rank=N follows the program in each rank's command
   int max_restarts = 0;               // --max-restarts, for the ranks' TORCHELASTIC_MAX_RESTARTS
@@ -88,7 +95,8 @@ struct LaunchPlan {
   // would hold back its output until exit (python3 without -u, as users write it).
   std::map<std::string, std::string> rank_defaults;
   std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
-  std::vector<std::vector<int>> cpu_shares;  // --bind in spawn mode: local rank i's cores; else empty
+  std::vector<std::vector<int>> cpu_shares;  // bound (spawn mode): local rank i's cores; else empty
+  std::string binding;  // for -v and --dry-run: whether the ranks are bound, and why
   bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
   bool local_rank_arg = false;  // rank_command inserts --local_rank=N after the program_words
   int max_restarts = 0;         // the ranks' TORCHELASTIC_MAX_RESTARTS (rank_environment)
@@ -103,6 +111,23 @@ struct LaunchPlan {
 // world of one, every rank doing all the work and exiting 0; mpirun must start such ranks.
 // Throws DetectError for a broken environment.
 LaunchPlan make_plan(const LaunchOptions& options, const env::Lookup& env = env::process_env());
+
+// What the node looks like to bind_ranks: read from the kernel by make_plan, given by tests.
+struct CpuView {
+  std::vector<int> mask;      // idist-run's affinity mask (usable_cpus)
+  std::vector<int> allotted;  // the cpus given to processes here before anyone binds (allotted_cpus)
+  std::string allotted_source;
+  std::map<int, int> numa;    // numa_node_of_cpu
+  std::map<int, int> core;    // core_of_cpu
+};
+CpuView cpu_view();
+
+// The policy of binding, for `ranks` ranks spawned here (none of it applies to exec mode, whose
+// outer launcher binds its tasks): Bind::where_fits binds when every rank gets a cpu of its
+// own and nobody bound idist-run already (its mask is the whole allotment); Bind::always
+// shares out the mask whatever it is (two ranks on one cpu when they outnumber it);
+// Bind::never does not. Fills plan.cpu_shares (empty: not bound) and plan.binding.
+void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view);
 
 // The contract of local process `index` (0 <= index < local_count).
 env::Contract rank_contract(const LaunchPlan& plan, int index);

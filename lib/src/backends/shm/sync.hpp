@@ -4,9 +4,8 @@
 // between which the caller checks what can end the wait early (a dead peer, the deadline).
 // When ranks outnumber cores, spinning takes the core from the very rank being waited for, so
 // the spin then yields the processor at every turn instead of burning it; and even with a core
-// each, the scheduler sometimes puts two ranks on one core for a while, so after a few
-// microseconds of pausing the spin yields too (one in ten runs of 8-byte all_reduces on 2
-// ranks took 2.2 us instead of 0.22 without it).
+// each, the scheduler sometimes puts two ranks on one core for a while, which a waiter sees
+// from the cpu its poster last posted from (Word::poster_cpu): it then yields too.
 
 #include <atomic>
 #include <chrono>
@@ -27,6 +26,11 @@ struct alignas(64) Word {
   // By step modulo 3: with one-sided steps (shm_backend.cpp) a rank may post up to two steps
   // past one that a peer has yet to read the notes of.
   std::atomic<std::uint64_t> note[3][2]{};
+  // Who posted last, and from which cpu (sched_getcpu; -1: none yet): see wait_for. A rank's
+  // arrival and a ring's head or tail have one poster; the generation's is whichever rank
+  // arrives last, which may be the waiter itself, hence the process.
+  std::atomic<std::int32_t> poster_cpu{-1};
+  std::atomic<std::int32_t> poster_pid{0};
 };
 static_assert(sizeof(Word) == 64, "a Word is one cache line");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex words must be plain 32-bit words");
@@ -54,10 +58,12 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
 
 namespace impl {
 void pause_once(bool oversubscribed);
+// Whether another process last posted `word` from the cpu this thread runs on (sched_getcpu:
+// a load from the rseq area where glibc registers one, else the vDSO).
+bool poster_shares_cpu(const Word& word);
 // FUTEX_WAIT while the word holds `seen`, for at most `nap`; returns at once if it does not.
 void sleep_while(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::chrono::microseconds nap);
 inline constexpr auto kSpin = std::chrono::microseconds(50);
-inline constexpr unsigned kPauseTurns = 256;  // a few microseconds of pause instructions, then yields
 inline constexpr auto kNap = std::chrono::milliseconds(20);
 }  // namespace impl
 
@@ -66,9 +72,18 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
   if (ready(word.value.load(std::memory_order_acquire))) return;
   // Spin, looking at the clock every few turns only: it costs more than a turn.
   const auto spin_until = Clock::now() + impl::kSpin;
+  // The spin yields where the rank it waits for last posted from this very cpu (asked after a
+  // few turns, past the answers that come at once, and again every 16): there only a yield lets
+  // it run, and pausing through a budget first cost 20 us per 8-byte all_reduce on 2 ranks the
+  // scheduler had put on one core (5.3-6.1 us yielding at once; 0.3-0.8 on two cores). Elsewhere
+  // it never yields: a yield gives nothing to the rank waited for, but this core, for a whole
+  // slice, to whatever else runs here (a compiler on a busy machine).
+  bool yield = policy.oversubscribed;
   for (unsigned turn = 1;; ++turn) {
-    impl::pause_once(policy.oversubscribed || turn > impl::kPauseTurns);
+    impl::pause_once(yield);
     if (ready(word.value.load(std::memory_order_acquire))) return;
+    if (turn % 16 == 8 && !policy.oversubscribed)
+      yield = impl::poster_shares_cpu(word);
     if (turn % 64 == 0 && Clock::now() > spin_until) break;
   }
   // between_naps() runs before every sleep, not only after one: what ends a wait early (a
