@@ -915,6 +915,7 @@ TEST_CASE("every rank gets torchrun's TORCHELASTIC_*, ROLE_* and GROUP_* beside 
   CHECK(has("ROLE_WORLD_SIZE=2"));
   CHECK(has("GROUP_RANK=0"));
   CHECK(has("GROUP_WORLD_SIZE=1"));
+}
 
 namespace {
 
