@@ -224,7 +224,7 @@ bad "PyTorchJob RANK >= WORLD_SIZE" "Kubeflow PyTorchJob pod: RANK=2 is not belo
 bad "PyTorchJob PET_NPROC_PER_NODE=abc" "PET_NPROC_PER_NODE='abc'" "${PJ_V17[@]}" PET_NPROC_PER_NODE=abc
 bad "PyTorchJob WORLD_SIZE of neither convention" "WORLD_SIZE=6 is neither PET_NNODES=2 pods nor PET_NNODES x PET_NPROC_PER_NODE = 4 processes" \
   "${PJ_V17[@]}" WORLD_SIZE=6
-bad "PyTorchJob PET_RDZV_BACKEND=zk" "PET_RDZV_BACKEND='zk' is not a rendezvous backend idist-run knows" "${PJ_ELASTIC[@]}" PET_RDZV_BACKEND=zk
+bad "PyTorchJob PET_RDZV_BACKEND=zk" "PET_RDZV_BACKEND='zk': --rdzv-backend='zk' is not a rendezvous backend idist-run knows" "${PJ_ELASTIC[@]}" PET_RDZV_BACKEND=zk
 # rdzvBackend: etcd: PET_RDZV_BACKEND and PET_RDZV_ENDPOINT are --rdzv-backend and etcd's members.
 out=$(plan "${PJ_ELASTIC[@]}" PET_RDZV_BACKEND=etcd PET_RDZV_ENDPOINT=etcd-0:2379,etcd-1:2379 "$RUN" --dry-run /bin/true 2>&1)
 check "PyTorchJob PET_RDZV_BACKEND=etcd: exit 0" equals $? 0
