@@ -4,7 +4,7 @@
 # job_sum's ranks checking every sum. Two and three nodes form and finish; the etcd leader
 # killed mid-job; the node hosting rank 0 killed (--nnodes 2:3, a restart left): the survivors
 # re-form and finish; quorum lost: every node fails in one line; two job ids on one etcd; the
-# prefix removed at the end; 300 simulated nodes timed (rdzv_scale_etcd, beside JOB_SUM).
+# prefix removed at the end; a PyTorchJob's pods with rdzvBackend: etcd (PET_* only); 300 simulated nodes timed (rdzv_scale_etcd, beside JOB_SUM).
 # usage: rendezvous_etcd.sh IDIST_RUN EXAMPLES_DIR JOB_SUM [CASE...]   (no CASE: every case)
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -105,6 +105,25 @@ if wants ids; then
   check "job 'one' has its own 4 ranks, right sums" sums_ok 4 3 a b
   check "job 'other' has its own 4 ranks, right sums" sums_ok 4 5 c d
   check "no node saw a world of 8" equals "$(cat "$DIR"/{a,b,c,d}.out | grep -c "world size 8")" 0
+fi
+
+if wants pytorchjob; then
+  # A Kubeflow PyTorchJob with rdzvBackend: etcd: the pods have only the operator's variables
+  # (PET_RDZV_BACKEND, PET_RDZV_ENDPOINT naming etcd's members, PET_NNODES, ...) and run
+  # idist-run with no option, as they would torchrun.
+  for name in p q; do
+    rm -f "$DIR/$name.rc"
+    (env -i PATH="$PATH" HOME="$HOME" IDIST_TIMEOUT=30 PET_RDZV_BACKEND=etcd PET_RDZV_ENDPOINT="$ENDPOINTS" \
+       PET_NNODES=2 PET_NPROC_PER_NODE=2 PET_RDZV_ID="etcd-test-$$-pytorchjob" PET_MAX_RESTARTS=1 \
+       timeout 120 "$RUN" "$JOB_SUM" 5 10 3 >"$DIR/$name.out" 2>&1
+     echo $? >"$DIR/$name.rc") &
+    eval "$name=\$!"
+  done
+  wait $p $q
+  check "PyTorchJob pods with PET_RDZV_BACKEND=etcd: both exit 0" equals "$(rc_of p) $(rc_of q)" "0 0" ||
+    tail -n 5 "$DIR"/{p,q}.out
+  check "... every rank's sums are right (4 ranks)" sums_ok 4 3 p q
+  check "... the job's keys are removed" equals "$(keys_of pytorchjob)" 0
 fi
 
 leader() {
