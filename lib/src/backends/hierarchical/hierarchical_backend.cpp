@@ -5,8 +5,8 @@
 //   flat_     gloo over every member: all_gather(_v), gather, scatter and point-to-point across
 //             hosts, which a split would only slow down;
 //   local_    shm over the members on this host (absent where a host has one member);
-//   leaders_  gloo over one leader per host, the host's lowest rank (absent on the others, and
-//             where there is one host).
+//   leaders_  one leader per host, the host's lowest rank (absent on the others, and where
+//             there is one host): ucx or gloo, as IDIST_INTERHOST says (interhost_backend).
 // The reductions, broadcast and barrier go through local_ and leaders_, so the bytes that
 // cross hosts are one host's worth, not one rank's: all_reduce = reduce on each host,
 // all_reduce among leaders, broadcast on each host.
@@ -70,9 +70,9 @@ class HierarchicalBackend final : public Backend {
     if (host_count > 1 && local_rank_ == 0) {
       std::vector<int> distinct(static_cast<std::size_t>(host_count));
       std::iota(distinct.begin(), distinct.end(), 0);
-      leaders_ = flat_->make_group(GroupInit{leaders, BackendInit{host, host_count, init.store,
-                                                                  init.key_prefix + "leaders/", init.timeout,
-                                                                  init.contract, distinct, leader_names}});
+      const GroupInit group{leaders, BackendInit{host, host_count, init.store, init.key_prefix + "leaders/",
+                                                 init.timeout, init.contract, distinct, leader_names}};
+      leaders_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
     }
   }
 
@@ -82,6 +82,8 @@ class HierarchicalBackend final : public Backend {
   std::unique_ptr<Backend> make_group(const GroupInit& group) override {
     const auto carrier = gloo_carrier(group.init.hosts);
     if (carrier == "shm") return make_shm_backend(group.init);
+    if (one_per_host(group.init.hosts))
+      return make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
     auto flat = flat_->make_group(group);
     if (carrier == "gloo") return flat;
     return std::make_unique<HierarchicalBackend>(group.init, std::move(flat));
