@@ -74,9 +74,22 @@ class HierarchicalBackend final : public Backend {
                                                  init.timeout, init.contract, distinct, leader_names}};
       leaders_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
     }
+    // Only leaders took part in the choice: each tells its host's other members, for
+    // show_config (what a user reads to know which path ran).
+    if (host_count > 1) {
+      const auto key = init.key_prefix + "leaders-via/" + std::to_string(host);
+      if (local_rank_ == 0) {
+        const auto name = leaders_->name();
+        init.store.set(key, std::vector<char>(name.begin(), name.end()));
+      }
+      const auto value = local_rank_ == 0 ? std::vector<char>(leaders_->name().begin(), leaders_->name().end())
+                                          : init.store.get(key);
+      leaders_via_.assign(value.begin(), value.end());
+    }
   }
 
   std::string_view name() const override { return "hierarchical"; }
+  const std::string& leaders_via() const { return leaders_via_; }
 
   // The same choice as for the world, over the new group's own host map.
   std::unique_ptr<Backend> make_group(const GroupInit& group) override {
@@ -232,9 +245,15 @@ class HierarchicalBackend final : public Backend {
   std::unique_ptr<Backend> local_;
   std::unique_ptr<Backend> leaders_;
   std::vector<char> scratch_;
+  std::string leaders_via_;
 };
 
 }  // namespace
+
+std::string leaders_transport(const Backend& backend) {
+  const auto* h = dynamic_cast<const HierarchicalBackend*>(&backend);
+  return h != nullptr ? h->leaders_via() : std::string();
+}
 
 std::unique_ptr<Backend> make_hierarchical_backend(const BackendInit& init) {
   if (init.hosts.size() != static_cast<std::size_t>(init.size))

@@ -15,6 +15,10 @@ namespace idist::detail {
 // (backends/hierarchical/).
 std::unique_ptr<Backend> make_hierarchical_backend(const BackendInit& init);
 
+// What carries a hierarchical backend's traffic among host leaders ("ucx" or "gloo"), as every
+// member knows it (its host's leader tells the others at creation); empty for other backends.
+std::string leaders_transport(const Backend& backend);
+
 // Which backend carries a gloo group with this host map: "shm" when every rank shares one host,
 // "gloo" when no two do (or the map is unknown), "hierarchical" in between. The one place the
 // choice is made, for the world (runtime.cpp) and for groups made from a composite.

@@ -269,27 +269,34 @@ class Comm {
     for (std::uint64_t turn = 0;; ++turn) {
       bool pending = false;
       const Op* failed = nullptr;
+      int late_peer = -1;
+      bool late_recv = false;
       {
         const std::lock_guard lock(mu_);
         while (::ucp_worker_progress(worker_) != 0) {
         }
         for (auto& op : ops) {
           if (!op.done) collect(op);
-          if (!op.done) pending = true;
+          // A receive is the worker's, not the endpoint's: UCX fails it for no peer's death.
+          // Ours are each from one peer, so a dead peer's endpoint fails them here.
+          if (!op.done && failed_[static_cast<std::size_t>(op.peer)] != UCS_OK && failed == nullptr) failed = &op;
+          else if (!op.done) pending = true;
           else if (op.status != UCS_OK && failed == nullptr) failed = &op;
         }
-        if (failed != nullptr || (pending && Clock::now() >= deadline)) cancel(ops);
+        if (pending && failed == nullptr && Clock::now() >= deadline) {
+          const auto late = std::find_if(ops.begin(), ops.end(), [](const Op& op) { return !op.done; });
+          late_peer = late->peer;
+          late_recv = late->recv;
+        }
+        if (failed != nullptr || late_peer >= 0) cancel(ops);
       }
       if (failed != nullptr) fail(*failed, what);
       if (!pending) return;
-      const auto now = Clock::now();
-      if (now >= deadline) {
-        const auto late = std::find_if(ops.begin(), ops.end(), [](const Op& op) { return !op.done; });
-        const int peer = late != ops.end() ? late->peer : -1;
-        throw TimeoutFailure("ucx: " + std::string(what) + ": no answer from " + (peer >= 0 ? who(peer) : "a peer") +
-                             " within the deadline (" + (late != ops.end() && late->recv ? "receiving from" : "sending to") +
+      if (late_peer >= 0)
+        throw TimeoutFailure("ucx: " + std::string(what) + ": no answer from " + who(late_peer) +
+                             " within the deadline (" + (late_recv ? "receiving from" : "sending to") +
                              " it): stopped, hung, or unreachable from here?");
-      }
+      const auto now = Clock::now();
       // Spin first (a collective's answer comes in microseconds), then give the core away:
       // a rank waiting minutes for a stalled peer must not keep one busy.
       const auto waited = now - start;
