@@ -41,10 +41,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Up to this many bytes, all_reduce runs recursive doubling (log2(n) rounds of whole
-// messages); above, a ring (reduce-scatter then all-gather: 2(n-1) rounds of 1/n each).
-// Measured across two network namespaces over TCP (docs/BENCHMARKS.md, "UCX between hosts").
-constexpr std::size_t kRingFrom = 256 * 1024;
+// Below this many bytes, all_reduce runs recursive doubling (log2(n) rounds of whole
+// messages); from it, a ring (reduce-scatter then all-gather: 2(n-1) rounds of 1/n each).
+// Measured across two network namespaces over TCP (docs/BENCHMARKS.md, "UCX between hosts");
+// IDIST_UCX_RING_FROM (bytes) overrides it, to measure it again elsewhere.
+std::size_t ring_from() {
+  static const std::size_t bytes = [] {
+    const char* text = std::getenv("IDIST_UCX_RING_FROM");
+    char* end = nullptr;
+    const auto value = text != nullptr ? std::strtoull(text, &end, 10) : 0;
+    return text != nullptr && *text != '\0' && *end == '\0' ? static_cast<std::size_t>(value) : std::size_t{256 * 1024};
+  }();
+  return bytes;
+}
 // A ring step's block travels in segments of this size, each forwarded as soon as it is
 // reduced, so that reducing one segment overlaps receiving the next.
 constexpr std::size_t kSegment = 1024 * 1024;
@@ -421,7 +430,7 @@ class UcxBackend final : public Backend {
     const auto tag = next_tag();
     const auto fn = reduce_kernel(dtype, op);
     const auto bytes = count * dtype_size(dtype);
-    if (bytes < kRingFrom || count < static_cast<std::size_t>(size()))
+    if (bytes < ring_from() || count < static_cast<std::size_t>(size()))
       recursive_doubling(static_cast<char*>(data), bytes, fn, dtype, tag, deadline);
     else {
       ring_reduce_scatter(static_cast<char*>(data), Blocks{count, size()}, dtype, fn, 0, tag, deadline, "all_reduce");
@@ -463,7 +472,7 @@ class UcxBackend final : public Backend {
     const auto n = static_cast<std::size_t>(size());
     char* all = scratch(rs_, block * n);
     std::memcpy(all, in, block * n);
-    if (block * n < kRingFrom) {
+    if (block * n < ring_from()) {
       all_reduce(all, count * n, dtype, op);
     } else {
       const auto deadline = call_deadline(timeout_);
