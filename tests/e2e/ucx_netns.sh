@@ -5,7 +5,8 @@
 #  1. the whole collective matrix, 2 ranks per host: shared memory within a host, ucx among the
 #     host leaders (IDIST_INTERHOST=ucx), every rank saying so;
 #  2. the matrix again, 1 rank per host: ucx carries the world;
-#  3. a host killed (its rank exits mid-run): the survivor raises within the timeout, naming
+#  3. IDIST_DEBUG=1's check that ranks call the same collective, and a late rank's timeout;
+#     a host killed (its rank exits mid-run): the survivor raises within the timeout, naming
 #     the peer and ucx, exit non-zero;
 #  4. a link cut under all_reduce (the host's cable down at the bridge: no reset, packets
 #     dropped): both ranks raise within the timeout naming the other, exit non-zero.
@@ -71,6 +72,19 @@ by_hand() {
     pids+=($!)
   done
 }
+
+# IDIST_DEBUG's cross-rank check, and a late rank's timeout, as on the other paths (matrix.cpp
+# says what each rank must see).
+export IDIST_DEBUG=1
+by_hand mismatch 10 --mismatch
+wait_codes "${pids[@]}"
+unset IDIST_DEBUG
+cat "$TMP"/mismatch.*
+check "mismatch: both ranks raised twice and the group stayed usable" equals "${codes[*]}" "0 0"
+by_hand hang 2 --hang
+wait_codes "${pids[@]}"
+cat "$TMP"/hang.*
+check "hang: rank 0 named the late rank both times" equals "${codes[0]}" 0
 
 # A host dies: rank 1 exits mid-run.
 start=$(now_ms)
