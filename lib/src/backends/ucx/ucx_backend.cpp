@@ -501,7 +501,7 @@ class UcxBackend final : public Backend {
       for (int r = 0; r < size(); ++r)
         if (r != root) ops.push_back(comm_->recv(static_cast<char*>(out) + bytes_per_rank * static_cast<std::size_t>(r),
                                                  bytes_per_rank, r, from(tag, r)));
-      std::memcpy(static_cast<char*>(out) + bytes_per_rank * static_cast<std::size_t>(root), in, bytes_per_rank);
+      std::memmove(static_cast<char*>(out) + bytes_per_rank * static_cast<std::size_t>(root), in, bytes_per_rank);
     } else {
       ops.push_back(comm_->send(in, bytes_per_rank, root, tag));
     }
@@ -516,7 +516,7 @@ class UcxBackend final : public Backend {
       for (int r = 0; r < size(); ++r)
         if (r != root) ops.push_back(comm_->send(static_cast<const char*>(in) + bytes_per_rank * static_cast<std::size_t>(r),
                                                  bytes_per_rank, r, tag));
-      std::memcpy(out, static_cast<const char*>(in) + bytes_per_rank * static_cast<std::size_t>(root), bytes_per_rank);
+      std::memmove(out, static_cast<const char*>(in) + bytes_per_rank * static_cast<std::size_t>(root), bytes_per_rank);
     } else {
       ops.push_back(comm_->recv(out, bytes_per_rank, root, from(tag, root)));
     }
