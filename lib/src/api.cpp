@@ -12,6 +12,7 @@
 
 #include "idist/common/host.hpp"
 #include "idist/idist.hpp"
+#include "backends/hierarchical/hierarchical_backend.hpp"
 #include "runtime.hpp"
 
 namespace idist {
@@ -46,7 +47,8 @@ std::string transport() {
   if (rt == nullptr || rt->world().backend().name() == rt->world().backend_name()) return "";
   if (rt->world().backend().name() == "shm") return " (shared memory: every rank on this host)";
   if (rt->world().backend().name() == "hierarchical")
-    return " (hierarchical: shared memory within each host, gloo among one leader per host)";
+    return " (hierarchical: shared memory within each host, " + detail::leaders_transport(rt->world().backend()) +
+           " among one leader per host)";
   return " (carried by " + std::string(rt->world().backend().name()) + ")";
 }
 }  // namespace

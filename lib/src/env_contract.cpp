@@ -106,6 +106,10 @@ Contract read_contract(const Lookup& lookup) {
     if (*v != "auto" && *v != "shm" && *v != "off") fail(kIntranode, *v, "expected auto, shm or off");
     c.intranode = *v;
   }
+  if (auto v = env.get(kInterhost)) {
+    if (*v != "auto" && *v != "ucx" && *v != "gloo") fail(kInterhost, *v, "expected auto, ucx or gloo");
+    c.interhost = *v;
+  }
   auto flag = [&](std::string_view name, bool& out) {
     if (const auto v = env.get(name)) out = parse_flag(name, *v);
   };

@@ -2,7 +2,7 @@
 # The hierarchical path for real: two "hosts" (network namespaces joined by a veth pair, each
 # with a host name of its own in a UTS namespace, so the ranks' host identities differ), two
 # ranks on each. Within a host the ranks share memory; between hosts gloo carries one leader's
-# bytes per host over the veth.
+# bytes per host over the veth (IDIST_INTERHOST=gloo: ucx, where built, has ucx_netns.sh).
 #  1. the whole collective matrix (every op, dtype, count and group shape: sub-groups within a
 #     host, across hosts and mixed) on 4 ranks, and the tutorial's all_reduce;
 #  2. a rank killed mid-run (ranks 0, 1 on host A, rank 2 on host B): every survivor raises
@@ -33,7 +33,7 @@ on_host() {
   ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
 }
 
-export IDIST_TIMEOUT=30 IDIST_JOB_TOKEN=hier$tag
+export IDIST_TIMEOUT=30 IDIST_JOB_TOKEN=hier$tag IDIST_INTERHOST=gloo
 port=29599
 node() {  # node K PROGRAM ARGS...: idist-run as node K of 2, two ranks
   local k=$1 host=A

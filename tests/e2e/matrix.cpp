@@ -9,6 +9,8 @@
 //   matrix --die                                 rank 1 dies mid-run: the others must raise
 //   matrix --mismatch                            ranks disagree (run with IDIST_DEBUG=1)
 //   matrix --hang                                the last rank is late (run with IDIST_TIMEOUT=2)
+//   matrix --loop                                all_reduce until it raises (60 s at most): for a
+//                                                link cut under the ranks' feet
 //
 // Prints "matrix rank r/n (backend): N checks, M failed" and exits non-zero on any failure.
 #include <idist/idist.hpp>
@@ -417,6 +419,24 @@ int run_die() {
   }
 }
 
+// all_reduce over and over until it raises; "looping" once the first went through, so that a
+// script knows when to cut the link.
+int run_loop() {
+  std::vector<float> v(1000, 1.0f);
+  idist::all_reduce(v);
+  std::printf("rank %d: looping\n", idist::get_rank());
+  std::fflush(stdout);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    while (std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) idist::all_reduce(v);
+    std::printf("rank %d: no error in 60 s\n", idist::get_rank());
+    return 1;
+  } catch (const idist::Error& e) {
+    std::printf("rank %d raised: %s\n", idist::get_rank(), e.what());
+    return 3;
+  }
+}
+
 // The last rank is late (run with IDIST_TIMEOUT=2): first for a monitored_barrier with a 1 s
 // timeout, then for an all_reduce. The others must raise TimeoutError naming it.
 int run_hang() {
@@ -484,7 +504,7 @@ int main(int argc, char** argv) try {
       backend = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
-    } else if (arg == "--die" || arg == "--mismatch" || arg == "--hang") {
+    } else if (arg == "--die" || arg == "--mismatch" || arg == "--hang" || arg == "--loop") {
       mode = arg.substr(2);
     } else {
       std::fprintf(stderr, "matrix: unknown argument '%s'\n", arg.c_str());
@@ -503,6 +523,8 @@ int main(int argc, char** argv) try {
   int rc = 0;
   if (mode == "die") {
     rc = run_die();
+  } else if (mode == "loop") {
+    rc = run_loop();
   } else if (mode == "hang") {
     rc = run_hang();
   } else if (mode == "mismatch") {
@@ -514,7 +536,7 @@ int main(int argc, char** argv) try {
     rc = failures == 0 ? 0 : 1;
   }
   std::fflush(stdout);
-  if (mode == "die" || mode == "hang") ::_exit(rc);  // the world is broken: finalize would only wait for the dead
+  if (mode == "die" || mode == "hang" || mode == "loop") ::_exit(rc);  // the world is broken: finalize would only wait for the dead
   idist::finalize();
   return rc;
 } catch (const std::exception& e) {

@@ -37,7 +37,8 @@ done
 # --- load-time needs -----------------------------------------------------------------------
 needed=$(readelf -d "$LIB" | grep NEEDED | grep -o '\[.*\]' | tr '\n' ' ')
 echo "# libidist.so needs: $needed"
-check "libidist.so needs neither MPI nor CUDA nor NCCL at load time" bash -c "! grep -qE 'libmpi|libcuda|libnccl' <<<'$needed'"
+check "libidist.so needs neither MPI nor CUDA nor NCCL nor UCX at load time" \
+  bash -c "! grep -qE 'libmpi|libcuda|libnccl|libucp|libuct|libucs' <<<'$needed'"
 
 # --- a gloo program with no plugin beside libidist -------------------------------------------
 # A copy of libidist with an empty idist/ beside it: LD_LIBRARY_PATH comes before the

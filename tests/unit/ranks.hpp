@@ -2,7 +2,8 @@
 // Threads as ranks: N ProcessGroups in one process, bootstrapped from a shared in-memory
 // store, over the backend IDIST_TEST_BACKEND names: gloo (real TCP connections on loopback,
 // the default), shm (a real shared segment; every rank on one host) or hierarchical (both, on
-// the fake hosts IDIST_TEST_HOSTS describes). ctest runs the
+// the fake hosts IDIST_TEST_HOSTS describes) or ucx (its plugin found through IDIST_PLUGIN_PATH;
+// IDIST_INTERHOST chooses what carries one-rank-per-host groups, as for a job). ctest runs the
 // collective and point-to-point tests once per backend (tests/CMakeLists.txt). Errors name
 // "gloo" either way, as they do when the runtime puts shm under gloo. Assertions from rank
 // threads are collected and reported on the test thread (doctest's checks are not thread-safe).
@@ -61,6 +62,7 @@ void run_ranks(int size, Body body, std::chrono::milliseconds timeout = std::chr
   idist::env::Contract contract;
   contract.master_addr = "127.0.0.1";
   contract.master_port = 1;  // only used to find the loopback route
+  if (const char* interhost = std::getenv("IDIST_INTERHOST")) contract.interhost = interhost;
   Failures failures;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {

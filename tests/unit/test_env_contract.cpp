@@ -195,6 +195,13 @@ TEST_CASE("IDIST_INTRANODE: auto by default, auto/shm/off, anything else one err
                        "IDIST_INTRANODE='fast': expected auto, shm or off", env::ContractError);
 }
 
+TEST_CASE("IDIST_INTERHOST: auto by default, auto/ucx/gloo, anything else one error naming it") {
+  CHECK(env::read_contract(from({})).interhost == "auto");
+  for (const char* mode : {"auto", "ucx", "gloo"}) CHECK(env::read_contract(from({{"IDIST_INTERHOST", mode}})).interhost == mode);
+  CHECK_THROWS_WITH_AS(env::read_contract(from({{"IDIST_INTERHOST", "rdma"}})),
+                       "IDIST_INTERHOST='rdma': expected auto, ucx or gloo", env::ContractError);
+}
+
 TEST_CASE("every yes/no variable reads alike: 1/true/yes, 0/false/no, any case; else one error naming it") {
   for (const char* yes : {"1", "true", "yes", "YES", "True"}) {
     CAPTURE(yes);

@@ -36,6 +36,7 @@ inline constexpr std::string_view kStoreBindAll = "IDIST_STORE_BIND_ALL";  // 1:
 inline constexpr std::string_view kDebug = "IDIST_DEBUG";                // 1: check collectives agree across ranks
 inline constexpr std::string_view kGlooSocketIfname = "GLOO_SOCKET_IFNAME";  // interface gloo binds (as in torch)
 inline constexpr std::string_view kIntranode = "IDIST_INTRANODE";  // auto | shm | off: shared memory among a host's ranks
+inline constexpr std::string_view kInterhost = "IDIST_INTERHOST";  // auto | ucx | gloo: what carries traffic between hosts
 // The descriptor of the rank's flight recorder (idist/common/flight_recorder.hpp), which its
 // idist-run made and reads; the library writes there when it is set, else in memory of its own.
 inline constexpr std::string_view kRecorderFd = "IDIST_RECORDER_FD";
@@ -76,6 +77,10 @@ struct Contract {
   // IDIST_INTRANODE: "auto" (shared memory wherever every rank of the job shares one host),
   // "shm" (required: an error when they do not), "off" (gloo over TCP even on one host).
   std::string intranode = "auto";
+  // IDIST_INTERHOST: what carries a gloo job's traffic between hosts (among host leaders, and
+  // in groups with one rank per host): "auto" (ucx where its plugin loads and UCX can run on
+  // every member, else gloo), "ucx" (required: an error naming why when it cannot), "gloo".
+  std::string interhost = "auto";
   bool debug = false;
   bool flight_recorder = true;  // IDIST_FLIGHT_RECORDER
   bool store_bind_all = false;

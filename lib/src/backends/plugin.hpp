@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "backend.hpp"
 #include "idist/export.hpp"
@@ -20,7 +21,8 @@ namespace idist::detail {
 // naming both. The sizes below catch what a forgotten raise would miss between two builds of
 // one version.
 // 2: Backend::traits(), default operations, BackendInit::hosts; 3: Backend::cancel_transfers()
-inline constexpr int kPluginAbi = 4;
+// 5: BackendPlugin::probe, env::Contract::interhost
+inline constexpr int kPluginAbi = 5;
 
 struct PluginSizes {
   std::size_t backend_init = sizeof(BackendInit);
@@ -36,6 +38,10 @@ struct BackendPlugin {
   // For a backend that brings its own world (mpi): starts it and says where this process
   // sits. nullptr for backends that bootstrap from the env contract and the store.
   Layout (*native_layout)() = nullptr;
+  // Whether the backend can run here with these settings, without connecting to anyone: empty
+  // when it can, else why not (one line). nullptr: not asked (the backend is always tried).
+  // What IDIST_INTERHOST=auto asks of ucx.
+  std::string (*probe)(const env::Contract&) = nullptr;
   PluginSizes sizes{};
 };
 
@@ -43,11 +49,13 @@ struct BackendPlugin {
 
 // Defines the plugin's entry point, idist_backend_plugin_NAME; the rest of the plugin stays
 // hidden.
-#define IDIST_BACKEND_PLUGIN(NAME, MAKE, NATIVE_LAYOUT)                                             \
+#define IDIST_BACKEND_PLUGIN_PROBED(NAME, MAKE, NATIVE_LAYOUT, PROBE)                              \
   extern "C" IDIST_API const ::idist::detail::BackendPlugin* idist_backend_plugin_##NAME() {       \
     static const ::idist::detail::BackendPlugin plugin{.abi = ::idist::detail::kPluginAbi,        \
                                                        .idist_version = IDIST_VERSION,             \
                                                        .make = (MAKE),                             \
-                                                       .native_layout = (NATIVE_LAYOUT)};          \
+                                                       .native_layout = (NATIVE_LAYOUT),           \
+                                                       .probe = (PROBE)};                          \
     return &plugin;                                                                                \
   }
+#define IDIST_BACKEND_PLUGIN(NAME, MAKE, NATIVE_LAYOUT) IDIST_BACKEND_PLUGIN_PROBED(NAME, MAKE, NATIVE_LAYOUT, nullptr)

@@ -2,6 +2,8 @@
 // (backends/plugins.cpp), loaded on first use, so that libidist itself never needs MPI or
 // CUDA at load time.
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -12,6 +14,7 @@
 #include "backends/plugins.hpp"
 #include "idist/env_contract.hpp"
 #include "in_step_error.hpp"
+#include "log.hpp"
 
 namespace idist::detail {
 
@@ -48,9 +51,11 @@ void check_known(std::string_view name) {
 // ranks of a group share a host (IDIST_INTRANODE, gloo_carrier()).
 constexpr std::string_view kShm = "shm";
 constexpr std::string_view kHierarchical = "hierarchical";
+// ucx likewise (IDIST_INTERHOST, interhost_backend()); a plugin, like mpi and nccl.
+constexpr std::string_view kUcx = "ucx";
 
 std::optional<Layout> native_layout(std::string_view name) {
-  if (name == kShm || name == kHierarchical) return std::nullopt;
+  if (name == kShm || name == kHierarchical || name == kUcx) return std::nullopt;
   check_known(name);
   if (name == "gloo") return std::nullopt;
   const auto& plugin = load_plugin(name);
@@ -61,9 +66,75 @@ std::optional<Layout> native_layout(std::string_view name) {
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init) {
   if (name == kShm) return make_shm_backend(init);
   if (name == kHierarchical) return make_hierarchical_backend(init);
+  if (name == kUcx) return load_plugin(kUcx).make(init);
   check_known(name);
-  if (name == "gloo") return make_gloo_backend(init);
+  if (name == "gloo") return one_per_host(init.hosts) ? make_interhost_backend(init) : make_gloo_backend(init);
   return load_plugin(name).make(init);
+}
+
+namespace {
+
+// Empty when UCX can run here: its plugin loads and makes a context; else why not.
+std::string ucx_unusable(const env::Contract& contract) {
+  try {
+    const auto& plugin = load_plugin(kUcx);
+    if (plugin.probe == nullptr) return {};
+    return plugin.probe(contract);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// IDIST_VERBOSE (idist-run -v sets it for the ranks) asks for the choice in one line from
+// the group's first member.
+void say_choice(const BackendInit& init, const std::string& chosen, const std::string& why) {
+  const char* verbose = std::getenv("IDIST_VERBOSE");
+  bool on = false;
+  try {
+    on = verbose != nullptr && env::parse_flag("IDIST_VERBOSE", verbose);
+  } catch (const std::exception&) {
+  }
+  if (!on || init.rank != 0) return;
+  log().info("[idist] between hosts ({} members under {}): {} (IDIST_INTERHOST={}{})", init.size, init.key_prefix, chosen,
+             init.contract.interhost, why.empty() ? "" : "; " + why);
+}
+
+}  // namespace
+
+bool one_per_host(const std::vector<int>& hosts) {
+  if (hosts.size() < 2) return false;
+  std::vector<int> sorted(hosts);
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+}
+
+std::string interhost_backend(const BackendInit& init) {
+  const auto& mode = init.contract.interhost;
+  if (mode == "gloo") return "gloo";
+  const auto why = ucx_unusable(init.contract);
+  if (mode == "ucx") {
+    if (!why.empty()) throw std::runtime_error("IDIST_INTERHOST=ucx, but UCX cannot run here: " + why);
+    return std::string(kUcx);
+  }
+  // auto: every member says whether it can, through the store, and all follow the answer.
+  const auto prefix = init.key_prefix + "interhost/";
+  init.store.set(prefix + std::to_string(init.rank), why.empty() ? std::vector<char>{'1'} : std::vector<char>{'0'});
+  std::vector<std::string> keys;
+  for (int r = 0; r < init.size; ++r) keys.push_back(prefix + std::to_string(r));
+  init.store.wait(keys, init.timeout);
+  std::string refused;
+  for (int r = 0; r < init.size && refused.empty(); ++r)
+    if (init.store.get(keys[static_cast<std::size_t>(r)]) != std::vector<char>{'1'})
+      refused = r == init.rank ? why : member_word(init) + std::to_string(name_of(init, r)) + " cannot run UCX";
+  const std::string chosen = refused.empty() ? std::string(kUcx) : "gloo";
+  say_choice(init, chosen, refused);
+  return chosen;
+}
+
+std::unique_ptr<Backend> make_interhost_backend(const BackendInit& init,
+                                                const std::function<std::unique_ptr<Backend>()>& gloo) {
+  if (interhost_backend(init) == kUcx) return load_plugin(kUcx).make(init);
+  return gloo ? gloo() : make_gloo_backend(init);
 }
 
 }  // namespace idist::detail

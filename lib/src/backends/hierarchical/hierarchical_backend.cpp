@@ -5,8 +5,8 @@
 //   flat_     gloo over every member: all_gather(_v), gather, scatter and point-to-point across
 //             hosts, which a split would only slow down;
 //   local_    shm over the members on this host (absent where a host has one member);
-//   leaders_  gloo over one leader per host, the host's lowest rank (absent on the others, and
-//             where there is one host).
+//   leaders_  one leader per host, the host's lowest rank (absent on the others, and where
+//             there is one host): ucx or gloo, as IDIST_INTERHOST says (interhost_backend).
 // The reductions, broadcast and barrier go through local_ and leaders_, so the bytes that
 // cross hosts are one host's worth, not one rank's: all_reduce = reduce on each host,
 // all_reduce among leaders, broadcast on each host.
@@ -70,18 +70,33 @@ class HierarchicalBackend final : public Backend {
     if (host_count > 1 && local_rank_ == 0) {
       std::vector<int> distinct(static_cast<std::size_t>(host_count));
       std::iota(distinct.begin(), distinct.end(), 0);
-      leaders_ = flat_->make_group(GroupInit{leaders, BackendInit{host, host_count, init.store,
-                                                                  init.key_prefix + "leaders/", init.timeout,
-                                                                  init.contract, distinct, leader_names}});
+      const GroupInit group{leaders, BackendInit{host, host_count, init.store, init.key_prefix + "leaders/",
+                                                 init.timeout, init.contract, distinct, leader_names}};
+      leaders_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
+    }
+    // Only leaders took part in the choice: each tells its host's other members, for
+    // show_config (what a user reads to know which path ran).
+    if (host_count > 1) {
+      const auto key = init.key_prefix + "leaders-via/" + std::to_string(host);
+      if (local_rank_ == 0) {
+        const auto name = leaders_->name();
+        init.store.set(key, std::vector<char>(name.begin(), name.end()));
+      }
+      const auto value = local_rank_ == 0 ? std::vector<char>(leaders_->name().begin(), leaders_->name().end())
+                                          : init.store.get(key);
+      leaders_via_.assign(value.begin(), value.end());
     }
   }
 
   std::string_view name() const override { return "hierarchical"; }
+  const std::string& leaders_via() const { return leaders_via_; }
 
   // The same choice as for the world, over the new group's own host map.
   std::unique_ptr<Backend> make_group(const GroupInit& group) override {
     const auto carrier = gloo_carrier(group.init.hosts);
     if (carrier == "shm") return make_shm_backend(group.init);
+    if (one_per_host(group.init.hosts))
+      return make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
     auto flat = flat_->make_group(group);
     if (carrier == "gloo") return flat;
     return std::make_unique<HierarchicalBackend>(group.init, std::move(flat));
@@ -230,9 +245,15 @@ class HierarchicalBackend final : public Backend {
   std::unique_ptr<Backend> local_;
   std::unique_ptr<Backend> leaders_;
   std::vector<char> scratch_;
+  std::string leaders_via_;
 };
 
 }  // namespace
+
+std::string leaders_transport(const Backend& backend) {
+  const auto* h = dynamic_cast<const HierarchicalBackend*>(&backend);
+  return h != nullptr ? h->leaders_via() : std::string();
+}
 
 std::unique_ptr<Backend> make_hierarchical_backend(const BackendInit& init) {
   if (init.hosts.size() != static_cast<std::size_t>(init.size))

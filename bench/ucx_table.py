@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""The table of bench/ucx_two_hosts.sh: DATA/WAY-PPN-ROUND.json (idist-bench's or raw_mpi's
+--json) to one Markdown table per ranks-per-host, the best median call per size and way (as
+docs/BENCHMARKS.md reads every figure), with ucx's time over Open MPI's and over gloo's."""
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+WAYS = ["ucx", "gloo", "mpi"]
+
+
+def size_text(n):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def us(t):
+    return f"{t:,.1f}" if t < 1000 else f"{t:,.0f}"
+
+
+def main(data):
+    best = defaultdict(dict)  # (ppn, size) -> way -> (time, busbw)
+    wrong = 0
+    for path in sorted(Path(data).glob("*.json")):
+        way, ppn, _ = path.stem.split("-")
+        text = path.read_text()
+        if not text.strip():
+            print(f"ucx_table: {path.name} is empty (see {path.name}.err)", file=sys.stderr)
+            continue
+        for r in json.loads(text)["results"]:
+            wrong += r.get("wrong", 0)
+            key = (int(ppn), r["size"])
+            if way not in best[key] or r["time_median_us"] < best[key][way][0]:
+                best[key][way] = (r["time_median_us"], r["busbw"])
+    for ppn in sorted({p for p, _ in best}):
+        print(f"\n#### all_reduce, {ppn} rank{'s' if ppn > 1 else ''} per host ({2 * ppn} ranks)\n")
+        print("| size | ucx us | gloo us | Open MPI us | ucx / Open MPI | ucx / gloo | ucx busbw GB/s | Open MPI busbw GB/s |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for size in sorted(s for p, s in best if p == ppn):
+            row = best[(ppn, size)]
+            if not all(w in row for w in WAYS):
+                continue
+            u, g, m = (row[w][0] for w in WAYS)
+            print(f"| {size_text(size)} | {us(u)} | {us(g)} | {us(m)} | {u / m:.2f} | {u / g:.2f} | "
+                  f"{row['ucx'][1]:.3f} | {row['mpi'][1]:.3f} |")
+    print(f"\nelements wrong: {wrong}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

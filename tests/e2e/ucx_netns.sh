@@ -1,0 +1,116 @@
+#!/bin/bash
+# UCX between hosts for real: two "hosts" (network namespaces on one bridge, each with a host
+# name of its own), UCX over TCP on their veth (UCX_TLS=tcp: namespaces of one machine could
+# otherwise share memory, which two hosts cannot).
+#  1. the whole collective matrix, 2 ranks per host: shared memory within a host, ucx among the
+#     host leaders (IDIST_INTERHOST=ucx), every rank saying so;
+#  2. the matrix again, 1 rank per host: ucx carries the world;
+#  3. IDIST_DEBUG=1's check that ranks call the same collective, and a late rank's timeout;
+#     a host killed (its rank exits mid-run): the survivor raises within the timeout, naming
+#     the peer and ucx, exit non-zero;
+#  4. a link cut under all_reduce (the host's cable down at the bridge: no reset, packets
+#     dropped): both ranks raise within the timeout naming the other, exit non-zero.
+# usage: ucx_netns.sh IDIST_RUN MATRIX      exits 77 (skipped) where namespaces can't be made
+source "$(dirname "$0")/lib.sh"
+RUN=$(realpath "$1")
+MATRIX=$(realpath "$2")
+tag=$$
+TMP=$(mktemp -d)
+trap 'netns_hosts_cleanup; rm -rf "$TMP"' EXIT
+if ! command -v unshare >/dev/null || ! netns_hosts $tag 2; then
+  echo "SKIP: cannot create network namespaces and a bridge here (needs root, iproute2, util-linux, CAP_NET_ADMIN)"
+  exit 77
+fi
+echo "# hosts ucx-a$tag in ${NS_HOST[0]} (${ADDR_HOST[0]}), ucx-b$tag in ${NS_HOST[1]} (${ADDR_HOST[1]})"
+
+export IDIST_TIMEOUT=30 IDIST_JOB_TOKEN=ucx$tag IDIST_INTERHOST=ucx UCX_TLS=tcp
+port=29699
+node() {  # node K NPROC PROGRAM ARGS...: idist-run as node K of 2
+  local k=$1 n=$2
+  shift 2
+  on_host "$k" "ucx-$k$tag" "$RUN" --nnodes 2 --node-rank "$k" --master-addr "${ADDR_HOST[0]}" --master-port $port \
+    -n "$n" "$@"
+}
+
+# two_nodes LABEL NPROC PROGRAM: PROGRAM on both hosts (bounded by 240 s); checks both exit 0
+# and sets `all` to the ranks' output.
+two_nodes() {
+  local label=$1 n=$2 program=$3 b
+  port=$((port + 1))
+  node 1 "$n" "$program" >"$TMP/b" 2>&1 &
+  b=$!
+  timeout 240 bash -c "$(declare -f node on_host; declare -p NS_HOST ADDR_HOST); tag=$tag RUN=$RUN port=$port node 0 $n $program" >"$TMP/a" 2>&1
+  check "$label: host A's node exits 0" equals $? 0
+  wait $b
+  check "$label: host B's node exits 0" equals $? 0
+  all="$(cat "$TMP/a" "$TMP/b")"
+  [ "$FAILED" -eq 0 ] || tail -n 20 "$TMP/a" "$TMP/b"
+}
+
+two_nodes "matrix, 2 ranks per host" 2 "$MATRIX"
+echo "$all" | grep -E "checks|FAILED|backend:|rror" | head -n 12
+check "matrix, 2 per host: 4 ranks report no failure" equals "$(count "$all" "checks, 0 failed")" 4
+check "matrix, 2 per host: every rank runs ucx among the leaders" equals \
+  "$(count "$all" "hierarchical: shared memory within each host, ucx among one leader per host")" 4
+
+two_nodes "matrix, 1 rank per host" 1 "$MATRIX"
+echo "$all" | grep -E "checks|FAILED|backend:|rror" | head -n 6
+check "matrix, 1 per host: 2 ranks report no failure" equals "$(count "$all" "checks, 0 failed")" 2
+check "matrix, 1 per host: ucx carries the world" equals "$(count "$all" "backend: gloo (carried by ucx)")" 2
+
+# by_hand PREFIX TIMEOUT ARGS...: ranks 0 (host A) and 1 (host B) started without idist-run, so
+# that only the library stops the survivor; outputs in $TMP/PREFIX.r.
+by_hand() {
+  local prefix=$1 limit=$2 r
+  shift 2
+  port=$((port + 1))
+  pids=()
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=${ADDR_HOST[0]} MASTER_PORT=$port IDIST_TIMEOUT=$limit \
+      timeout 60 bash -c "$(declare -f on_host; declare -p NS_HOST); on_host $r ucx-$r$tag $MATRIX $*" \
+      >"$TMP/$prefix.$r" 2>&1 &
+    pids+=($!)
+  done
+}
+
+# IDIST_DEBUG's cross-rank check, and a late rank's timeout, as on the other paths (matrix.cpp
+# says what each rank must see).
+export IDIST_DEBUG=1
+by_hand mismatch 10 --mismatch
+wait_codes "${pids[@]}"
+unset IDIST_DEBUG
+cat "$TMP"/mismatch.*
+check "mismatch: both ranks raised twice and the group stayed usable" equals "${codes[*]}" "0 0"
+by_hand hang 2 --hang
+wait_codes "${pids[@]}"
+cat "$TMP"/hang.*
+check "hang: rank 0 named the late rank both times" equals "${codes[0]}" 0
+
+# A host dies: rank 1 exits mid-run.
+start=$(now_ms)
+by_hand die 10 --die
+wait_codes "${pids[@]}"
+elapsed=$(($(now_ms) - start))
+cat "$TMP"/die.*
+check "die: the dead rank exited 9" equals "${codes[1]}" 9
+check "die: rank 0 raised (exit 3)" equals "${codes[0]}" 3
+check "die: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/die.0" | grep ucx)"
+check "die: the survivor was done well within the 10 s timeout: UCX saw the peer go ($elapsed ms)" test "$elapsed" -lt 5000
+
+# A link is cut under all_reduce: host B's cable down at the bridge.
+by_hand cut 5 --loop
+wait_for_lines "$TMP/cut.0" "looping" 1
+wait_for_lines "$TMP/cut.1" "looping" 1
+start=$(now_ms)
+netns_cut 1
+wait_codes "${pids[@]}"
+elapsed=$(($(now_ms) - start))
+cat "$TMP"/cut.*
+check "cut: rank 0 raised (exit 3)" equals "${codes[0]}" 3
+check "cut: rank 1 raised (exit 3)" equals "${codes[1]}" 3
+check "cut: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/cut.0" | grep ucx)"
+check "cut: rank 1 names rank 0 and ucx" test -n "$(grep -E 'rank 0' "$TMP/cut.1" | grep ucx)"
+# The deadline, then at most 2 s in which the runtime asks the store who is missing (runtime.cpp).
+check "cut: both were done within the 5 s timeout and the runtime's 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
+
+finish
