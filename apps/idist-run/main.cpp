@@ -373,9 +373,9 @@ int exec_here(const Cli& cli, const L::LaunchPlan& plan, const std::string& path
   return 1;  // exec_in_place returns only by throwing
 }
 
-// A job over several nodes: this node's agent of the rendezvous.
-std::shared_ptr<L::NodeAgent> node_agent(const Cli& cli, const L::LaunchPlan& plan) {
-  // A round that does not fill waits as long as the ranks' own rendezvous would.
+// A round of the rendezvous that does not fill waits as long as the ranks' own rendezvous
+// would: IDIST_TIMEOUT.
+auto join_timeout_from_env() {
   auto join_timeout = idist::env::kDefaultTimeout;
   if (const char* t = std::getenv(std::string(idist::env::kTimeout).c_str()); t != nullptr && *t != '\0') {
     try {
@@ -384,6 +384,12 @@ std::shared_ptr<L::NodeAgent> node_agent(const Cli& cli, const L::LaunchPlan& pl
       throw UsageError(e.what());
     }
   }
+  return join_timeout;
+}
+
+// A job over several nodes: this node's agent of the rendezvous.
+std::shared_ptr<L::NodeAgent> node_agent(const Cli& cli, const L::LaunchPlan& plan) {
+  const auto join_timeout = join_timeout_from_env();
   auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout, milliseconds(cli.grace_seconds));
   ro.stall_timeout = milliseconds(cli.stall_seconds);
   checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro); });
@@ -392,14 +398,7 @@ std::shared_ptr<L::NodeAgent> node_agent(const Cli& cli, const L::LaunchPlan& pl
 
 // A job over several nodes on etcd (--rdzv-backend etcd): this node's part of it.
 std::shared_ptr<L::EtcdRendezvous> etcd_rendezvous(const Cli& cli, const L::LaunchPlan& plan) {
-  auto join_timeout = idist::env::kDefaultTimeout;
-  if (const char* t = std::getenv(std::string(idist::env::kTimeout).c_str()); t != nullptr && *t != '\0') {
-    try {
-      join_timeout = idist::env::parse_timeout(idist::env::kTimeout, t);
-    } catch (const std::exception& e) {
-      throw UsageError(e.what());
-    }
-  }
+  const auto join_timeout = join_timeout_from_env();
   auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout, milliseconds(cli.grace_seconds));
   L::EtcdRendezvousOptions eo;
   checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro, &eo); });

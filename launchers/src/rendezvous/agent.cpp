@@ -188,17 +188,7 @@ struct NodeAgent::State {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.end_attempt)
         events.end_attempt(field<std::string>(m, "cause", "another node failed"));
     } else if (type == "verdict") {
-      RemoteVerdict v;
-      const auto then = field<std::string>(m, "then", "failure");
-      v.then = then == "restart"   ? RemoteVerdict::Then::restart
-               : then == "success" ? RemoteVerdict::Then::success
-                                   : RemoteVerdict::Then::failure;
-      v.next_attempt = field<int>(m, "next", 0);
-      v.cause = field<std::string>(m, "cause", "");
-      v.exit_code = field<int>(m, "exit_code", 1);
-      v.restarts_left = field<int>(m, "restarts_left", 0);
-      v.counted = field<bool>(m, "counted", true);
-      v.rank = field<int>(m, "rank", -1);
+      const auto v = rendezvous::verdict_of(m);
       if (v.then != RemoteVerdict::Then::restart) final_verdict = true;
       deliver(v);
     } else if (type == "error") {

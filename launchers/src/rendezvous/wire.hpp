@@ -31,6 +31,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "idist/launchers/coordinator.hpp"
+
 namespace idist::launchers::rendezvous {
 
 using Json = nlohmann::json;
@@ -155,6 +157,23 @@ T field(const Json& message, const char* name, T fallback) {
   } catch (const nlohmann::json::exception&) {
     return fallback;
   }
+}
+
+// A job's verdict as both rendezvous write it: the built-in one's "verdict" message, and the
+// etcd one's state (the same keys, so that every node reads one meaning).
+inline RemoteVerdict verdict_of(const Json& m) {
+  RemoteVerdict v;
+  const auto then = field<std::string>(m, "then", "failure");
+  v.then = then == "restart"   ? RemoteVerdict::Then::restart
+           : then == "success" ? RemoteVerdict::Then::success
+                               : RemoteVerdict::Then::failure;
+  v.next_attempt = field<int>(m, "next", 0);
+  v.cause = field<std::string>(m, "cause", "");
+  v.exit_code = field<int>(m, "exit_code", 1);
+  v.restarts_left = field<int>(m, "restarts_left", 0);
+  v.counted = field<bool>(m, "counted", true);
+  v.rank = field<int>(m, "rank", -1);
+  return v;
 }
 
 }  // namespace idist::launchers::rendezvous

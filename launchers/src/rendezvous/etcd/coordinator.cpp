@@ -34,6 +34,7 @@
 #include <tuple>
 
 #include "client.hpp"
+#include "rendezvous/wire.hpp"
 #include "idist/common/duration.hpp"
 #include "idist/common/hash.hpp"
 #include "idist/common/host.hpp"
@@ -47,6 +48,7 @@ namespace asio = boost::asio;
 using etcd::base64;
 using etcd::Json;
 using etcd::unbase64;
+using rendezvous::field;
 using Clock = std::chrono::steady_clock;
 
 // How long finish() may take to say goodbye (its lease revoked, the keys cleaned up).
@@ -63,16 +65,6 @@ long long as_ll(const Json& j, const char* key, long long fallback = 0) {
   return fallback;
 }
 
-template <class T>
-T get(const Json& j, const char* key, T fallback) {
-  const auto it = j.find(key);
-  if (it == j.end()) return fallback;
-  try {
-    return it->template get<T>();
-  } catch (const nlohmann::json::exception&) {
-    return fallback;
-  }
-}
 
 struct NodeRecord {
   std::string id, host, addr;
@@ -95,8 +87,8 @@ struct Snapshot {
   std::map<std::string, Report> fails, overs;  // of the state's attempt
   std::map<std::string, std::string> left;
 
-  int attempt() const { return get<int>(state, "attempt", 0); }
-  std::string phase() const { return get<std::string>(state, "phase", "gathering"); }
+  int attempt() const { return field<int>(state, "attempt", 0); }
+  std::string phase() const { return field<std::string>(state, "phase", "gathering"); }
   const Json& members() const {
     static const Json none = Json::array();
     const auto it = state.find("members");
@@ -112,20 +104,6 @@ struct Failure {
   int rank = -1;
 };
 
-RemoteVerdict verdict_from(const Json& v) {
-  RemoteVerdict r;
-  const auto then = get<std::string>(v, "then", "failure");
-  r.then = then == "restart" ? RemoteVerdict::Then::restart
-           : then == "success" ? RemoteVerdict::Then::success
-                               : RemoteVerdict::Then::failure;
-  r.next_attempt = get<int>(v, "next", 0);
-  r.cause = get<std::string>(v, "cause", "");
-  r.exit_code = get<int>(v, "exit_code", 1);
-  r.restarts_left = get<int>(v, "restarts_left", 0);
-  r.counted = get<bool>(v, "counted", true);
-  r.rank = get<int>(v, "rank", -1);
-  return r;
-}
 
 Json failure_json(const LocalFailure& f) {
   Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
@@ -301,7 +279,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
            if (!error.empty()) return reading = false, give_up("lost etcd: " + error);
            std::string oldest;
            if (j.contains("kvs") && j["kvs"].is_array() && !j["kvs"].empty())
-             oldest = unbase64(get<std::string>(j["kvs"][0], "key", ""));
+             oldest = unbase64(field<std::string>(j["kvs"][0], "key", ""));
            proposer = oldest.empty() || oldest == nodes + id;
            // From the revision this read saw: no change between the two is missed.
            if (proposer) watch_all(j.contains("header") ? as_ll(j["header"], "revision") + 1 : 0);
@@ -323,21 +301,21 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     std::vector<std::pair<std::string, Report>> fails, overs;
     if (j.contains("kvs") && j["kvs"].is_array())
       for (const auto& kv : j["kvs"]) {
-        const std::string k = unbase64(get<std::string>(kv, "key", ""));
+        const std::string k = unbase64(field<std::string>(kv, "key", ""));
         if (k.rfind(prefix, 0) != 0) continue;
         const std::string rest = k.substr(prefix.size());
-        Json value = Json::parse(unbase64(get<std::string>(kv, "value", "")), nullptr, false);
+        Json value = Json::parse(unbase64(field<std::string>(kv, "value", "")), nullptr, false);
         const long long revision = as_ll(kv, "mod_revision");
         if (rest == "state" && value.is_object()) {
           s.state = value;
           s.state_revision = revision;
         } else if (rest.rfind("node/", 0) == 0 && value.is_object()) {
           NodeRecord n{.id = rest.substr(5),
-                       .host = get<std::string>(value, "host", "?"),
-                       .addr = get<std::string>(value, "addr", ""),
-                       .nproc = std::max(1, get<int>(value, "nproc", 1)),
-                       .join = get<int>(value, "join", -1),
-                       .port = get<int>(value, "port", 0)};
+                       .host = field<std::string>(value, "host", "?"),
+                       .addr = field<std::string>(value, "addr", ""),
+                       .nproc = std::max(1, field<int>(value, "nproc", 1)),
+                       .join = field<int>(value, "join", -1),
+                       .port = field<int>(value, "port", 0)};
           s.nodes[n.id] = n;
         } else if (rest.rfind("left/", 0) == 0) {
           s.left[rest.substr(5)] = value.is_string() ? value.get<std::string>() : std::string("?");
@@ -382,18 +360,18 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     }
     if (phase == "done") {
       final_verdict = true;
-      return deliver(verdict_from(s.state["verdict"]));
+      return deliver(rendezvous::verdict_of(s.state["verdict"]));
     }
     const Json& members = s.members();
     int my_rank = -1;
     for (std::size_t r = 0; r < members.size(); ++r)
-      if (get<std::string>(members[r], "id", "") == id) my_rank = static_cast<int>(r);
+      if (field<std::string>(members[r], "id", "") == id) my_rank = static_cast<int>(r);
     // Assigned: the attempt this node asked for (or a later one) runs with it.
     if (joined && (phase == "running" || phase == "ending") && k >= join_attempt && my_rank >= 0) {
       int base = 0, world = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
-        if (static_cast<int>(r) < my_rank) base += get<int>(members[r], "nproc", 1);
-        world += get<int>(members[r], "nproc", 1);
+        if (static_cast<int>(r) < my_rank) base += field<int>(members[r], "nproc", 1);
+        world += field<int>(members[r], "nproc", 1);
       }
       const auto& zero = members[0];
       assignment = EtcdAssignment{.attempt = k,
@@ -401,8 +379,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
                                   .nnodes = static_cast<int>(members.size()),
                                   .world_size = world,
                                   .rank_base = base,
-                                  .master_addr = get<std::string>(zero, "addr", get<std::string>(zero, "host", "")),
-                                  .master_port = get<int>(zero, "port", 0)};
+                                  .master_addr = field<std::string>(zero, "addr", field<std::string>(zero, "host", "")),
+                                  .master_port = field<int>(zero, "port", 0)};
       assigned = true;
       join_timer->cancel();
       std::exchange(joined, nullptr)(std::nullopt);
@@ -424,13 +402,13 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     if (assigned && over_attempt < assignment.attempt && ended_attempt < assignment.attempt &&
         (k > assignment.attempt || (k == assignment.attempt && phase == "ending"))) {
       ended_attempt = assignment.attempt;
-      const std::string cause = k == assignment.attempt ? get<std::string>(s.state, "cause", "another node failed")
-                                                        : get<std::string>(s.state["verdict"], "cause", "the job moved on");
+      const std::string cause = k == assignment.attempt ? field<std::string>(s.state, "cause", "another node failed")
+                                                        : field<std::string>(s.state["verdict"], "cause", "the job moved on");
       if (events.end_attempt) events.end_attempt(cause);
     }
     // Our attempt's verdict: the job has moved on to a later attempt.
     if (verdict && k > over_attempt) {
-      RemoteVerdict v = verdict_from(s.state.contains("verdict") ? s.state["verdict"] : Json::object());
+      RemoteVerdict v = rendezvous::verdict_of(s.state.contains("verdict") ? s.state["verdict"] : Json::object());
       v.then = RemoteVerdict::Then::restart;
       v.next_attempt = k;
       std::exchange(verdict, nullptr)(v);
@@ -469,7 +447,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // --- the job's side: the next state, proposed by every node, won by one ---------------------
 
   std::string name(const Json& members, std::size_t r) const {
-    return fmt::format("node {} ({})", r, get<std::string>(members[r], "host", "?"));
+    return fmt::format("node {} ({})", r, field<std::string>(members[r], "host", "?"));
   }
 
   // Failures of the running attempt, in the order they were written: reports first, then
@@ -478,7 +456,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     std::vector<Failure> out;
     const Json& members = s.members();
     for (std::size_t r = 0; r < members.size(); ++r) {
-      const std::string mid = get<std::string>(members[r], "id", "");
+      const std::string mid = field<std::string>(members[r], "id", "");
       const Json* report = nullptr;
       long long revision = LLONG_MAX;
       if (const auto o = s.overs.find(mid); o != s.overs.end() && o->second.body.contains("failure")) {
@@ -491,11 +469,11 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       }
       if (report) {
         out.push_back(Failure{.revision = revision,
-                              .text = fmt::format("rank {} on {} {}", get<int>(*report, "rank", -1), name(members, r),
-                                                  get<std::string>(*report, "how", "failed")),
-                              .exit_code = get<int>(*report, "exit_code", 1),
-                              .root = get<bool>(*report, "root", false),
-                              .rank = get<int>(*report, "rank", -1)});
+                              .text = fmt::format("rank {} on {} {}", field<int>(*report, "rank", -1), name(members, r),
+                                                  field<std::string>(*report, "how", "failed")),
+                              .exit_code = field<int>(*report, "exit_code", 1),
+                              .root = field<bool>(*report, "root", false),
+                              .rank = field<int>(*report, "rank", -1)});
       } else if (!s.nodes.count(mid) && !s.overs.count(mid)) {
         out.push_back(Failure{.text = lost_text(s, members, r), .exit_code = 1, .root = true});
       }
@@ -505,7 +483,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   }
 
   std::string lost_text(const Snapshot& s, const Json& members, std::size_t r) const {
-    const std::string mid = get<std::string>(members[r], "id", "");
+    const std::string mid = field<std::string>(members[r], "id", "");
     if (const auto l = s.left.find(mid); l != s.left.end()) return fmt::format("{} left the job: {}", name(members, r), l->second);
     return fmt::format("{} was lost: its etcd lease expired (no heartbeat for {})", name(members, r),
                        common::duration_text(options.dead_after));
@@ -513,7 +491,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
 
   std::vector<const NodeRecord*> waiting(const Snapshot& s, int from) const {
     std::set<std::string> in;
-    for (const auto& m : s.members()) in.insert(get<std::string>(m, "id", ""));
+    for (const auto& m : s.members()) in.insert(field<std::string>(m, "id", ""));
     std::vector<const NodeRecord*> out;
     for (const auto& [nid, n] : s.nodes)
       if (n.join >= from && !in.count(nid) && n.join >= 0) out.push_back(&n);
@@ -564,7 +542,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       }
       // Stable ranks while membership stays: last attempt's rank, then host name, then id.
       const Json prev = s.state.value("prev", Json::object());
-      auto rank_of = [&](const NodeRecord* r) { return prev.contains(r->id) ? get<int>(prev, r->id.c_str(), INT_MAX) : INT_MAX; };
+      auto rank_of = [&](const NodeRecord* r) { return prev.contains(r->id) ? field<int>(prev, r->id.c_str(), INT_MAX) : INT_MAX; };
       std::stable_sort(ready.begin(), ready.end(), [&](const NodeRecord* a, const NodeRecord* b) {
         return std::make_tuple(rank_of(a), a->host, a->id) < std::make_tuple(rank_of(b), b->host, b->id);
       });
@@ -587,8 +565,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       return;
     }
     const Json& members = s.members();
-    auto live = [&](std::size_t r) { return s.nodes.count(get<std::string>(members[r], "id", "")) > 0; };
-    auto over = [&](std::size_t r) { return s.overs.count(get<std::string>(members[r], "id", "")) > 0; };
+    auto live = [&](std::size_t r) { return s.nodes.count(field<std::string>(members[r], "id", "")) > 0; };
+    auto over = [&](std::size_t r) { return s.overs.count(field<std::string>(members[r], "id", "")) > 0; };
     const auto failures = failures_of(s);
     if (phase == "running") {
       if (!failures.empty()) {
@@ -644,10 +622,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       ++alive;
     }
     const int live_count = alive + static_cast<int>(waiting(s, k).size());
-    const bool reform = get<bool>(s.state, "reform", false);
+    const bool reform = field<bool>(s.state, "reform", false);
     const bool failure = !reform && !failures.empty();
-    int restarts_used = get<int>(s.state, "restarts_used", 0);
-    std::string cause = get<std::string>(s.state, "cause", "");
+    int restarts_used = field<int>(s.state, "restarts_used", 0);
+    std::string cause = field<std::string>(s.state, "cause", "");
     int exit_code = 1, rank = -1;
     bool counted = false;
     bool restart = false;
