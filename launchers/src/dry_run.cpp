@@ -1,6 +1,11 @@
 // --dry-run: the plan as one JSON object, for people and for scripts (jq).
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+#include <string>
+
+#include "idist/env_contract.hpp"
+
 #include "idist/launchers/plan.hpp"
 #include "idist/launchers/resources.hpp"
 
@@ -35,6 +40,15 @@ std::string dry_run_json(const LaunchPlan& plan) {
   out["notes"] = plan.notes;
   json cpus = json::array();
   for (const auto& share : plan.cpu_shares) cpus.push_back(cpu_list(share));
+  // Between hosts: the setting; the choice itself is the ranks' at init (idist-run -v says it).
+  const char* interhost = std::getenv(std::string(env::kInterhost).c_str());
+  const bool set = interhost != nullptr && *interhost != '\0';
+  out["interhost"] = {{"setting", set ? interhost : "auto"},
+                      {"from", set ? std::string(env::kInterhost) : "default"},
+                      {"used", job.nnodes > 1 ? "between hosts: the hosts' leaders, and groups of one rank per host"
+                                              : "no (one host)"},
+                      {"auto", env::kInterhostAuto},
+                      {"choice", "made by the ranks at init; idist-run -v prints it"}};
   out["binding"] = {{"bound", !plan.cpu_shares.empty()}, {"why", plan.binding}, {"cpus", std::move(cpus)}};
   json ranks = json::array();
   for (int i = 0; i < plan.local_count; ++i) {

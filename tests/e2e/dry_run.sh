@@ -22,6 +22,14 @@ check "spawn: provenance covers rank, world_size, local_rank, node_rank, master_
 check "spawn: the job token is not printed" equals "$(q '.ranks[0].env.IDIST_JOB_TOKEN' "$out")" "<hidden>"
 check "spawn: hosts is this host" equals "$(q '.hosts[0]' "$out")" "$(hostname)"
 check "spawn: --backend shows" equals "$(q .backend "$(plan "$RUN" --dry-run --backend gloo /bin/true)")" gloo
+# Between hosts: the setting and where it came from (the ranks choose at init).
+out=$(plan "$RUN" --dry-run -n 2 /bin/true)
+check "interhost: auto by default, unused on one host" equals "$(q '[.interhost.setting, .interhost.from, .interhost.used] | join(" / ")' "$out")" \
+  "auto / default / no (one host)"
+out=$(plan IDIST_INTERHOST=gloo "$RUN" --dry-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --rdzv-id dry -n 2 /bin/true)
+check "interhost: IDIST_INTERHOST=gloo shows, for a job of 2 hosts" equals \
+  "$(q '[.interhost.setting, .interhost.from, (.interhost.used | startswith("between hosts"))] | join(" / ")' "$out")" \
+  "gloo / IDIST_INTERHOST / true"
 # Binding: by default where every rank gets a cpu of its own and nobody bound idist-run.
 cpus=$(nproc)  # idist-run's mask, as this shell's
 online=$(getconf _NPROCESSORS_ONLN)

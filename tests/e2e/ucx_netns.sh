@@ -4,7 +4,8 @@
 # otherwise share memory, which two hosts cannot).
 #  1. the whole collective matrix, 2 ranks per host: shared memory within a host, ucx among the
 #     host leaders (IDIST_INTERHOST=ucx), every rank saying so;
-#  2. the matrix again, 1 rank per host: ucx carries the world;
+#  2. the matrix again, 1 rank per host: ucx carries the world, chosen by IDIST_INTERHOST=auto
+#     and said by the ranks under idist-run -v;
 #  3. IDIST_DEBUG=1's check that ranks call the same collective, and a late rank's timeout;
 #     a host killed (its rank exits mid-run): the survivor raises within the timeout, naming
 #     the peer and ucx, exit non-zero;
@@ -28,8 +29,8 @@ port=29699
 node() {  # node K NPROC PROGRAM ARGS...: idist-run as node K of 2
   local k=$1 n=$2
   shift 2
-  on_host "$k" "ucx-$k$tag" "$RUN" --nnodes 2 --node-rank "$k" --master-addr "${ADDR_HOST[0]}" --master-port $port \
-    -n "$n" "$@"
+  on_host "$k" "ucx-$k$tag" "$RUN" ${NODE_FLAGS:-} --nnodes 2 --node-rank "$k" --master-addr "${ADDR_HOST[0]}" \
+    --master-port $port -n "$n" "$@"
 }
 
 # two_nodes LABEL NPROC PROGRAM: PROGRAM on both hosts (bounded by 240 s); checks both exit 0
@@ -53,10 +54,14 @@ check "matrix, 2 per host: 4 ranks report no failure" equals "$(count "$all" "ch
 check "matrix, 2 per host: every rank runs ucx among the leaders" equals \
   "$(count "$all" "hierarchical: shared memory within each host, ucx among one leader per host")" 4
 
-two_nodes "matrix, 1 rank per host" 1 "$MATRIX"
-echo "$all" | grep -E "checks|FAILED|backend:|rror" | head -n 6
+# This one with IDIST_INTERHOST=auto (UCX is usable on both hosts: auto picks it) and
+# idist-run -v, which has the ranks say the choice.
+IDIST_INTERHOST=auto NODE_FLAGS=-v two_nodes "matrix, 1 rank per host" 1 "$MATRIX"
+echo "$all" | grep -E "checks|FAILED|backend:|rror|between hosts" | head -n 8
 check "matrix, 1 per host: 2 ranks report no failure" equals "$(count "$all" "checks, 0 failed")" 2
-check "matrix, 1 per host: ucx carries the world" equals "$(count "$all" "backend: gloo (carried by ucx)")" 2
+check "matrix, 1 per host: ucx carries the world (chosen by IDIST_INTERHOST=auto)" equals \
+  "$(count "$all" "backend: gloo (carried by ucx)")" 2
+check "... and idist-run -v has the ranks say so" contains "$all" "between hosts (2 members under"
 
 # by_hand PREFIX TIMEOUT ARGS...: ranks 0 (host A) and 1 (host B) started without idist-run, so
 # that only the library stops the survivor; outputs in $TMP/PREFIX.r.

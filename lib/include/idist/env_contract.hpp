@@ -37,6 +37,11 @@ inline constexpr std::string_view kDebug = "IDIST_DEBUG";                // 1: c
 inline constexpr std::string_view kGlooSocketIfname = "GLOO_SOCKET_IFNAME";  // interface gloo binds (as in torch)
 inline constexpr std::string_view kIntranode = "IDIST_INTRANODE";  // auto | shm | off: shared memory among a host's ranks
 inline constexpr std::string_view kInterhost = "IDIST_INTERHOST";  // auto | ucx | gloo: what carries traffic between hosts
+// What IDIST_INTERHOST=auto picks (said by --dry-run; the ranks decide it at init).
+inline constexpr std::string_view kInterhostAuto =
+    "ucx where every host's ranks load the ucx plugin (libidist-backend-ucx) and UCX finds a transport, else gloo";
+// 1: the library says its choices (the transport between hosts) in one line; idist-run -v sets it.
+inline constexpr std::string_view kVerbose = "IDIST_VERBOSE";
 // The descriptor of the rank's flight recorder (idist/common/flight_recorder.hpp), which its
 // idist-run made and reads; the library writes there when it is set, else in memory of its own.
 inline constexpr std::string_view kRecorderFd = "IDIST_RECORDER_FD";

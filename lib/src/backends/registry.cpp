@@ -88,10 +88,11 @@ std::string ucx_unusable(const env::Contract& contract) {
 // IDIST_VERBOSE (idist-run -v sets it for the ranks) asks for the choice in one line from
 // the group's first member.
 void say_choice(const BackendInit& init, const std::string& chosen, const std::string& why) {
-  const char* verbose = std::getenv("IDIST_VERBOSE");
+  const std::string name(env::kVerbose);
+  const char* verbose = std::getenv(name.c_str());
   bool on = false;
   try {
-    on = verbose != nullptr && env::parse_flag("IDIST_VERBOSE", verbose);
+    on = verbose != nullptr && env::parse_flag(name, verbose);
   } catch (const std::exception&) {
   }
   if (!on || init.rank != 0) return;
