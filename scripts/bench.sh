@@ -59,7 +59,7 @@ done
 # --- what the build and the measurements need ---------------------------------------------------
 PACKAGES=(
   g++ cmake make pkg-config
-  libgloo-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libboost1.81-dev
+  libgloo-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libboost1.81-dev libssl-dev
   openmpi-bin libopenmpi-dev      # mpirun, the mpi backend, raw_mpi
   doctest-dev                     # the configure step looks for it (the tests are not built here)
   python3                         # bench/report.py

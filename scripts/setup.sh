@@ -8,6 +8,7 @@ PACKAGES=(
   g++ cmake make pkg-config          # toolchain
   libgloo-dev                        # the gloo backend
   libcli11-dev libspdlog-dev nlohmann-json3-dev libboost1.81-dev  # CLI, logging, JSON, Asio
+  libssl-dev                         # TLS to etcd (the etcd rendezvous' https and client certificates)
   doctest-dev                        # unit tests
   procps                             # pgrep/pkill, used by the end-to-end tests
   slurm-client slurmctld slurmd munge  # a real local SLURM for the detection tests (scripts/slurm-local.sh)
@@ -21,6 +22,7 @@ PACKAGES=(
   libtorch-dev                       # idist::torch (torch/): auto_model, auto_dataloader, tensor collectives
   libucx-dev ucx-utils               # the ucx backend between hosts (issue 29); ucx_info/ucx_perftest for its checks
   etcd-server etcd-client            # real etcd members for the etcd rendezvous tests (issue 30)
+  openssl                            # a CA and certificates for the etcd-over-TLS test
 )
 
 source scripts/install_missing.sh

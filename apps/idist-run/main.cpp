@@ -147,7 +147,8 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
 // heartbeat (how often agents and rendezvous beat) and node_timeout (silence that drops a node).
 // With --rdzv-backend etcd (`etcd` set) also etcd's keys, whose values are text: prefix (of the
 // job's keys), user and password (etcd's auth), local_addr (this node's MASTER_ADDR when its
-// node hosts rank 0).
+// node hosts rank 0), and TLS as torchrun's etcd rendezvous names it: protocol=https, cacert,
+// cert and key (PEM files).
 void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOptions& r,
                      idist::launchers::EtcdRendezvousOptions* etcd = nullptr) {
   std::size_t at = 0;
@@ -160,22 +161,26 @@ void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOption
     const std::string key = item.substr(0, eq);
     const auto bad = [&](const std::string& why) {
       return UsageError("--rdzv-conf '" + item + "': " + why +
-                        " (keys: join_timeout, last_call_timeout, heartbeat, node_timeout; values in seconds)");
+                        " (keys: join_timeout, last_call_timeout, heartbeat, node_timeout, in seconds; with etcd "
+                        "also prefix, user, password, local_addr, protocol, cacert, cert, key)");
     };
     if (eq == std::string::npos) throw bad("not key=seconds");
-    if (key == "prefix" || key == "user" || key == "password" || key == "local_addr") {
+    if (key == "prefix" || key == "user" || key == "password" || key == "local_addr" || key == "protocol" ||
+        key == "cacert" || key == "cert" || key == "key") {
       if (etcd == nullptr) throw bad("'" + key + "' is for --rdzv-backend etcd");
       const std::string value = item.substr(eq + 1);
       if (value.empty()) throw bad("an empty " + key);
       if (key == "prefix") etcd->prefix = value.back() == '/' ? value : value + "/";
       else if (key == "user") etcd->user = value;
       else if (key == "password") etcd->password = value;
+      else if (key == "cacert") etcd->cacert = value;
+      else if (key == "cert") etcd->cert = value;
+      else if (key == "key") etcd->key = value;
+      else if (key == "protocol" && (value == "https" || value == "http")) etcd->https = value == "https";
+      else if (key == "protocol") throw bad("protocol is http or https");
       else etcd->local_addr = value;
       continue;
     }
-    if (key == "cert" || key == "key" || key == "cacert" || key == "ssl_cert" || key == "ssl_key" || key == "ca_cert")
-      throw bad("TLS to etcd is not supported yet: reach etcd over plain HTTP on a trusted network (or through an "
-                "etcd grpc-proxy on localhost), with user= and password= for its auth");
     double seconds = 0;
     const std::string value = item.substr(eq + 1);
     const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
@@ -414,6 +419,7 @@ std::shared_ptr<L::EtcdRendezvous> etcd_rendezvous(const Cli& cli, const L::Laun
   eo.dead_after = ro.dead_after;
   eo.join_timeout = ro.join_timeout;
   eo.grace = ro.grace;
+  eo.stall_timeout = milliseconds(cli.stall_seconds);
   return std::make_shared<L::EtcdRendezvous>(eo);
 }
 
@@ -443,8 +449,7 @@ int run(const Cli& cli) {
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {
-      spdlog::error("--rdzv-endpoint: {}", e.what());
-      return 2;
+      throw UsageError(e.what());  // names the option: --rdzv-endpoint, or --rdzv-conf's TLS files
     }
     supervise.coordinator = on_etcd;
   } else if (plan.rendezvous) {
@@ -759,6 +764,8 @@ int settle_and_run(CLI::App& app, Cli& cli) {
   }
   under_python(cli);
   idist::launchers::setup_logging("idist-run", cli.verbose);
+  // -v for the ranks too: the library's choices (the transport between hosts) in one line.
+  if (cli.verbose) ::setenv(std::string(idist::env::kVerbose).c_str(), "1", /*overwrite=*/0);
   return run(cli);
 }
 

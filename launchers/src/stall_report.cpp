@@ -1,5 +1,7 @@
 #include "stall_report.hpp"
 
+#include "idist/common/duration.hpp"
+
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/fmt/ranges.h>
 
@@ -408,6 +410,27 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
 
 std::string views_text(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
                        std::size_t per_rank);
+
+std::optional<std::vector<std::string>> job_wide_report(std::vector<RankView> views, std::int64_t now_ns,
+                                                        std::chrono::milliseconds stall, CallKeys& reported,
+                                                        const std::vector<std::string>& silent,
+                                                        std::chrono::milliseconds waited) {
+  std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  auto report = stall_report(views, now_ns, stall, reported);
+  if (!report) return std::nullopt;
+  std::vector<std::string> lines;
+  const std::string everyone = silent.empty() ? "every rank of the job" : "every rank of the nodes that answered";
+  for (auto& line : report->lines) {
+    line = "stall (job-wide): " + line.substr(line.find(": ") + 2);
+    if (const auto at = line.find("every rank here"); at != std::string::npos)
+      line.replace(at, std::string_view("every rank here").size(), everyone);
+    lines.push_back(std::move(line));
+  }
+  for (const auto& name : silent)
+    lines.push_back(fmt::format("stall (job-wide): {} did not answer within {}: its ranks are not in this report", name,
+                                common::duration_text(waited)));
+  return lines;
+}
 
 std::string views_to_json(const std::vector<RankView>& ranks, std::int64_t now_ns, const std::string& host,
                           std::size_t budget) {

@@ -79,6 +79,14 @@ struct StallReport {
 std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
                                         std::chrono::milliseconds stall, CallKeys& reported);
 
+// The job-wide report (every node's views gathered by a rendezvous): stall_report's lines, each
+// "stall (job-wide): ...", naming the ranks of every node that answered, then one line for
+// each node in `silent` (its name) that did not answer within `waited`. nullopt: nothing new.
+std::optional<std::vector<std::string>> job_wide_report(std::vector<RankView> views, std::int64_t now_ns,
+                                                        std::chrono::milliseconds stall, CallKeys& reported,
+                                                        const std::vector<std::string>& silent,
+                                                        std::chrono::milliseconds waited);
+
 // The most a node's views take on the rendezvous' wire (its frames are at most 1 MiB).
 inline constexpr std::size_t kViewsBudget = 512 * 1024;
 

@@ -4,7 +4,8 @@
 # job_sum's ranks checking every sum. Two and three nodes form and finish; the etcd leader
 # killed mid-job; the node hosting rank 0 killed (--nnodes 2:3, a restart left): the survivors
 # re-form and finish; quorum lost: every node fails in one line; two job ids on one etcd; the
-# prefix removed at the end; a PyTorchJob's pods with rdzvBackend: etcd (PET_* only); 300 simulated nodes timed (rdzv_scale_etcd, beside JOB_SUM).
+# prefix removed at the end; a PyTorchJob's pods with rdzvBackend: etcd (PET_* only); 1,000
+# simulated nodes timed (rdzv_scale_etcd, beside JOB_SUM; SCALE_NODES=N for another count).
 # usage: rendezvous_etcd.sh IDIST_RUN EXAMPLES_DIR JOB_SUM [CASE...]   (no CASE: every case)
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -59,7 +60,7 @@ node() {
   shift
   rm -f "$DIR/$name.rc"
   (timeout 120 "$RUN" --verbose --rdzv-backend etcd --nnodes "$nnodes" --rdzv-endpoint "$ENDPOINTS" \
-     --rdzv-id "etcd-test-$$-$id" -n 2 "${opts[@]}" "$JOB_SUM" "$@" >"$DIR/$name.out" 2>&1
+     --rdzv-id "etcd-test-$$-$id" -n 2 "${opts[@]}" "${PROGRAM:-$JOB_SUM}" "$@" >"$DIR/$name.out" 2>&1
    echo $? >"$DIR/$name.rc") &
   NODE_PID=$!
 }
@@ -217,15 +218,117 @@ if wants errors; then
 fi
 
 if wants scale; then
-  # 300 simulated nodes (one process) through the cluster: every assignment right, timed.
+  # 1,000 simulated nodes (one process) through the cluster: every assignment right, timed
+  # (the figure is printed, not held to: a benchmark, bench/rdzv_etcd.sh, measures it).
   SCALE=$(dirname "$JOB_SUM")/rdzv_scale_etcd
+  n=${SCALE_NODES:-1000}
   if [ -x "$SCALE" ]; then
-    out=$(timeout 120 "$SCALE" "$ENDPOINTS" "etcd-test-$$-scale" 300 2>&1)
-    check "300 simulated nodes through etcd: every one assigned, none wrong" contains "$out" "300 assigned, 0 failed, 0 wrong"
+    out=$(timeout 120 "$SCALE" "$ENDPOINTS" "etcd-test-$$-scale" "$n" 2>&1)
+    check "$n simulated nodes through etcd: every one assigned, none wrong" contains "$out" "$n assigned, 0 failed, 0 wrong"
     echo "  ($out)"
     ctl del --prefix "/idist/rdzv/etcd-test-$$-scale/" >/dev/null
   else
     echo "# rdzv_scale_etcd not built: the scale case skipped"
+  fi
+fi
+
+if wants stall; then
+  # A rank of one node frozen (SIGSTOP): the other node sees only its own ranks waiting, asks
+  # through etcd, and both nodes print the job-wide report, which names the frozen rank.
+  PROGRAM=$(dirname "$JOB_SUM")/stall_rank
+  node a 2 stall --stall-timeout 2 --timeout 40 -- loop 400 20; a=$NODE_PID
+  sleep 0.3
+  node b 2 stall --stall-timeout 2 --timeout 40 -- loop 400 20; b=$NODE_PID
+  PROGRAM=
+  for _ in $(seq 400); do grep -q "^rank 3 pid" "$DIR/a.out" "$DIR/b.out" 2>/dev/null && break; sleep 0.05; done
+  pid=$(awk '$1 == "rank" && $2 == 3 && $3 == "pid" {print $4; exit}' "$DIR/a.out" "$DIR/b.out")
+  other=$(grep -L "^rank 3 pid" "$DIR/a.out" "$DIR/b.out" | head -1)
+  sleep 0.5
+  kill -STOP "$pid"
+  start=$(now_ms)
+  while ! grep -q "stall (job-wide)" "$other" && [ $(($(now_ms) - start)) -lt 10000 ]; do sleep 0.05; done
+  took=$(($(now_ms) - start))
+  sleep 0.5
+  kill -CONT "$pid"
+  wait $a $b
+  grep -h "stall (job-wide)" "$DIR/a.out" "$DIR/b.out" | sed 's/^/  | /'
+  check "rank 3 frozen: the node without it prints the job-wide report after $took ms (bound 7000)" eval \
+    '[ $took -lt 7000 ] && grep -qE "stall \(job-wide\): all_reduce #[0-9]+ on group world .*rank 3 (never entered it|waiting [0-9.]+ s \(state: stopped)" "$other"'
+  check "... and the node with it the same (both print it)" equals \
+    "$(grep -lE "stall \(job-wide\): .*rank 3 (never entered it|waiting [0-9.]+ s \(state: stopped)" "$DIR/a.out" "$DIR/b.out" | wc -l)" 2
+  check "... and the job still ends: both nodes exit 0" equals "$(rc_of a) $(rc_of b)" "0 0" || tail -n 5 "$DIR"/{a,b}.out
+fi
+
+if wants tls; then
+  # etcd over TLS with client certificates (--client-cert-auth), a member of its own: a CA, the
+  # member's certificate for 127.0.0.1, one client's. Two nodes form and finish over https;
+  # without a client certificate, or trusting another CA, a node fails in one line.
+  if ! command -v openssl >/dev/null; then
+    echo "# SKIP tls: no openssl to make certificates (Debian: openssl)"
+  else
+    T=$DIR/tls
+    mkdir -p "$T"
+    cert() {  # cert NAME SUBJECT [SAN]: NAME.key and NAME.pem signed by $T/ca (or self-signed: ca)
+      local name=$1 subject=$2 san=${3:-}
+      openssl req -new -newkey rsa:2048 -nodes -keyout "$T/$name.key" -subj "$subject" -out "$T/$name.csr" 2>/dev/null
+      if [ "$name" = ca ] || [ "$name" = other ]; then
+        openssl x509 -req -in "$T/$name.csr" -signkey "$T/$name.key" -days 2 -out "$T/$name.pem" \
+          -extfile <(printf 'basicConstraints=critical,CA:true\nkeyUsage=keyCertSign,cRLSign\n') 2>/dev/null
+      else
+        openssl x509 -req -in "$T/$name.csr" -CA "$T/ca.pem" -CAkey "$T/ca.key" -CAcreateserial -days 2 \
+          -out "$T/$name.pem" -extfile <(printf '%s\n' "${san:+subjectAltName=$san}" "extendedKeyUsage=serverAuth,clientAuth") 2>/dev/null
+      fi
+    }
+    cert ca "/CN=idist test CA"
+    cert other "/CN=another CA"
+    cert server "/CN=etcd" "IP:127.0.0.1"
+    cert client "/CN=idist"
+    tport=$(random_port)
+    "$ETCD" --name tls --data-dir "$DIR/tls-data" --listen-client-urls "https://127.0.0.1:$tport" \
+      --advertise-client-urls "https://127.0.0.1:$tport" --listen-peer-urls "http://127.0.0.1:$((tport + 1))" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$((tport + 1))" --initial-cluster "tls=http://127.0.0.1:$((tport + 1))" \
+      --cert-file "$T/server.pem" --key-file "$T/server.key" --trusted-ca-file "$T/ca.pem" --client-cert-auth \
+      >"$DIR/etcd-tls.log" 2>&1 &
+    ETCD_PIDS[3]=$!
+    disown $!
+    for _ in $(seq 100); do
+      ETCDCTL_API=3 "$ETCDCTL" --endpoints "https://127.0.0.1:$tport" --cacert "$T/ca.pem" --cert "$T/client.pem" \
+        --key "$T/client.key" endpoint health >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+    tls_node() {  # tls_node NAME [--rdzv-conf ...]: 2 ranks of job_sum on the TLS member
+      local name=$1
+      shift
+      rm -f "$DIR/$name.rc"
+      (timeout 60 "$RUN" --rdzv-backend etcd --nnodes 2 --rdzv-endpoint "https://127.0.0.1:$tport" \
+         --rdzv-id "etcd-test-$$-tls" -n 2 "$@" "$JOB_SUM" 5 10 3 >"$DIR/$name.out" 2>&1
+       echo $? >"$DIR/$name.rc") &
+      NODE_PID=$!
+    }
+    conf="cacert=$T/ca.pem,cert=$T/client.pem,key=$T/client.key"
+    tls_node a --rdzv-conf "$conf"; a=$NODE_PID
+    tls_node b --rdzv-conf "$conf"; b=$NODE_PID
+    wait $a $b
+    check "etcd over TLS with client certificates: both nodes exit 0" equals "$(rc_of a) $(rc_of b)" "0 0" ||
+      tail -n 5 "$DIR"/{a,b}.out "$DIR/etcd-tls.log"
+    check "... every rank's sums are right (4 ranks)" sums_ok 4 3 a b
+    out=$(IDIST_TIMEOUT=3 timeout 30 "$RUN" --rdzv-backend etcd --nnodes 2 --rdzv-endpoint "https://127.0.0.1:$tport" \
+          --rdzv-id "etcd-test-$$-tls2" --rdzv-conf "cacert=$T/ca.pem,node_timeout=2" -n 1 /bin/true 2>&1)
+    rc=$?
+    check "no client certificate: exit 1 (got $rc), the last line names the member" \
+      eval '[ $rc = 1 ] && tail -n 1 <<<"$out" | grep -q "127.0.0.1:$tport"' || echo "$out" | tail -n 2
+    out=$(IDIST_TIMEOUT=3 timeout 30 "$RUN" --rdzv-backend etcd --nnodes 2 --rdzv-endpoint "https://127.0.0.1:$tport" \
+          --rdzv-id "etcd-test-$$-tls3" --rdzv-conf "cacert=$T/other.pem,cert=$T/client.pem,key=$T/client.key,node_timeout=2" \
+          -n 1 /bin/true 2>&1)
+    rc=$?
+    check "a member whose certificate another CA signed: exit 1 (got $rc), saying the check failed" \
+      eval '[ $rc = 1 ] && tail -n 1 <<<"$out" | grep -q "certificate verify failed"' || echo "$out" | tail -n 2
+    out=$("$RUN" --rdzv-backend etcd --nnodes 2 --rdzv-endpoint "https://127.0.0.1:$tport" --rdzv-id x \
+          --rdzv-conf "cacert=$T/missing.pem" /bin/true 2>&1)
+    rc=$?
+    check "a cacert that is not there: exit 2, one line naming it" \
+      eval '[ $rc = 2 ] && [ $(wc -l <<<"$out") = 1 ] && grep -q "missing.pem" <<<"$out"' || echo "$out"
+    kill -9 "${ETCD_PIDS[3]}" 2>/dev/null
   fi
 fi
 

@@ -238,23 +238,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     gather.reset();
     next_gather = Clock::now() + kGatherWait;
     if (phase != Phase::running || g.attempt != attempt) return;
-    std::sort(g.views.begin(), g.views.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-    auto report =
-        launchers::detail::stall_report(g.views, common::recorder::now_ns(), options.stall_timeout, stalls_reported);
-    if (!report) return;
-    std::vector<std::string> lines;
-    const std::string everyone = g.waiting.empty() ? "every rank of the job" : "every rank of the nodes that answered";
-    for (auto& line : report->lines) {
-      line = "stall (job-wide): " + line.substr(line.find(": ") + 2);
-      if (const auto at = line.find("every rank here"); at != std::string::npos)
-        line.replace(at, std::string_view("every rank here").size(), everyone);
-      lines.push_back(std::move(line));
-    }
-    for (const auto& n : g.waiting)
-      lines.push_back(fmt::format("stall (job-wide): {} did not answer within {}: its ranks are not in this report",
-                                  n->name(), common::duration_text(kGatherWait)));
+    std::vector<std::string> silent;
+    for (const auto& n : g.waiting) silent.push_back(n->name());
+    const auto lines = launchers::detail::job_wide_report(std::move(g.views), common::recorder::now_ns(),
+                                                          options.stall_timeout, stalls_reported, silent, kGatherWait);
+    if (!lines) return;
     for (const auto& n : members)
-      if (!n->gone) n->connection->send(Json{{"t", "report"}, {"attempt", attempt}, {"lines", lines}});
+      if (!n->gone) n->connection->send(Json{{"t", "report"}, {"attempt", attempt}, {"lines", *lines}});
   }
 
   void refuse(const NodePtr& node, const std::string& why) {

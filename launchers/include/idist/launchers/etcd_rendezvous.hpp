@@ -20,6 +20,11 @@ struct EtcdRendezvousOptions {
   std::string token;
   std::string user;                     // etcd auth
   std::string password;
+  // TLS (--rdzv-conf protocol=https, or https:// endpoints): the members checked against
+  // `cacert` (PEM; empty: the system's CAs); `cert` and `key`: this node's client certificate.
+  // Given a cacert, cert or key, TLS is on.
+  bool https = false;
+  std::string cacert, cert, key;
   std::string local_addr;  // this node's address for MASTER_ADDR (default: its address towards etcd)
   int min_nodes = 1;
   int max_nodes = 1;
@@ -30,6 +35,7 @@ struct EtcdRendezvousOptions {
   std::chrono::milliseconds dead_after{5000};  // node_timeout: the lease's TTL (whole seconds, at least 2)
   std::chrono::milliseconds join_timeout{300000};
   std::chrono::milliseconds grace{5000};
+  std::chrono::milliseconds stall_timeout{0};  // --stall-timeout: job-wide stall reports (0: none)
 };
 
 // What the etcd rendezvous gave this node for its current attempt.
@@ -49,7 +55,8 @@ std::string etcd_first_endpoint(const std::string& endpoints);
 
 class EtcdRendezvous final : public Coordinator {
  public:
-  // Throws std::invalid_argument for endpoints that are not HOST:PORT.
+  // Throws std::invalid_argument for endpoints that are not HOST:PORT, and TLS files that
+  // cannot be used (naming them).
   explicit EtcdRendezvous(EtcdRendezvousOptions options);
   ~EtcdRendezvous() override;
   EtcdRendezvous(const EtcdRendezvous&) = delete;
@@ -64,6 +71,7 @@ class EtcdRendezvous final : public Coordinator {
   void over(int attempt, const std::optional<LocalFailure>& failure,
             std::function<void(const RemoteVerdict&)> verdict) override;
   void finish(const std::string& outcome, std::function<void()> done) override;
+  void stalled(int attempt) override;
   void detach() override;
 
   struct State;

@@ -3,14 +3,63 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstring>
 #include <stdexcept>
 
 namespace idist::launchers::etcd {
+
+// A connection to one member (plain, or TLS where the client has a context), kept between
+// calls. with(f) calls f on whichever stream it is: Beast's operations are templates.
+struct Connection {
+  Connection(boost::asio::io_context& io, boost::asio::ssl::context* tls) {
+    if (tls != nullptr)
+      secure = std::make_unique<boost::beast::ssl_stream<boost::beast::tcp_stream>>(io, *tls);
+    else
+      plain = std::make_unique<boost::beast::tcp_stream>(io);
+  }
+  template <class F>
+  auto with(F&& f) {
+    return secure ? f(*secure) : f(*plain);
+  }
+  boost::beast::tcp_stream& tcp() { return secure ? boost::beast::get_lowest_layer(*secure) : *plain; }
+  void close() {
+    boost::beast::error_code ignored;
+    tcp().socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ignored);
+    tcp().close();
+  }
+
+  // Connected to `e`: TLS's handshake done, the member's certificate checked against its name
+  // (or address) and the CA; then `done` (an error's text, or empty).
+  template <class Done>
+  void open(boost::asio::ip::tcp::resolver::results_type results, const Endpoint& e, Done done) {
+    tcp().async_connect(results, [this, host = e.host, done = std::move(done)](auto ec, const auto&) mutable {
+      if (ec) return done(ec);
+      boost::beast::error_code ignored;
+      local = tcp().socket().local_endpoint(ignored).address().to_string();
+      if (!secure) return done(ec);
+      boost::system::error_code parse;
+      boost::asio::ip::make_address(host, parse);
+      if (parse) SSL_set_tlsext_host_name(secure->native_handle(), host.c_str());  // SNI: names only
+      secure->set_verify_callback(boost::asio::ssl::host_name_verification(host));
+      secure->async_handshake(boost::asio::ssl::stream_base::client, std::move(done));
+    });
+  }
+
+  std::unique_ptr<boost::beast::tcp_stream> plain;
+  std::unique_ptr<boost::beast::ssl_stream<boost::beast::tcp_stream>> secure;
+  std::string local;  // this host's address on it
+};
+
 namespace {
 
 namespace asio = boost::asio;
@@ -26,6 +75,16 @@ constexpr auto kRoundPause = std::chrono::milliseconds(100);
 constexpr auto kWatchRetry = std::chrono::milliseconds(100);
 
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+// An error's text; TLS's own say which check failed ("certificate verify failed").
+std::string error_message(const boost::system::error_code& ec) {
+  if (ec.category() == boost::asio::error::get_ssl_category()) {
+    char text[256] = {};
+    ERR_error_string_n(static_cast<unsigned long>(ec.value()), text, sizeof text);
+    return fmt::format("TLS: {}", text);
+  }
+  return ec.message();
+}
 
 // The gateway's error: {"error": ..., "code": gRPC code, "message": ...}, or the raw text.
 std::string error_text(int status, const std::string& body, int& code) {
@@ -44,49 +103,64 @@ std::string error_text(int status, const std::string& body, int& code) {
 // a fresh token (simple tokens are per member and expire).
 bool permanent(int code) { return code == 3 || code == 5 || code == 7 || code == 9; }
 
-// One HTTP exchange on a fresh connection: the gateway is on loopback or a LAN, a connection
-// costs little next to etcd's own fsync, and a member that died mid-call leaves nothing behind.
+// One HTTP exchange, on a connection kept from an earlier one to the same member when there is
+// one (HTTP/1.1 keep-alive: a node's heartbeat is then one round trip, not a TCP handshake
+// and a teardown; with a thousand nodes, the handshakes were most of etcd's work), else on a
+// fresh one.
 struct Exchange : std::enable_shared_from_this<Exchange> {
-  using Done = std::function<void(const std::string& error, int status, const std::string& body, std::string local)>;
-  Exchange(asio::io_context& io) : resolver(io), stream(io) {}
+  // `stale`: a kept connection failed before any answer (the member closed it while idle):
+  // worth one more try on a fresh one, not a strike against the member.
+  using Done = std::function<void(const std::string& error, int status, const std::string& body, bool keep, bool stale)>;
+  Exchange(asio::io_context& io, std::shared_ptr<Connection> c, bool reused)
+      : resolver(io), connection(std::move(c)), reused(reused) {}
   tcp::resolver resolver;
-  beast::tcp_stream stream;
+  std::shared_ptr<Connection> connection;
+  bool reused = false;
   beast::flat_buffer buffer;
   http::request<http::string_body> request;
   http::response<http::string_body> response;
   Done done;
-  std::string local;
 
-  void fail(const std::string& why) {
-    if (auto d = std::exchange(done, nullptr)) d(why, 0, "", "");
-    beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream.close();
+  void fail(beast::error_code ec) {
+    const bool timed_out = ec == beast::error::timeout;
+    if (auto d = std::exchange(done, nullptr))
+      d(timed_out ? "no answer (timed out)" : error_message(ec), 0, "", false, reused && !timed_out);
+    connection->close();
   }
 
   void run(const Endpoint& e, std::chrono::milliseconds timeout) {
-    stream.expires_after(timeout);
-    resolver.async_resolve(e.host, e.port, [self = shared_from_this()](auto ec, tcp::resolver::results_type results) {
-      if (ec) return self->fail(ec.message());
-      self->stream.async_connect(results, [self](auto ec, const tcp::endpoint&) {
-        if (ec) return self->fail(ec == beast::error::timeout ? "no answer (timed out)" : ec.message());
-        beast::error_code ignored;
-        self->local = self->stream.socket().local_endpoint(ignored).address().to_string();
-        http::async_write(self->stream, self->request, [self](auto ec, std::size_t) {
-          if (ec) return self->fail(ec == beast::error::timeout ? "no answer (timed out)" : ec.message());
-          http::async_read(self->stream, self->buffer, self->response, [self](auto ec, std::size_t) {
-            if (ec) return self->fail(ec == beast::error::timeout ? "no answer (timed out)" : ec.message());
-            if (auto d = std::exchange(self->done, nullptr))
-              d("", static_cast<int>(self->response.result_int()), self->response.body(), self->local);
-            beast::error_code ignored;
-            self->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-            self->stream.close();
-          });
+    connection->tcp().expires_after(timeout);
+    if (reused) return exchange();
+    resolver.async_resolve(e.host, e.port, [self = shared_from_this(), e](auto ec, tcp::resolver::results_type results) {
+      if (ec) return self->fail(ec);
+      self->connection->open(results, e, [self](beast::error_code ec) {
+        if (ec) return self->fail(ec);
+        self->exchange();
+      });
+    });
+  }
+
+  void exchange() {
+    connection->with([self = shared_from_this()](auto& stream) {
+      http::async_write(stream, self->request, [self, &stream](auto ec, std::size_t) {
+        if (ec) return self->fail(ec);
+        http::async_read(stream, self->buffer, self->response, [self](auto ec, std::size_t) {
+          if (ec) return self->fail(ec);
+          const bool keep = self->response.keep_alive();
+          if (!keep)
+            self->connection->close();
+          else
+            self->connection->tcp().expires_never();
+          if (auto d = std::exchange(self->done, nullptr))
+            d("", static_cast<int>(self->response.result_int()), self->response.body(), keep, false);
         });
       });
     });
   }
 };
+
+// Kept connections per member, at most this many (a node has a call or two in flight).
+constexpr std::size_t kKeepPerMember = 4;
 
 }  // namespace
 
@@ -98,12 +172,11 @@ std::vector<Endpoint> parse_endpoints(const std::string& text) {
     if (end == std::string::npos) end = text.size();
     std::string item = text.substr(at, end - at);
     at = end + 1;
+    Endpoint e;
     if (item.rfind("http://", 0) == 0) item = item.substr(7);
-    if (item.rfind("https://", 0) == 0)
-      throw std::invalid_argument("'" + item + "': https is not supported (TLS to etcd: see README)");
+    else if (item.rfind("https://", 0) == 0) item = item.substr(8), e.https = true;
     if (!item.empty() && item.back() == '/') item.pop_back();
     const auto colon = item.rfind(':');
-    Endpoint e;
     e.host = colon == std::string::npos ? item : item.substr(0, colon);
     e.port = colon == std::string::npos ? "2379" : item.substr(colon + 1);
     if (e.host.size() > 2 && e.host.front() == '[' && e.host.back() == ']') e.host = e.host.substr(1, e.host.size() - 2);
@@ -112,9 +185,35 @@ std::vector<Endpoint> parse_endpoints(const std::string& text) {
     if (e.host.empty() || e.port.empty() || ec != std::errc() || ptr != e.port.data() + e.port.size() || port < 1 ||
         port > 65535)
       throw std::invalid_argument("'" + item + "' is not HOST:PORT");
+    if (!out.empty() && out.front().https != e.https)
+      throw std::invalid_argument("'" + text + "' mixes https:// and http:// members: one cluster speaks one");
     out.push_back(std::move(e));
   }
   return out;
+}
+
+std::shared_ptr<asio::ssl::context> tls_context(const std::string& cacert, const std::string& cert,
+                                                const std::string& key) {
+  if (cert.empty() != key.empty())
+    throw std::invalid_argument("a client certificate needs both cert= and key= (one was given)");
+  auto context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  context->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
+  context->set_verify_mode(asio::ssl::verify_peer);
+  const auto use = [](const char* what, const std::string& path, auto load) {
+    boost::system::error_code ec;
+    load(ec);
+    if (ec) throw std::invalid_argument(fmt::format("{} '{}': {}", what, path, error_message(ec)));
+  };
+  if (cacert.empty())
+    use("the system's CAs", "", [&](auto& ec) { context->set_default_verify_paths(ec); });
+  else
+    use("cacert", cacert, [&](auto& ec) { context->load_verify_file(cacert, ec); });
+  if (!cert.empty()) {
+    use("cert", cert, [&](auto& ec) { context->use_certificate_chain_file(cert, ec); });
+    use("key", key, [&](auto& ec) { context->use_private_key_file(key, asio::ssl::context::pem, ec); });
+  }
+  return context;
 }
 
 std::string endpoints_text(const std::vector<Endpoint>& endpoints) {
@@ -142,13 +241,21 @@ std::string base64(const std::string& raw) {
 }
 
 std::string unbase64(const std::string& text) {
+  // By table: a thousand nodes' states are megabytes of it.
+  static const auto value = [] {
+    std::array<signed char, 256> v{};
+    v.fill(-1);
+    for (int i = 0; i < 64; ++i) v[static_cast<unsigned char>(kAlphabet[i])] = static_cast<signed char>(i);
+    return v;
+  }();
   std::string out;
+  out.reserve(text.size() / 4 * 3);
   unsigned v = 0;
   int bits = 0;
   for (const char c : text) {
-    const char* p = std::strchr(kAlphabet, c);
-    if (c == '=' || c == '\0' || p == nullptr) continue;
-    v = (v << 6) | static_cast<unsigned>(p - kAlphabet);
+    const int d = value[static_cast<unsigned char>(c)];
+    if (d < 0) continue;
+    v = (v << 6) | static_cast<unsigned>(d);
     bits += 6;
     if (bits >= 8) {
       bits -= 8;
@@ -184,11 +291,12 @@ struct Client::Call {
 // One watch stream on one member, with everything its pending operations use: replaced, not
 // reused, when the watch moves, so that an old stream's handlers never touch a new one's parser.
 struct WatchStream {
-  explicit WatchStream(asio::io_context& io) : stream(io) {}
-  beast::tcp_stream stream;
+  WatchStream(asio::io_context& io, asio::ssl::context* tls) : connection(io, tls) {}
+  Connection connection;
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   std::string pending;  // stream text not yet a whole line
+  std::size_t scanned = 0;  // of `pending`, known to hold no line end
   std::function<std::size_t(std::uint64_t, beast::string_view, beast::error_code&)> on_chunk;
   http::request<http::string_body> request;
 };
@@ -211,9 +319,11 @@ Client::~Client() { close(); }
 
 void Client::close() {
   closed_ = true;
+  for (auto& [member, kept] : std::exchange(idle_, {}))
+    for (auto& connection : kept) connection->close();
   for (auto& [id, w] : std::exchange(watchers_, {})) {
     w->retry.cancel();
-    if (w->current) w->current->stream.close();
+    if (w->current) w->current->connection.close();
   }
 }
 
@@ -228,24 +338,37 @@ void Client::call(const std::string& path, Json body, std::chrono::milliseconds 
 }
 
 void Client::send(const std::shared_ptr<Call>& c, const std::string& path, const std::string& body,
-                  std::function<void(const std::string&, int, const std::string&)> done) {
+                  std::function<void(const std::string&, int, const std::string&)> done, bool fresh) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c->deadline - Clock::now());
   const auto timeout = std::max(std::chrono::milliseconds(50), std::min(options_.try_timeout, left));
-  auto x = std::make_shared<Exchange>(io_);
+  const std::size_t member = current_;
+  auto& kept = idle_[member];
+  const bool reused = !fresh && !kept.empty();
+  std::shared_ptr<Connection> connection;
+  if (reused) {
+    connection = std::move(kept.back());
+    kept.pop_back();
+  } else {
+    connection = std::make_shared<Connection>(io_, options_.tls.get());
+  }
+  auto x = std::make_shared<Exchange>(io_, connection, reused);
   x->request = http::request<http::string_body>(http::verb::post, path, 11);
-  const auto& e = options_.endpoints[current_];
+  const auto& e = options_.endpoints[member];
   x->request.set(http::field::host, e.text());
   x->request.set(http::field::content_type, "application/json");
-  if (const auto t = tokens_.find(current_); t != tokens_.end() && path != "/v3/auth/authenticate")
+  x->request.keep_alive(true);
+  if (const auto t = tokens_.find(member); t != tokens_.end() && path != "/v3/auth/authenticate")
     x->request.set(http::field::authorization, t->second);
   x->request.body() = body;
   x->request.prepare_payload();
   std::weak_ptr<Client> weak = shared_from_this();
-  x->done = [weak, done = std::move(done)](const std::string& error, int status, const std::string& text,
-                                          std::string local) {
+  x->done = [weak, c, path, body, member, connection, done = std::move(done)](
+                const std::string& error, int status, const std::string& text, bool keep, bool stale) mutable {
     auto self = weak.lock();
     if (!self || self->closed_) return;
-    if (!local.empty()) self->local_address_ = local;
+    if (stale && member == self->current_) return self->send(c, path, body, std::move(done), /*fresh=*/true);
+    if (!connection->local.empty()) self->local_address_ = connection->local;
+    if (keep && self->idle_[member].size() < kKeepPerMember) self->idle_[member].push_back(connection);
     done(error, status, text);
   };
   x->run(e, timeout);
@@ -319,7 +442,7 @@ void Client::follow(std::size_t member) {
     w->member = member;
     w->retry.cancel();
     auto old = std::exchange(w->current, nullptr);
-    old->stream.close();  // its handlers see an error and find the stream replaced: they do nothing
+    old->connection.close();  // its handlers see an error and find the stream replaced: they do nothing
     start_watch(w);
   }
 }
@@ -345,7 +468,7 @@ void Client::unwatch(int id) {
   auto w = it->second;
   watchers_.erase(it);
   w->retry.cancel();
-  if (w->current) w->current->stream.close();
+  if (w->current) w->current->connection.close();
 }
 
 bool Client::watching(const std::shared_ptr<Watcher>& w) const {
@@ -359,7 +482,7 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
   if (closed_ || !watching(w)) return;
   const std::size_t member = w->member % options_.endpoints.size();
   const auto& e = options_.endpoints[member];
-  auto st = std::make_shared<WatchStream>(io_);
+  auto st = std::make_shared<WatchStream>(io_, options_.tls.get());
   w->current = st;
   st->parser.body_limit(boost::none);
   std::weak_ptr<Client> weak = shared_from_this();
@@ -368,8 +491,9 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
                                                     beast::error_code&) -> std::size_t {
     st->pending.append(body.data(), body.size());
     std::size_t at = 0;
-    for (auto nl = st->pending.find('\n', at); nl != std::string::npos; nl = st->pending.find('\n', at)) {
-      const Json j = Json::parse(st->pending.substr(at, nl - at), nullptr, false);
+    for (auto nl = st->pending.find('\n', st->scanned); nl != std::string::npos; nl = st->pending.find('\n', at)) {
+      const Json j = Json::parse(st->pending.begin() + static_cast<std::ptrdiff_t>(at),
+                                 st->pending.begin() + static_cast<std::ptrdiff_t>(nl), nullptr, false);
       at = nl + 1;
       if (!j.is_object() || !j.contains("result")) continue;
       const auto& r = j["result"];
@@ -386,11 +510,23 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
       std::vector<Client::Event> keys;
       for (const auto& e : r["events"]) {
         if (!e.is_object() || !e.contains("kv") || !e["kv"].contains("key")) continue;
-        keys.push_back({unbase64(e["kv"]["key"].get<std::string>()), e.value("type", "") == "DELETE"});
+        const auto& kv = e["kv"];
+        Client::Event event{.key = unbase64(kv["key"].get<std::string>()),
+                            .deleted = e.value("type", "") == "DELETE",
+                            .value = kv.contains("value") && kv["value"].is_string()
+                                         ? unbase64(kv["value"].get<std::string>())
+                                         : std::string(),
+                            .mod_revision = revision};
+        try {
+          if (kv.contains("mod_revision")) event.mod_revision = std::stoll(kv["mod_revision"].get<std::string>());
+        } catch (const std::exception&) {
+        }
+        keys.push_back(std::move(event));
       }
       w->on_events(keys);
     }
     st->pending.erase(0, at);
+    st->scanned = st->pending.size();
     return body.size();
   };
   st->parser.on_chunk_body(st->on_chunk);
@@ -418,25 +554,27 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
   beast::error_code ec;
   const auto results = resolver.resolve(e.host, e.port, ec);
   if (ec) return broken(ec.message());
-  st->stream.expires_after(options_.try_timeout);
-  st->stream.async_connect(results, [st, broken](auto ec, const tcp::endpoint&) {
-    if (ec) return broken(ec.message());
-    http::async_write(st->stream, st->request, [st, broken](auto ec, std::size_t) {
-      if (ec) return broken(ec.message());
-      st->stream.expires_never();
-      http::async_read_header(st->stream, st->buffer, st->parser, [st, broken](auto ec, std::size_t) {
+  st->connection.tcp().expires_after(options_.try_timeout);
+  st->connection.open(results, e, [st, broken](beast::error_code ec) {
+    if (ec) return broken(error_message(ec));
+    st->connection.with([st, broken](auto& stream) {
+      http::async_write(stream, st->request, [st, broken, &stream](auto ec, std::size_t) {
         if (ec) return broken(ec.message());
-        auto more = std::make_shared<std::function<void()>>();
-        *more = [st, broken, more] {
-          http::async_read_some(st->stream, st->buffer, st->parser, [st, broken, more](auto ec, std::size_t) {
-            if (ec || st->parser.is_done()) {
-              *more = nullptr;  // the cycle through the handler
-              return broken(ec ? ec.message() : "the stream ended");
-            }
-            (*more)();
-          });
-        };
-        (*more)();
+        st->connection.tcp().expires_never();
+        http::async_read_header(stream, st->buffer, st->parser, [st, broken, &stream](auto ec, std::size_t) {
+          if (ec) return broken(ec.message());
+          auto more = std::make_shared<std::function<void()>>();
+          *more = [st, broken, more, &stream] {
+            http::async_read_some(stream, st->buffer, st->parser, [st, broken, more](auto ec, std::size_t) {
+              if (ec || st->parser.is_done()) {
+                *more = nullptr;  // the cycle through the handler
+                return broken(ec ? ec.message() : "the stream ended");
+              }
+              (*more)();
+            });
+          };
+          (*more)();
+        });
       });
     });
   });

@@ -6,6 +6,9 @@
 // the Boost we already build with. The gateway is served by every etcd 3.4 member on its client
 // port, so nothing runs beside etcd.
 //
+// TLS (https, a client certificate) with Boost.Asio's streams over OpenSSL (libssl3, which
+// every Debian has; its headers from libssl-dev).
+//
 // Failover: a call goes to the member that answered last, and on a refused connection, a
 // timeout or an error etcd calls transient ("request timed out", "leader changed", "no
 // leader") to the next, round after round, until its deadline; then it fails with one
@@ -13,6 +16,7 @@
 // answer differently (a lease not found, a permission denied) come back at once.
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -24,10 +28,12 @@
 namespace idist::launchers::etcd {
 
 using Json = nlohmann::json;
+struct Connection;
 
 struct Endpoint {
   std::string host;
   std::string port;
+  bool https = false;  // given as https://HOST:PORT
   std::string text() const { return host + ":" + port; }
 };
 
@@ -36,9 +42,18 @@ struct ClientOptions {
   std::string user;  // with password: etcd's auth (a token per member, from /v3/auth/authenticate)
   std::string password;
   std::chrono::milliseconds try_timeout{1000};  // one member's answer to one call
+  std::shared_ptr<boost::asio::ssl::context> tls;  // set: every connection is TLS (tls_context())
 };
 
-// "h1:2379,h2:2379" -> endpoints; throws std::invalid_argument naming the bad one.
+// TLS towards etcd: the members' certificates checked against `cacert` (a PEM file; empty:
+// the system's CAs) and their names; `cert` and `key` (PEM files, both or neither) this
+// node's client certificate, for a cluster started with --client-cert-auth. Throws
+// std::invalid_argument naming a file that cannot be read or used.
+std::shared_ptr<boost::asio::ssl::context> tls_context(const std::string& cacert, const std::string& cert,
+                                                       const std::string& key);
+
+// "h1:2379,h2:2379" (each may start with http:// or https://, all the same) -> endpoints;
+// throws std::invalid_argument naming the bad one.
 std::vector<Endpoint> parse_endpoints(const std::string& text);
 std::string endpoints_text(const std::vector<Endpoint>& endpoints);
 
@@ -51,11 +66,14 @@ class Client : public std::enable_shared_from_this<Client> {
  public:
   // error empty: `body` is etcd's answer.
   using Reply = std::function<void(const std::string& error, const Json& body)>;
-  // Watch events came: their keys, each with whether it was deleted (a stream that breaks is
-  // restarted, from the revision after the last one seen, without a word).
+  // Watch events came, in etcd's order: each key, whether it was deleted, its value put and
+  // that put's revision (a stream that breaks is restarted, from the revision after the last
+  // one seen, without a word).
   struct Event {
     std::string key;
     bool deleted = false;
+    std::string value;
+    long long mod_revision = 0;
   };
   using OnEvents = std::function<void(const std::vector<Event>& events)>;
 
@@ -85,7 +103,8 @@ class Client : public std::enable_shared_from_this<Client> {
   struct Watcher;
   void try_call(const std::shared_ptr<Call>& call);
   void send(const std::shared_ptr<Call>& call, const std::string& path, const std::string& body,
-            std::function<void(const std::string& error, int status, const std::string& body)> done);
+            std::function<void(const std::string& error, int status, const std::string& body)> done,
+            bool fresh = false);
   void start_watch(const std::shared_ptr<Watcher>& w);
   void follow(std::size_t member);
   bool watching(const std::shared_ptr<Watcher>& w) const;
@@ -94,6 +113,7 @@ class Client : public std::enable_shared_from_this<Client> {
   ClientOptions options_;
   std::size_t current_ = 0;  // the member that answered last
   std::map<std::size_t, std::string> tokens_;  // auth token by member
+  std::map<std::size_t, std::vector<std::shared_ptr<Connection>>> idle_;  // kept connections by member
   std::string local_address_;
   std::map<int, std::shared_ptr<Watcher>> watchers_;
   int next_watch_ = 0;

@@ -1,26 +1,34 @@
-// The rendezvous on etcd. No process hosts it: the job's state lives in etcd, and the oldest
-// node alive (the proposer: its key has the lowest create revision) applies the rules of the
-// built-in rendezvous (server.cpp) to it, proposing each next state by a transaction that
-// holds only if the state is still the one it read (compare-and-swap on its mod_revision), so
-// that a proposer that lost its place (a stale read, a successor already at work) cannot win.
-// Losing any node therefore loses nothing but that node: its lease expires, etcd deletes its
-// keys, and, were it the proposer, the next oldest takes over at once.
+// The rendezvous on etcd. No process hosts it: the job's state lives in etcd, and one node,
+// the proposer (whichever holds the key `proposer`, taken by a transaction that holds only
+// while nobody has it), applies the rules of the built-in rendezvous (server.cpp) to it,
+// proposing each next state by a transaction that holds only if the state is still the one it
+// read (compare-and-swap on its mod_revision), so that a proposer that lost its place (a stale
+// read, a successor already at work) cannot win. Losing any node therefore loses nothing but
+// that node: its lease expires, etcd deletes its keys, and, were it the proposer, the others
+// see its key go and race for it; one wins and goes on from the state as it stands.
 //
 // Keys, under PREFIX = --rdzv-conf prefix (default /idist/rdzv/) + the job's id + "/":
 //   state                 {attempt, phase: gathering|running|ending|done, restarts_used,
-//                          members: [{id, host, addr, nproc, port}] (node rank = index),
-//                          cause, reform, verdict (the last one), prev {id: node rank}}
-//   node/ID               (this node's lease) {host, addr, nproc, join, port}: alive,
-//                          and asks to be in attempt `join` or later
+//                          members: [ID...] (node rank = index), nproc: N or [N...],
+//                          zero: {addr, port} (rank 0's store), cause, reform, verdict (the
+//                          last one), prev: the last attempt's members, gathers, look, report}
+//   proposer              (lease) the proposer's ID
+//   node/ID               (lease) {host, addr, nproc, join, port}: alive, and asks to be in
+//                          attempt `join` or later
 //   a/K/fail/ID           (lease) a rank of attempt K failed on node ID first
 //   a/K/over/ID           (lease) every rank of attempt K is gone on node ID {failure?}
+//   a/K/stalled/ID        (lease) a rank of node ID stalled: a job-wide report is asked for
+//   a/K/views/ID          (lease) node ID's ranks, for the report the state's `look` asks
 //   left/ID               why node ID's idist-run left before the job's end
-// A node's lease (TTL = node_timeout) is renewed at every heartbeat; when it lapses, etcd
-// deletes the node's keys, which is how the others learn that it is lost. Each node watches
-// the state and the nodes' deletes (the proposer: all of PREFIX), and on a change (and at every
-// heartbeat) reads what it needs (read()) and decides. Attempt K's rank 0 runs on its node 0, whose
-// address (the one it reaches etcd from, or --rdzv-conf local_addr) and port (reserved there
-// for the attempt) the state names.
+//
+// What scales to a thousand nodes: a node that does not propose holds one watch, on
+// [proposer, state] (side by side), and decides from the values the events carry, so a
+// change costs each node one message and no read; it reads the state itself only once per
+// node_timeout. The state names members by id alone (a node finds itself there), so that
+// its copy to every node stays small. Only the proposer watches and reads the whole prefix.
+// Each node's lease (TTL = node_timeout) is renewed at every heartbeat, on a kept connection.
+// Attempt K's rank 0 runs on its node 0, whose address (the one it reaches etcd from, or
+// --rdzv-conf local_addr) and port (reserved there for the attempt) the state names.
 
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
@@ -35,6 +43,7 @@
 
 #include "client.hpp"
 #include "rendezvous/wire.hpp"
+#include "stall_report.hpp"
 #include "idist/common/duration.hpp"
 #include "idist/common/hash.hpp"
 #include "idist/common/host.hpp"
@@ -53,6 +62,9 @@ using Clock = std::chrono::steady_clock;
 
 // How long finish() may take to say goodbye (its lease revoked, the keys cleaned up).
 constexpr auto kFinishWait = std::chrono::seconds(2);
+// How long the views of a job-wide stall report are waited for, and the least time between two
+// reports (the built-in rendezvous' figure).
+constexpr auto kGatherWait = std::chrono::seconds(2);
 
 long long as_ll(const Json& j, const char* key, long long fallback = 0) {
   const auto it = j.find(key);
@@ -84,10 +96,17 @@ struct Snapshot {
   long long state_revision = 0;  // 0: no state yet (attempt 0 gathers)
   Json state = Json{{"attempt", 0}, {"phase", "gathering"}, {"restarts_used", 0}};
   std::map<std::string, NodeRecord> nodes;
-  std::map<std::string, Report> fails, overs;  // of the state's attempt
+  std::map<std::string, Report> fails, overs, stalls, views;  // of the state's attempt
   std::map<std::string, std::string> left;
 
   int attempt() const { return field<int>(state, "attempt", 0); }
+  // Node rank r's local ranks: one number for all, or one per node.
+  int nproc(std::size_t r) const {
+    const auto it = state.find("nproc");
+    if (it == state.end()) return 1;
+    if (it->is_array()) return r < it->size() && (*it)[r].is_number_integer() ? (*it)[r].get<int>() : 1;
+    return it->is_number_integer() ? it->get<int>() : 1;
+  }
   std::string phase() const { return field<std::string>(state, "phase", "gathering"); }
   const Json& members() const {
     static const Json none = Json::array();
@@ -105,6 +124,17 @@ struct Failure {
 };
 
 
+std::string member_id(const Json& members, std::size_t r) {
+  return r < members.size() && members[r].is_string() ? members[r].get<std::string>() : std::string();
+}
+
+// A node's id is HOST-PID-RANDOM (node_id()): its host, for messages.
+std::string host_of(const std::string& id) {
+  const auto b = id.rfind('-');
+  const auto a = b == std::string::npos || b == 0 ? std::string::npos : id.rfind('-', b - 1);
+  return a == std::string::npos ? id : id.substr(0, a);
+}
+
 Json failure_json(const LocalFailure& f) {
   Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
   if (f.lost_peer) j["lost_peer"] = *f.lost_peer;
@@ -121,6 +151,7 @@ std::string node_id() {
 struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::State> {
   EtcdRendezvousOptions options;
   std::vector<etcd::Endpoint> endpoints;
+  std::shared_ptr<asio::ssl::context> tls;
   std::string prefix;
   std::string id = node_id();
   std::string host = common::host_name("localhost");
@@ -144,8 +175,21 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   bool gave_up = false;
   bool first_read = true;
   bool reading = false;
-  bool proposer = false;  // the oldest node alive: it proposes the next state (read())
+  bool proposer = false;  // holds the proposer's key: it proposes the next state (propose())
+  long long proposer_since = 0;  // the revision at which the proposer of this node's time took its place
+  bool campaigning = false;
   bool watching_all = false;
+  long long seen_revision = 0;  // of the newest snapshot decided on: an older one is stale
+  long long beats = 0;
+  // Job-wide stall reports: the newest request answered (state "look") and report shown.
+  std::uint64_t look_answered = 0, report_seen = 0;
+  // The proposer's side of them: the request it made, when its answers are due, the next
+  // one's earliest time, and what was reported (each collective once per attempt).
+  std::uint64_t gather_id = 0;
+  bool gather_due = false;
+  Clock::time_point next_gather{};
+  detail::CallKeys stalls_reported;
+  int stalls_attempt = -1;
   bool dirty = false;
   int last_call_for = -1;      // the attempt whose last call has passed
   int last_call_armed = -1;
@@ -153,7 +197,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   bool join_timed_out = false;
   int ending_seen = -1;        // since when attempt K ends (dropping members that never stop)
   bool stop_passed = false;
-  std::unique_ptr<asio::steady_timer> beat_timer, last_call_timer, join_timer, stop_timer, finish_timer;
+  std::unique_ptr<asio::steady_timer> beat_timer, last_call_timer, join_timer, stop_timer, finish_timer, gather_timer;
 
   std::string key(const std::string& rest) const { return prefix + rest; }
   std::string tried() const { return etcd::endpoints_text(endpoints); }
@@ -172,17 +216,26 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
                  });
   }
 
-  void put(const std::string& k, const Json& value, bool leased, std::function<void()> then = nullptr) {
-    Json body{{"key", base64(k)}, {"value", base64(value.dump())}};
-    if (leased) body["lease"] = std::to_string(lease);
-    call("/v3/kv/put", body, [this, then](const std::string& error, const Json&) {
+  Json put_op(const std::string& k, const Json& value) const {
+    return Json{{"request_put", {{"key", base64(k)}, {"value", base64(value.dump())}, {"lease", std::to_string(lease)}}}};
+  }
+
+  // A leased put (the proposer learns of it through its watch; nobody else needs to).
+  void put(const std::string& k, const Json& value, std::function<void()> then = nullptr) {
+    call("/v3/kv/put", put_op(k, value)["request_put"], [this, then](const std::string& error, const Json&) {
       if (finished && then) return then();
       if (!error.empty()) return give_up("lost etcd: " + error);
       if (then) then();
-      read();
     });
   }
 
+  // The compare of a transaction that holds while nobody proposes (the proposer's key absent).
+  Json nobody_proposes() const {
+    return Json::array({Json{{"key", base64(key("proposer"))}, {"target", "CREATE"}, {"create_revision", "0"}, {"result", "EQUAL"}}});
+  }
+
+  // The lease, then one transaction: this node's record put, the proposer's place taken if it
+  // is free, and the state read, all at one revision, from which the watch starts.
   void start() {
     const long long ttl = std::max<long long>(2, (options.dead_after.count() + 999) / 1000);
     call("/v3/lease/grant", Json{{"TTL", std::to_string(ttl)}}, [this](const std::string& error, const Json& j) {
@@ -190,14 +243,45 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       lease = as_ll(j, "ID");
       renewed = Clock::now();
       if (options.local_addr.empty()) options.local_addr = client->local_address();
-      // Every node watches the state, and the nodes' keys for deletes (a lost node, maybe the
-      // proposer); the proposer also watches everything (watch_all()). A node's own puts then
-      // reach one watcher, not all of them: with N nodes, N writes, not N * N messages.
-      client->watch(key("state"), "", 0, on_events());
-      client->watch(key("node/"), etcd::prefix_end(key("node/")), 0, on_events(), /*no_puts=*/true);
-      beat();
-      put_record();
+      const Json read_state{{"request_range", {{"key", base64(key("state"))}}}};
+      const Json read_proposer{{"request_range", {{"key", base64(key("proposer"))}}}};
+      Json body{{"compare", nobody_proposes()},
+                {"success", Json::array({record_op(), put_op(key("proposer"), Json(id)), read_state})},
+                {"failure", Json::array({record_op(), read_state, read_proposer})}};
+      call("/v3/kv/txn", body, [this](const std::string& error, const Json& j) {
+        if (finished) return;
+        if (!error.empty()) return give_up(fmt::format("cannot start the rendezvous on etcd: {}", error));
+        const long long revision = j.contains("header") ? as_ll(j["header"], "revision") : 0;
+        proposer = field<bool>(j, "succeeded", false);
+        Snapshot s;
+        s.revision = revision;
+        for (const auto& r : j.value("responses", Json::array())) {
+          if (!r.contains("response_range")) continue;
+          const auto& kvs = r["response_range"].value("kvs", Json::array());
+          if (kvs.empty()) continue;
+          const std::string k = unbase64(field<std::string>(kvs[0], "key", ""));
+          if (k == key("proposer")) proposer_since = as_ll(kvs[0], "create_revision");
+          if (k == key("state")) fill_state(s, unbase64(field<std::string>(kvs[0], "value", "")), as_ll(kvs[0], "mod_revision"));
+        }
+        if (proposer) proposer_since = revision;
+        beat();
+        if (proposer) return take_office(revision);
+        // The state and the proposer's key, which sit side by side: one watch, with values, so
+        // that a change costs each node one message and no read.
+        client->watch(key("proposer"), key("state") + std::string(1, '\0'), revision + 1, on_narrow_events());
+        decide(s);
+      });
     });
+  }
+
+  // This node proposes from now on: it watches the whole job and reads it at every change.
+  void take_office(long long revision) {
+    proposer = true;
+    if (!watching_all) {
+      watching_all = true;
+      client->watch(prefix, etcd::prefix_end(prefix), revision + 1, on_events());
+    }
+    read();
   }
 
   etcd::Client::OnEvents on_events() {
@@ -207,27 +291,69 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     };
   }
 
-  // The proposer watches the whole prefix; a node that stops being it (it cannot: the oldest
-  // stays the oldest) would keep the watch, which costs only messages.
-  void watch_all(long long from) {
-    if (watching_all || !client) return;
-    watching_all = true;
-    client->watch(prefix, etcd::prefix_end(prefix), from, on_events());
+  // A node that does not propose: the state as each event carries it; the proposer's key gone
+  // (its node lost, or finished): a race for its place, which one node wins.
+  etcd::Client::OnEvents on_narrow_events() {
+    std::weak_ptr<State> weak = shared_from_this();
+    return [weak](const std::vector<etcd::Client::Event>& events) {
+      auto self = weak.lock();
+      if (!self || self->finished) return;
+      for (const auto& e : events) {
+        if (self->proposer) return self->read();
+        if (e.key == self->key("proposer") && e.deleted) {
+          self->campaign();
+        } else if (e.key == self->key("state") && !e.deleted) {
+          Snapshot s;
+          s.revision = e.mod_revision;
+          self->fill_state(s, e.value, e.mod_revision);
+          self->decide(s);
+        }
+      }
+    };
   }
+
+  void campaign() {
+    if (campaigning || proposer || finished || lease == 0) return;
+    campaigning = true;
+    Json body{{"compare", nobody_proposes()}, {"success", Json::array({put_op(key("proposer"), Json(id))})}};
+    call("/v3/kv/txn", body, [this](const std::string& error, const Json& j) {
+      campaigning = false;
+      if (finished) return;
+      if (!error.empty()) return give_up("lost etcd: " + error);
+      if (!field<bool>(j, "succeeded", false)) return;  // another node won: its put comes by the watch
+      const long long revision = j.contains("header") ? as_ll(j["header"], "revision") : 0;
+      proposer_since = revision;
+      info("this node proposes the job's next states now (the node that did is gone)");
+      take_office(revision);
+    });
+  }
+
+  void fill_state(Snapshot& s, const std::string& text, long long revision) const {
+    Json value = Json::parse(text, nullptr, false);
+    if (!value.is_object()) return;
+    s.state = std::move(value);
+    s.state_revision = revision;
+  }
+
+  // This node's record: alive (its lease), and in which attempt it asks to be.
+  Json record() const {
+    return Json{{"host", host},
+                {"addr", options.local_addr.empty() ? host : options.local_addr},
+                {"nproc", options.nproc},
+                {"join", join_attempt},
+                {"port", port ? port->port() : 0}};
+  }
+  Json record_op() const { return put_op(key("node/" + id), record()); }
 
   void put_record() {
     if (lease == 0 || finished) return;
-    put(key("node/" + id),
-        Json{{"host", host},
-             {"addr", options.local_addr.empty() ? host : options.local_addr},
-             {"nproc", options.nproc},
-             {"join", join_attempt},
-             {"port", port ? port->port() : 0}},
-        true);
+    put(key("node/" + id), record());
   }
 
-  // The lease renewed, the state read again (a watch on a member cut off from the others is
-  // silent, not broken), and this node's silence towards etcd checked, at every heartbeat.
+  // The lease renewed at every heartbeat, and this node's silence towards etcd checked. The
+  // proposer reads the job at every heartbeat (its timers' decisions need no event); the others
+  // read the state once per node_timeout, in case their watch went quiet without breaking
+  // (a member cut off from the others is found by the renewal, which then moves the watch).
   void beat() {
     if (finished) return;
     if (Clock::now() - renewed > options.dead_after)
@@ -246,19 +372,17 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
         renewed = Clock::now();
       });
     }
-    read();
+    const auto every = std::max<long long>(1, options.dead_after / std::max(options.heartbeat, std::chrono::milliseconds(1)));
+    if (proposer || ++beats % every == 0) read();
     beat_timer->expires_after(options.heartbeat);
     beat_timer->async_wait([this](auto ec) {
       if (!ec) beat();
     });
   }
 
-  // What this node needs of etcd, read again. The nodes' next state is proposed by one node,
-  // the oldest alive (its key's create revision, the lowest): it reads the whole prefix; the
-  // others read the state alone, which is all their own side needs. Should the proposer be
-  // lost, its lease lapses, its key goes, and the next oldest takes over at once (the watch
-  // reports the delete). Any node's proposal would be as safe (the transaction decides), but
-  // a thousand nodes reading a thousand keys at every change would cost a million.
+  // What this node needs of etcd, read again: the proposer, the whole job; the others, the
+  // state alone, which is all their side needs (a thousand nodes reading a thousand keys at
+  // every change would cost a million).
   void read() {
     if (finished || lease == 0) return;
     if (reading) {
@@ -266,39 +390,21 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       return;
     }
     reading = true;
-    const std::string nodes = key("node/");
-    call("/v3/kv/range",
-         Json{{"key", base64(nodes)},
-              {"range_end", base64(etcd::prefix_end(nodes))},
-              {"limit", 1},
-              {"sort_order", "ASCEND"},
-              {"sort_target", "CREATE"},
-              {"keys_only", true}},
-         [this, nodes](const std::string& error, const Json& j) {
-           if (finished) return;
-           if (!error.empty()) return reading = false, give_up("lost etcd: " + error);
-           std::string oldest;
-           if (j.contains("kvs") && j["kvs"].is_array() && !j["kvs"].empty())
-             oldest = unbase64(field<std::string>(j["kvs"][0], "key", ""));
-           proposer = oldest.empty() || oldest == nodes + id;
-           // From the revision this read saw: no change between the two is missed.
-           if (proposer) watch_all(j.contains("header") ? as_ll(j["header"], "revision") + 1 : 0);
-           Json range = proposer ? Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}}
-                                 : Json{{"key", base64(key("state"))}};
-           call("/v3/kv/range", range, [this](const std::string& error, const Json& j) {
-             reading = false;
-             if (finished) return;
-             if (!error.empty()) return give_up("lost etcd: " + error);
-             decide(snapshot_of(j));
-             if (std::exchange(dirty, false)) read();
-           });
-         });
+    Json range = proposer ? Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}}
+                          : Json{{"key", base64(key("state"))}};
+    call("/v3/kv/range", range, [this](const std::string& error, const Json& j) {
+      reading = false;
+      if (finished) return;
+      if (!error.empty()) return give_up("lost etcd: " + error);
+      decide(snapshot_of(j));
+      if (std::exchange(dirty, false)) read();
+    });
   }
 
   Snapshot snapshot_of(const Json& j) const {
     Snapshot s;
     if (j.contains("header")) s.revision = as_ll(j["header"], "revision");
-    std::vector<std::pair<std::string, Report>> fails, overs;
+    std::map<std::string, std::vector<std::pair<std::string, Report>>> reports;  // by kind: attempt/ID
     if (j.contains("kvs") && j["kvs"].is_array())
       for (const auto& kv : j["kvs"]) {
         const std::string k = unbase64(field<std::string>(kv, "key", ""));
@@ -326,15 +432,13 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
           if (slash2 == std::string::npos) continue;
           const std::string attempt = rest.substr(2, slash - 2);
           const std::string kind = rest.substr(slash + 1, slash2 - slash - 1);
-          auto& into = kind == "fail" ? fails : overs;
-          into.emplace_back(attempt + "/" + rest.substr(slash2 + 1), Report{revision, value});
+          reports[kind].emplace_back(attempt + "/" + rest.substr(slash2 + 1), Report{revision, value});
         }
       }
     const std::string mine = std::to_string(s.attempt()) + "/";
-    for (auto& [k, r] : fails)
-      if (k.rfind(mine, 0) == 0) s.fails[k.substr(mine.size())] = r;
-    for (auto& [k, r] : overs)
-      if (k.rfind(mine, 0) == 0) s.overs[k.substr(mine.size())] = r;
+    for (auto [kind, into] : {std::pair{"fail", &s.fails}, {"over", &s.overs}, {"stalled", &s.stalls}, {"views", &s.views}})
+      for (auto& [k, r] : reports[kind])
+        if (k.rfind(mine, 0) == 0) (*into)[k.substr(mine.size())] = r;
     return s;
   }
 
@@ -342,8 +446,14 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
 
   void decide(const Snapshot& s) {
     if (finished || gave_up) return;
+    // A read answered after a newer event (or the other way round): the newer one stands.
+    if (s.revision < seen_revision) return;
+    seen_revision = s.revision;
     const int k = s.attempt();
     const std::string phase = s.phase();
+    // A job that ended before this proposer took its place and left its state behind: the
+    // proposer clears it (below); until then it is nobody's verdict.
+    if (!proposer && phase == "done" && s.state_revision > 0 && s.state_revision < proposer_since) return;
     if (std::exchange(first_read, false) && proposer) {
       // A job with this id ended before (and its last node did not clean up): start afresh,
       // unless some node of it is still there. Only at this node's first read: later, a done
@@ -364,22 +474,22 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     }
     const Json& members = s.members();
     int my_rank = -1;
-    for (std::size_t r = 0; r < members.size(); ++r)
-      if (field<std::string>(members[r], "id", "") == id) my_rank = static_cast<int>(r);
+    for (std::size_t r = 0; r < members.size() && my_rank < 0; ++r)
+      if (member_id(members, r) == id) my_rank = static_cast<int>(r);
     // Assigned: the attempt this node asked for (or a later one) runs with it.
     if (joined && (phase == "running" || phase == "ending") && k >= join_attempt && my_rank >= 0) {
       int base = 0, world = 0;
       for (std::size_t r = 0; r < members.size(); ++r) {
-        if (static_cast<int>(r) < my_rank) base += field<int>(members[r], "nproc", 1);
-        world += field<int>(members[r], "nproc", 1);
+        if (static_cast<int>(r) < my_rank) base += s.nproc(r);
+        world += s.nproc(r);
       }
-      const auto& zero = members[0];
+      const auto zero = s.state.value("zero", Json::object());
       assignment = EtcdAssignment{.attempt = k,
                                   .node_rank = my_rank,
                                   .nnodes = static_cast<int>(members.size()),
                                   .world_size = world,
                                   .rank_base = base,
-                                  .master_addr = field<std::string>(zero, "addr", field<std::string>(zero, "host", "")),
+                                  .master_addr = field<std::string>(zero, "addr", host_of(member_id(members, 0))),
                                   .master_port = field<int>(zero, "port", 0)};
       assigned = true;
       join_timer->cancel();
@@ -406,6 +516,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
                                                         : field<std::string>(s.state["verdict"], "cause", "the job moved on");
       if (events.end_attempt) events.end_attempt(cause);
     }
+    stall_side(s);
     // Our attempt's verdict: the job has moved on to a later attempt.
     if (verdict && k > over_attempt) {
       RemoteVerdict v = rendezvous::verdict_of(s.state.contains("verdict") ? s.state["verdict"] : Json::object());
@@ -414,6 +525,26 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       std::exchange(verdict, nullptr)(v);
     }
     if (proposer) propose(s);
+  }
+
+  // A job-wide stall report asked for (state "look"): this node's ranks, as they are now. One
+  // made (state "report"): shown, if it is about this node's attempt.
+  void stall_side(const Snapshot& s) {
+    const int k = s.attempt();
+    const auto look = s.state.value("look", Json::object());
+    const auto look_id = field<std::uint64_t>(look, "id", 0);
+    if (assigned && look_id > look_answered && field<int>(look, "attempt", -1) == assignment.attempt && k == assignment.attempt) {
+      look_answered = look_id;
+      put(key(fmt::format("a/{}/views/{}", k, id)),
+          Json{{"id", look_id}, {"ranks", Json::parse(events.views ? events.views() : std::string("[]"), nullptr, false)}});
+    }
+    const auto report = s.state.value("report", Json::object());
+    const auto report_id = field<std::uint64_t>(report, "id", 0);
+    if (report_id > report_seen) {
+      report_seen = report_id;
+      if (assigned && field<int>(report, "attempt", -1) == assignment.attempt && events.report)
+        events.report(field<std::vector<std::string>>(report, "lines", {}));
+    }
   }
 
   void deliver(const RemoteVerdict& v) {
@@ -447,7 +578,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // --- the job's side: the next state, proposed by every node, won by one ---------------------
 
   std::string name(const Json& members, std::size_t r) const {
-    return fmt::format("node {} ({})", r, field<std::string>(members[r], "host", "?"));
+    return fmt::format("node {} ({})", r, host_of(member_id(members, r)));
   }
 
   // Failures of the running attempt, in the order they were written: reports first, then
@@ -456,7 +587,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     std::vector<Failure> out;
     const Json& members = s.members();
     for (std::size_t r = 0; r < members.size(); ++r) {
-      const std::string mid = field<std::string>(members[r], "id", "");
+      const std::string mid = member_id(members, r);
       const Json* report = nullptr;
       long long revision = LLONG_MAX;
       if (const auto o = s.overs.find(mid); o != s.overs.end() && o->second.body.contains("failure")) {
@@ -483,7 +614,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   }
 
   std::string lost_text(const Snapshot& s, const Json& members, std::size_t r) const {
-    const std::string mid = field<std::string>(members[r], "id", "");
+    const std::string mid = member_id(members, r);
     if (const auto l = s.left.find(mid); l != s.left.end()) return fmt::format("{} left the job: {}", name(members, r), l->second);
     return fmt::format("{} was lost: its etcd lease expired (no heartbeat for {})", name(members, r),
                        common::duration_text(options.dead_after));
@@ -491,7 +622,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
 
   std::vector<const NodeRecord*> waiting(const Snapshot& s, int from) const {
     std::set<std::string> in;
-    for (const auto& m : s.members()) in.insert(field<std::string>(m, "id", ""));
+    for (const auto& m : s.members()) in.insert(m.is_string() ? m.get<std::string>() : std::string());
     std::vector<const NodeRecord*> out;
     for (const auto& [nid, n] : s.nodes)
       if (n.join >= from && !in.count(nid) && n.join >= 0) out.push_back(&n);
@@ -541,32 +672,42 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
         return;
       }
       // Stable ranks while membership stays: last attempt's rank, then host name, then id.
-      const Json prev = s.state.value("prev", Json::object());
-      auto rank_of = [&](const NodeRecord* r) { return prev.contains(r->id) ? field<int>(prev, r->id.c_str(), INT_MAX) : INT_MAX; };
+      std::map<std::string, int> prev;  // the last attempt's members (ids), by node rank
+      for (const auto& m : s.state.value("prev", Json::array()))
+        if (m.is_string()) prev.emplace(m.get<std::string>(), static_cast<int>(prev.size()));
+      auto rank_of = [&](const NodeRecord* r) {
+        const auto it = prev.find(r->id);
+        return it == prev.end() ? INT_MAX : it->second;
+      };
       std::stable_sort(ready.begin(), ready.end(), [&](const NodeRecord* a, const NodeRecord* b) {
         return std::make_tuple(rank_of(a), a->host, a->id) < std::make_tuple(rank_of(b), b->host, b->id);
       });
       if (static_cast<int>(ready.size()) > options.max_nodes) ready.resize(static_cast<std::size_t>(options.max_nodes));
+      // Every node receives this state: ids only (a node finds its rank there), each node's
+      // nproc once if they are all the same, and node 0's address for MASTER_ADDR.
       Json members = Json::array();
-      Json ranks = Json::object();
+      Json nprocs = Json::array();
       int world = 0;
-      for (std::size_t r = 0; r < ready.size(); ++r) {
-        const auto* m = ready[r];
-        members.push_back(Json{{"id", m->id}, {"host", m->host}, {"addr", m->addr}, {"nproc", m->nproc}, {"port", m->port}});
-        ranks[m->id] = static_cast<int>(r);
+      bool same = true;
+      for (const auto* m : ready) {
+        members.push_back(m->id);
+        nprocs.push_back(m->nproc);
         world += m->nproc;
+        same = same && m->nproc == ready.front()->nproc;
       }
       next["phase"] = "running";
       next["members"] = members;
-      next["prev"] = ranks;
+      next["nproc"] = same ? Json(ready.empty() ? 1 : ready.front()->nproc) : nprocs;
+      next["zero"] = ready.empty() ? Json::object() : Json{{"addr", ready.front()->addr}, {"port", ready.front()->port}};
+      next.erase("prev");
       next.erase("cause");
       next["reform"] = false;
       if (txn(s, next)) info("attempt {}: {} node{}, world size {}", k, members.size(), members.size() == 1 ? "" : "s", world);
       return;
     }
     const Json& members = s.members();
-    auto live = [&](std::size_t r) { return s.nodes.count(field<std::string>(members[r], "id", "")) > 0; };
-    auto over = [&](std::size_t r) { return s.overs.count(field<std::string>(members[r], "id", "")) > 0; };
+    auto live = [&](std::size_t r) { return s.nodes.count(member_id(members, r)) > 0; };
+    auto over = [&](std::size_t r) { return s.overs.count(member_id(members, r)) > 0; };
     const auto failures = failures_of(s);
     if (phase == "running") {
       if (!failures.empty()) {
@@ -587,6 +728,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
         next["verdict"] = Json{{"then", "success"}};
         return txn(s, next), void();
       }
+      if (propose_stall_report(s, next)) return;
       const auto arrivals = waiting(s, k);
       if (options.max_nodes > options.min_nodes && alive < options.max_nodes && !arrivals.empty()) {
         next["phase"] = "ending";
@@ -653,7 +795,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       next = Json{{"attempt", k + 1},
                   {"phase", "gathering"},
                   {"restarts_used", restarts_used},
-                  {"prev", s.state.value("prev", Json::object())},
+                  {"prev", s.members()},
+                  {"gathers", field<std::uint64_t>(s.state, "gathers", 0)},
                   {"verdict",
                    {{"then", "restart"}, {"attempt", k}, {"next", k + 1}, {"cause", cause}, {"restarts_left", left},
                     {"counted", counted}, {"rank", rank}}}};
@@ -675,6 +818,68 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     next["phase"] = "done";
     next["verdict"] = Json{{"then", "failure"}, {"cause", cause}, {"exit_code", exit_code}, {"rank", rank}};
     if (txn(s, next)) info("the job failed: {}", cause);
+  }
+
+  // Job-wide stall reports, as the built-in rendezvous makes them (server.cpp): a node whose
+  // rank stalled asks (a/K/stalled/ID); the proposer puts a request in the state ("look"),
+  // every node answers with its ranks' views (a/K/views/ID), and once every live member has,
+  // or kGatherWait has passed, the report goes into the state for every node to print.
+  // Returns true when it proposed a state.
+  bool propose_stall_report(const Snapshot& s, Json next) {
+    if (options.stall_timeout.count() <= 0) return false;
+    const int k = s.attempt();
+    if (stalls_attempt != k) {
+      stalls_attempt = k;
+      stalls_reported.clear();
+    }
+    const auto range = [&](const char* kind) {
+      const std::string from = key(fmt::format("a/{}/{}/", k, kind));
+      return Json{{"request_delete_range", {{"key", base64(from)}, {"range_end", base64(etcd::prefix_end(from))}}}};
+    };
+    const auto look_id = field<std::uint64_t>(s.state.value("look", Json::object()), "id", 0);
+    if (look_id == 0) {
+      if (s.stalls.empty() || Clock::now() < next_gather) return false;
+      const auto id = field<std::uint64_t>(s.state, "gathers", 0) + 1;
+      next["gathers"] = id;
+      next["look"] = Json{{"id", id}, {"attempt", k}};
+      wait_for_views(id);
+      txn(s, next, {range("stalled")});
+      return true;
+    }
+    if (gather_id != look_id) wait_for_views(look_id);  // asked by the proposer before this one
+    const Json& members = s.members();
+    std::vector<detail::RankView> views;
+    std::vector<std::string> silent;
+    const auto now_ns = common::recorder::now_ns();
+    for (std::size_t r = 0; r < members.size(); ++r) {
+      const std::string mid = member_id(members, r);
+      const auto v = s.views.find(mid);
+      if (v != s.views.end() && field<std::uint64_t>(v->second.body, "id", 0) == look_id) {
+        if (!v->second.body.contains("ranks") || !detail::views_from_json(v->second.body["ranks"].dump(), now_ns, views))
+          info("{} sent views of its ranks that are not ours; its ranks are left out", name(members, r));
+      } else {
+        silent.push_back(name(members, r));
+      }
+    }
+    if (!silent.empty() && !gather_due) return false;
+    const auto lines = detail::job_wide_report(std::move(views), now_ns, options.stall_timeout, stalls_reported, silent,
+                                               kGatherWait);
+    next.erase("look");
+    if (lines) next["report"] = Json{{"id", look_id}, {"attempt", k}, {"lines", *lines}};
+    next_gather = Clock::now() + kGatherWait;
+    txn(s, next, {range("views")});
+    return true;
+  }
+
+  void wait_for_views(std::uint64_t id) {
+    gather_id = id;
+    gather_due = false;
+    gather_timer->expires_after(kGatherWait);
+    gather_timer->async_wait([this, id](auto ec) {
+      if (ec || gather_id != id) return;
+      gather_due = true;
+      read();
+    });
   }
 
   // Proposes `next` as the state that follows `s`'s (with `more` operations, all or none).
@@ -704,7 +909,18 @@ std::string etcd_first_endpoint(const std::string& endpoints) { return etcd::par
 EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options) : state_(std::make_shared<State>()) {
   auto& s = *state_;
   s.options = std::move(options);
-  s.endpoints = etcd::parse_endpoints(s.options.endpoints);
+  try {
+    s.endpoints = etcd::parse_endpoints(s.options.endpoints);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--rdzv-endpoint: {}", e.what()));
+  }
+  const auto& o = s.options;
+  try {
+    if (o.https || s.endpoints.front().https || !o.cacert.empty() || !o.cert.empty() || !o.key.empty())
+      s.tls = etcd::tls_context(o.cacert, o.cert, o.key);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--rdzv-conf: {}", e.what()));
+  }
   if (s.options.job_id.empty()) s.options.job_id = fmt::format("{:016x}", common::fnv1a(s.options.token));
   s.prefix = s.options.prefix + s.options.job_id + "/";
 }
@@ -719,14 +935,15 @@ void EtcdRendezvous::start(boost::asio::io_context& io, Events events) {
   auto& s = *state_;
   s.io = &io;
   s.events = std::move(events);
-  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.finish_timer})
+  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.finish_timer, &s.gather_timer})
     *t = std::make_unique<asio::steady_timer>(io);
   s.client = std::make_shared<etcd::Client>(
       io, etcd::ClientOptions{.endpoints = s.endpoints,
                               .user = s.options.user,
                               .password = s.options.password,
                               .try_timeout = std::clamp(s.options.heartbeat, std::chrono::milliseconds(300),
-                                                        std::chrono::milliseconds(2000))});
+                                                        std::chrono::milliseconds(2000)),
+                              .tls = s.tls});
   s.info("job {} on etcd at {}, under {}", s.options.job_id, s.tried(), s.prefix);
   s.start();
 }
@@ -752,7 +969,7 @@ void EtcdRendezvous::join(int attempt, std::function<void(const std::optional<Re
 void EtcdRendezvous::failed(int attempt, const LocalFailure& failure) {
   auto& s = *state_;
   if (s.lease == 0 || s.finished) return;
-  s.put(s.key(fmt::format("a/{}/fail/{}", attempt, s.id)), failure_json(failure), true);
+  s.put(s.key(fmt::format("a/{}/fail/{}", attempt, s.id)), failure_json(failure));
 }
 
 void EtcdRendezvous::over(int attempt, const std::optional<LocalFailure>& failure,
@@ -763,13 +980,20 @@ void EtcdRendezvous::over(int attempt, const std::optional<LocalFailure>& failur
   s.over_attempt = attempt;
   Json body = Json::object();
   if (failure) body["failure"] = failure_json(*failure);
-  s.put(s.key(fmt::format("a/{}/over/{}", attempt, s.id)), body, true);
+  s.put(s.key(fmt::format("a/{}/over/{}", attempt, s.id)), body);
+}
+
+void EtcdRendezvous::stalled(int attempt) {
+  auto& s = *state_;
+  if (s.lease == 0 || s.finished || !s.assigned || attempt != s.assignment.attempt || s.options.stall_timeout.count() <= 0)
+    return;
+  s.put(s.key(fmt::format("a/{}/stalled/{}", attempt, s.id)), Json::object());
 }
 
 void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> done) {
   auto& s = *state_;
   s.finished = true;
-  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer}) (*t)->cancel();
+  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.gather_timer}) (*t)->cancel();
   auto once = std::make_shared<std::function<void()>>(std::move(done));
   auto call = [once] {
     if (auto f = std::exchange(*once, nullptr)) f();
@@ -805,7 +1029,7 @@ void EtcdRendezvous::detach() {
   s.finished = true;
   if (s.client) s.client->close();
   s.client.reset();
-  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.finish_timer}) t->reset();
+  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.finish_timer, &s.gather_timer}) t->reset();
 }
 
 }  // namespace idist::launchers
