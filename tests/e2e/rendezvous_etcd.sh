@@ -3,7 +3,9 @@
 # ports in a temp dir (killed at the end, whatever happens), idist-run "nodes" on loopback with
 # job_sum's ranks checking every sum. Two and three nodes form and finish; the etcd leader
 # killed mid-job; the node hosting rank 0 killed (--nnodes 2:3, a restart left): the survivors
-# re-form and finish; quorum lost: every node fails in one line; two job ids on one etcd; the
+# re-form and finish; the proposer's idist-run frozen (SIGSTOP): the others re-form and
+# finish, it fails in one line when resumed; quorum lost: every node fails in one line; a
+# rank frozen: the job-wide stall report; TLS with client certificates; two job ids on one etcd; the
 # prefix removed at the end; a PyTorchJob's pods with rdzvBackend: etcd (PET_* only); 1,000
 # simulated nodes timed (rdzv_scale_etcd, beside JOB_SUM; SCALE_NODES=N for another count).
 # usage: rendezvous_etcd.sh IDIST_RUN EXAMPLES_DIR JOB_SUM [CASE...]   (no CASE: every case)
@@ -186,6 +188,41 @@ if wants rank0; then
   check "re-formed within 5 s of the kill (took ${formed} ms)" test "$formed" -lt 5000
   check "and finished within 5 s of the kill (attempt 1: 30 rounds of 50 ms; took $finished ms)" test "$finished" -lt 5000
   check "the survivors' 4 ranks of attempt 1 have right sums" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "^job 11 rank [0-3]/4 .* attempt 1 sum .* right$")" 4
+fi
+
+if wants frozen; then
+  # The proposer's idist-run frozen (SIGSTOP: a node that stops answering without dying) in a
+  # 2:3 job with a restart left: its lease lapses, another node takes the proposer's key, and
+  # the two others re-form and finish; the frozen one, resumed, finds its lease gone and
+  # fails in one line rather than rejoin as if nothing happened.
+  conf=(--max-restarts 1 --rdzv-conf heartbeat=0.5,node_timeout=2,last_call_timeout=0.5)
+  node a 2:3 frozen "${conf[@]}" -- 40 50 13; a=$NODE_PID
+  node b 2:3 frozen "${conf[@]}" -- 40 50 13; b=$NODE_PID
+  node c 2:3 frozen "${conf[@]}" -- 40 50 13; c=$NODE_PID
+  for n in a b c; do wait_for_lines "$DIR/$n.out" "attempt 0: node" 1; done
+  # The proposer's key holds its id, HOST-PID-RANDOM: the pid of its idist-run.
+  proposer=$(ctl get "/idist/rdzv/etcd-test-$$-frozen/proposer" --print-value-only | tr -d '"')
+  agent=$(echo "$proposer" | awk -F- '{print $(NF-1)}')
+  frozen=none
+  for n in a b c; do eval "[ \"\$(agent_of \$$n)\" = \"$agent\" ] && frozen=$n"; done
+  check "the proposer ($proposer) is one of the three nodes' idist-run ($frozen)" test "$frozen" != none
+  others=$(echo a b c | tr ' ' '\n' | grep -v "^$frozen$" | tr '\n' ' ')
+  set -- $others
+  kill -STOP "$agent"
+  stopped_at=$(now_ms)
+  for n in $others; do wait_for_lines "$DIR/$n.out" "attempt 1: node" 1; done
+  formed=$(($(now_ms) - stopped_at))
+  eval "wait \$$1 \$$2"
+  kill -CONT "$agent"
+  wait_rc "$frozen" 30
+  check "proposer's idist-run frozen: the two others ($others) exit 0" equals "$(rc_of $1) $(rc_of $2)" "0 0" ||
+    tail -n 8 "$DIR/$1.out" "$DIR/$2.out"
+  check "... re-formed as 2 nodes within node_timeout and 3 s (took $formed ms)" test "$formed" -lt 5000
+  check "... another node took the proposer's key" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "proposes the job's next states now")" 1
+  check "... their 4 ranks of attempt 1 have right sums" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "^job 13 rank [0-3]/4 .* attempt 1 sum .* right$")" 4
+  check "the frozen node, resumed, exits non-zero (got $(rc_of $frozen))" test "$(rc_of $frozen)" != 0 -a "$(rc_of $frozen)" != none
+  check "... with a line saying its lease lapsed" eval 'grep -qE "lost etcd: this node.s lease (was not renewed|expired)|was lost: its etcd lease expired" "$DIR/$frozen.out"' ||
+    tail -n 4 "$DIR/$frozen.out"
 fi
 
 if wants errors; then
