@@ -3,6 +3,8 @@
 --json) to one Markdown table per ranks-per-host, the best median call per size and way (as
 docs/BENCHMARKS.md reads every figure), with ucx's time over Open MPI's and over gloo's."""
 import json
+import os
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -21,7 +23,16 @@ def us(t):
     return f"{t:,.1f}" if t < 1000 else f"{t:,.0f}"
 
 
+def line_rate(text):
+    """RATE as tc reads it ("1gbit", "100mbit") in bytes per second; None when unset."""
+    m = re.fullmatch(r"([0-9.]+)([kmg]?)bit", (text or "").lower())
+    if not m:
+        return None
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8
+
+
 def main(data):
+    rate = line_rate(os.environ.get("RATE"))
     best = defaultdict(dict)  # (ppn, size) -> way -> (time, busbw)
     wrong = 0
     for path in sorted(Path(data).glob("*.json")):
@@ -37,15 +48,23 @@ def main(data):
                 best[key][way] = (r["time_median_us"], r["busbw"])
     for ppn in sorted({p for p, _ in best}):
         print(f"\n#### all_reduce, {ppn} rank{'s' if ppn > 1 else ''} per host ({2 * ppn} ranks)\n")
-        print("| size | ucx us | gloo us | Open MPI us | ucx / Open MPI | ucx / gloo | ucx busbw GB/s | Open MPI busbw GB/s |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        share = f" | ucx, gloo, Open MPI: % of {os.environ.get('RATE')}" if rate else ""
+        print("| size | ucx us | gloo us | Open MPI us | ucx / Open MPI | ucx / gloo | ucx busbw GB/s | Open MPI busbw GB/s"
+              f"{share} |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if rate else ""))
         for size in sorted(s for p, s in best if p == ppn):
             row = best[(ppn, size)]
-            if not all(w in row for w in WAYS):
+            if "ucx" not in row:
                 continue
-            u, g, m = (row[w][0] for w in WAYS)
+            nan = (float("nan"), float("nan"))
+            u, g, m = (row.get(w, nan)[0] for w in WAYS)
+            for w in WAYS:
+                row.setdefault(w, nan)
+            # busbw is what each rank's link carries per second (idist-bench's and raw_mpi's
+            # definition): against the line rate, one direction's use of the link.
+            pct = (" | " + ", ".join(f"{100 * row[w][1] * 1e9 / rate:.0f}" for w in WAYS)) if rate else ""
             print(f"| {size_text(size)} | {us(u)} | {us(g)} | {us(m)} | {u / m:.2f} | {u / g:.2f} | "
-                  f"{row['ucx'][1]:.3f} | {row['mpi'][1]:.3f} |")
+                  f"{row['ucx'][1]:.3f} | {row['mpi'][1]:.3f}{pct} |")
     print(f"\nelements wrong: {wrong}")
 
 

@@ -11,7 +11,10 @@
 # UCX_TLS=tcp: namespaces of one machine could share memory, which two hosts cannot.
 # Writes DATA/WAY-PPN-ROUND.json (idist-bench's and raw_mpi's --json) and prints a table of the
 # best median per size (bench/ucx_table.py).
-#   usage: bench/ucx_two_hosts.sh BUILD_DIR DATA_DIR [ROUNDS] [PPN...]   (root, ip netns)
+# RATE=1gbit shapes the link (tc tbf on both ends of the veth, each direction at RATE) and
+# adds each way's share of that line rate to the table; BEGIN=4M starts the sweep there;
+# WAYS="ucx mpi" runs only those (the table leaves the others' columns empty).
+#   usage: [RATE=1gbit] [BEGIN=8] bench/ucx_two_hosts.sh BUILD_DIR DATA_DIR [ROUNDS] [PPN...]   (root, ip netns)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(realpath "$1")
@@ -23,13 +26,21 @@ PPNS=("$@")
 RUN=$BUILD/apps/idist-run/idist-run
 BENCH=$BUILD/apps/idist-bench/idist-bench
 RAW_MPI=$BUILD/bench/raw_mpi
-SWEEP=(all_reduce -b 8 -e 64M -f 2 -w 5 -t 0.1 --json)
+SWEEP=(all_reduce -b "${BEGIN:-8}" -e 64M -f 2 -w 5 -t 0.1 --json)
 source "$ROOT/tests/e2e/lib.sh"
 tag=$$
 AGENT=$(mktemp -d)
 trap 'netns_cleanup || true; rm -rf "$AGENT"' EXIT
 netns_pair $tag || { echo "ucx_two_hosts: cannot make two fake hosts here (root, ip netns)" >&2; exit 77; }
 HOST_A=bench-a$tag HOST_B=bench-b$tag
+if [ -n "${RATE:-}" ]; then
+  # A token bucket on each end's egress: RATE each way, as a full-duplex link of that speed.
+  for end in "$NS_A va$tag" "$NS_B vb$tag"; do
+    set -- $end
+    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst 256kb latency 50ms
+  done
+  echo "ucx_two_hosts: the link shaped to $RATE each way (tc tbf)" >&2
+fi
 echo "$NS_A" >"$AGENT/ns.$HOST_A"
 echo "$NS_B" >"$AGENT/ns.$HOST_B"
 # Open MPI's rsh agent: "agent [options] HOST COMMAND..." runs COMMAND in HOST's namespace.
@@ -69,8 +80,8 @@ mpi_way() {  # mpi_way PPN OUT
 }
 for ppn in "${PPNS[@]}"; do
   for round in $(seq 1 "$ROUNDS"); do
-    ways=(ucx gloo mpi)
-    [ $((round % 2)) = 0 ] && ways=(mpi gloo ucx)
+    ways=(${WAYS:-ucx gloo mpi})
+    [ $((round % 2)) = 0 ] && ways=($(printf '%s\n' "${ways[@]}" | tac))
     for way in "${ways[@]}"; do
       out=$DATA/$way-$ppn-$round.json
       echo "ucx_two_hosts: $way, $ppn rank(s) per host, round $round" >&2
@@ -78,7 +89,7 @@ for ppn in "${PPNS[@]}"; do
     done
   done
 done
-python3 "$ROOT/bench/ucx_table.py" "$DATA"
+RATE=${RATE:-} python3 "$ROOT/bench/ucx_table.py" "$DATA"
 trap - EXIT
 netns_cleanup || true  # lib.sh is written for scripts without set -e
 rm -rf "$AGENT"

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -89,6 +90,14 @@ std::string interface_towards(const env::Contract& contract) {
   return name;
 }
 
+// Whether this host has an RDMA device (InfiniBand, RoCE, iWARP: all under
+// /sys/class/infiniband). Without one, UCX reaches other hosts over TCP alone.
+bool rdma_present() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
 class Context {
  public:
   explicit Context(ucp_context_h handle) : handle_(handle) {}
@@ -119,6 +128,12 @@ std::shared_ptr<Context> shared_context(const env::Contract& contract, std::stri
     const auto device = interface_towards(contract);
     if (!device.empty()) ::ucp_config_modify(config, "NET_DEVICES", device.c_str());
   }
+  // Over TCP alone, large messages go eagerly rather than by UCX's rendezvous: its handshake
+  // (a request, then a grant) waits behind the data already queued on the link, which on a
+  // shaped or busy one stalls every segment of the ring (1 Gbit/s: 70-81% of line rate from
+  // 4 MiB, against 84-96% eager; docs/BENCHMARKS.md). With RDMA the rendezvous is UCX's
+  // zero-copy path, and stays. UCX_RNDV_THRESH, set, is the user's.
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr && !rdma_present()) ::ucp_config_modify(config, "RNDV_THRESH", "inf");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG;
