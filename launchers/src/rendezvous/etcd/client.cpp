@@ -73,6 +73,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kRoundPause = std::chrono::milliseconds(100);
 // A watch stream that broke is opened again after this.
 constexpr auto kWatchRetry = std::chrono::milliseconds(100);
+// A member that did not answer is tried again only after this, while another one may answer.
+constexpr auto kShun = std::chrono::seconds(3);
 
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -377,7 +379,8 @@ void Client::send(const std::shared_ptr<Call>& c, const std::string& path, const
 void Client::try_call(const std::shared_ptr<Call>& c) {
   if (closed_) return;
   const std::size_t member = current_;
-  auto next = [this, c, member](const std::string& why) {
+  // `unreachable`: no answer at all (refused, reset, silent), not an error etcd answered.
+  auto next = [this, c, member](const std::string& why, bool unreachable) {
     c->tried[member] = why;
     if (Clock::now() >= c->deadline) {
       std::string each;
@@ -385,7 +388,11 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
         each += fmt::format("{}{}: {}", each.empty() ? "" : "; ", options_.endpoints[m].text(), error);
       return c->reply(fmt::format("no answer from etcd (tried {}: {})", endpoints_text(options_.endpoints), each), Json());
     }
-    current_ = (current_ + 1) % options_.endpoints.size();
+    // An unreachable member is left alone for a while: every call in flight (a heartbeat, a
+    // read, a proposal) would otherwise wait out its silence in turn, and a member cut off
+    // costs a whole try_timeout each time. Another call may have moved on already.
+    if (unreachable) shunned_until_[member] = Clock::now() + kShun;
+    if (current_ == member || shunned(current_)) current_ = next_member(member);
     if (++c->tries_this_round < options_.endpoints.size()) return try_call(c);
     c->tries_this_round = 0;
     c->pause->expires_after(kRoundPause);
@@ -395,10 +402,10 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
   };
   auto request = [this, c, member, next] {
     send(c, c->path, c->body, [this, c, member, next](const std::string& error, int status, const std::string& text) {
-      if (!error.empty()) return next(error);
+      if (!error.empty()) return next(error, true);
       if (status == 200) {
         Json j = Json::parse(text, nullptr, false);
-        if (j.is_discarded()) return next("an answer that is not JSON: " + text.substr(0, 100));
+        if (j.is_discarded()) return next("an answer that is not JSON: " + text.substr(0, 100), false);
         follow(member);
         return c->reply("", j);
       }
@@ -410,14 +417,14 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
         return try_call(c);
       }
       if (permanent(code)) return c->reply(fmt::format("etcd at {}: {}", options_.endpoints[member].text(), why), Json());
-      next(why);
+      next(why, false);
     });
   };
   if (options_.user.empty() || tokens_.count(member)) return request();
   const Json auth{{"name", options_.user}, {"password", options_.password}};
   send(c, "/v3/auth/authenticate", auth.dump(),
        [this, c, member, next, request](const std::string& error, int status, const std::string& text) {
-         if (!error.empty()) return next(error);
+         if (!error.empty()) return next(error, true);
          int code = -1;
          if (status != 200) {
            const auto why = error_text(status, text, code);
@@ -425,18 +432,31 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
              return c->reply(fmt::format("etcd at {} refused user '{}': {}", options_.endpoints[member].text(),
                                          options_.user, why),
                              Json());
-           return next(why);
+           return next(why, false);
          }
          const Json j = Json::parse(text, nullptr, false);
-         if (!j.is_object() || !j.contains("token") || !j["token"].is_string()) return next("no token in its answer");
+         if (!j.is_object() || !j.contains("token") || !j["token"].is_string()) return next("no token in its answer", false);
          tokens_[member] = j["token"].get<std::string>();
          request();
        });
 }
 
+bool Client::shunned(std::size_t member) const {
+  const auto it = shunned_until_.find(member);
+  return it != shunned_until_.end() && it->second > Clock::now();
+}
+
+std::size_t Client::next_member(std::size_t from) const {
+  const auto n = options_.endpoints.size();
+  for (std::size_t i = 1; i <= n; ++i)
+    if (!shunned((from + i) % n)) return (from + i) % n;
+  return (from + 1) % n;  // none answered lately: round robin
+}
+
 // A member cut off from the others (no reset, no FIN) leaves a watch on it silent, not broken.
 // Calls notice (they time out and move on): the watch moves to the member that answers them.
 void Client::follow(std::size_t member) {
+  shunned_until_.erase(member);
   for (auto [id, w] : watchers_) {
     if (closed_ || w->member == member || !w->current) continue;
     w->member = member;
@@ -543,7 +563,7 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
     auto self = weak.lock();
     if (!self || self->closed_ || !self->watching(w) || w->current != st) return;
     // Another member next: this one may be down, or cut off from the others.
-    w->member = (w->member + 1) % self->options_.endpoints.size();
+    w->member = self->next_member(w->member % self->options_.endpoints.size());
     w->retry.expires_after(kWatchRetry);
     w->retry.async_wait([weak, w](auto ec) {
       auto self = weak.lock();

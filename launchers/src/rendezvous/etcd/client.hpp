@@ -11,8 +11,9 @@
 //
 // Failover: a call goes to the member that answered last, and on a refused connection, a
 // timeout or an error etcd calls transient ("request timed out", "leader changed", "no
-// leader") to the next, round after round, until its deadline; then it fails with one
-// sentence naming every endpoint tried and what each said. Errors that no other member would
+// leader") to the next, skipping members that did not answer at all in the last few
+// seconds, round after round, until its deadline; then it fails with one sentence naming
+// every endpoint tried and what each said. Errors that no other member would
 // answer differently (a lease not found, a permission denied) come back at once.
 
 #include <boost/asio.hpp>
@@ -107,11 +108,14 @@ class Client : public std::enable_shared_from_this<Client> {
             bool fresh = false);
   void start_watch(const std::shared_ptr<Watcher>& w);
   void follow(std::size_t member);
+  std::size_t next_member(std::size_t from) const;  // after `from`, the first not shunned
+  bool shunned(std::size_t member) const;
   bool watching(const std::shared_ptr<Watcher>& w) const;
 
   boost::asio::io_context& io_;
   ClientOptions options_;
   std::size_t current_ = 0;  // the member that answered last
+  std::map<std::size_t, std::chrono::steady_clock::time_point> shunned_until_;  // members that failed lately
   std::map<std::size_t, std::string> tokens_;  // auth token by member
   std::map<std::size_t, std::vector<std::shared_ptr<Connection>>> idle_;  // kept connections by member
   std::string local_address_;

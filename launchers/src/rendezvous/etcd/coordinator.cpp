@@ -207,10 +207,12 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     spdlog::info("rendezvous (etcd): {}", fmt::format(format, std::forward<Args>(args)...));
   }
 
-  void call(const std::string& path, Json body, std::function<void(const std::string&, const Json&)> reply) {
+  // `deadline`: node_timeout unless given.
+  void call(const std::string& path, Json body, std::function<void(const std::string&, const Json&)> reply,
+            std::optional<std::chrono::milliseconds> deadline = std::nullopt) {
     if (!client) return;
     std::weak_ptr<State> weak = shared_from_this();
-    client->call(path, std::move(body), options.dead_after,
+    client->call(path, std::move(body), deadline.value_or(options.dead_after),
                  [weak, reply = std::move(reply)](const std::string& error, const Json& j) {
                    if (auto self = weak.lock(); self && self->client) reply(error, j);
                  });
@@ -356,21 +358,27 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // (a member cut off from the others is found by the renewal, which then moves the watch).
   void beat() {
     if (finished) return;
-    if (Clock::now() - renewed > options.dead_after)
+    // Silent for node_timeout: lost, unless a renewal is still on its way (for a heartbeat
+    // more at most). etcd may well have kept the lease (an election in progress holds
+    // renewals, and a new leader extends every lease): its answer says whether it did.
+    if (Clock::now() - renewed > options.dead_after && !renewing)
       return give_up(fmt::format("lost etcd: this node's lease was not renewed for {} (tried {})",
                                  common::duration_text(options.dead_after), tried()));
     if (!renewing) {
       renewing = true;
+      // Its answer is waited for until a heartbeat past node_timeout since the last renewal.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(renewed + options.dead_after +
+                                                                              options.heartbeat - Clock::now());
       call("/v3/lease/keepalive", Json{{"ID", std::to_string(lease)}}, [this](const std::string& error, const Json& j) {
         renewing = false;
         if (finished) return;
-        if (!error.empty()) return;  // beat() decides when the silence is too long
+        if (!error.empty()) return;  // the next beat() decides whether the silence is too long
         const Json& r = j.contains("result") ? j["result"] : j;
         if (as_ll(r, "TTL") <= 0)
           return give_up(fmt::format("lost etcd: this node's lease expired (no heartbeat reached etcd for {})",
                                      common::duration_text(options.dead_after)));
         renewed = Clock::now();
-      });
+      }, std::max(left, options.heartbeat));
     }
     const auto every = std::max<long long>(1, options.dead_after / std::max(options.heartbeat, std::chrono::milliseconds(1)));
     if (proposer || ++beats % every == 0) read();
