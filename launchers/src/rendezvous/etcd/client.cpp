@@ -309,7 +309,6 @@ struct Client::Watcher {
   long long next_revision = 0;
   OnEvents on_events;
   std::size_t member = 0;
-  bool no_puts = false;
   std::shared_ptr<WatchStream> current;
   asio::steady_timer retry;
   explicit Watcher(asio::io_context& io) : retry(io) {}
@@ -467,28 +466,16 @@ void Client::follow(std::size_t member) {
   }
 }
 
-int Client::watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events,
-                  bool no_puts) {
+void Client::watch(const std::string& key, const std::string& range_end, long long start_revision,
+                   OnEvents on_events) {
   auto w = std::make_shared<Watcher>(io_);
   w->key = key;
   w->range_end = range_end;
   w->next_revision = start_revision;
   w->on_events = std::move(on_events);
   w->member = current_;
-  w->no_puts = no_puts;
-  const int id = next_watch_++;
-  watchers_[id] = w;
+  watchers_[next_watch_++] = w;
   start_watch(w);
-  return id;
-}
-
-void Client::unwatch(int id) {
-  const auto it = watchers_.find(id);
-  if (it == watchers_.end()) return;
-  auto w = it->second;
-  watchers_.erase(it);
-  w->retry.cancel();
-  if (w->current) w->current->connection.close();
 }
 
 bool Client::watching(const std::shared_ptr<Watcher>& w) const {
@@ -496,8 +483,7 @@ bool Client::watching(const std::shared_ptr<Watcher>& w) const {
 }
 
 // The stream: the gateway answers a watch with chunks, each holding JSON lines {"result":
-// {...events}}. Only the events' keys are handed on: the rendezvous reads what it needs again
-// (the events are a wake-up, the read is the truth).
+// {...events}}; each event is handed on with its key, value and revision.
 void Client::start_watch(const std::shared_ptr<Watcher>& w) {
   if (closed_ || !watching(w)) return;
   const std::size_t member = w->member % options_.endpoints.size();
@@ -556,7 +542,6 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
   if (const auto t = tokens_.find(member); t != tokens_.end()) st->request.set(http::field::authorization, t->second);
   Json create{{"key", base64(w->key)}, {"start_revision", std::to_string(w->next_revision)}};
   if (!w->range_end.empty()) create["range_end"] = base64(w->range_end);
-  if (w->no_puts) create["filters"] = Json::array({"NOPUT"});
   st->request.body() = Json{{"create_request", create}}.dump();
   st->request.prepare_payload();
   auto broken = [weak, w, st](const std::string&) {

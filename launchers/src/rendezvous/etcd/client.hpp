@@ -86,10 +86,7 @@ class Client : public std::enable_shared_from_this<Client> {
 
   // Watches [key, range_end) from `start_revision`, across members: a stream that breaks is
   // opened again on the next member, from the revision after the last one seen.
-  // `no_puts`: deletes only (etcd's NOPUT filter). Returns an id for unwatch().
-  int watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events,
-            bool no_puts = false);
-  void unwatch(int id);
+  void watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events);
 
   // This host's address on its connection to etcd: where the other nodes, which reach the same
   // etcd, most likely reach this one. Empty until a call succeeded.
