@@ -10,7 +10,8 @@
 #     a host killed (its rank exits mid-run): the survivor raises within the timeout, naming
 #     the peer and ucx, exit non-zero;
 #  4. a link cut under all_reduce (the host's cable down at the bridge: no reset, packets
-#     dropped): both ranks raise within the timeout naming the other, exit non-zero.
+#     dropped): both ranks raise within the timeout naming the other, exit non-zero; and
+#     again under all_reduce in segments with 2 ranks per host (the hierarchical pipeline).
 # usage: ucx_netns.sh IDIST_RUN MATRIX      exits 77 (skipped) where namespaces can't be made
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -117,5 +118,28 @@ check "cut: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/cut.0
 check "cut: rank 1 names rank 0 and ucx" test -n "$(grep -E 'rank 0' "$TMP/cut.1" | grep ucx)"
 # The deadline, then at most 2 s in which the runtime asks the store who is missing (runtime.cpp).
 check "cut: both were done within the 5 s timeout and the runtime's 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
+
+# The link cut again (still down from above: it is brought up first) under all_reduce in
+# segments, 2 ranks per host, started without idist-run so that only the library stops them:
+# the leaders' thread carries segments across while their hosts reduce and broadcast the
+# others. Every rank raises (exit 3) within the timeout and the runtime's inquiry; none hangs.
+ip -n "$NS_BRIDGE" link set "b1-$HOSTS_TAG" up
+port=$((port + 1))
+pids=()
+for r in 0 1 2 3; do
+  RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=${ADDR_HOST[0]} MASTER_PORT=$port \
+    IDIST_TIMEOUT=5 IDIST_HIER_SEGMENT=1000 \
+    timeout 60 bash -c "$(declare -f on_host; declare -p NS_HOST); on_host $((r / 2)) ucx-$((r / 2))$tag $MATRIX --loop" \
+    >"$TMP/seg.$r" 2>&1 &
+  pids+=($!)
+done
+for r in 0 1 2 3; do wait_for_lines "$TMP/seg.$r" "looping" 1; done
+start=$(now_ms)
+netns_cut 1
+wait_codes "${pids[@]}"
+elapsed=$(($(now_ms) - start))
+cat "$TMP"/seg.*
+check "segments cut: every rank raised (exit 3)" equals "${codes[*]}" "3 3 3 3"
+check "segments cut: all were done within the 5 s timeout and the 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
 
 finish

@@ -17,10 +17,16 @@
 #include "backends/hierarchical/hierarchical_backend.hpp"
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "backends/gloo/gloo_backend.hpp"
 #include "backends/shm/shm_backend.hpp"
@@ -40,12 +46,28 @@ std::string_view gloo_carrier(const std::vector<int>& hosts) {
 
 namespace {
 
+// all_reduce from four times this many bytes runs in segments of it (all_reduce_pipelined):
+// with two segments, the thread and the second leaders' call cost about what the overlap saves
+// on an unshaped link (docs/BENCHMARKS.md). IDIST_HIER_SEGMENT (bytes; 0: never) overrides it,
+// to measure it again elsewhere.
+std::size_t pipeline_segment() {
+  static const std::size_t bytes = [] {
+    const char* text = std::getenv("IDIST_HIER_SEGMENT");
+    char* end = nullptr;
+    const auto value = text != nullptr ? std::strtoull(text, &end, 10) : 0;
+    if (text == nullptr || *text == '\0' || *end != '\0') return std::size_t{1024 * 1024};
+    return value == 0 ? std::numeric_limits<std::size_t>::max() / 8 : static_cast<std::size_t>(value);
+  }();
+  return bytes;
+}
+
 class HierarchicalBackend final : public Backend {
  public:
   HierarchicalBackend(const BackendInit& init, std::unique_ptr<Backend> flat)
       : rank_(init.rank), size_(init.size), timeout_(init.timeout), hosts_(init.hosts), flat_(std::move(flat)) {
     const int host = hosts_[static_cast<std::size_t>(rank_)];
-    const int host_count = *std::max_element(hosts_.begin(), hosts_.end()) + 1;
+    host_count_ = *std::max_element(hosts_.begin(), hosts_.end()) + 1;
+    shared_host_ = host_count_ < size_;
     std::vector<int> local_names;
     for (int r = 0; r < size_; ++r) {
       if (hosts_[static_cast<std::size_t>(r)] != host) continue;
@@ -61,22 +83,22 @@ class HierarchicalBackend final : public Backend {
     // Leaders in host order: leader k is host k's lowest rank.
     std::vector<int> leaders;
     std::vector<int> leader_names;
-    for (int h = 0; h < host_count; ++h) {
+    for (int h = 0; h < host_count_; ++h) {
       const auto first = std::find(hosts_.begin(), hosts_.end(), h);
       if (first == hosts_.end()) throw InStepError("the host map skips host " + std::to_string(h));
       leaders.push_back(static_cast<int>(first - hosts_.begin()));
       leader_names.push_back(name_of(init, leaders.back()));
     }
-    if (host_count > 1 && local_rank_ == 0) {
-      std::vector<int> distinct(static_cast<std::size_t>(host_count));
+    if (host_count_ > 1 && local_rank_ == 0) {
+      std::vector<int> distinct(static_cast<std::size_t>(host_count_));
       std::iota(distinct.begin(), distinct.end(), 0);
-      const GroupInit group{leaders, BackendInit{host, host_count, init.store, init.key_prefix + "leaders/",
+      const GroupInit group{leaders, BackendInit{host, host_count_, init.store, init.key_prefix + "leaders/",
                                                  init.timeout, init.contract, distinct, leader_names}};
       leaders_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
     }
     // Only leaders took part in the choice: each tells its host's other members, for
     // show_config (what a user reads to know which path ran).
-    if (host_count > 1) {
+    if (host_count_ > 1) {
       const auto key = init.key_prefix + "leaders-via/" + std::to_string(host);
       if (local_rank_ == 0) {
         const auto name = leaders_->name();
@@ -213,9 +235,92 @@ class HierarchicalBackend final : public Backend {
   }
 
   void all_reduce_chained(void* data, std::size_t count, DType dtype, ReduceOp op) {
+    // Every leader must cut the same segments, whether its own host has other members or not.
+    if (host_count_ > 1 && shared_host_ && count * dtype_size(dtype) >= 4 * pipeline_segment()) {
+      all_reduce_pipelined(data, count, dtype, op);
+      return;
+    }
     if (local_) local_->reduce(data, count, dtype, op, 0);
     if (leaders_) leaders_->all_reduce(data, count, dtype, op);
     if (local_) local_->broadcast(data, count * dtype_size(dtype), 0);
+  }
+
+  // The same three steps in segments, so that the link between hosts does not idle while a
+  // host reduces or broadcasts: every member of a host runs the host's reduces of all segments,
+  // then their broadcasts (one fixed order, so the host's members agree on it); the leader
+  // hands each reduced segment to a thread of its own that all_reduces it among the leaders,
+  // and broadcasts a segment once that thread is done with it. On a 1 Gbit/s link this took
+  // 2 ranks per host from 82-92% of the line rate to 91-95% (docs/BENCHMARKS.md).
+  void all_reduce_pipelined(void* data, std::size_t count, DType dtype, ReduceOp op) {
+    const auto element = dtype_size(dtype);
+    const std::size_t per = std::max<std::size_t>(1, pipeline_segment() / element);
+    const std::size_t segments = (count + per - 1) / per;
+    auto* p = static_cast<char*>(data);
+    auto segment = [&](std::size_t i) { return std::pair{p + i * per * element, std::min(per, count - i * per)}; };
+    if (!local_) {  // the host's only member
+      for (std::size_t i = 0; i < segments; ++i) leaders_->all_reduce(segment(i).first, segment(i).second, dtype, op);
+      return;
+    }
+    if (local_rank_ != 0) {
+      for (std::size_t i = 0; i < segments; ++i) local_->reduce(segment(i).first, segment(i).second, dtype, op, 0);
+      for (std::size_t i = 0; i < segments; ++i)
+        local_->broadcast(segment(i).first, segment(i).second * element, 0);
+      return;
+    }
+    std::mutex mu;
+    std::condition_variable changed;
+    std::size_t reduced = 0;  // segments the host has reduced
+    std::size_t crossed = 0;  // segments the leaders have all_reduced
+    bool stop = false;        // this thread failed: the helper leaves after its current segment
+    std::exception_ptr failure;
+    std::thread across([&] {
+      try {
+        for (std::size_t i = 0; i < segments; ++i) {
+          {
+            std::unique_lock lock(mu);
+            changed.wait(lock, [&] { return reduced > i || stop; });
+            if (stop) return;
+          }
+          leaders_->all_reduce(segment(i).first, segment(i).second, dtype, op);
+          std::lock_guard lock(mu);
+          crossed = i + 1;
+          changed.notify_all();
+        }
+      } catch (...) {
+        std::lock_guard lock(mu);
+        failure = std::current_exception();
+        changed.notify_all();
+      }
+    });
+    auto finish = [&] {
+      {
+        std::lock_guard lock(mu);
+        stop = true;
+        changed.notify_all();
+      }
+      across.join();
+    };
+    try {
+      for (std::size_t i = 0; i < segments; ++i) {
+        local_->reduce(segment(i).first, segment(i).second, dtype, op, 0);
+        std::lock_guard lock(mu);
+        reduced = i + 1;
+        changed.notify_all();
+      }
+      for (std::size_t i = 0; i < segments; ++i) {
+        {
+          std::unique_lock lock(mu);
+          changed.wait(lock, [&] { return crossed > i || failure; });
+          if (failure) break;
+        }
+        local_->broadcast(segment(i).first, segment(i).second * element, 0);
+      }
+    } catch (...) {
+      finish();
+      throw;
+    }
+    finish();
+    if (failure) std::rethrow_exception(failure);
   }
 
   bool same_host(int r) const {
@@ -241,6 +346,8 @@ class HierarchicalBackend final : public Backend {
   std::vector<int> hosts_;
   std::vector<int> local_members_;  // this host's members, ascending
   int local_rank_ = 0;              // our index among them; 0: the host's leader
+  int host_count_ = 1;
+  bool shared_host_ = false;        // some host has several members (so segments can overlap)
   std::unique_ptr<Backend> flat_;
   std::unique_ptr<Backend> local_;
   std::unique_ptr<Backend> leaders_;
