@@ -271,7 +271,7 @@ class HierarchicalBackend final : public Backend {
     std::condition_variable changed;
     std::size_t reduced = 0;  // segments the host has reduced
     std::size_t crossed = 0;  // segments the leaders have all_reduced
-    bool stop = false;        // this thread failed: the helper leaves after its current segment
+    bool stop = false;        // this thread is leaving (done, or failed): the helper stops waiting
     std::exception_ptr failure;
     std::thread across([&] {
       try {
