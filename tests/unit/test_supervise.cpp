@@ -294,7 +294,10 @@ Scenario in_phase(const std::string& phase) {
   }
   if (phase == "cleaning") {
     s.options.grace = 10s;  // the leftover would hold the job's end this long
-    s.script = "(trap '' TERM; exec sleep 1000) & exit 0";
+    // Ignored before the fork, so inherited: a subshell that ignored it itself could still be
+    // on its way to the trap when the supervisor's SIGTERM came (a busy CI machine: the job
+    // ended at once, exit 0, before the test's SIGTERM).
+    s.script = "trap '' TERM; sleep 1000 & exit 0";
     return s;
   }
   s.coordinator = std::make_shared<FakeCoordinator>();
