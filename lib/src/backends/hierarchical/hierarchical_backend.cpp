@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -30,6 +29,7 @@
 
 #include "backends/gloo/gloo_backend.hpp"
 #include "backends/shm/shm_backend.hpp"
+#include "common/tuning.hpp"
 #include "in_step_error.hpp"
 
 namespace idist::detail {
@@ -52,11 +52,8 @@ namespace {
 // to measure it again elsewhere.
 std::size_t pipeline_segment() {
   static const std::size_t bytes = [] {
-    const char* text = std::getenv("IDIST_HIER_SEGMENT");
-    char* end = nullptr;
-    const auto value = text != nullptr ? std::strtoull(text, &end, 10) : 0;
-    if (text == nullptr || *text == '\0' || *end != '\0') return std::size_t{1024 * 1024};
-    return value == 0 ? std::numeric_limits<std::size_t>::max() / 8 : static_cast<std::size_t>(value);
+    const auto value = tuning_bytes("IDIST_HIER_SEGMENT").value_or(1024 * 1024);
+    return value == 0 ? std::numeric_limits<std::size_t>::max() / 8 : value;
   }();
   return bytes;
 }

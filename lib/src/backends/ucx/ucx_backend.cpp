@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backends/plugin.hpp"
+#include "common/tuning.hpp"
 #include "idist/common/addresses.hpp"
 #include "in_step_error.hpp"
 #include "reduce/kernels.hpp"
@@ -47,12 +48,7 @@ using Clock = std::chrono::steady_clock;
 // Measured across two network namespaces over TCP (docs/BENCHMARKS.md, "UCX between hosts");
 // IDIST_UCX_RING_FROM (bytes) overrides it, to measure it again elsewhere.
 std::size_t ring_from() {
-  static const std::size_t bytes = [] {
-    const char* text = std::getenv("IDIST_UCX_RING_FROM");
-    char* end = nullptr;
-    const auto value = text != nullptr ? std::strtoull(text, &end, 10) : 0;
-    return text != nullptr && *text != '\0' && *end == '\0' ? static_cast<std::size_t>(value) : std::size_t{256 * 1024};
-  }();
+  static const std::size_t bytes = tuning_bytes("IDIST_UCX_RING_FROM").value_or(256 * 1024);
   return bytes;
 }
 // A ring step's block travels in segments of this size, each forwarded as soon as it is
