@@ -438,6 +438,8 @@ int run(const Cli& cli) {
   const std::string& path = options.program_path;
   if (plan.mode == L::Mode::exec) return exec_here(cli, plan, path);
 
+  // Held until we return: the ranks' cpus are ours while the job runs (released on any exit).
+  const auto binding = L::hold_binding(plan, options.bind);
   spdlog::info("{}", plan.binding);
   for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)
     spdlog::info("local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
@@ -464,6 +466,12 @@ int run(const Cli& cli) {
     supervise.coordinator = agent;
   }
   const L::MakeAttempt make_attempt = [&](int restart_count) {
+    // Another job here runs unbound beside ours: spawn unbound (restarts included).
+    if (binding->let_go_if_shared() && !plan.cpu_shares.empty()) {
+      plan.cpu_shares.clear();
+      plan.binding = "not bound: another idist-run job here runs unbound for want of free cpus";
+    }
+    binding->watch();
     if (on_etcd) {
       const auto& a = on_etcd->assignment();
       L::apply_assignment(plan, a.attempt, a.node_rank, a.nnodes, a.world_size, a.rank_base, a.master_port);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -410,7 +411,7 @@ LaunchPlan make_plan(const LaunchOptions& o, const env::Lookup& env) {
   refuse_mpi_program(plan, o);
   // Only ranks we spawn: srun and mpirun bind the tasks they start themselves.
   if (plan.mode == Mode::spawn)
-    bind_ranks(plan, o.bind, plan.local_count, cpu_view());
+    bind_ranks(plan, o.bind, plan.local_count, cpu_view(env));
   else
     plan.binding = "not bound by idist-run: it execs in place, and the outer launcher binds its tasks";
   plan.max_restarts = o.max_restarts;
@@ -455,9 +456,12 @@ LaunchPlan unchecked_plan(const LaunchOptions& o, const env::Lookup& env) {
 
 }  // namespace
 
-CpuView cpu_view() {
+CpuView cpu_view(const env::Lookup& env) {
   auto allotted = allotted_cpus();
-  return {usable_cpus(), std::move(allotted.cpus), std::move(allotted.source), numa_node_of_cpu(), core_of_cpu()};
+  auto mask = usable_cpus();
+  auto claimed = claimed_cpus(mask, cpu_claims_dir(env));
+  return {std::move(mask),   std::move(allotted.cpus), std::move(allotted.source), numa_node_of_cpu(),
+          core_of_cpu(),     std::move(claimed)};
 }
 
 // Unbound ranks of a busy machine are moved about by the scheduler, and two that land on one
@@ -467,6 +471,8 @@ CpuView cpu_view() {
 // cpus nobody chose for us (a mask narrower than the allotment is someone's binding, which we
 // keep rather than cut up). The price, measured there too: a bound rank cannot leave a core
 // that other work shares, so large calls on a machine busy with other jobs can be slower bound.
+// Other idist-run jobs' bound ranks are work we can see (cpu_claims.hpp): their cpus are left
+// out, and where the rest are too few our ranks stay unbound and the bound jobs let go.
 void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   plan.cpu_shares.clear();
   const std::size_t n = view.mask.size();
@@ -496,8 +502,53 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
                    "(--bind shares it out)";
     return;
   }
-  plan.cpu_shares = cpu_shares(view.mask, ranks, view.numa, view.core);
+  std::vector<int> free;
+  std::set_difference(view.mask.begin(), view.mask.end(), view.claimed.begin(), view.claimed.end(),
+                      std::back_inserter(free));
+  const std::string others =
+      view.claimed.empty() ? "" : "other idist-run jobs here bound ranks to cpu(s) " + cpu_list(view.claimed);
+  if (static_cast<std::size_t>(ranks) > free.size()) {
+    plan.binding = "not bound: " + here + ", and " + others + ", which leaves fewer than a cpu per rank; the "
+                   "scheduler may move them (--bind forces it)";
+    return;
+  }
+  plan.cpu_shares = cpu_shares(free, ranks, view.numa, view.core);
   plan.binding = "bound (the default where every rank gets a cpu; --no-bind to opt out): " + here;
+  if (!others.empty()) plan.binding += ", leaving out those " + others;
+}
+
+std::unique_ptr<HeldBinding> hold_binding(LaunchPlan& plan, Bind bind, const env::Lookup& env) {
+  using Role = HeldBinding::Role;
+  CpuClaims claims;
+  const auto dir = cpu_claims_dir(env);
+  auto chosen = [&] {
+    std::vector<int> cpus;
+    for (const auto& share : plan.cpu_shares) cpus.insert(cpus.end(), share.begin(), share.end());
+    std::sort(cpus.begin(), cpus.end());
+    cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+    return cpus;
+  };
+  const auto mask = usable_cpus();
+  if (bind == Bind::never || plan.mode != Mode::spawn)
+    return std::make_unique<HeldBinding>(Role::unbound, std::move(claims), mask, dir);
+  if (bind == Bind::always) {
+    claims.claim_free(chosen(), dir);
+    return std::make_unique<HeldBinding>(Role::bound_by_request, std::move(claims), mask, dir);
+  }
+  // Jobs started at the same moment may each see the others' cpus free; whoever claims second
+  // looks again. A few rounds, then unbound rather than waiting on the others.
+  for (int round = 1; !plan.cpu_shares.empty(); ++round) {
+    if (claims.claim_all(chosen(), dir))
+      return std::make_unique<HeldBinding>(Role::bound_by_default, std::move(claims), mask, dir);
+    if (round == 3) {
+      plan.cpu_shares.clear();
+      plan.binding = "not bound: other idist-run jobs starting here at the same time kept claiming the cpus it chose";
+      break;
+    }
+    bind_ranks(plan, bind, plan.local_count, cpu_view(env));
+  }
+  const bool for_want = !claimed_cpus(mask, dir).empty();
+  return std::make_unique<HeldBinding>(for_want ? Role::unbound_for_want : Role::unbound, std::move(claims), mask, dir);
 }
 
 env::Contract rank_contract(const LaunchPlan& plan, int index) {

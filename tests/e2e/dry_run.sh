@@ -6,7 +6,11 @@
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
 
-plan() { env -i PATH="$PATH" "$@"; }
+# Claims of cpus (other idist-run jobs' bound ranks) in a directory of this test's own: jobs of
+# tests running beside it do not change what the plans here bind.
+CLAIMS=$(mktemp -d)
+trap 'rm -rf "$CLAIMS"' EXIT
+plan() { env -i PATH="$PATH" IDIST_CPU_CLAIMS="$CLAIMS" "$@"; }
 q() { jq -r "$1" <<<"$2"; }
 
 # Plain spawn.
@@ -63,6 +67,37 @@ if [ "$online" -ge 2 ] && command -v taskset >/dev/null; then
   check "binding: --bind under taskset -c 0: both ranks on cpu 0" equals "$(q '.binding.cpus | join(" ")' "$out")" "0 0"
 else
   echo "# SKIP: binding under taskset: needs taskset and 2 cpus"
+fi
+# Two jobs at once: the second leaves out the cpus the first bound its ranks to (a job holds an
+# flock on CLAIMS/cpuN for each while it runs, as a sleep does here for the first cpu), and stays
+# unbound where too few are left.
+if [ "$cpus" -eq "$online" ] && [ "$cpus" -ge 2 ] && command -v flock >/dev/null; then
+  first=$(cut -d, -f1 <<<"$(grep Cpus_allowed_list /proc/self/status | cut -f2)" | cut -d- -f1)
+  : >"$CLAIMS/cpu$first"
+  (exec 9<"$CLAIMS/cpu$first" && flock -x 9 && exec sleep 30) &  # the lock dies with the sleep
+  holder=$!
+  for _ in $(seq 50); do flock -n "$CLAIMS/cpu$first" true || break; sleep 0.1; done
+  out=$(plan "$RUN" --dry-run -n 1 /bin/true)
+  check "two jobs: cpu $first held by another job: bound to the others" \
+    equals "$(q '[.binding.bound, (.binding.cpus[0] | split(",") | map(tonumber) | index('"$first"') == null)] | join(" ")' "$out")" "true true"
+  check "two jobs: ... says which it left out" contains "$(q .binding.why "$out")" "leaving out those other idist-run jobs here bound ranks to cpu(s) $first"
+  out=$(plan "$RUN" --dry-run -n "$cpus" /bin/true)
+  check "two jobs: one rank per cpu, one cpu held: not bound" equals "$(q .binding.bound "$out")" false
+  check "two jobs: ... says why" contains "$(q .binding.why "$out")" "which leaves fewer than a cpu per rank"
+  kill "$holder"
+  wait "$holder" 2>/dev/null
+  out=$(plan "$RUN" --dry-run -n "$cpus" /bin/true)
+  check "two jobs: the first gone, its cpu is free again" equals "$(q .binding.bound "$out")" true
+  # A real job's claims: while \`idist-run -n 1 sleep\` runs (its one rank has every cpu), another is not bound.
+  plan "$RUN" -n 1 sleep 5 &
+  job=$!
+  for _ in $(seq 50); do flock -n "$CLAIMS/cpu$first" true 2>/dev/null || break; sleep 0.1; done
+  out=$(plan "$RUN" --dry-run -n 1 /bin/true)
+  check "two jobs: beside a running job bound to every cpu: not bound" equals "$(q .binding.bound "$out")" false
+  kill "$job"
+  wait "$job" 2>/dev/null
+else
+  echo "# SKIP: two jobs' binding: needs flock and 2 cpus, and an unnarrowed mask"
 fi
 check "binding: settings show bind unset when neither --bind nor --no-bind is given" \
   equals "$(q '.settings | has("bind")' "$(plan "$RUN" --dry-run /bin/true)")" false

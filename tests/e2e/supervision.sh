@@ -148,7 +148,9 @@ else
 fi
 out=$(OMP_NUM_THREADS=7 "$RUN" -n 2 --bind sh -c "$show" 2>&1)
 check "--bind keeps an OMP_NUM_THREADS the user set" equals "$(grep -c 'OMP=7$' <<<"$out")" 2
-# The default: bound where each rank gets a cpu of its own and nobody bound idist-run.
+# The default: bound where each rank gets a cpu of its own and nobody bound idist-run. Claims
+# of cpus in a directory of this test's own: jobs of tests running beside it leave these alone.
+export IDIST_CPU_CLAIMS=$TMP/claims
 all=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
 if [ "$(nproc)" -ge 2 ] && [ "$(nproc)" -eq "$(getconf _NPROCESSORS_ONLN)" ]; then
   out=$("$RUN" -n 2 sh -c "$show" 2>&1)
@@ -163,6 +165,19 @@ if [ "$(nproc)" -ge 2 ] && [ "$(nproc)" -eq "$(getconf _NPROCESSORS_ONLN)" ]; th
   out=$(taskset -c 0 "$RUN" -v -n 1 sh -c "$show" 2>&1)
   check "default under taskset -c 0: the rank keeps the user's mask (0), not bound" equals "$(cpus_of_rank 0 "$out")" 0
   check "... -v says why" contains "$out" "not bound: idist-run's affinity mask (0) is narrower"
+  # Two jobs at once: the second finds every cpu bound by the first and runs unbound; the first
+  # then unbinds its running ranks, so that the scheduler places both (as with --no-bind).
+  "$RUN" -v -n 2 sh -c "sleep 3; $show" >"$TMP/first.out" 2>&1 &
+  first=$!
+  sleep 1
+  out=$("$RUN" -v -n 2 sh -c "$show; sleep 1" 2>&1)
+  check "two jobs: the second is not bound (the first holds the cpus)" equals "$(cpus_of_rank 0 "$out") $(cpus_of_rank 1 "$out")" "$all $all"
+  check "... -v says why" contains "$out" "other idist-run jobs here bound ranks to cpu(s)"
+  wait $first
+  out=$(cat "$TMP/first.out")
+  check "two jobs: the first's ranks, bound at the start, end unbound ($(cpus_of_rank 0 "$out") and $(cpus_of_rank 1 "$out"))" \
+    equals "$(cpus_of_rank 0 "$out") $(cpus_of_rank 1 "$out")" "$all $all"
+  check "... -v says so" contains "$out" "another idist-run job here runs unbound for want of free cpus: ours unbound too"
 else
   echo "# SKIP: the default binding: one core, or this shell's mask is already narrower than the machine"
 fi

@@ -946,6 +946,71 @@ TEST_CASE("binding by default: each rank a cpu of its own where the ranks fit a 
   CHECK(plan.cpu_shares == std::vector<std::vector<int>>{{4}, {5}});
 }
 
+TEST_CASE("binding by default leaves out the cpus other idist-run jobs here bound ranks to") {
+  LaunchPlan plan;
+  auto view = node({0, 1, 2, 3}, 4);
+  view.claimed = {0, 1};  // a job of 2 ranks started before us
+  bind_ranks(plan, Bind::where_fits, 2, view);
+  CHECK(plan.cpu_shares == std::vector<std::vector<int>>{{2}, {3}});
+  CHECK(plan.binding.find("leaving out those other idist-run jobs here bound ranks to cpu(s) 0-1") != std::string::npos);
+  // Too few left: unbound, as beside work we cannot see (two fake hosts on one machine).
+  bind_ranks(plan, Bind::where_fits, 3, view);
+  CHECK(plan.cpu_shares.empty());
+  CHECK(plan.binding.find("other idist-run jobs here bound ranks to cpu(s) 0-1, which leaves fewer than a cpu") !=
+        std::string::npos);
+  // --bind is the user's word: the whole mask, claimed or not.
+  bind_ranks(plan, Bind::always, 2, view);
+  CHECK(plan.cpu_shares == std::vector<std::vector<int>>{{0, 1}, {2, 3}});
+}
+
+TEST_CASE("holding the binding: the chosen cpus are claimed; claimed meanwhile, the binding is chosen again") {
+  const auto dir = std::filesystem::temp_directory_path() / ("idist-plan-claims-" + std::to_string(::getpid()));
+  const auto env = [&](std::string_view name) -> std::optional<std::string> {
+    if (name == kCpuClaimsVar) return dir.string();
+    return std::nullopt;
+  };
+  const auto view = cpu_view(env);
+  LaunchPlan plan;
+  plan.local_count = 1;
+  bind_ranks(plan, Bind::where_fits, 1, view);
+  if (plan.cpu_shares.empty()) {
+    MESSAGE("skipped: this process's mask is not the machine's (" << plan.binding << ")");
+    return;
+  }
+  {
+    const auto held = hold_binding(plan, Bind::where_fits, env);
+    CHECK(held->role() == HeldBinding::Role::bound_by_default);
+    CHECK(held->claimed() == view.mask);  // one rank: every cpu is its share
+    CHECK(claimed_cpus(view.mask, dir) == view.mask);
+  }
+  CHECK(claimed_cpus(view.mask, dir).empty());
+  if (view.mask.size() < 2) {
+    MESSAGE("skipped the rest: one cpu, so no other to bind to");
+    std::filesystem::remove_all(dir);
+    return;
+  }
+  // Another job claims the first cpu between our look and our claim.
+  CpuClaims other;
+  REQUIRE(other.claim_all({view.mask.front()}, dir));
+  bind_ranks(plan, Bind::where_fits, 1, view);  // the look from before the other's claim
+  const auto held = hold_binding(plan, Bind::where_fits, env);
+  auto rest = view.mask;
+  rest.erase(rest.begin());
+  CHECK(held->claimed() == rest);
+  CHECK(plan.cpu_shares == std::vector<std::vector<int>>{rest});
+  // A second job finds none free: unbound, and it says so to the bound ones (UnboundMark).
+  LaunchPlan second;
+  second.local_count = 1;
+  bind_ranks(second, Bind::where_fits, 1, cpu_view(env));
+  CHECK(second.cpu_shares.empty());
+  const auto unbound = hold_binding(second, Bind::where_fits, env);
+  CHECK(unbound->role() == HeldBinding::Role::unbound_for_want);
+  CHECK(unbound->marked());
+  CHECK(others_run_unbound(dir));
+  other.release();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("not bound by default: more ranks than cpus, or a mask the user or an outer launcher narrowed") {
   LaunchPlan plan;
   bind_ranks(plan, Bind::where_fits, 3, node({0, 1}, 2));

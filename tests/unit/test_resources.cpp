@@ -1,6 +1,9 @@
 // What -n auto and --bind read from the node: GPUs (driver entries narrowed by
 // CUDA_VISIBLE_DEVICES), NUMA nodes, and how cores are shared out among local ranks.
 #include <doctest/doctest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +11,7 @@
 #include <fstream>
 #include <map>
 
+#include "idist/launchers/cpu_claims.hpp"
 #include "idist/launchers/resources.hpp"
 
 namespace fs = std::filesystem;
@@ -152,4 +156,93 @@ TEST_CASE("usable cpus: this process's affinity mask, never empty") {
   const auto cpus = idist::launchers::usable_cpus();
   CHECK_FALSE(cpus.empty());
   CHECK(std::is_sorted(cpus.begin(), cpus.end()));
+}
+
+TEST_CASE("cpu claims: all or none, seen by others while held, gone with their holder") {
+  using idist::launchers::claimed_cpus;
+  using idist::launchers::CpuClaims;
+  TempDir tmp;
+  const auto dir = tmp.path / "claims";
+  CHECK(claimed_cpus({0, 1, 2}, dir).empty());  // no directory yet: nobody claimed anything
+  {
+    CpuClaims job_a;
+    CHECK(job_a.claim_all({0, 1}, dir));
+    CHECK(job_a.cpus() == std::vector<int>{0, 1});
+    // flock(2) locks belong to the open file: another open of the same file is another
+    // claimant, as another job's would be.
+    CHECK(claimed_cpus({0, 1, 2, 3}, dir) == std::vector<int>{0, 1});
+    CpuClaims job_b;
+    CHECK_FALSE(job_b.claim_all({1, 2}, dir));
+    CHECK(job_b.cpus().empty());  // none of them, not cpu 2 alone
+    CHECK(claimed_cpus({2}, dir).empty());
+    job_b.claim_free({0, 1, 2, 3}, dir);
+    CHECK(job_b.cpus() == std::vector<int>{2, 3});
+    CpuClaims moved = std::move(job_b);
+    CHECK(moved.cpus() == std::vector<int>{2, 3});
+    CHECK(claimed_cpus({0, 1, 2, 3}, dir) == std::vector<int>{0, 1, 2, 3});
+  }
+  CHECK(claimed_cpus({0, 1, 2, 3}, dir).empty());
+  // Sticky and writable by all, as /tmp: every user's jobs share the machine's cpus.
+  CHECK((fs::status(dir).permissions() & fs::perms::all) == fs::perms::all);
+  CHECK((fs::status(dir).permissions() & fs::perms::sticky_bit) == fs::perms::sticky_bit);
+}
+
+TEST_CASE("cpu claims where the directory cannot be used: nothing claimed, nothing refused") {
+  using idist::launchers::claimed_cpus;
+  using idist::launchers::CpuClaims;
+  TempDir tmp;
+  // A link planted where the directory should be is not followed.
+  fs::create_directories(tmp.path / "elsewhere");
+  fs::create_directory_symlink(tmp.path / "elsewhere", tmp.path / "link");
+  CpuClaims claims;
+  CHECK(claims.claim_all({0}, tmp.path / "link"));
+  CHECK(claims.cpus().empty());
+  CHECK_FALSE(fs::exists(tmp.path / "elsewhere" / "cpu0"));
+  std::ofstream(tmp.path / "file") << "not a directory";
+  CHECK(claims.claim_all({0}, tmp.path / "file"));
+  CHECK(claimed_cpus({0}, tmp.path / "file").empty());
+  CHECK(idist::launchers::cpu_claims_dir(env_with({})) == "/run/lock/idist-cpu-claims");
+  CHECK(idist::launchers::cpu_claims_dir(env_with({{"IDIST_CPU_CLAIMS", "/x"}})) == "/x");
+}
+
+TEST_CASE("a job bound by default lets go when another runs unbound for want of cpus: its processes unbound too") {
+  using idist::launchers::CpuClaims;
+  using idist::launchers::HeldBinding;
+  using idist::launchers::UnboundMark;
+  TempDir tmp;
+  const auto dir = tmp.path / "claims";
+  const auto mask = idist::launchers::usable_cpus();
+  CpuClaims claims;
+  REQUIRE(claims.claim_all(mask, dir));
+  HeldBinding bound(HeldBinding::Role::bound_by_default, std::move(claims), mask, dir);
+  // A rank of ours, pinned to the first cpu as a bound rank is.
+  const pid_t rank = ::fork();
+  if (rank == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(mask.front(), &one);
+    ::sched_setaffinity(0, sizeof(one), &one);
+    ::execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto affinity = [&] {
+    std::ifstream status("/proc/" + std::to_string(rank) + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.starts_with("Cpus_allowed_list:")) return line.substr(line.find_first_not_of(" \t", 18));
+    return std::string();
+  };
+  for (int i = 0; i < 100 && affinity() != std::to_string(mask.front()); ++i) ::usleep(10'000);
+  CHECK(affinity() == std::to_string(mask.front()));
+  CHECK_FALSE(bound.let_go_if_shared());  // nobody else here
+  CHECK(bound.claimed() == mask);
+  {
+    UnboundMark other(dir);
+    REQUIRE(other.held());
+    CHECK(bound.let_go_if_shared());
+  }
+  CHECK(affinity() == cpu_list(mask));
+  CHECK(bound.claimed().empty());
+  CHECK(bound.let_go_if_shared());  // once let go, for good
+  ::kill(rank, SIGKILL);
+  ::waitpid(rank, nullptr, 0);
 }

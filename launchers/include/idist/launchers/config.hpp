@@ -175,8 +175,8 @@ inline constexpr Setting kSettings[] = {
     {"bind", "--bind", "IDIST_BIND", Type::boolean, "!--no-bind",
      "Pin each spawned rank to its share of the usable cores (whole cores, whole NUMA nodes where the counts "
      "allow) and set OMP_NUM_THREADS to match, unless it is set. Default: bound where every rank gets a cpu of "
-     "its own and nobody bound idist-run (its affinity mask is all its cgroup or machine has); --bind binds "
-     "whatever the mask and count, --no-bind (IDIST_BIND=0) never; -v and --dry-run say which and why",
+     "its own and nobody bound idist-run (its affinity mask is all its cgroup or machine has), leaving out the "
+     "cpus other idist-run jobs here bound ranks to; --bind binds whatever the mask and count, --no-bind (IDIST_BIND=0) never; -v and --dry-run say which and why",
      &Options::bind, Check::none, false, false, true},
     {"keep_slurm_env", "--keep-slurm-env", "IDIST_KEEP_SLURM_ENV", Type::boolean, "",
      "Ranks spawned inside a SLURM task keep the task's SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ... (by default "

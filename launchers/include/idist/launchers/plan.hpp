@@ -25,8 +25,10 @@
 #include <vector>
 
 #include "idist/env_contract.hpp"
+#include "idist/launchers/cpu_claims.hpp"
 #include "idist/launchers/detect.hpp"
 #include "idist/launchers/ports.hpp"
+#include "idist/launchers/resources.hpp"
 #include "idist/launchers/supervisor.hpp"
 
 namespace idist::launchers {
@@ -119,15 +121,25 @@ struct CpuView {
   std::string allotted_source;
   std::map<int, int> numa;    // numa_node_of_cpu
   std::map<int, int> core;    // core_of_cpu
+  std::vector<int> claimed;   // increasing: cpus of the mask other idist-run jobs here bound ranks to (claimed_cpus)
 };
-CpuView cpu_view();
+CpuView cpu_view(const env::Lookup& env = env::process_env());
 
 // The policy of binding, for `ranks` ranks spawned here (none of it applies to exec mode, whose
 // outer launcher binds its tasks): Bind::where_fits binds when every rank gets a cpu of its
 // own and nobody bound idist-run already (its mask is the whole allotment); Bind::always
 // shares out the mask whatever it is (two ranks on one cpu when they outnumber it);
-// Bind::never does not. Fills plan.cpu_shares (empty: not bound) and plan.binding.
+// Bind::never does not. Bind::where_fits leaves out the cpus other idist-run jobs here claimed,
+// and does not bind where the rest are too few. Fills plan.cpu_shares (empty: not bound) and
+// plan.binding.
 void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view);
+
+// Claims the cpus of the plan's binding (CpuClaims): a job started here meanwhile leaves them
+// out. Where another job claimed some since the plan looked, the binding is chosen again from a
+// fresh look (plan.cpu_shares and plan.binding change). Bind::always keeps its shares and claims
+// those of its cpus nobody holds, and never lets go. A default binding that found too few cpus
+// free holds an UnboundMark instead, which asks the bound jobs to let go.
+std::unique_ptr<HeldBinding> hold_binding(LaunchPlan& plan, Bind bind, const env::Lookup& env = env::process_env());
 
 // The contract of local process `index` (0 <= index < local_count).
 env::Contract rank_contract(const LaunchPlan& plan, int index);

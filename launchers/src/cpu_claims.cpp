@@ -1,0 +1,192 @@
+#include "idist/launchers/cpu_claims.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "idist/launchers/resources.hpp"
+#include "parse_whole.hpp"
+#include "process_tree.hpp"
+
+namespace idist::launchers {
+namespace {
+
+// DIR, made where missing (sticky and writable by all, as /tmp: every user's jobs share the
+// machine's cpus); false where it is not a directory of its own (a link someone planted in
+// /run/lock is not followed) or cannot be made.
+bool usable(const std::filesystem::path& dir) {
+  if (::mkdir(dir.c_str(), 01777) == 0) ::chmod(dir.c_str(), 01777);  // past the umask
+  struct stat st {};
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// DIR/NAME opened for its lock (made where missing; read-only is enough for flock, so another
+// user's file serves too); -1 where it cannot be.
+int open_lock(const std::filesystem::path& dir, const std::string& name, bool create) {
+  const auto file = dir / name;
+  return ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0644);
+}
+
+std::string cpu_file(int cpu) { return "cpu" + std::to_string(cpu); }
+constexpr const char* kSharedFile = "shared";
+
+// Whether someone holds a lock on DIR/NAME that excludes ours (LOCK_EX: any lock at all).
+bool held_by_another(const std::filesystem::path& dir, const std::string& name) {
+  const int fd = open_lock(dir, name, false);
+  if (fd < 0) return false;  // no file: nobody ever held it
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+  ::close(fd);  // lets go of the lock just taken, if it was
+  return held;
+}
+
+}  // namespace
+
+std::filesystem::path cpu_claims_dir(const env::Lookup& env) {
+  if (const auto dir = env(kCpuClaimsVar); dir && !dir->empty()) return *dir;
+  return "/run/lock/idist-cpu-claims";
+}
+
+std::vector<int> claimed_cpus(const std::vector<int>& cpus, const std::filesystem::path& dir) {
+  std::vector<int> claimed;
+  for (const int cpu : cpus)
+    if (held_by_another(dir, cpu_file(cpu))) claimed.push_back(cpu);
+  return claimed;
+}
+
+CpuClaims& CpuClaims::operator=(CpuClaims&& other) noexcept {
+  if (this != &other) {
+    release();
+    held_ = std::exchange(other.held_, {});
+  }
+  return *this;
+}
+
+bool CpuClaims::claim_all(const std::vector<int>& cpus, const std::filesystem::path& dir) {
+  release();
+  if (!usable(dir)) return true;
+  for (const int cpu : cpus)
+    if (take(cpu, dir) == Taken::by_another) {
+      release();
+      return false;
+    }
+  return true;
+}
+
+void CpuClaims::claim_free(const std::vector<int>& cpus, const std::filesystem::path& dir) {
+  release();
+  if (!usable(dir)) return;
+  for (const int cpu : cpus) take(cpu, dir);
+}
+
+CpuClaims::Taken CpuClaims::take(int cpu, const std::filesystem::path& dir) {
+  if (std::any_of(held_.begin(), held_.end(), [&](const auto& h) { return h.first == cpu; })) return Taken::by_us;
+  const int fd = open_lock(dir, cpu_file(cpu), true);
+  if (fd < 0) return Taken::unusable;  // a file we may not open: the other cpus are still claimed
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return Taken::by_another;
+  }
+  held_.emplace_back(cpu, fd);
+  return Taken::by_us;
+}
+
+std::vector<int> CpuClaims::cpus() const {
+  std::vector<int> out;
+  for (const auto& h : held_) out.push_back(h.first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void CpuClaims::release() {
+  for (const auto& h : held_) ::close(h.second);
+  held_.clear();
+}
+
+UnboundMark::UnboundMark(const std::filesystem::path& dir) {
+  if (!usable(dir)) return;
+  fd_ = open_lock(dir, kSharedFile, true);
+  // Blocking: a bound job's look (others_run_unbound) holds it exclusively for an instant.
+  if (fd_ >= 0 && ::flock(fd_, LOCK_SH) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+UnboundMark::~UnboundMark() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool others_run_unbound(const std::filesystem::path& dir) { return held_by_another(dir, kSharedFile); }
+
+std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int cpu : cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+  std::size_t reached = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    reached = 0;
+    for (const pid_t pid : detail::descendants_of(root)) {
+      std::error_code ec;
+      for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+        // A thread gone meanwhile: nothing to do.
+        if (const auto tid = parse_whole<pid_t>(task.path().filename().string()))
+          ::sched_setaffinity(*tid, sizeof(set), &set);
+      }
+      if (!ec) ++reached;
+    }
+  }
+  return reached;
+}
+
+HeldBinding::HeldBinding(Role role, CpuClaims claims, std::vector<int> mask, std::filesystem::path dir)
+    : role_(role), claims_(std::move(claims)), mask_(std::move(mask)), dir_(std::move(dir)) {
+  if (role_ == Role::unbound_for_want) mark_.emplace(dir_);
+}
+
+HeldBinding::~HeldBinding() {
+  stop_ = true;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+std::vector<int> HeldBinding::claimed() const {
+  const std::lock_guard lock(mu_);
+  return claims_.cpus();
+}
+
+bool HeldBinding::let_go_if_shared() {
+  const std::lock_guard lock(mu_);
+  if (let_go_ || role_ != Role::bound_by_default) return let_go_;
+  if (!others_run_unbound(dir_)) return false;
+  const auto reached = rebind_tree(::getpid(), mask_);
+  claims_.release();
+  let_go_ = true;
+  spdlog::info("another idist-run job here runs unbound for want of free cpus: ours unbound too ({} process(es) "
+               "now on cpus {}), so that the scheduler places both jobs' ranks",
+               reached, cpu_list(mask_));
+  return true;
+}
+
+void HeldBinding::watch() {
+  // Nothing claimed (no usable directory): nobody can ask us to let go.
+  if (role_ != Role::bound_by_default || watcher_.joinable() || claimed().empty()) return;
+  watcher_ = std::thread([this] {
+    auto nap = [this](std::chrono::milliseconds total) {
+      for (auto slept = std::chrono::milliseconds(0); slept < total && !stop_; slept += std::chrono::milliseconds(10))
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    };
+    while (!stop_ && !let_go_if_shared()) nap(std::chrono::milliseconds(200));
+    nap(std::chrono::seconds(1));
+    if (!stop_) rebind_tree(::getpid(), mask_);
+  });
+}
+
+}  // namespace idist::launchers
