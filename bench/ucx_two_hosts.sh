@@ -7,7 +7,10 @@
 #   mpi   mpirun (inside host A; host B reached through an rsh agent that enters its namespace)
 #         bench/raw_mpi, btl tcp between the hosts (vader within one); --bind-to none: each fake
 #         host believes it owns every core, so Open MPI's own binding puts both hosts' first
-#         ranks on core 0 (3-8 ms per 8 B all_reduce, measured), which two real hosts never do
+#         ranks on core 0 (3-8 ms per 8 B all_reduce, measured), which two real hosts never do;
+#         idist-run binds by default, but leaves out the cpus another idist-run here claimed,
+#         so host B's ranks stay unbound (before claims: 1.6-1.9x Open MPI's time from 1 to
+#         16 MiB with 2 ranks per host, both leaders on cpu 0)
 # UCX_TLS=tcp: namespaces of one machine could share memory, which two hosts cannot.
 # Writes DATA/WAY-PPN-ROUND.json (idist-bench's and raw_mpi's --json) and prints a table of the
 # best median per size (bench/ucx_table.py).
