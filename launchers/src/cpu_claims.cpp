@@ -113,11 +113,15 @@ void CpuClaims::release() {
 UnboundMark::UnboundMark(const std::filesystem::path& dir) {
   if (!usable(dir)) return;
   fd_ = open_lock(dir, kSharedFile, true);
-  // Blocking: a bound job's look (others_run_unbound) holds it exclusively for an instant.
-  if (fd_ >= 0 && ::flock(fd_, LOCK_SH) != 0) {
-    ::close(fd_);
-    fd_ = -1;
+  if (fd_ < 0) return;
+  // A bound job's look (others_run_unbound) holds it exclusively for an instant, so a few
+  // tries; never a blocking lock, which anyone able to open the file could keep us waiting on.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    if (::flock(fd_, LOCK_SH | LOCK_NB) == 0) return;
+    ::usleep(1000);
   }
+  ::close(fd_);
+  fd_ = -1;
 }
 
 UnboundMark::~UnboundMark() {

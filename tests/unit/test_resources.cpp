@@ -1,8 +1,10 @@
 // What -n auto and --bind read from the node: GPUs (driver entries narrowed by
 // CUDA_VISIBLE_DEVICES), NUMA nodes, and how cores are shared out among local ranks.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -241,6 +243,15 @@ TEST_CASE("a job bound by default lets go when another runs unbound for want of 
     CHECK(bound.let_go_if_shared());
   }
   CHECK(affinity() == cpu_list(mask));
+  // Whoever holds "shared" exclusively (anyone who may open it) cannot keep a job waiting.
+  {
+    const int fd = ::open((dir / "shared").c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    UnboundMark blocked(dir);
+    CHECK_FALSE(blocked.held());
+    ::close(fd);
+  }
   CHECK(bound.claimed().empty());
   CHECK(bound.let_go_if_shared());  // once let go, for good
   ::kill(rank, SIGKILL);
