@@ -169,7 +169,12 @@ if [ "$(nproc)" -ge 2 ] && [ "$(nproc)" -eq "$(getconf _NPROCESSORS_ONLN)" ]; th
   # then unbinds its running ranks, so that the scheduler places both (as with --no-bind).
   "$RUN" -v -n 2 sh -c "sleep 3; $show" >"$TMP/first.out" 2>&1 &
   first=$!
-  sleep 1
+  # Until the first job holds its first cpu (an flock the kernel shows to flock -n), 10 s at most.
+  first_cpu=$(cut -d, -f1 <<<"$all" | cut -d- -f1)
+  for _ in $(seq 100); do
+    [ -e "$IDIST_CPU_CLAIMS/cpu$first_cpu" ] && ! flock -n "$IDIST_CPU_CLAIMS/cpu$first_cpu" true && break
+    sleep 0.1
+  done
   out=$("$RUN" -v -n 2 sh -c "$show; sleep 1" 2>&1)
   check "two jobs: the second is not bound (the first holds the cpus)" equals "$(cpus_of_rank 0 "$out") $(cpus_of_rank 1 "$out")" "$all $all"
   check "... -v says why" contains "$out" "other idist-run jobs here bound ranks to cpu(s)"
