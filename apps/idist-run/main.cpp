@@ -471,6 +471,7 @@ int run(const Cli& cli) {
       plan.cpu_shares.clear();
       plan.binding = "not bound: another idist-run job here runs unbound for want of free cpus";
     }
+    if (const auto note = binding->take_note(); !note.empty()) spdlog::info("{}", note);
     binding->watch();
     if (on_etcd) {
       const auto& a = on_etcd->assignment();
@@ -490,7 +491,10 @@ int run(const Cli& cli) {
     return L::attempt_of(plan, path, restart_count, environ);
   };
   supervise.run_id = plan.job.run_id;
-  return L::supervise(make_attempt, supervise);
+  const int code = L::supervise(make_attempt, supervise);
+  // The watcher's word, if it let go while the ranks ran (it may not write to the console).
+  if (const auto note = binding->take_note(); !note.empty()) spdlog::info("{}", note);
+  return code;
 }
 
 // The config file --config or IDIST_CONFIG names, if any.

@@ -6,9 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
+#include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <string>
 
@@ -20,29 +21,50 @@ namespace idist::launchers {
 namespace {
 
 // DIR, made where missing (sticky and writable by all, as /tmp: every user's jobs share the
-// machine's cpus); false where it is not a directory of its own (a link someone planted in
-// /run/lock is not followed) or cannot be made.
+// machine's cpus); false where it is not a directory owned by root or us (a link or directory
+// another user planted in /run/lock is not used) or cannot be made.
 bool usable(const std::filesystem::path& dir) {
   if (::mkdir(dir.c_str(), 01777) == 0) ::chmod(dir.c_str(), 01777);  // past the umask
   struct stat st {};
-  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_uid == 0 || st.st_uid == ::geteuid());
 }
 
-// DIR/NAME opened for its lock (made where missing; read-only is enough for flock, so another
-// user's file serves too); -1 where it cannot be.
+// DIR/NAME opened for its lock: read-only (enough for flock, so another user's file serves
+// too), never blocking (a FIFO planted there would hold open(2) forever) and only a regular
+// file. Where `create`, made where missing: O_CREAT on a file another user owns in a sticky
+// directory fails under fs.protected_regular, so it is asked only when the file is not there.
+// -1 where it cannot be opened.
 int open_lock(const std::filesystem::path& dir, const std::string& name, bool create) {
   const auto file = dir / name;
-  return ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0644);
+  constexpr int kFlags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  int fd = ::open(file.c_str(), kFlags);
+  if (fd < 0 && errno == ENOENT && create) {
+    fd = ::open(file.c_str(), kFlags | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0) ::fchmod(fd, 0644);  // past the umask, so that other users can open it
+    else if (errno == EEXIST) fd = ::open(file.c_str(), kFlags);  // another job made it meanwhile
+  }
+  struct stat st {};
+  if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    ::close(fd);
+    fd = -1;
+  }
+  return fd;
 }
 
 std::string cpu_file(int cpu) { return "cpu" + std::to_string(cpu); }
 constexpr const char* kSharedFile = "shared";
 
-// Whether someone holds a lock on DIR/NAME that excludes ours (LOCK_EX: any lock at all).
-bool held_by_another(const std::filesystem::path& dir, const std::string& name) {
+// Whether someone holds a lock on DIR/NAME that `probe` (LOCK_SH: an exclusive claim; LOCK_EX:
+// any lock) cannot share. A look holds its own lock for an instant, and two looks, or a look
+// and a claim, may meet: only a lock still there after a few tries is someone's.
+bool held_by_another(const std::filesystem::path& dir, const std::string& name, int probe) {
   const int fd = open_lock(dir, name, false);
   if (fd < 0) return false;  // no file: nobody ever held it
-  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+  bool held = true;
+  for (int attempt = 0; attempt < 3 && held; ++attempt) {
+    if (attempt > 0) ::usleep(2000);
+    held = ::flock(fd, probe | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  }
   ::close(fd);  // lets go of the lock just taken, if it was
   return held;
 }
@@ -57,7 +79,7 @@ std::filesystem::path cpu_claims_dir(const env::Lookup& env) {
 std::vector<int> claimed_cpus(const std::vector<int>& cpus, const std::filesystem::path& dir) {
   std::vector<int> claimed;
   for (const int cpu : cpus)
-    if (held_by_another(dir, cpu_file(cpu))) claimed.push_back(cpu);
+    if (held_by_another(dir, cpu_file(cpu), LOCK_SH)) claimed.push_back(cpu);
   return claimed;
 }
 
@@ -90,12 +112,19 @@ CpuClaims::Taken CpuClaims::take(int cpu, const std::filesystem::path& dir) {
   if (std::any_of(held_.begin(), held_.end(), [&](const auto& h) { return h.first == cpu; })) return Taken::by_us;
   const int fd = open_lock(dir, cpu_file(cpu), true);
   if (fd < 0) return Taken::unusable;  // a file we may not open: the other cpus are still claimed
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    ::close(fd);
-    return Taken::by_another;
+  // Another job's look (claimed_cpus) holds a shared lock for an instant: a few tries.
+  int why = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) ::usleep(2000);
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      held_.emplace_back(cpu, fd);
+      return Taken::by_us;
+    }
+    why = errno;
+    if (why != EWOULDBLOCK) break;  // a file system without flock: no claim there
   }
-  held_.emplace_back(cpu, fd);
-  return Taken::by_us;
+  ::close(fd);
+  return why == EWOULDBLOCK ? Taken::by_another : Taken::unusable;
 }
 
 std::vector<int> CpuClaims::cpus() const {
@@ -128,7 +157,7 @@ UnboundMark::~UnboundMark() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-bool others_run_unbound(const std::filesystem::path& dir) { return held_by_another(dir, kSharedFile); }
+bool others_run_unbound(const std::filesystem::path& dir) { return held_by_another(dir, kSharedFile, LOCK_EX); }
 
 std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus) {
   cpu_set_t set;
@@ -139,13 +168,16 @@ std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus) {
   for (int pass = 0; pass < 2; ++pass) {
     reached = 0;
     for (const pid_t pid : detail::descendants_of(root)) {
+      // A process or thread gone meanwhile: nothing to do (error codes, never exceptions).
       std::error_code ec;
-      for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-        // A thread gone meanwhile: nothing to do.
-        if (const auto tid = parse_whole<pid_t>(task.path().filename().string()))
+      std::filesystem::directory_iterator task("/proc/" + std::to_string(pid) + "/task", ec);
+      if (ec) continue;
+      ++reached;
+      for (; task != std::filesystem::directory_iterator(); task.increment(ec)) {
+        if (const auto tid = parse_whole<pid_t>(task->path().filename().string()))
           ::sched_setaffinity(*tid, sizeof(set), &set);
+        if (ec) break;
       }
-      if (!ec) ++reached;
     }
   }
   return reached;
@@ -173,10 +205,15 @@ bool HeldBinding::let_go_if_shared() {
   const auto reached = rebind_tree(::getpid(), mask_);
   claims_.release();
   let_go_ = true;
-  spdlog::info("another idist-run job here runs unbound for want of free cpus: ours unbound too ({} process(es) "
-               "now on cpus {}), so that the scheduler places both jobs' ranks",
-               reached, cpu_list(mask_));
+  note_ = fmt::format("another idist-run job here runs unbound for want of free cpus: ours unbound too ({} "
+                      "process(es) then running, now on cpus {}), so that the scheduler places both jobs' ranks",
+                      reached, cpu_list(mask_));
   return true;
+}
+
+std::string HeldBinding::take_note() {
+  const std::lock_guard lock(mu_);
+  return std::exchange(note_, {});
 }
 
 void HeldBinding::watch() {
@@ -187,9 +224,14 @@ void HeldBinding::watch() {
       for (auto slept = std::chrono::milliseconds(0); slept < total && !stop_; slept += std::chrono::milliseconds(10))
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     };
-    while (!stop_ && !let_go_if_shared()) nap(std::chrono::milliseconds(200));
-    nap(std::chrono::seconds(1));
-    if (!stop_) rebind_tree(::getpid(), mask_);
+    // Nothing thrown may leave the thread (std::terminate would end the job): a failed look
+    // only leaves the ranks as they are.
+    try {
+      while (!stop_ && !let_go_if_shared()) nap(std::chrono::milliseconds(200));
+      nap(std::chrono::seconds(1));
+      if (!stop_) rebind_tree(::getpid(), mask_);
+    } catch (...) {
+    }
   });
 }
 

@@ -475,6 +475,7 @@ CpuView cpu_view(const env::Lookup& env) {
 // out, and where the rest are too few our ranks stay unbound and the bound jobs let go.
 void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   plan.cpu_shares.clear();
+  plan.binding_wants_cpus = false;
   const std::size_t n = view.mask.size();
   const std::string here =
       std::to_string(ranks) + " rank(s) on " + std::to_string(n) + " usable cpu(s) (" + cpu_list(view.mask) + ")";
@@ -510,6 +511,7 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   if (static_cast<std::size_t>(ranks) > free.size()) {
     plan.binding = "not bound: " + here + ", and " + others + ", which leaves fewer than a cpu per rank; the "
                    "scheduler may move them (--bind forces it)";
+    plan.binding_wants_cpus = true;
     return;
   }
   plan.cpu_shares = cpu_shares(free, ranks, view.numa, view.core);
@@ -535,6 +537,11 @@ std::unique_ptr<HeldBinding> hold_binding(LaunchPlan& plan, Bind bind, const env
     claims.claim_free(chosen(), dir);
     return std::make_unique<HeldBinding>(Role::bound_by_request, std::move(claims), mask, dir);
   }
+  // A job already runs unbound for want of cpus: binding now would only be let go at once.
+  if (!plan.cpu_shares.empty() && others_run_unbound(dir)) {
+    plan.cpu_shares.clear();
+    plan.binding = "not bound: another idist-run job here runs unbound for want of free cpus";
+  }
   // Jobs started at the same moment may each see the others' cpus free; whoever claims second
   // looks again. A few rounds, then unbound rather than waiting on the others.
   for (int round = 1; !plan.cpu_shares.empty(); ++round) {
@@ -547,8 +554,8 @@ std::unique_ptr<HeldBinding> hold_binding(LaunchPlan& plan, Bind bind, const env
     }
     bind_ranks(plan, bind, plan.local_count, cpu_view(env));
   }
-  const bool for_want = !claimed_cpus(mask, dir).empty();
-  return std::make_unique<HeldBinding>(for_want ? Role::unbound_for_want : Role::unbound, std::move(claims), mask, dir);
+  return std::make_unique<HeldBinding>(plan.binding_wants_cpus ? Role::unbound_for_want : Role::unbound,
+                                       std::move(claims), mask, dir);
 }
 
 env::Contract rank_contract(const LaunchPlan& plan, int index) {

@@ -76,7 +76,7 @@ if [ "$cpus" -eq "$online" ] && [ "$cpus" -ge 2 ] && command -v flock >/dev/null
   : >"$CLAIMS/cpu$first"
   (exec 9<"$CLAIMS/cpu$first" && flock -x 9 && exec sleep 30) &  # the lock dies with the sleep
   holder=$!
-  for _ in $(seq 50); do flock -n "$CLAIMS/cpu$first" true || break; sleep 0.1; done
+  for _ in $(seq 50); do flock -n -s "$CLAIMS/cpu$first" true || break; sleep 0.1; done
   out=$(plan "$RUN" --dry-run -n 1 /bin/true)
   check "two jobs: cpu $first held by another job: bound to the others" \
     equals "$(q '[.binding.bound, (.binding.cpus[0] | split(",") | map(tonumber) | index('"$first"') == null)] | join(" ")' "$out")" "true true"
@@ -91,7 +91,7 @@ if [ "$cpus" -eq "$online" ] && [ "$cpus" -ge 2 ] && command -v flock >/dev/null
   # A real job's claims: while \`idist-run -n 1 sleep\` runs (its one rank has every cpu), another is not bound.
   plan "$RUN" -n 1 sleep 5 &
   job=$!
-  for _ in $(seq 50); do flock -n "$CLAIMS/cpu$first" true 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 50); do flock -n -s "$CLAIMS/cpu$first" true 2>/dev/null || break; sleep 0.1; done
   out=$(plan "$RUN" --dry-run -n 1 /bin/true)
   check "two jobs: beside a running job bound to every cpu: not bound" equals "$(q .binding.bound "$out")" false
   kill "$job"

@@ -172,7 +172,7 @@ if [ "$(nproc)" -ge 2 ] && [ "$(nproc)" -eq "$(getconf _NPROCESSORS_ONLN)" ]; th
   # Until the first job holds its first cpu (an flock the kernel shows to flock -n), 10 s at most.
   first_cpu=$(cut -d, -f1 <<<"$all" | cut -d- -f1)
   for _ in $(seq 100); do
-    [ -e "$IDIST_CPU_CLAIMS/cpu$first_cpu" ] && ! flock -n "$IDIST_CPU_CLAIMS/cpu$first_cpu" true && break
+    [ -e "$IDIST_CPU_CLAIMS/cpu$first_cpu" ] && ! flock -n -s "$IDIST_CPU_CLAIMS/cpu$first_cpu" true && break
     sleep 0.1
   done
   out=$("$RUN" -v -n 2 sh -c "$show; sleep 1" 2>&1)

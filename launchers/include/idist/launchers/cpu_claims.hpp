@@ -19,9 +19,11 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <cstddef>
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -97,9 +99,13 @@ class HeldBinding {
   HeldBinding& operator=(const HeldBinding&) = delete;
   ~HeldBinding();
   // Bound by default, where another job here runs unbound for want of cpus: rebinds every
-  // process below us to the whole mask, lets go of the cpus, and says so (once). Returns whether
-  // it has let go, now or before: an attempt about to spawn its ranks spawns them unbound then.
+  // process below us to the whole mask, lets go of the cpus, and leaves a note (take_note).
+  // Returns whether it has let go, now or before: an attempt about to spawn its ranks spawns
+  // them unbound then.
   bool let_go_if_shared();
+  // The line that says it let go, once (empty otherwise): for the caller to log from a thread
+  // that may write to the console, which the watcher may not.
+  std::string take_note();
   // The same every 200 ms from now on, on a thread of its own (call once the supervisor has
   // forked what it forks); after letting go, one more pass a second later, for ranks an attempt
   // was spawning meanwhile. Idempotent.
@@ -116,8 +122,9 @@ class HeldBinding {
   std::optional<UnboundMark> mark_;
   mutable std::mutex mu_;  // let_go_if_shared from the attempt's thread and the watcher
   bool let_go_ = false;
+  std::string note_;
   std::atomic<bool> stop_{false};
-  std::thread watcher_;  // last: joined before the rest goes
+  std::thread watcher_;  // joined by the destructor, before any member goes
 };
 
 }  // namespace idist::launchers
