@@ -466,11 +466,7 @@ int run(const Cli& cli) {
     supervise.coordinator = agent;
   }
   const L::MakeAttempt make_attempt = [&](int restart_count) {
-    // Another job here runs unbound beside ours: spawn unbound (restarts included).
-    if (binding->let_go_if_shared() && !plan.cpu_shares.empty()) {
-      plan.cpu_shares.clear();
-      plan.binding = "not bound: another idist-run job here runs unbound for want of free cpus";
-    }
+    L::follow_binding(plan, *binding);  // restarts included
     if (const auto note = binding->take_note(); !note.empty()) spdlog::info("{}", note);
     binding->watch();
     if (on_etcd) {

@@ -54,17 +54,27 @@ int open_lock(const std::filesystem::path& dir, const std::string& name, bool cr
 std::string cpu_file(int cpu) { return "cpu" + std::to_string(cpu); }
 constexpr const char* kSharedFile = "shared";
 
+// flock(fd, op | LOCK_NB), tried `tries` times `gap` apart while another holds a conflicting
+// lock: others' looks hold theirs for an instant, and a lock still there after a few tries is
+// someone's. Never a blocking lock, which anyone able to open the file could keep us waiting
+// on. Returns 0, or the last errno (EWOULDBLOCK: held by another).
+int lock_within(int fd, int op, int tries, std::chrono::microseconds gap) {
+  int why = 0;
+  for (int attempt = 0; attempt < tries; ++attempt) {
+    if (attempt > 0) ::usleep(static_cast<useconds_t>(gap.count()));
+    if (::flock(fd, op | LOCK_NB) == 0) return 0;
+    why = errno;
+    if (why != EWOULDBLOCK) break;  // a file system without flock
+  }
+  return why;
+}
+
 // Whether someone holds a lock on DIR/NAME that `probe` (LOCK_SH: an exclusive claim; LOCK_EX:
-// any lock) cannot share. A look holds its own lock for an instant, and two looks, or a look
-// and a claim, may meet: only a lock still there after a few tries is someone's.
-bool held_by_another(const std::filesystem::path& dir, const std::string& name, int probe) {
+// any lock) cannot share, asked `tries` times (see lock_within).
+bool held_by_another(const std::filesystem::path& dir, const std::string& name, int probe, int tries) {
   const int fd = open_lock(dir, name, false);
   if (fd < 0) return false;  // no file: nobody ever held it
-  bool held = true;
-  for (int attempt = 0; attempt < 3 && held; ++attempt) {
-    if (attempt > 0) ::usleep(2000);
-    held = ::flock(fd, probe | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-  }
+  const bool held = lock_within(fd, probe, tries, std::chrono::milliseconds(2)) == EWOULDBLOCK;
   ::close(fd);  // lets go of the lock just taken, if it was
   return held;
 }
@@ -79,7 +89,8 @@ std::filesystem::path cpu_claims_dir(const env::Lookup& env) {
 std::vector<int> claimed_cpus(const std::vector<int>& cpus, const std::filesystem::path& dir) {
   std::vector<int> claimed;
   for (const int cpu : cpus)
-    if (held_by_another(dir, cpu_file(cpu), LOCK_SH)) claimed.push_back(cpu);
+    // Once: a shared look meets only a claim (another's, or one being taken), never a look.
+    if (held_by_another(dir, cpu_file(cpu), LOCK_SH, 1)) claimed.push_back(cpu);
   return claimed;
 }
 
@@ -112,19 +123,14 @@ CpuClaims::Taken CpuClaims::take(int cpu, const std::filesystem::path& dir) {
   if (std::any_of(held_.begin(), held_.end(), [&](const auto& h) { return h.first == cpu; })) return Taken::by_us;
   const int fd = open_lock(dir, cpu_file(cpu), true);
   if (fd < 0) return Taken::unusable;  // a file we may not open: the other cpus are still claimed
-  // Another job's look (claimed_cpus) holds a shared lock for an instant: a few tries.
-  int why = 0;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (attempt > 0) ::usleep(2000);
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      held_.emplace_back(cpu, fd);
-      return Taken::by_us;
-    }
-    why = errno;
-    if (why != EWOULDBLOCK) break;  // a file system without flock: no claim there
+  // Another job's look (claimed_cpus) holds a shared lock for an instant.
+  const int why = lock_within(fd, LOCK_EX, 3, std::chrono::milliseconds(2));
+  if (why == 0) {
+    held_.emplace_back(cpu, fd);
+    return Taken::by_us;
   }
   ::close(fd);
-  return why == EWOULDBLOCK ? Taken::by_another : Taken::unusable;
+  return why == EWOULDBLOCK ? Taken::by_another : Taken::unusable;  // no flock there: no claim
 }
 
 std::vector<int> CpuClaims::cpus() const {
@@ -143,12 +149,8 @@ UnboundMark::UnboundMark(const std::filesystem::path& dir) {
   if (!usable(dir)) return;
   fd_ = open_lock(dir, kSharedFile, true);
   if (fd_ < 0) return;
-  // A bound job's look (others_run_unbound) holds it exclusively for an instant, so a few
-  // tries; never a blocking lock, which anyone able to open the file could keep us waiting on.
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    if (::flock(fd_, LOCK_SH | LOCK_NB) == 0) return;
-    ::usleep(1000);
-  }
+  // A bound job's look (others_run_unbound) holds it exclusively for an instant.
+  if (lock_within(fd_, LOCK_SH, 100, std::chrono::milliseconds(1)) == 0) return;
   ::close(fd_);
   fd_ = -1;
 }
@@ -157,7 +159,8 @@ UnboundMark::~UnboundMark() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-bool others_run_unbound(const std::filesystem::path& dir) { return held_by_another(dir, kSharedFile, LOCK_EX); }
+// A few times: two bound jobs' exclusive looks may meet.
+bool others_run_unbound(const std::filesystem::path& dir) { return held_by_another(dir, kSharedFile, LOCK_EX, 3); }
 
 std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus) {
   cpu_set_t set;

@@ -519,6 +519,17 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   if (!others.empty()) plan.binding += ", leaving out those " + others;
 }
 
+namespace {
+void unbind_for_others(LaunchPlan& plan) {
+  plan.cpu_shares.clear();
+  plan.binding = "not bound: another idist-run job here runs unbound for want of free cpus";
+}
+}  // namespace
+
+void follow_binding(LaunchPlan& plan, HeldBinding& held) {
+  if (held.let_go_if_shared() && !plan.cpu_shares.empty()) unbind_for_others(plan);
+}
+
 std::unique_ptr<HeldBinding> hold_binding(LaunchPlan& plan, Bind bind, const env::Lookup& env) {
   using Role = HeldBinding::Role;
   CpuClaims claims;
@@ -538,10 +549,7 @@ std::unique_ptr<HeldBinding> hold_binding(LaunchPlan& plan, Bind bind, const env
     return std::make_unique<HeldBinding>(Role::bound_by_request, std::move(claims), mask, dir);
   }
   // A job already runs unbound for want of cpus: binding now would only be let go at once.
-  if (!plan.cpu_shares.empty() && others_run_unbound(dir)) {
-    plan.cpu_shares.clear();
-    plan.binding = "not bound: another idist-run job here runs unbound for want of free cpus";
-  }
+  if (!plan.cpu_shares.empty() && others_run_unbound(dir)) unbind_for_others(plan);
   // Jobs started at the same moment may each see the others' cpus free; whoever claims second
   // looks again. A few rounds, then unbound rather than waiting on the others.
   for (int round = 1; !plan.cpu_shares.empty(); ++round) {

@@ -142,6 +142,10 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view);
 // free holds an UnboundMark instead, which asks the bound jobs to let go.
 std::unique_ptr<HeldBinding> hold_binding(LaunchPlan& plan, Bind bind, const env::Lookup& env = env::process_env());
 
+// Before each attempt: where `held` let go (another job here runs unbound for want of cpus),
+// the plan's ranks are spawned unbound from now on.
+void follow_binding(LaunchPlan& plan, HeldBinding& held);
+
 // The contract of local process `index` (0 <= index < local_count).
 env::Contract rank_contract(const LaunchPlan& plan, int index);
 
