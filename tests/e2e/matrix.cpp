@@ -9,6 +9,8 @@
 //   matrix --die                                 rank 1 dies mid-run: the others must raise
 //   matrix --mismatch                            ranks disagree (run with IDIST_DEBUG=1)
 //   matrix --hang                                the last rank is late (run with IDIST_TIMEOUT=2)
+//   matrix --sizes                               rank 1 all_reduces 5 floats, the others 4 (no
+//                                                IDIST_DEBUG): every rank must raise
 //   matrix --loop                                all_reduce until it raises (60 s at most): for a
 //                                                link cut under the ranks' feet
 //
@@ -492,6 +494,21 @@ int run_mismatch() {
   return raised == 2 && total == idist::get_world_size() ? 0 : 1;
 }
 
+// Without IDIST_DEBUG's check: rank 1 passes 5 floats where the others pass 4. A backend that
+// can tell (a header, a length) raises; exit 3 for raised, 1 for a wrong answer taken.
+int run_sizes() {
+  const int me = idist::get_rank();
+  try {
+    std::vector<float> v(me == 1 ? 5 : 4, 1.0f);
+    idist::all_reduce(v);
+    std::printf("rank %d: no error for different sizes\n", me);
+    return 1;
+  } catch (const idist::Error& e) {
+    std::printf("rank %d raised: %s\n", me, e.what());
+    return 3;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -504,7 +521,7 @@ int main(int argc, char** argv) try {
       backend = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
-    } else if (arg == "--die" || arg == "--mismatch" || arg == "--hang" || arg == "--loop") {
+    } else if (arg == "--die" || arg == "--mismatch" || arg == "--hang" || arg == "--loop" || arg == "--sizes") {
       mode = arg.substr(2);
     } else {
       std::fprintf(stderr, "matrix: unknown argument '%s'\n", arg.c_str());
@@ -529,6 +546,8 @@ int main(int argc, char** argv) try {
     rc = run_hang();
   } else if (mode == "mismatch") {
     rc = run_mismatch();
+  } else if (mode == "sizes") {
+    rc = run_sizes();
   } else {
     rc = run_matrix(quick);
     std::printf("matrix rank %d/%d (%s): %d checks, %d failed\n", idist::get_rank(), idist::get_world_size(),
@@ -536,7 +555,7 @@ int main(int argc, char** argv) try {
     rc = failures == 0 ? 0 : 1;
   }
   std::fflush(stdout);
-  if (mode == "die" || mode == "hang" || mode == "loop") ::_exit(rc);  // the world is broken: finalize would only wait for the dead
+  if (mode == "die" || mode == "hang" || mode == "loop" || mode == "sizes") ::_exit(rc);  // the world is broken: finalize would only wait for the dead
   idist::finalize();
   return rc;
 } catch (const std::exception& e) {

@@ -11,7 +11,9 @@
 #     the peer and ucx, exit non-zero;
 #  4. a link cut under all_reduce (the host's cable down at the bridge: no reset, packets
 #     dropped): both ranks raise within the timeout naming the other, exit non-zero; and
-#     again under all_reduce in segments with 2 ranks per host (the hierarchical pipeline).
+#     again under all_reduce in segments with 2 ranks per host (the hierarchical pipeline);
+#  5. the matrix, a host killed, sizes that differ and a link cut with every collective message
+#     on the TCP lanes beside UCX (IDIST_UCX_TCP_FROM=1).
 # usage: ucx_netns.sh IDIST_RUN MATRIX      exits 77 (skipped) where namespaces can't be made
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -103,21 +105,24 @@ check "die: rank 0 raised (exit 3)" equals "${codes[0]}" 3
 check "die: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/die.0" | grep ucx)"
 check "die: the survivor was done well within the 10 s timeout: UCX saw the peer go ($elapsed ms)" test "$elapsed" -lt 5000
 
-# A link is cut under all_reduce: host B's cable down at the bridge.
-by_hand cut 5 --loop
-wait_for_lines "$TMP/cut.0" "looping" 1
-wait_for_lines "$TMP/cut.1" "looping" 1
-start=$(now_ms)
-netns_cut 1
-wait_codes "${pids[@]}"
-elapsed=$(($(now_ms) - start))
-cat "$TMP"/cut.*
-check "cut: rank 0 raised (exit 3)" equals "${codes[0]}" 3
-check "cut: rank 1 raised (exit 3)" equals "${codes[1]}" 3
-check "cut: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/cut.0" | grep ucx)"
-check "cut: rank 1 names rank 0 and ucx" test -n "$(grep -E 'rank 0' "$TMP/cut.1" | grep ucx)"
-# The deadline, then at most 2 s in which the runtime asks the store who is missing (runtime.cpp).
-check "cut: both were done within the 5 s timeout and the runtime's 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
+# A link is cut under all_reduce: host B's cable down at the bridge. cut_under PREFIX LABEL.
+cut_under() {
+  local prefix=$1 label=$2
+  by_hand "$prefix" 5 --loop
+  wait_for_lines "$TMP/$prefix.0" "looping" 1
+  wait_for_lines "$TMP/$prefix.1" "looping" 1
+  start=$(now_ms)
+  netns_cut 1
+  wait_codes "${pids[@]}"
+  elapsed=$(($(now_ms) - start))
+  cat "$TMP/$prefix".*
+  check "$label: both ranks raised (exit 3)" equals "${codes[*]}" "3 3"
+  check "$label: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/$prefix.0" | grep ucx)"
+  check "$label: rank 1 names rank 0 and ucx" test -n "$(grep -E 'rank 0' "$TMP/$prefix.1" | grep ucx)"
+  # The deadline, then at most 2 s in which the runtime asks the store who is missing (runtime.cpp).
+  check "$label: both were done within the 5 s timeout and the runtime's 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
+}
+cut_under cut cut
 
 # The link cut again (still down from above: it is brought up first) under all_reduce in
 # segments, 2 ranks per host, started without idist-run so that only the library stops them:
@@ -141,5 +146,34 @@ elapsed=$(($(now_ms) - start))
 cat "$TMP"/seg.*
 check "segments cut: every rank raised (exit 3)" equals "${codes[*]}" "3 3 3 3"
 check "segments cut: all were done within the 5 s timeout and the 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
+
+# The same faults with every collective message on the TCP lanes (IDIST_UCX_TCP_FROM=1; by
+# default only those of 64 KiB or more take them, and the messages above are smaller).
+export IDIST_UCX_TCP_FROM=1
+ip -n "$NS_BRIDGE" link set "b1-$HOSTS_TAG" up
+two_nodes "matrix on the lanes, 1 rank per host" 1 "$MATRIX"
+check "lanes: the matrix, 2 ranks report no failure" equals "$(count "$all" "checks, 0 failed")" 2
+start=$(now_ms)
+by_hand lane-die 10 --die
+wait_codes "${pids[@]}"
+elapsed=$(($(now_ms) - start))
+cat "$TMP"/lane-die.*
+check "lanes, die: rank 0 raised (exit 3)" equals "${codes[0]}" 3
+check "lanes, die: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/lane-die.0" | grep ucx)"
+check "lanes, die: the survivor was done well within the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
+# Sizes that differ without IDIST_DEBUG's check: each rank's lane reads the other's header,
+# so both raise at once, naming the other, rather than waiting for the timeout or mixing bytes.
+start=$(now_ms)
+by_hand lane-sizes 10 --sizes
+wait_codes "${pids[@]}"
+elapsed=$(($(now_ms) - start))
+cat "$TMP"/lane-sizes.*
+check "lanes, sizes differ: both ranks raised (exit 3)" equals "${codes[*]}" "3 3"
+# The first to read the other's header says what came; the other may instead see that rank
+# leave (its exit resets the connection) and say so.
+check "lanes, sizes differ: a rank says what came" test -n "$(grep -hE '(20 bytes came where 16|16 bytes came where 20) were expected' "$TMP"/lane-sizes.*)"
+check "lanes, sizes differ: at once, not at the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
+cut_under lane-cut "lanes, cut"
+unset IDIST_UCX_TCP_FROM
 
 finish

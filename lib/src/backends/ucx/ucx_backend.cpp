@@ -13,6 +13,10 @@
 // group for collectives, the user's tag for point-to-point. UCX matches messages of one tag
 // from one sender in the order they were sent, which is what orders the steps of a collective
 // and what Backend::send promises for same-tag transfers.
+//
+// Where UCX reaches another host over TCP alone, a collective's messages of 64 KiB or more to
+// it take a TCP lane instead (tcp_lanes.hpp: no copy through UCX's buffers); the rest, and
+// point-to-point, stay on UCX.
 
 #include "backends/ucx/ucx_backend.hpp"
 
@@ -26,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "backends/plugin.hpp"
+#include "backends/ucx/tcp_lanes.hpp"
 #include "common/tuning.hpp"
 #include "idist/common/addresses.hpp"
 #include "in_step_error.hpp"
@@ -150,6 +156,7 @@ std::shared_ptr<Context> shared_context(const env::Contract& contract, std::stri
 // at once or has been collected).
 struct Op {
   void* req = nullptr;
+  std::shared_ptr<TcpLanes::Transfer> lane;  // instead of req, where a TCP lane carries it
   bool done = false;
   bool recv = false;
   int peer = 0;
@@ -162,7 +169,7 @@ struct Op {
 class Comm {
  public:
   Comm(const BackendInit& init, std::shared_ptr<Context> context)
-      : rank_(init.rank), size_(init.size), context_(std::move(context)), word_(member_word(init)) {
+      : rank_(init.rank), size_(init.size), context_(std::move(context)), word_(member_word(init)), hosts_(init.hosts) {
     for (int r = 0; r < size_; ++r) names_.push_back(name_of(init, r));
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -170,6 +177,7 @@ class Comm {
     if (const auto s = ::ucp_worker_create(context_->handle(), &wp, &worker_); s != UCS_OK)
       throw std::runtime_error(std::string("ucx: cannot create a worker: ") + ::ucs_status_string(s));
     failed_.assign(static_cast<std::size_t>(size_), UCS_OK);
+    lost_why_.resize(static_cast<std::size_t>(size_));
     slots_.resize(static_cast<std::size_t>(size_));
     for (int r = 0; r < size_; ++r) slots_[static_cast<std::size_t>(r)] = {this, r};
   }
@@ -207,8 +215,9 @@ class Comm {
   int size() const { return size_; }
   std::string who(int peer) const { return word_ + std::to_string(names_[static_cast<std::size_t>(peer)]); }
 
-  // Publishes our worker's address, reads every member's and makes an endpoint to each.
-  void connect(Store& store, const std::string& prefix, Clock::time_point deadline) {
+  // Publishes our worker's address, reads every member's and makes an endpoint to each; then
+  // the TCP lanes to other hosts, where UCX has no RDMA to reach them with.
+  void connect(Store& store, const std::string& prefix, const env::Contract& contract, Clock::time_point deadline) {
     ucp_address_t* address = nullptr;
     std::size_t length = 0;
     if (const auto s = ::ucp_worker_get_address(worker_, &address, &length); s != UCS_OK)
@@ -239,6 +248,19 @@ class Comm {
       if (const auto s = ::ucp_ep_create(worker_, &ep, &eps_[static_cast<std::size_t>(r)]); s != UCS_OK)
         throw std::runtime_error("ucx: cannot reach " + who(r) + " (ucp_ep_create: " + ::ucs_status_string(s) + ")");
     }
+    const auto apart = [this](int r) {
+      return !hosts_.empty() && hosts_[static_cast<std::size_t>(r)] != hosts_[static_cast<std::size_t>(rank_)];
+    };
+    bool any_apart = false;  // the same answer on every member: the host map is the group's
+    for (int r = 0; r < size_; ++r) any_apart = any_apart || apart(r);
+    if (!any_apart) return;
+    std::string listen_on;
+    if (tcp_lanes_from() != std::numeric_limits<std::size_t>::max() && !rdma_present()) {
+      common::AddressesTried tried;
+      listen_on = common::local_address_towards(contract.master_addr, contract.master_port, tried);
+    }
+    lanes_ = std::make_unique<TcpLanes>(store, prefix + "tcp/", rank_, size_, listen_on, apart, deadline,
+                                        [this](int r) { return who(r); });
   }
 
   Op send(const void* data, std::size_t bytes, int peer, std::uint64_t tag) {
@@ -246,6 +268,10 @@ class Comm {
     op.peer = peer;
     ucp_request_param_t param{};
     const std::lock_guard lock(mu_);
+    if (on_lane(bytes, peer, tag)) {
+      op.lane = lanes_->send(data, bytes, peer, tag);
+      return op;
+    }
     const auto ptr = ::ucp_tag_send_nbx(eps_[static_cast<std::size_t>(peer)], data, bytes, tag, &param);
     settle(op, ptr);
     return op;
@@ -261,6 +287,11 @@ class Comm {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.recv_info.tag_info = &info;
     const std::lock_guard lock(mu_);
+    if (on_lane(bytes, peer, tag)) {
+      op.lane = lanes_->recv(data, bytes, peer, tag);
+      op.length = bytes;
+      return op;
+    }
     const auto ptr = ::ucp_tag_recv_nbx(worker_, data, bytes, tag, kFullMask, &param);
     settle(op, ptr);
     if (op.done) op.length = info.length;
@@ -295,11 +326,15 @@ class Comm {
         const std::lock_guard lock(mu_);
         while (::ucp_worker_progress(worker_) != 0) {
         }
+        if (lanes_) lanes_->progress();
         for (auto& op : ops) {
           if (!op.done) collect(op);
           // A receive is the worker's, not the endpoint's: UCX fails it for no peer's death.
-          // Ours are each from one peer, so a dead peer's endpoint fails them here.
-          if (!op.done && failed_[static_cast<std::size_t>(op.peer)] != UCS_OK && failed == nullptr) failed = &op;
+          // Ours are each from one peer, so a dead peer's endpoint fails them here. Not a
+          // lane's: a peer that sent its last bytes and left closes its endpoint while they
+          // may still wait in our socket, and the lane sees a real loss itself.
+          if (!op.done && !op.lane && failed_[static_cast<std::size_t>(op.peer)] != UCS_OK && failed == nullptr)
+            failed = &op;
           else if (!op.done) pending = true;
           else if (op.status != UCS_OK && failed == nullptr) failed = &op;
         }
@@ -347,7 +382,29 @@ class Comm {
     }
   }
 
+  // A collective's message between hosts over TCP (tcp_lanes.hpp); the peer is the message's
+  // sender for a receive (the tag carries it), so both sides decide alike.
+  bool on_lane(std::size_t bytes, int peer, std::uint64_t tag) const {
+    return lanes_ && tag >> 56 == kCollectiveKind && bytes >= tcp_lanes_from() && lanes_->to(peer);
+  }
+
   void collect(Op& op) {
+    if (op.lane) {
+      using State = TcpLanes::State;
+      switch (op.lane->state) {
+        case State::kPending: return;
+        case State::kDone: op.status = UCS_OK; break;
+        case State::kLost:
+          op.status = UCS_ERR_CONNECTION_RESET;
+          failed_[static_cast<std::size_t>(op.peer)] = UCS_ERR_CONNECTION_RESET;  // its UCX receives too
+          lost_why_[static_cast<std::size_t>(op.peer)] = op.lane->why;
+          break;
+        case State::kMismatch: op.status = UCS_ERR_MESSAGE_TRUNCATED; break;
+        case State::kBroken: op.status = UCS_ERR_IO_ERROR; break;
+      }
+      op.done = true;
+      return;
+    }
     const auto status = ::ucp_request_check_status(op.req);
     if (status == UCS_INPROGRESS) return;
     if (op.recv) {
@@ -363,6 +420,12 @@ class Comm {
   // Under mu_. A cancelled receive is never written to afterwards; a send to a dead or
   // silent peer is released when UCX gives up on it (ucp_request_free on one in flight).
   void cancel(std::span<Op> ops) {
+    for (auto& op : ops) {
+      if (op.done || !op.lane) continue;
+      lanes_->abandon(op.lane, op.peer);
+      op.done = true;
+      op.status = UCS_ERR_CANCELED;
+    }
     for (auto& op : ops) {
       if (op.done) continue;
       ::ucp_request_cancel(worker_, op.req);
@@ -380,6 +443,18 @@ class Comm {
   }
 
   [[noreturn]] void fail(const Op& op, std::string_view what) const {
+    // A transfer given up for its peer's loss: the loss is the news.
+    const auto& lost = lost_why_[static_cast<std::size_t>(op.peer)];
+    if (!lost.empty())
+      throw std::runtime_error("ucx: " + std::string(what) + ": TCP connection to " + who(op.peer) + " lost (" + lost +
+                               "): did it exit, crash or call finalize()?");
+    if (op.lane && op.lane->state == TcpLanes::State::kBroken)
+      throw std::runtime_error("ucx: " + std::string(what) + ": the TCP lane to " + who(op.peer) + " is out of step (" +
+                               op.lane->why + "): this group cannot carry collectives of " +
+                               std::to_string(tcp_lanes_from()) + " bytes or more any more");
+    if (op.lane && op.lane->state == TcpLanes::State::kMismatch)
+      throw std::runtime_error("ucx: " + std::string(what) + ": from " + who(op.peer) + ", " + op.lane->why +
+                               ": the ranks called different collectives or sizes");
     const auto status = failed_[static_cast<std::size_t>(op.peer)] != UCS_OK ? failed_[static_cast<std::size_t>(op.peer)]
                                                                               : op.status;
     if (status == UCS_ERR_CANCELED)
@@ -402,6 +477,9 @@ class Comm {
   std::vector<ucs_status_t> failed_;
   std::vector<Slot> slots_;
   std::vector<std::weak_ptr<Op>> tracked_;
+  std::vector<int> hosts_;
+  std::unique_ptr<TcpLanes> lanes_;
+  std::vector<std::string> lost_why_;  // a lane's peer lost: why (the TCP error), for the message
   std::mutex mu_;
 };
 
@@ -424,7 +502,7 @@ class UcxBackend final : public Backend {
   UcxBackend(const BackendInit& init, std::shared_ptr<Context> context)
       : timeout_(init.timeout), context_(context), comm_(std::make_shared<Comm>(init, std::move(context))) {
     const auto deadline = Clock::now() + init.timeout;
-    comm_->connect(init.store, init.key_prefix + "ucx/", deadline);
+    comm_->connect(init.store, init.key_prefix + "ucx/", init.contract, deadline);
     // Every member reached once, so that a peer that cannot be reached says so here, at
     // creation, within the timeout, rather than in the first collective.
     barrier_until(deadline, "connecting");

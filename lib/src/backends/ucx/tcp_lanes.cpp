@@ -1,0 +1,379 @@
+#include "backends/ucx/tcp_lanes.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+#include "common/tuning.hpp"
+#include "idist/common/addresses.hpp"
+
+namespace idist::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What a connecting rank says first: whose listener it meant (the nonce
+// published beside the address, so that a stray connection is turned away) and
+// which rank it is.
+struct Hello {
+  std::uint64_t nonce;
+  std::uint32_t rank;
+  std::uint32_t magic;
+};
+constexpr std::uint32_t kMagic = 0x69647463;  // "idtc"
+
+// A message's header: the collective's tag and the length, checked by the
+// receiver.
+struct Header {
+  std::uint64_t tag;
+  std::uint64_t bytes;
+};
+static_assert(sizeof(Header) == sizeof(TcpLanes::Transfer::header));
+
+std::string error_text(int err) { return std::strerror(err); }
+
+int poll_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1000));
+}
+
+// Blocking-with-deadline whole reads and writes, for the handshake only.
+bool write_all(int fd, const void* data, std::size_t bytes, Clock::time_point deadline) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const auto n = ::send(fd, p, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    if (Clock::now() >= deadline) return false;
+    pollfd pfd{fd, POLLOUT, 0};
+    ::poll(&pfd, 1, poll_ms(deadline));
+  }
+  return true;
+}
+bool read_all(int fd, void* data, std::size_t bytes, Clock::time_point deadline) {
+  auto* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const auto n = ::recv(fd, p, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+    if (Clock::now() >= deadline) return false;
+    pollfd pfd{fd, POLLIN, 0};
+    ::poll(&pfd, 1, poll_ms(deadline));
+  }
+  return true;
+}
+
+void tune(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// A non-blocking connect to host:port, finished within the deadline; -1 and
+// `why` if not.
+int connect_to(const std::string& host, const std::string& port, Clock::time_point deadline, std::string& why) {
+  int fd = -1;
+  const auto tried = common::try_addresses(host, port, SOCK_STREAM, [&](const addrinfo& a, std::string& reason) {
+    fd = ::socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      reason = error_text(errno);
+      return false;
+    }
+    if (::connect(fd, a.ai_addr, a.ai_addrlen) != 0 && errno != EINPROGRESS) {
+      reason = error_text(errno);
+    } else {
+      pollfd pfd{fd, POLLOUT, 0};
+      while (::poll(&pfd, 1, poll_ms(deadline)) == 0 && Clock::now() < deadline) {
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (pfd.revents != 0 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) return true;
+      reason = pfd.revents == 0 ? "no answer in time" : error_text(err);
+    }
+    ::close(fd);
+    fd = -1;
+    return false;
+  });
+  if (!tried.ok) why = tried.error;
+  return fd;
+}
+
+}  // namespace
+
+std::size_t tcp_lanes_from() {
+  static const std::size_t bytes = [] {
+    const char* text = std::getenv("IDIST_UCX_TCP_FROM");
+    if (text != nullptr && std::string_view(text) == "off") return std::numeric_limits<std::size_t>::max();
+    return tuning_bytes("IDIST_UCX_TCP_FROM").value_or(64 * 1024);
+  }();
+  return bytes;
+}
+
+TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, const std::string& address,
+                   const std::function<bool(int)>& apart, Clock::time_point deadline,
+                   const std::function<std::string(int)>& who)
+    : fds_(static_cast<std::size_t>(size), -1), lanes_(static_cast<std::size_t>(size)) {
+  // Our offer: "ADDRESS PORT NONCE", or empty for none.
+  int listener = -1;
+  std::uint64_t nonce = 0;
+  std::string offer;
+  if (!address.empty()) {
+    std::string why;
+    const auto tried = common::try_addresses(address, "0", SOCK_STREAM, [&](const addrinfo& a, std::string& reason) {
+      listener = ::socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (listener >= 0 && ::bind(listener, a.ai_addr, a.ai_addrlen) == 0 && ::listen(listener, SOMAXCONN) == 0)
+        return true;
+      reason = error_text(errno);
+      if (listener >= 0) ::close(listener);
+      listener = -1;
+      return false;
+    });
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    if (tried.ok && ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
+      const auto port = bound.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
+                                                   : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+      std::random_device device;
+      nonce = (std::uint64_t{device()} << 32) | device();
+      offer = address + " " + std::to_string(port) + " " + std::to_string(nonce);
+    }
+  }
+  const auto cleanup = [&] {
+    if (listener >= 0) ::close(listener);
+    for (auto& fd : fds_)
+      if (fd >= 0) ::close(fd), fd = -1;
+  };
+  try {
+    store.set(prefix + std::to_string(rank), std::vector<char>(offer.begin(), offer.end()));
+
+    // Every peer's offer; the higher rank of a pair connects, the lower
+    // accepts.
+    std::vector<std::string> offers(static_cast<std::size_t>(size));
+    int expected = 0;
+    for (int r = 0; r < size; ++r) {
+      if (r == rank) continue;
+      const auto key = prefix + std::to_string(r);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      try {
+        store.wait({key}, std::max(std::chrono::milliseconds(1), left));
+      } catch (const TimeoutFailure&) {
+        throw TimeoutFailure("ucx: " + who(r) +
+                             " did not say in time whether it takes TCP lanes: "
+                             "stopped, or never "
+                             "reached this group's creation?");
+      }
+      const auto value = store.get(key);
+      offers[static_cast<std::size_t>(r)].assign(value.begin(), value.end());
+      if (!offer.empty() && !offers[static_cast<std::size_t>(r)].empty() && apart(r) && r > rank) ++expected;
+    }
+    for (int r = 0; r < rank && !offer.empty(); ++r) {
+      const auto& theirs = offers[static_cast<std::size_t>(r)];
+      if (theirs.empty() || !apart(r)) continue;
+      const auto first = theirs.find(' '), second = theirs.rfind(' ');
+      const std::string host = theirs.substr(0, first), port = theirs.substr(first + 1, second - first - 1);
+      std::string why;
+      const int fd = connect_to(host, port, deadline, why);
+      const Hello hello{std::strtoull(theirs.c_str() + second + 1, nullptr, 10), static_cast<std::uint32_t>(rank),
+                        kMagic};
+      if (fd < 0 || !write_all(fd, &hello, sizeof(hello), deadline)) {
+        if (fd >= 0) ::close(fd);
+        throw std::runtime_error("ucx: cannot open a TCP lane to " + who(r) + " at " + host + ":" + port + " (" +
+                                 (why.empty() ? "the hello was not taken" : why) +
+                                 "); IDIST_UCX_TCP_FROM=off carries everything over UCX");
+      }
+      tune(fd);
+      fds_[static_cast<std::size_t>(r)] = fd;
+    }
+    while (expected > 0) {
+      pollfd pfd{listener, POLLIN, 0};
+      if (::poll(&pfd, 1, poll_ms(deadline)) == 0) {
+        if (Clock::now() < deadline) continue;
+        std::string missing;
+        for (int r = rank + 1; r < size; ++r)
+          if (!offers[static_cast<std::size_t>(r)].empty() && apart(r) && fds_[static_cast<std::size_t>(r)] < 0)
+            missing += (missing.empty() ? "" : ", ") + who(r);
+        throw TimeoutFailure("ucx: no TCP lane from " + missing +
+                             " within the deadline: stopped, or its connection blocked between "
+                             "the hosts? "
+                             "IDIST_UCX_TCP_FROM=off carries everything over UCX");
+      }
+      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      Hello hello{};
+      // A stray or wrong connection is closed and forgotten: only ours count.
+      if (!read_all(fd, &hello, sizeof(hello), std::min(deadline, Clock::now() + std::chrono::seconds(5))) ||
+          hello.magic != kMagic || hello.nonce != nonce || hello.rank <= static_cast<std::uint32_t>(rank) ||
+          hello.rank >= static_cast<std::uint32_t>(size) || fds_[hello.rank] >= 0) {
+        ::close(fd);
+        continue;
+      }
+      tune(fd);
+      fds_[hello.rank] = fd;
+      --expected;
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  if (listener >= 0) ::close(listener);
+}
+
+TcpLanes::~TcpLanes() {
+  for (const int fd : fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+void TcpLanes::push(std::deque<std::shared_ptr<Transfer>>& queue, const std::shared_ptr<Transfer>& t, int peer) {
+  auto& lane = lanes_[static_cast<std::size_t>(peer)];
+  if (lane.broken) {
+    t->state = lane.state;
+    t->why = lane.why;
+    return;
+  }
+  queue.push_back(t);
+  progress(peer);
+}
+
+std::shared_ptr<TcpLanes::Transfer> TcpLanes::send(const void* data, std::size_t bytes, int peer, std::uint64_t tag) {
+  auto t = std::make_shared<Transfer>();
+  t->data = static_cast<char*>(const_cast<void*>(data));  // only read
+  t->bytes = bytes;
+  t->tag = tag;
+  push(lanes_[static_cast<std::size_t>(peer)].sends, t, peer);
+  return t;
+}
+
+std::shared_ptr<TcpLanes::Transfer> TcpLanes::recv(void* data, std::size_t bytes, int peer, std::uint64_t tag) {
+  auto t = std::make_shared<Transfer>();
+  t->data = static_cast<char*>(data);
+  t->bytes = bytes;
+  t->tag = tag;
+  t->recv = true;
+  push(lanes_[static_cast<std::size_t>(peer)].recvs, t, peer);
+  return t;
+}
+
+void TcpLanes::progress() {
+  for (int peer = 0; peer < static_cast<int>(fds_.size()); ++peer)
+    if (fds_[static_cast<std::size_t>(peer)] >= 0) progress(peer);
+}
+
+void TcpLanes::lose(int peer, const std::string& why, State state) {
+  auto& lane = lanes_[static_cast<std::size_t>(peer)];
+  for (auto* queue : {&lane.sends, &lane.recvs}) {
+    for (auto& t : *queue) {
+      t->state = state;
+      t->why = why;
+    }
+    queue->clear();
+  }
+  lane.broken = true;
+  lane.why = why;
+  lane.state = state;
+}
+
+void TcpLanes::progress(int peer) {
+  const int fd = fds_[static_cast<std::size_t>(peer)];
+  auto& lane = lanes_[static_cast<std::size_t>(peer)];
+  // Sends: the header and the bytes in one call while the kernel takes them.
+  while (!lane.sends.empty()) {
+    auto& t = *lane.sends.front();
+    const Header header{t.tag, t.bytes};
+    iovec iov[2];
+    int count = 0;
+    if (t.header_moved < sizeof(header))
+      iov[count++] = {reinterpret_cast<char*>(const_cast<Header*>(&header)) + t.header_moved,
+                      sizeof(header) - t.header_moved};
+    if (t.moved < t.bytes) iov[count++] = {t.data + t.moved, t.bytes - t.moved};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(count);
+    const auto n = count == 0 ? 0 : ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      return lose(peer, error_text(errno), State::kLost);
+    }
+    auto moved = static_cast<std::size_t>(n);
+    const auto into_header = std::min(moved, sizeof(header) - t.header_moved);
+    t.header_moved += into_header;
+    t.moved += moved - into_header;
+    if (t.header_moved < sizeof(header) || t.moved < t.bytes) break;  // the socket is full
+    t.state = State::kDone;
+    lane.sends.pop_front();
+  }
+  // Receives: the header first (checked), then the bytes straight into the
+  // caller's buffer.
+  while (!lane.recvs.empty()) {
+    auto& t = *lane.recvs.front();
+    if (t.header_moved < sizeof(Header)) {
+      const auto n = ::recv(fd, t.header + t.header_moved, sizeof(Header) - t.header_moved, MSG_DONTWAIT);
+      if (n == 0) return lose(peer, "closed by the peer", State::kLost);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+        return lose(peer, error_text(errno), State::kLost);
+      }
+      t.header_moved += static_cast<std::size_t>(n);
+      if (t.header_moved < sizeof(Header)) break;
+      Header header{};
+      std::memcpy(&header, t.header, sizeof(header));
+      if (header.tag != t.tag || header.bytes != t.bytes) {
+        // Out of step with the peer: nothing later on this lane can be trusted
+        // either.
+        t.why = header.tag != t.tag
+                    ? "a message of another collective came"
+                    : std::to_string(header.bytes) + " bytes came where " + std::to_string(t.bytes) + " were expected";
+        auto first = lane.recvs.front();
+        lane.recvs.pop_front();
+        lose(peer, "an earlier collective went out of step with it", State::kBroken);
+        first->state = State::kMismatch;
+        return;
+      }
+    }
+    if (t.moved < t.bytes) {
+      const auto n = ::recv(fd, t.data + t.moved, t.bytes - t.moved, MSG_DONTWAIT);
+      if (n == 0) return lose(peer, "closed by the peer", State::kLost);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+        return lose(peer, error_text(errno), State::kLost);
+      }
+      t.moved += static_cast<std::size_t>(n);
+      if (t.moved < t.bytes) break;
+    }
+    t.state = State::kDone;
+    lane.recvs.pop_front();
+  }
+}
+
+void TcpLanes::abandon(const std::shared_ptr<Transfer>& transfer, int peer) {
+  auto& lane = lanes_[static_cast<std::size_t>(peer)];
+  auto& queue = transfer->recv ? lane.recvs : lane.sends;
+  // A transfer not yet begun could leave, but those behind it were posted
+  // expecting it first: simpler and as true to call the lane out of step.
+  std::erase(queue, transfer);
+  transfer->state = State::kBroken;
+  transfer->why = "given up";
+  if (!lane.broken) lose(peer, "an earlier collective was given up part way", State::kBroken);
+}
+
+}  // namespace idist::detail
