@@ -13,7 +13,8 @@
 #     dropped): both ranks raise within the timeout naming the other, exit non-zero; and
 #     again under all_reduce in segments with 2 ranks per host (the hierarchical pipeline);
 #  5. the matrix, a host killed, sizes that differ and a link cut with every collective message
-#     on the TCP lanes beside UCX (IDIST_UCX_TCP_FROM=1).
+#     on the TCP lanes beside UCX (IDIST_UCX_TCP_FROM=1); hosts whose IDIST_UCX_TCP_FROM
+#     differs refused at the group's creation.
 # usage: ucx_netns.sh IDIST_RUN MATRIX      exits 77 (skipped) where namespaces can't be made
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -174,6 +175,23 @@ check "lanes, sizes differ: both ranks raised (exit 3)" equals "${codes[*]}" "3 
 check "lanes, sizes differ: a rank says what came" test -n "$(grep -hE '(20 bytes came where 16|16 bytes came where 20) were expected' "$TMP"/lane-sizes.*)"
 check "lanes, sizes differ: at once, not at the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
 cut_under lane-cut "lanes, cut"
+# Hosts that disagree on IDIST_UCX_TCP_FROM would put a message on a lane while the other end
+# waits for it over UCX: the group's creation refuses on both, naming the setting.
+ip -n "$NS_BRIDGE" link set "b1-$HOSTS_TAG" up
+port=$((port + 1))
+pids=()
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=${ADDR_HOST[0]} MASTER_PORT=$port IDIST_TIMEOUT=10 \
+    IDIST_UCX_TCP_FROM=$((r == 0 ? 65536 : 1)) \
+    timeout 60 bash -c "$(declare -f on_host; declare -p NS_HOST); on_host $r ucx-$r$tag $MATRIX --quick" \
+    >"$TMP/lane-from.$r" 2>&1 &
+  pids+=($!)
+done
+wait_codes "${pids[@]}"
+cat "$TMP"/lane-from.*
+check "lanes, IDIST_UCX_TCP_FROM differs: both ranks refuse (exit 1)" equals "${codes[*]}" "1 1"
+check "lanes, IDIST_UCX_TCP_FROM differs: rank 0 names the setting and rank 1" \
+  contains "$(cat "$TMP/lane-from.0")" "IDIST_UCX_TCP_FROM is 65536 here but 1 on rank 1"
 unset IDIST_UCX_TCP_FROM
 
 finish

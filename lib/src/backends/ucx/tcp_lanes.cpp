@@ -34,6 +34,7 @@ struct Hello {
   std::uint32_t magic;
 };
 constexpr std::uint32_t kMagic = 0x69647463;  // "idtc"
+constexpr const char* kClosed = "closed by the peer: it exited, or failed a collective of its own";
 
 // A message's header: the collective's tag and the length, checked by the
 // receiver.
@@ -122,24 +123,24 @@ int connect_to(const std::string& host, const std::string& port, Clock::time_poi
 }  // namespace
 
 std::size_t tcp_lanes_from() {
-  static const std::size_t bytes = [] {
-    const char* text = std::getenv("IDIST_UCX_TCP_FROM");
-    if (text != nullptr && std::string_view(text) == "off") return std::numeric_limits<std::size_t>::max();
-    return tuning_bytes("IDIST_UCX_TCP_FROM").value_or(64 * 1024);
-  }();
-  return bytes;
+  const char* text = std::getenv("IDIST_UCX_TCP_FROM");
+  if (text == nullptr || *text == '\0') return 64 * 1024;
+  if (std::string_view(text) == "off") return kNoLanes;
+  if (const auto bytes = tuning_bytes("IDIST_UCX_TCP_FROM")) return *bytes;
+  throw std::runtime_error(std::string("IDIST_UCX_TCP_FROM=") + text +
+                           ": not a byte count (a whole number, as 65536) or off");
 }
 
-TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, const std::string& address,
+TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, std::size_t from,
+                   const std::string& address,
                    const std::function<bool(int)>& apart, Clock::time_point deadline,
                    const std::function<std::string(int)>& who)
     : fds_(static_cast<std::size_t>(size), -1), lanes_(static_cast<std::size_t>(size)) {
-  // Our offer: "ADDRESS PORT NONCE", or empty for none.
+  // Our offer: "FROM ADDRESS PORT NONCE", or empty for none.
   int listener = -1;
   std::uint64_t nonce = 0;
   std::string offer;
   if (!address.empty()) {
-    std::string why;
     const auto tried = common::try_addresses(address, "0", SOCK_STREAM, [&](const addrinfo& a, std::string& reason) {
       listener = ::socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (listener >= 0 && ::bind(listener, a.ai_addr, a.ai_addrlen) == 0 && ::listen(listener, SOMAXCONN) == 0)
@@ -154,9 +155,13 @@ TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, 
     if (tried.ok && ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
       const auto port = bound.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
                                                    : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
-      std::random_device device;
-      nonce = (std::uint64_t{device()} << 32) | device();
-      offer = address + " " + std::to_string(port) + " " + std::to_string(nonce);
+      try {
+        std::random_device device;
+        nonce = (std::uint64_t{device()} << 32) | device();
+      } catch (const std::exception&) {  // no entropy source: the nonce only turns strays away
+        nonce = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<std::uint64_t>(::getpid());
+      }
+      offer = std::to_string(from) + " " + address + " " + std::to_string(port) + " " + std::to_string(nonce);
     }
   }
   const auto cleanup = [&] {
@@ -185,13 +190,22 @@ TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, 
       }
       const auto value = store.get(key);
       offers[static_cast<std::size_t>(r)].assign(value.begin(), value.end());
-      if (!offer.empty() && !offers[static_cast<std::size_t>(r)].empty() && apart(r) && r > rank) ++expected;
+      const auto& theirs = offers[static_cast<std::size_t>(r)];
+      if (offer.empty() || theirs.empty() || !apart(r)) continue;
+      // Both ends of a message must agree whether it takes the lane.
+      if (const auto their_from = std::strtoull(theirs.c_str(), nullptr, 10); their_from != from)
+        throw std::runtime_error("ucx: IDIST_UCX_TCP_FROM is " + std::to_string(from) + " here but " +
+                                 std::to_string(their_from) + " on " + who(r) +
+                                 ": set it alike on every host (or unset it everywhere)");
+      if (r > rank) ++expected;
     }
     for (int r = 0; r < rank && !offer.empty(); ++r) {
       const auto& theirs = offers[static_cast<std::size_t>(r)];
       if (theirs.empty() || !apart(r)) continue;
-      const auto first = theirs.find(' '), second = theirs.rfind(' ');
-      const std::string host = theirs.substr(0, first), port = theirs.substr(first + 1, second - first - 1);
+      // "FROM ADDRESS PORT NONCE": no field holds a space (an IPv6 address has none either).
+      const auto at = theirs.find(' ') + 1;
+      const auto first = theirs.find(' ', at), second = theirs.rfind(' ');
+      const std::string host = theirs.substr(at, first - at), port = theirs.substr(first + 1, second - first - 1);
       std::string why;
       const int fd = connect_to(host, port, deadline, why);
       const Hello hello{std::strtoull(theirs.c_str() + second + 1, nullptr, 10), static_cast<std::uint32_t>(rank),
@@ -207,8 +221,8 @@ TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, 
     }
     while (expected > 0) {
       pollfd pfd{listener, POLLIN, 0};
-      if (::poll(&pfd, 1, poll_ms(deadline)) == 0) {
-        if (Clock::now() < deadline) continue;
+      const bool ready = ::poll(&pfd, 1, poll_ms(deadline)) > 0;
+      if (Clock::now() >= deadline) {
         std::string missing;
         for (int r = rank + 1; r < size; ++r)
           if (!offers[static_cast<std::size_t>(r)].empty() && apart(r) && fds_[static_cast<std::size_t>(r)] < 0)
@@ -218,11 +232,17 @@ TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, 
                              "the hosts? "
                              "IDIST_UCX_TCP_FROM=off carries everything over UCX");
       }
+      if (!ready) continue;
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) continue;
+      if (fd < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
+        throw std::runtime_error("ucx: cannot take a TCP lane's connection (accept: " + error_text(errno) +
+                                 "): raise the open files limit (ulimit -n), or IDIST_UCX_TCP_FROM=off "
+                                 "carries everything over UCX");
+      }
       Hello hello{};
       // A stray or wrong connection is closed and forgotten: only ours count.
-      if (!read_all(fd, &hello, sizeof(hello), std::min(deadline, Clock::now() + std::chrono::seconds(5))) ||
+      if (!read_all(fd, &hello, sizeof(hello), std::min(deadline, Clock::now() + std::chrono::seconds(1))) ||
           hello.magic != kMagic || hello.nonce != nonce || hello.rank <= static_cast<std::uint32_t>(rank) ||
           hello.rank >= static_cast<std::uint32_t>(size) || fds_[hello.rank] >= 0) {
         ::close(fd);
@@ -281,6 +301,9 @@ void TcpLanes::progress() {
 
 void TcpLanes::lose(int peer, const std::string& why, State state) {
   auto& lane = lanes_[static_cast<std::size_t>(peer)];
+  // The peer learns at once (its transfers end, rather than wait for the deadline), and
+  // nothing is written from or read into a caller's buffer after this.
+  ::shutdown(fds_[static_cast<std::size_t>(peer)], SHUT_RDWR);
   for (auto* queue : {&lane.sends, &lane.recvs}) {
     for (auto& t : *queue) {
       t->state = state;
@@ -328,7 +351,7 @@ void TcpLanes::progress(int peer) {
     auto& t = *lane.recvs.front();
     if (t.header_moved < sizeof(Header)) {
       const auto n = ::recv(fd, t.header + t.header_moved, sizeof(Header) - t.header_moved, MSG_DONTWAIT);
-      if (n == 0) return lose(peer, "closed by the peer", State::kLost);
+      if (n == 0) return lose(peer, kClosed, State::kLost);
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
         return lose(peer, error_text(errno), State::kLost);
@@ -352,7 +375,7 @@ void TcpLanes::progress(int peer) {
     }
     if (t.moved < t.bytes) {
       const auto n = ::recv(fd, t.data + t.moved, t.bytes - t.moved, MSG_DONTWAIT);
-      if (n == 0) return lose(peer, "closed by the peer", State::kLost);
+      if (n == 0) return lose(peer, kClosed, State::kLost);
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
         return lose(peer, error_text(errno), State::kLost);
@@ -362,6 +385,13 @@ void TcpLanes::progress(int peer) {
     }
     t.state = State::kDone;
     lane.recvs.pop_front();
+  }
+}
+
+void TcpLanes::break_pending(const std::string& why) {
+  for (int peer = 0; peer < static_cast<int>(fds_.size()); ++peer) {
+    const auto& lane = lanes_[static_cast<std::size_t>(peer)];
+    if (!lane.broken && (!lane.sends.empty() || !lane.recvs.empty())) lose(peer, why, State::kBroken);
   }
 }
 

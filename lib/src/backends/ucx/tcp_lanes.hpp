@@ -46,12 +46,13 @@ class TcpLanes {
     char header[16];  // a receive's header as it arrives
   };
 
-  // `address`: the local address to listen on (towards the job's master: what
+  // `address`: the local address to listen on (the interface UCX was given: what
   // peers reach), empty where this rank offers no lane. A lane to a peer exists
   // when both offer one and `apart(peer)` (another host: within one, UCX's
-  // shared memory is the better path). Publishes under `prefix`, connects, and
-  // gives up at `deadline`, naming the peer by `who`.
-  TcpLanes(Store& store, const std::string& prefix, int rank, int size, const std::string& address,
+  // shared memory is the better path). `from`: this rank's threshold, which
+  // every peer's must equal. Publishes under `prefix`, connects, and gives up
+  // at `deadline`, naming the peer by `who`.
+  TcpLanes(Store& store, const std::string& prefix, int rank, int size, std::size_t from, const std::string& address,
            const std::function<bool(int)>& apart, std::chrono::steady_clock::time_point deadline,
            const std::function<std::string(int)>& who);
   ~TcpLanes();
@@ -66,6 +67,11 @@ class TcpLanes {
   // Moves what the sockets take now, for every lane; a lane whose peer is gone
   // fails its transfers (kLost).
   void progress();
+
+  // A collective failed part way on this rank: every lane with transfers still
+  // queued is out of step from here (kBroken), and its peer is told by the
+  // connection's end.
+  void break_pending(const std::string& why);
 
   // A transfer given up before it ended (a deadline, another peer's failure):
   // the stream to its peer is out of step from here, so that lane fails every
@@ -88,8 +94,9 @@ class TcpLanes {
 };
 
 // Bytes from which collectives' messages to another host take a lane:
-// IDIST_UCX_TCP_FROM, "off" for never; else the measured default
-// (docs/BENCHMARKS.md).
+// IDIST_UCX_TCP_FROM, "off" (kNoLanes) for never; unset, the measured default
+// (docs/BENCHMARKS.md). Throws for anything else.
+constexpr std::size_t kNoLanes = ~std::size_t{0};
 std::size_t tcp_lanes_from();
 
 }  // namespace idist::detail

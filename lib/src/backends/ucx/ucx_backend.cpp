@@ -30,7 +30,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -98,6 +97,35 @@ bool rdma_present() {
   std::error_code ec;
   std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
   return !ec && it != std::filesystem::directory_iterator();
+}
+
+// The address a TCP lane listens on: that of the interface UCX was given (UCX_NET_DEVICES,
+// where it names a network interface rather than an RDMA port), else of the one we give it
+// (interface_towards); else the address towards MASTER_ADDR.
+std::string lane_address(const env::Contract& contract) {
+  std::string device;
+  if (const char* given = std::getenv("UCX_NET_DEVICES"); given != nullptr && std::string_view(given) != "all") {
+    device = std::string(given).substr(0, std::string(given).find(','));
+    if (device.find(':') != std::string::npos) device.clear();
+  }
+  if (device.empty()) device = interface_towards(contract);
+  std::string address;
+  ifaddrs* list = nullptr;
+  if (!device.empty() && ::getifaddrs(&list) == 0) {
+    for (auto* a = list; a != nullptr; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr || device != a->ifa_name) continue;
+      const auto family = a->ifa_addr->sa_family;
+      if (family != AF_INET && !(family == AF_INET6 && address.empty())) continue;
+      char host[NI_MAXHOST];
+      const socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      if (::getnameinfo(a->ifa_addr, len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) == 0) address = host;
+      if (family == AF_INET) break;  // IPv4 first, as the route towards the master would be
+    }
+    ::freeifaddrs(list);
+  }
+  if (!address.empty()) return address;
+  common::AddressesTried tried;
+  return common::local_address_towards(contract.master_addr, contract.master_port, tried);
 }
 
 class Context {
@@ -254,12 +282,9 @@ class Comm {
     bool any_apart = false;  // the same answer on every member: the host map is the group's
     for (int r = 0; r < size_; ++r) any_apart = any_apart || apart(r);
     if (!any_apart) return;
-    std::string listen_on;
-    if (tcp_lanes_from() != std::numeric_limits<std::size_t>::max() && !rdma_present()) {
-      common::AddressesTried tried;
-      listen_on = common::local_address_towards(contract.master_addr, contract.master_port, tried);
-    }
-    lanes_ = std::make_unique<TcpLanes>(store, prefix + "tcp/", rank_, size_, listen_on, apart, deadline,
+    lanes_from_ = tcp_lanes_from();
+    const auto listen_on = lanes_from_ != kNoLanes && !rdma_present() ? lane_address(contract) : std::string();
+    lanes_ = std::make_unique<TcpLanes>(store, prefix + "tcp/", rank_, size_, lanes_from_, listen_on, apart, deadline,
                                         [this](int r) { return who(r); });
   }
 
@@ -344,6 +369,12 @@ class Comm {
           late_recv = late->recv;
         }
         if (failed != nullptr || late_peer >= 0) cancel(ops);
+        // Whatever else this rank queued on lanes (the ring's sends to its other neighbour)
+        // would be out of step, and would read the caller's buffers after the call returned.
+        // A receive of the wrong length leaves the ranks in step (recv drained it): not that.
+        const bool in_step = failed != nullptr && !failed->lane && failed->status == UCS_ERR_MESSAGE_TRUNCATED;
+        if (lanes_ && (failed != nullptr || late_peer >= 0) && !in_step)
+          lanes_->break_pending("a collective failed part way on this rank");
       }
       if (failed != nullptr) fail(*failed, what);
       if (!pending) return;
@@ -385,7 +416,7 @@ class Comm {
   // A collective's message between hosts over TCP (tcp_lanes.hpp); the peer is the message's
   // sender for a receive (the tag carries it), so both sides decide alike.
   bool on_lane(std::size_t bytes, int peer, std::uint64_t tag) const {
-    return lanes_ && tag >> 56 == kCollectiveKind && bytes >= tcp_lanes_from() && lanes_->to(peer);
+    return lanes_ && tag >> 56 == kCollectiveKind && bytes >= lanes_from_ && lanes_->to(peer);
   }
 
   void collect(Op& op) {
@@ -397,7 +428,8 @@ class Comm {
         case State::kLost:
           op.status = UCS_ERR_CONNECTION_RESET;
           failed_[static_cast<std::size_t>(op.peer)] = UCS_ERR_CONNECTION_RESET;  // its UCX receives too
-          lost_why_[static_cast<std::size_t>(op.peer)] = op.lane->why;
+          if (lost_why_[static_cast<std::size_t>(op.peer)].empty())
+            lost_why_[static_cast<std::size_t>(op.peer)] = op.lane->why;
           break;
         case State::kMismatch: op.status = UCS_ERR_MESSAGE_TRUNCATED; break;
         case State::kBroken: op.status = UCS_ERR_IO_ERROR; break;
@@ -442,16 +474,23 @@ class Comm {
     }
   }
 
-  [[noreturn]] void fail(const Op& op, std::string_view what) const {
-    // A transfer given up for its peer's loss: the loss is the news.
-    const auto& lost = lost_why_[static_cast<std::size_t>(op.peer)];
+  [[noreturn]] void fail(const Op& op, std::string_view what) {
+    // A transfer given up for its peer's loss: the loss is the news. Read under the lock:
+    // another thread's wait may be recording it.
+    std::string lost;
+    {
+      const std::lock_guard lock(mu_);
+      lost = lost_why_[static_cast<std::size_t>(op.peer)];
+    }
     if (!lost.empty())
       throw std::runtime_error("ucx: " + std::string(what) + ": TCP connection to " + who(op.peer) + " lost (" + lost +
                                "): did it exit, crash or call finalize()?");
     if (op.lane && op.lane->state == TcpLanes::State::kBroken)
       throw std::runtime_error("ucx: " + std::string(what) + ": the TCP lane to " + who(op.peer) + " is out of step (" +
                                op.lane->why + "): this group cannot carry collectives of " +
-                               std::to_string(tcp_lanes_from()) + " bytes or more any more");
+                               std::to_string(lanes_from_) +
+                               " bytes or more any more; make the group (or the job) again, or set "
+                               "IDIST_UCX_TCP_FROM=off");
     if (op.lane && op.lane->state == TcpLanes::State::kMismatch)
       throw std::runtime_error("ucx: " + std::string(what) + ": from " + who(op.peer) + ", " + op.lane->why +
                                ": the ranks called different collectives or sizes");
@@ -479,6 +518,7 @@ class Comm {
   std::vector<std::weak_ptr<Op>> tracked_;
   std::vector<int> hosts_;
   std::unique_ptr<TcpLanes> lanes_;
+  std::size_t lanes_from_ = kNoLanes;
   std::vector<std::string> lost_why_;  // a lane's peer lost: why (the TCP error), for the message
   std::mutex mu_;
 };
