@@ -5,7 +5,7 @@
 # best median says more about when each way ran than about the way). Prints per size the
 # median of the runs' medians for each way, in how many pairs ucx took at most Open MPI's time,
 # and the best of each.
-#   usage: [BEGIN=64K] bench/ucx_paired.sh BUILD_DIR DATA_DIR PPN [ROUNDS]   (root, ip netns)
+#   usage: [BEGIN=64K] [END=64M] bench/ucx_paired.sh BUILD_DIR DATA_DIR PPN [ROUNDS]   (root, ip netns)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$1

@@ -15,7 +15,7 @@
 # Writes DATA/WAY-PPN-ROUND.json (idist-bench's and raw_mpi's --json) and prints a table of the
 # best median per size (bench/ucx_table.py).
 # RATE=1gbit shapes the link (tc tbf on both ends of the veth, each direction at RATE) and
-# adds each way's share of that line rate to the table; BEGIN=4M starts the sweep there;
+# adds each way's share of that line rate to the table; BEGIN=4M starts the sweep there (END=32K ends it there);
 # WAYS="ucx mpi" runs only those (the table leaves the others' columns empty).
 #   usage: [RATE=1gbit] [BEGIN=8] bench/ucx_two_hosts.sh BUILD_DIR DATA_DIR [ROUNDS] [PPN...]   (root, ip netns)
 set -euo pipefail
@@ -29,7 +29,7 @@ PPNS=("$@")
 RUN=$BUILD/apps/idist-run/idist-run
 BENCH=$BUILD/apps/idist-bench/idist-bench
 RAW_MPI=$BUILD/bench/raw_mpi
-SWEEP=(all_reduce -b "${BEGIN:-8}" -e 64M -f 2 -w 5 -t 0.1 --json)
+SWEEP=(all_reduce -b "${BEGIN:-8}" -e "${END:-64M}" -f 2 -w 5 -t 0.1 --json)
 source "$ROOT/tests/e2e/lib.sh"
 tag=$$
 AGENT=$(mktemp -d)
