@@ -2,13 +2,16 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-
 #include <memory>
+#include <stdexcept>
 
 namespace idist::common {
 
@@ -54,6 +57,46 @@ std::string local_address_towards(std::string_view host, int port, AddressesTrie
     return !address.empty();
   });
   return address;
+}
+
+bool wait_fd(int fd, short events, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::clamp<long long>(left, 0, 1 << 30)));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+  }
+}
+
+int connect_within(const addrinfo& address, std::chrono::steady_clock::time_point deadline, std::string& why) {
+  const int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, address.ai_protocol);
+  if (fd < 0) {
+    why = std::strerror(errno);  // EMFILE under load says more than "no address"
+    return -1;
+  }
+  int rc = ::connect(fd, address.ai_addr, address.ai_addrlen);
+  if (rc != 0 && errno == EINPROGRESS) {
+    if (wait_fd(fd, POLLOUT, deadline)) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      rc = err == 0 ? 0 : -1;
+      errno = err;
+    } else {
+      errno = ETIMEDOUT;
+    }
+  }
+  if (rc != 0) {
+    why = std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
 }
 
 }  // namespace idist::common

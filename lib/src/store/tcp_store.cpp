@@ -21,22 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
-}
-
-// Waits for `events` on fd until the deadline; false on timeout.
-bool wait_fd(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, remaining_ms(deadline));
-    if (rc > 0) return true;
-    if (rc == 0) return false;
-    if (errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
-  }
-}
-
 // The server would refuse more; saying so here names the caller's mistake without a round trip.
 void check_key_count(std::size_t n) {
   if (n > wire::kMaxKeys)
@@ -92,32 +76,9 @@ void TcpStore::connect(Clock::time_point deadline) {
   for (;;) {
     const auto tried = common::try_addresses(
         options_.host, std::to_string(options_.port), SOCK_STREAM, [&](const addrinfo& ai, std::string& why) {
-          int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai.ai_protocol);
-          if (fd < 0) {
-            why = std::strerror(errno);  // EMFILE under load says more than "no address"
-            return false;
-          }
-          int rc = ::connect(fd, ai.ai_addr, ai.ai_addrlen);
-          if (rc != 0 && errno == EINPROGRESS) {
-            // Bounded per attempt so that a silently dropped SYN does not eat the whole budget.
-            const auto attempt_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-            if (wait_fd(fd, POLLOUT, attempt_deadline)) {
-              int err = 0;
-              socklen_t len = sizeof(err);
-              ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-              rc = err == 0 ? 0 : -1;
-              errno = err;
-            } else {
-              errno = ETIMEDOUT;
-            }
-          }
-          if (rc != 0) {
-            why = std::strerror(errno);
-            ::close(fd);
-            return false;
-          }
-          int one = 1;
-          ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+          // Bounded per attempt so that a silently dropped SYN does not eat the whole budget.
+          const int fd = common::connect_within(ai, std::min(deadline, Clock::now() + std::chrono::seconds(5)), why);
+          if (fd < 0) return false;
           fd_ = fd;
           return true;
         });
@@ -155,7 +116,7 @@ std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadlin
     if (n > 0) {
       sent += static_cast<std::size_t>(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_fd(fd_, POLLOUT, deadline)) throw timed_out();
+      if (!common::wait_fd(fd_, POLLOUT, deadline)) throw timed_out();
     } else {
       throw fail(std::strerror(errno));
     }
@@ -170,7 +131,7 @@ std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadlin
       } else if (n == 0) {
         throw fail("the store closed the connection (did rank 0 exit?)");
       } else if (errno == EAGAIN || errno == EINTR) {
-        if (!wait_fd(fd_, POLLIN, deadline)) throw timed_out();
+        if (!common::wait_fd(fd_, POLLIN, deadline)) throw timed_out();
       } else {
         throw fail(std::strerror(errno));
       }

@@ -5,6 +5,7 @@
 
 #include <netdb.h>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -27,5 +28,13 @@ AddressesTried try_addresses(std::string_view host, std::string_view service, in
 // can reach us at ("127.0.0.1" when host is loopback). A UDP connect sends nothing; it only
 // asks the kernel for a route. Empty when there is none; `tried` says why.
 std::string local_address_towards(std::string_view host, int port, AddressesTried& tried);
+
+// Polls fd for `events` until `deadline` (EINTR retried): false when the deadline came first.
+bool wait_fd(int fd, short events, std::chrono::steady_clock::time_point deadline);
+
+// A TCP connection to one of try_addresses' answers, made without blocking past `deadline`:
+// the socket (non-blocking, close-on-exec, TCP_NODELAY), or -1 with `why` (strerror's text;
+// "Connection timed out" at the deadline).
+int connect_within(const addrinfo& address, std::chrono::steady_clock::time_point deadline, std::string& why);
 
 }  // namespace idist::common

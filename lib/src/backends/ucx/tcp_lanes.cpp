@@ -1,7 +1,6 @@
 #include "backends/ucx/tcp_lanes.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -13,7 +12,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <stdexcept>
 
@@ -46,75 +44,28 @@ static_assert(sizeof(Header) == sizeof(TcpLanes::Transfer::header));
 
 std::string error_text(int err) { return std::strerror(err); }
 
-int poll_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1000));
-}
-
-// Blocking-with-deadline whole reads and writes, for the handshake only.
-bool write_all(int fd, const void* data, std::size_t bytes, Clock::time_point deadline) {
-  const auto* p = static_cast<const char*>(data);
+// The whole of a handshake's few bytes, out (`send`) or in, by the deadline; false if the
+// connection ended or the deadline came first.
+bool move_all(int fd, char* data, std::size_t bytes, bool send, Clock::time_point deadline) {
   while (bytes > 0) {
-    const auto n = ::send(fd, p, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const auto n = send ? ::send(fd, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL) : ::recv(fd, data, bytes, MSG_DONTWAIT);
     if (n > 0) {
-      p += n;
-      bytes -= static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-    if (Clock::now() >= deadline) return false;
-    pollfd pfd{fd, POLLOUT, 0};
-    ::poll(&pfd, 1, poll_ms(deadline));
-  }
-  return true;
-}
-bool read_all(int fd, void* data, std::size_t bytes, Clock::time_point deadline) {
-  auto* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const auto n = ::recv(fd, p, bytes, MSG_DONTWAIT);
-    if (n > 0) {
-      p += n;
+      data += n;
       bytes -= static_cast<std::size_t>(n);
       continue;
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
-    if (Clock::now() >= deadline) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    ::poll(&pfd, 1, poll_ms(deadline));
+    if (!common::wait_fd(fd, send ? POLLOUT : POLLIN, deadline)) return false;
   }
   return true;
 }
 
-void tune(int fd) {
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-// A non-blocking connect to host:port, finished within the deadline; -1 and
-// `why` if not.
+// host:port's first address that takes a connection by the deadline; -1 and `why` if none.
 int connect_to(const std::string& host, const std::string& port, Clock::time_point deadline, std::string& why) {
   int fd = -1;
   const auto tried = common::try_addresses(host, port, SOCK_STREAM, [&](const addrinfo& a, std::string& reason) {
-    fd = ::socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      reason = error_text(errno);
-      return false;
-    }
-    if (::connect(fd, a.ai_addr, a.ai_addrlen) != 0 && errno != EINPROGRESS) {
-      reason = error_text(errno);
-    } else {
-      pollfd pfd{fd, POLLOUT, 0};
-      while (::poll(&pfd, 1, poll_ms(deadline)) == 0 && Clock::now() < deadline) {
-      }
-      int err = 0;
-      socklen_t len = sizeof(err);
-      if (pfd.revents != 0 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) return true;
-      reason = pfd.revents == 0 ? "no answer in time" : error_text(err);
-    }
-    ::close(fd);
-    fd = -1;
-    return false;
+    fd = common::connect_within(a, deadline, reason);
+    return fd >= 0;
   });
   if (!tried.ok) why = tried.error;
   return fd;
@@ -210,29 +161,24 @@ TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, 
       const int fd = connect_to(host, port, deadline, why);
       const Hello hello{std::strtoull(theirs.c_str() + second + 1, nullptr, 10), static_cast<std::uint32_t>(rank),
                         kMagic};
-      if (fd < 0 || !write_all(fd, &hello, sizeof(hello), deadline)) {
+      if (fd < 0 || !move_all(fd, reinterpret_cast<char*>(const_cast<Hello*>(&hello)), sizeof(hello), true, deadline)) {
         if (fd >= 0) ::close(fd);
         throw std::runtime_error("ucx: cannot open a TCP lane to " + who(r) + " at " + host + ":" + port + " (" +
                                  (why.empty() ? "the hello was not taken" : why) +
                                  "); IDIST_UCX_TCP_FROM=off carries everything over UCX");
       }
-      tune(fd);
       fds_[static_cast<std::size_t>(r)] = fd;
     }
     while (expected > 0) {
-      pollfd pfd{listener, POLLIN, 0};
-      const bool ready = ::poll(&pfd, 1, poll_ms(deadline)) > 0;
-      if (Clock::now() >= deadline) {
+      if (!common::wait_fd(listener, POLLIN, deadline)) {
         std::string missing;
         for (int r = rank + 1; r < size; ++r)
           if (!offers[static_cast<std::size_t>(r)].empty() && apart(r) && fds_[static_cast<std::size_t>(r)] < 0)
             missing += (missing.empty() ? "" : ", ") + who(r);
         throw TimeoutFailure("ucx: no TCP lane from " + missing +
-                             " within the deadline: stopped, or its connection blocked between "
-                             "the hosts? "
+                             " within the deadline: stopped, or its connection blocked between the hosts? "
                              "IDIST_UCX_TCP_FROM=off carries everything over UCX");
       }
-      if (!ready) continue;
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
@@ -242,13 +188,15 @@ TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, 
       }
       Hello hello{};
       // A stray or wrong connection is closed and forgotten: only ours count.
-      if (!read_all(fd, &hello, sizeof(hello), std::min(deadline, Clock::now() + std::chrono::seconds(1))) ||
+      if (!move_all(fd, reinterpret_cast<char*>(&hello), sizeof(hello), false,
+                    std::min(deadline, Clock::now() + std::chrono::seconds(1))) ||
           hello.magic != kMagic || hello.nonce != nonce || hello.rank <= static_cast<std::uint32_t>(rank) ||
           hello.rank >= static_cast<std::uint32_t>(size) || fds_[hello.rank] >= 0) {
         ::close(fd);
         continue;
       }
-      tune(fd);
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       fds_[hello.rank] = fd;
       --expected;
     }
@@ -266,7 +214,7 @@ TcpLanes::~TcpLanes() {
 
 void TcpLanes::push(std::deque<std::shared_ptr<Transfer>>& queue, const std::shared_ptr<Transfer>& t, int peer) {
   auto& lane = lanes_[static_cast<std::size_t>(peer)];
-  if (lane.broken) {
+  if (lane.broken()) {
     t->state = lane.state;
     t->why = lane.why;
     return;
@@ -311,7 +259,6 @@ void TcpLanes::lose(int peer, const std::string& why, State state) {
     }
     queue->clear();
   }
-  lane.broken = true;
   lane.why = why;
   lane.state = state;
 }
@@ -391,7 +338,7 @@ void TcpLanes::progress(int peer) {
 void TcpLanes::break_pending(const std::string& why) {
   for (int peer = 0; peer < static_cast<int>(fds_.size()); ++peer) {
     const auto& lane = lanes_[static_cast<std::size_t>(peer)];
-    if (!lane.broken && (!lane.sends.empty() || !lane.recvs.empty())) lose(peer, why, State::kBroken);
+    if (!lane.broken() && (!lane.sends.empty() || !lane.recvs.empty())) lose(peer, why, State::kBroken);
   }
 }
 
@@ -403,7 +350,7 @@ void TcpLanes::abandon(const std::shared_ptr<Transfer>& transfer, int peer) {
   std::erase(queue, transfer);
   transfer->state = State::kBroken;
   transfer->why = "given up";
-  if (!lane.broken) lose(peer, "an earlier collective was given up part way", State::kBroken);
+  if (!lane.broken()) lose(peer, "an earlier collective was given up part way", State::kBroken);
 }
 
 }  // namespace idist::detail

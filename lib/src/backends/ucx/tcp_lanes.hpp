@@ -81,9 +81,11 @@ class TcpLanes {
  private:
   struct Lane {
     std::deque<std::shared_ptr<Transfer>> sends, recvs;
-    bool broken = false;  // lost or out of step: every later transfer fails at once
+    // kPending while usable; else lost or out of step (kLost, kBroken), and every later
+    // transfer fails at once with this state and why.
     State state = State::kPending;
     std::string why;
+    bool broken() const { return state != State::kPending; }
   };
   void push(std::deque<std::shared_ptr<Transfer>>& queue, const std::shared_ptr<Transfer>& t, int peer);
   void progress(int peer);
