@@ -484,7 +484,9 @@ int run(const Cli& cli) {
                    a.node_rank, a.nnodes, a.rank_base, a.rank_base + plan.local_count - 1, a.world_size,
                    plan.job.master_addr, a.master_port);
     }
-    return L::attempt_of(plan, path, restart_count, environ);
+    auto attempt = L::attempt_of(plan, path, restart_count, environ);
+    binding->notice().hand_to(attempt);
+    return attempt;
   };
   supervise.run_id = plan.job.run_id;
   const int code = L::supervise(make_attempt, supervise);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <string>
 
+#include "idist/common/cpus_shared.hpp"
 #include "idist/launchers/resources.hpp"
 #include "parse_whole.hpp"
 #include "process_tree.hpp"
@@ -186,9 +188,50 @@ std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus) {
   return reached;
 }
 
+CpusSharedNotice::CpusSharedNotice() {
+  // Close-on-exec here: only the ranks keep it (hand_to), not whatever else idist-run starts.
+  fd_ = ::memfd_create("idist-cpus-shared", MFD_CLOEXEC);
+  if (fd_ < 0) return;
+  void* p = MAP_FAILED;
+  if (::ftruncate(fd_, sizeof(common::CpusSharedPage)) == 0)
+    p = ::mmap(nullptr, sizeof(common::CpusSharedPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+  page_ = new (p) common::CpusSharedPage();
+}
+
+CpusSharedNotice::~CpusSharedNotice() {
+  if (page_ != nullptr) ::munmap(page_, sizeof(common::CpusSharedPage));
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CpusSharedNotice::raise() {
+  if (page_ != nullptr) page_->shared.store(1, std::memory_order_relaxed);
+}
+
+bool CpusSharedNotice::raised() const {
+  return page_ != nullptr && page_->shared.load(std::memory_order_relaxed) != 0;
+}
+
+void CpusSharedNotice::hand_to(Attempt& attempt) const {
+  if (fd_ < 0) return;
+  // An outer job's value is not among the processes' variables (rank_environment).
+  const auto var = std::string(env::kCpusSharedFd) + "=" + std::to_string(fd_);
+  for (auto& process : attempt.processes) {
+    process.env.push_back(var);
+    process.pass_fds.push_back(fd_);
+  }
+}
+
 HeldBinding::HeldBinding(Role role, CpuClaims claims, std::vector<int> mask, std::filesystem::path dir)
     : role_(role), claims_(std::move(claims)), mask_(std::move(mask)), dir_(std::move(dir)) {
-  if (role_ == Role::unbound_for_want) mark_.emplace(dir_);
+  if (role_ == Role::unbound_for_want) {
+    mark_.emplace(dir_);
+    notice_.raise();
+  }
 }
 
 HeldBinding::~HeldBinding() {
@@ -203,13 +246,22 @@ std::vector<int> HeldBinding::claimed() const {
 
 bool HeldBinding::let_go_if_shared() {
   const std::lock_guard lock(mu_);
-  if (let_go_ || role_ != Role::bound_by_default) return let_go_;
-  if (!others_run_unbound(dir_)) return false;
+  // Only a bound job looks, and only until it has done what the look asks of it.
+  const bool by_request = role_ == Role::bound_by_request;
+  const bool looking = by_request ? !notice_.raised() : role_ == Role::bound_by_default && !let_go_;
+  if (!looking || !others_run_unbound(dir_)) return let_go_;
+  notice_.raise();
+  if (by_request) {
+    note_ = "another idist-run job here runs unbound for want of free cpus: ours stay bound (--bind), and wait "
+            "yielding the processor";
+    return false;
+  }
   const auto reached = rebind_tree(::getpid(), mask_);
   claims_.release();
   let_go_ = true;
   note_ = fmt::format("another idist-run job here runs unbound for want of free cpus: ours unbound too ({} "
-                      "process(es) then running, now on cpus {}), so that the scheduler places both jobs' ranks",
+                      "process(es) then running, now on cpus {}), so that the scheduler places both jobs' ranks, "
+                      "and they wait yielding the processor",
                       reached, cpu_list(mask_));
   return true;
 }
@@ -221,7 +273,8 @@ std::string HeldBinding::take_note() {
 
 void HeldBinding::watch() {
   // Nothing claimed (no usable directory): nobody can ask us to let go.
-  if (role_ != Role::bound_by_default || watcher_.joinable() || claimed().empty()) return;
+  const bool bound = role_ == Role::bound_by_default || role_ == Role::bound_by_request;
+  if (!bound || watcher_.joinable() || claimed().empty()) return;
   watcher_ = std::thread([this] {
     auto nap = [this](std::chrono::milliseconds total) {
       for (auto slept = std::chrono::milliseconds(0); slept < total && !stop_; slept += std::chrono::milliseconds(10))
@@ -230,7 +283,8 @@ void HeldBinding::watch() {
     // Nothing thrown may leave the thread (std::terminate would end the job): a failed look
     // only leaves the ranks as they are.
     try {
-      while (!stop_ && !let_go_if_shared()) nap(std::chrono::milliseconds(200));
+      while (!stop_ && !let_go_if_shared() && !notice_.raised()) nap(std::chrono::milliseconds(200));
+      if (role_ != Role::bound_by_default) return;
       nap(std::chrono::seconds(1));
       if (!stop_) rebind_tree(::getpid(), mask_);
     } catch (...) {

@@ -510,7 +510,7 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
       view.claimed.empty() ? "" : "other idist-run jobs here bound ranks to cpu(s) " + cpu_list(view.claimed);
   if (static_cast<std::size_t>(ranks) > free.size()) {
     plan.binding = "not bound: " + here + ", and " + others + ", which leaves fewer than a cpu per rank; the "
-                   "scheduler may move them (--bind forces it)";
+                   "scheduler may move them (--bind forces it), and they wait yielding the processor";
     plan.binding_wants_cpus = true;
     return;
   }
@@ -679,6 +679,10 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   }
   // A value inherited from an outer job must not leak into ours (ours re-sets what it keeps).
   for (auto name : {env::kJobToken, env::kRunId, env::kLauncher}) vars.erase(std::string(name));
+  // Nor an outer job's descriptors into ranks we spawn: they get ours (their flight recorder,
+  // the cpus-shared notice). A rank we exec in place is the outer job's, and keeps them.
+  if (plan.mode == Mode::spawn)
+    for (auto name : {env::kRecorderFd, env::kCpusSharedFd}) vars.erase(std::string(name));
   for (const auto& name : plan.unset) vars.erase(name);
   for (auto& [name, value] : env::to_variables(rank_contract(plan, index))) vars[name] = value;
   for (const auto& [name, value] : plan.rank_defaults) vars.emplace(name, value);

@@ -116,6 +116,14 @@ Contract read_contract(const Lookup& lookup) {
   flag(kDebug, c.debug);
   flag(kFlightRecorder, c.flight_recorder);
   flag(kStoreBindAll, c.store_bind_all);
+  if (auto v = env.get(kCpusShared)) {
+    try {
+      c.cpus_shared = *v == "auto" ? "auto" : parse_flag(kCpusShared, *v) ? "1" : "0";
+    } catch (const ContractError&) {
+      fail(kCpusShared, *v, "expected auto, 1 or 0");
+    }
+  }
+  if (auto v = env.get_int(kCpusSharedFd, 0, std::numeric_limits<int>::max())) c.cpus_shared_fd = *v;
   if (auto v = env.get_int(kRestartCount, 0, std::numeric_limits<int>::max())) c.restart_count = *v;
 
   const bool any_topology = env.get(kRank) || env.get(kWorldSize) || env.get(kLocalRank) ||

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "backends/hierarchical/hierarchical_backend.hpp"
+#include "common/cpus_shared.hpp"
 #include "common/duration.hpp"
 #include "common/wait.hpp"
 #include "idist/common/host.hpp"
@@ -271,6 +272,7 @@ std::string Runtime::carrier(const std::string& backend, const ErrorSite& site) 
 Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     : contract_(contract), id_(next_runtime_id()) {
   ignore_sigpipe_unless_handled();
+  follow_cpus_shared(contract_);
   // One deadline for the whole rendezvous: reaching the store and everyone joining.
   const auto deadline = Clock::now() + contract_.timeout;
   const std::string backend = choose_backend(contract_, options);

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <map>
 
+#include "common/cpus_shared.hpp"
+#include "idist/common/host.hpp"
 #include "idist/launchers/cpu_claims.hpp"
 #include "idist/launchers/resources.hpp"
 
@@ -237,12 +239,14 @@ TEST_CASE("a job bound by default lets go when another runs unbound for want of 
   CHECK(affinity() == std::to_string(mask.front()));
   CHECK_FALSE(bound.let_go_if_shared());  // nobody else here
   CHECK(bound.claimed() == mask);
+  CHECK_FALSE(bound.notice().raised());
   {
     UnboundMark other(dir);
     REQUIRE(other.held());
     CHECK(bound.let_go_if_shared());
   }
   CHECK(affinity() == cpu_list(mask));
+  CHECK(bound.notice().raised());  // its ranks now wait yielding
   // Whoever holds "shared" exclusively (anyone who may open it) cannot keep a job waiting.
   {
     const int fd = ::open((dir / "shared").c_str(), O_RDONLY);
@@ -256,4 +260,80 @@ TEST_CASE("a job bound by default lets go when another runs unbound for want of 
   CHECK(bound.let_go_if_shared());  // once let go, for good
   ::kill(rank, SIGKILL);
   ::waitpid(rank, nullptr, 0);
+}
+
+TEST_CASE("bound by request (--bind): stays bound when another job runs unbound, but tells its ranks") {
+  using idist::launchers::CpuClaims;
+  using idist::launchers::HeldBinding;
+  TempDir tmp;
+  const auto dir = tmp.path / "claims";
+  const auto mask = idist::launchers::usable_cpus();
+  CpuClaims claims;
+  claims.claim_free(mask, dir);
+  HeldBinding bound(HeldBinding::Role::bound_by_request, std::move(claims), mask, dir);
+  CHECK_FALSE(bound.let_go_if_shared());
+  CHECK_FALSE(bound.notice().raised());
+  idist::launchers::UnboundMark other(dir);
+  REQUIRE(other.held());
+  CHECK_FALSE(bound.let_go_if_shared());
+  CHECK(bound.notice().raised());
+  CHECK(bound.claimed() == mask);
+  CHECK(bound.take_note().find("ours stay bound (--bind)") != std::string::npos);
+  // A job that runs unbound for want of cpus is told from its start.
+  HeldBinding wanting(HeldBinding::Role::unbound_for_want, CpuClaims{}, mask, dir);
+  CHECK(wanting.notice().raised());
+  HeldBinding alone(HeldBinding::Role::unbound, CpuClaims{}, mask, dir);
+  CHECK_FALSE(alone.notice().raised());
+}
+
+TEST_CASE("the cpus-shared notice: handed to every rank, read by the library as idist-run raises it") {
+  using idist::detail::cpus_shared;
+  using idist::detail::follow_cpus_shared;
+  idist::launchers::CpusSharedNotice notice;
+  idist::launchers::Attempt attempt;
+  attempt.processes.resize(2);
+  notice.hand_to(attempt);
+  int fd = -1;
+  for (const auto& process : attempt.processes) {
+    REQUIRE(process.env.size() == 1);
+    REQUIRE(process.env[0].starts_with("IDIST_CPUS_SHARED_FD="));
+    fd = std::stoi(process.env[0].substr(21));
+    CHECK(process.pass_fds == std::vector<int>{fd});
+  }
+  idist::env::Contract contract;
+  contract.cpus_shared_fd = fd;
+  follow_cpus_shared(contract);
+  CHECK_FALSE(cpus_shared());
+  notice.raise();  // mid-run: the next wait sees it
+  CHECK(cpus_shared());
+  contract.cpus_shared = "0";  // the user's word wins
+  follow_cpus_shared(contract);
+  CHECK_FALSE(cpus_shared());
+  idist::env::Contract forced;
+  forced.cpus_shared = "1";
+  follow_cpus_shared(forced);
+  CHECK(cpus_shared());
+  // More ranks on the host than cores: shared, whatever idist-run saw.
+  idist::env::Contract crowded;
+  crowded.local_world_size = crowded.world_size = 4 * idist::common::host_cores();
+  follow_cpus_shared(crowded);
+  CHECK(cpus_shared());
+  // A descriptor that is no notice (a stale IDIST_CPUS_SHARED_FD): not shared, never SIGBUS.
+  TempDir tmp;
+  const auto empty = tmp.path / "empty";
+  std::ofstream(empty).close();
+  const int file = ::open(empty.c_str(), O_RDONLY);
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  for (const int bad : {file, pipe_fds[0], 1000}) {
+    CAPTURE(bad);
+    idist::env::Contract stale;
+    stale.cpus_shared_fd = bad;
+    follow_cpus_shared(forced);
+    follow_cpus_shared(stale);
+    CHECK_FALSE(cpus_shared());
+  }
+  for (const int open_fd : {file, pipe_fds[0], pipe_fds[1]}) ::close(open_fd);
+  follow_cpus_shared(idist::env::Contract{});
+  CHECK_FALSE(cpus_shared());
 }

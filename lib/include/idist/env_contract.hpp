@@ -47,6 +47,11 @@ inline constexpr std::string_view kVerbose = "IDIST_VERBOSE";
 inline constexpr std::string_view kRecorderFd = "IDIST_RECORDER_FD";
 // 0: nothing is recorded (to measure what recording costs); 1, the default: always on.
 inline constexpr std::string_view kFlightRecorder = "IDIST_FLIGHT_RECORDER";
+// Whether the rank's cpus are shared with other busy processes, so that its waits yield the
+// processor rather than spin: auto (the default: as idist-run's notice says), 1 or 0.
+inline constexpr std::string_view kCpusShared = "IDIST_CPUS_SHARED";
+// The descriptor of idist-run's notice that the cpus are shared (idist/common/cpus_shared.hpp).
+inline constexpr std::string_view kCpusSharedFd = "IDIST_CPUS_SHARED_FD";
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
 
@@ -88,6 +93,8 @@ struct Contract {
   std::string interhost = "auto";
   bool debug = false;
   bool flight_recorder = true;  // IDIST_FLIGHT_RECORDER
+  std::string cpus_shared = "auto";  // IDIST_CPUS_SHARED: "auto", "1" or "0"
+  int cpus_shared_fd = -1;           // IDIST_CPUS_SHARED_FD; -1: no notice
   bool store_bind_all = false;
   bool from_env = false;  // false when no topology variable was set: a world of one
   // With no topology set: an outer launcher's marks that describe a job of several tasks

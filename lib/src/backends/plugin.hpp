@@ -21,8 +21,8 @@ namespace idist::detail {
 // naming both. The sizes below catch what a forgotten raise would miss between two builds of
 // one version.
 // 2: Backend::traits(), default operations, BackendInit::hosts; 3: Backend::cancel_transfers()
-// 5: BackendPlugin::probe, env::Contract::interhost
-inline constexpr int kPluginAbi = 5;
+// 5: BackendPlugin::probe, env::Contract::interhost; 6: env::Contract::cpus_shared(_fd)
+inline constexpr int kPluginAbi = 6;
 
 struct PluginSizes {
   std::size_t backend_init = sizeof(BackendInit);

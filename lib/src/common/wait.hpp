@@ -9,6 +9,8 @@
 #include <chrono>
 #include <thread>
 
+#include "common/cpus_shared.hpp"
+
 namespace idist::detail {
 
 struct BackoffPolicy {
@@ -20,7 +22,13 @@ struct BackoffPolicy {
 class Backoff {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit Backoff(BackoffPolicy policy = {}) : policy_(policy) {}
+  // Where the cpus are shared (common/cpus_shared.hpp), yielding from the first test.
+  explicit Backoff(BackoffPolicy policy = {}) : policy_(policy) {
+    if (cpus_shared()) {
+      policy_.yield += policy_.spin;
+      policy_.spin = {};
+    }
+  }
 
   // Between two tests.
   void pause() const { pause(Clock::now()); }

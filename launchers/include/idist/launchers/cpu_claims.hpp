@@ -30,6 +30,11 @@
 #include <vector>
 
 #include "idist/env_contract.hpp"
+#include "idist/launchers/process_spec.hpp"
+
+namespace idist::common {
+struct CpusSharedPage;  // idist/common/cpus_shared.hpp
+}
 
 namespace idist::launchers {
 
@@ -85,7 +90,29 @@ bool others_run_unbound(const std::filesystem::path& dir);
 // threads started meanwhile); returns how many processes it reached.
 std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus);
 
-// A spawning job's binding among the other jobs of the machine, for as long as it lives.
+// The page that tells a job's ranks their cpus are shared (idist/common/cpus_shared.hpp): a
+// memfd made once per job and handed to the ranks of every attempt. Where it cannot be made,
+// there is none, and the ranks wait as if they had their cpus to themselves.
+class CpusSharedNotice {
+ public:
+  CpusSharedNotice();
+  CpusSharedNotice(const CpusSharedNotice&) = delete;
+  CpusSharedNotice& operator=(const CpusSharedNotice&) = delete;
+  ~CpusSharedNotice();
+  void raise();
+  bool raised() const;
+  // Every process of `attempt` gets the page: IDIST_CPUS_SHARED_FD, and the descriptor kept
+  // across exec.
+  void hand_to(Attempt& attempt) const;
+
+ private:
+  int fd_ = -1;
+  common::CpusSharedPage* page_ = nullptr;
+};
+
+// A spawning job's binding among the other jobs of the machine, for as long as it lives. Where
+// its cpus are shared with another job's ranks (it runs unbound for want of cpus, or sees
+// another job do so), it raises its ranks' CpusSharedNotice.
 class HeldBinding {
  public:
   enum class Role {
@@ -99,17 +126,19 @@ class HeldBinding {
   HeldBinding& operator=(const HeldBinding&) = delete;
   ~HeldBinding();
   // Bound by default, where another job here runs unbound for want of cpus: rebinds every
-  // process below us to the whole mask, lets go of the cpus, and leaves a note (take_note).
-  // Returns whether it has let go, now or before: an attempt about to spawn its ranks spawns
-  // them unbound then.
+  // process below us to the whole mask, lets go of the cpus, raises the notice and leaves a
+  // note (take_note). Returns whether it has let go, now or before: an attempt about to spawn
+  // its ranks spawns them unbound then. Bound by request (--bind): only raises the notice, and
+  // returns false.
   bool let_go_if_shared();
   // The line that says it let go, once (empty otherwise): for the caller to log from a thread
   // that may write to the console, which the watcher may not.
   std::string take_note();
   // The same every 200 ms from now on, on a thread of its own (call once the supervisor has
-  // forked what it forks); after letting go, one more pass a second later, for ranks an attempt
-  // was spawning meanwhile. Idempotent.
+  // forked what it forks), until the notice is raised; after letting go, one more pass a second
+  // later, for ranks an attempt was spawning meanwhile. Idempotent.
   void watch();
+  const CpusSharedNotice& notice() const { return notice_; }
   Role role() const { return role_; }
   std::vector<int> claimed() const;  // the cpus it holds now
   bool marked() const { return mark_ && mark_->held(); }  // holds an UnboundMark
@@ -120,6 +149,7 @@ class HeldBinding {
   std::vector<int> mask_;
   std::filesystem::path dir_;
   std::optional<UnboundMark> mark_;
+  CpusSharedNotice notice_;
   mutable std::mutex mu_;  // let_go_if_shared from the attempt's thread and the watcher
   bool let_go_ = false;
   std::string note_;

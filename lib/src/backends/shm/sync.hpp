@@ -3,13 +3,16 @@
 // (a peer on another core usually answers within microseconds), then sleep on a futex in naps,
 // between which the caller checks what can end the wait early (a dead peer, the deadline).
 // When ranks outnumber cores, spinning takes the core from the very rank being waited for, so
-// the spin then yields the processor at every turn instead of burning it; and even with a core
-// each, the scheduler sometimes puts two ranks on one core for a while, which a waiter sees
-// from the cpu its poster last posted from (Word::poster_cpu): it then yields too.
+// the spin then yields the processor at every turn instead of burning it (the group's own
+// ranks outnumber the cores, or the rank's cpus are shared: common/cpus_shared.hpp); and even
+// with a core each, the scheduler sometimes puts two ranks on one core for a while, which a
+// waiter sees from the cpu its poster last posted from (Word::poster_cpu): it then yields too.
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+
+#include "common/cpus_shared.hpp"
 
 namespace idist::detail::shm {
 
@@ -46,7 +49,7 @@ void wake_now(Word& word);
 inline bool reached(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) >= 0; }
 
 struct WaitPolicy {
-  bool oversubscribed = false;  // more ranks on this host than cores we may run on
+  bool oversubscribed = false;  // more ranks in the group than cores on this host
 };
 
 // Spins, then sleeps, until ready(word's value) holds. Between naps (at most `nap` each), calls
@@ -78,12 +81,12 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
   // scheduler had put on one core (5.3-6.1 us yielding at once; 0.3-0.8 on two cores). Elsewhere
   // it never yields: a yield gives nothing to the rank waited for, but this core, for a whole
   // slice, to whatever else runs here (a compiler on a busy machine).
-  bool yield = policy.oversubscribed;
+  bool yield = policy.oversubscribed || cpus_shared();
   for (unsigned turn = 1;; ++turn) {
     impl::pause_once(yield);
     if (ready(word.value.load(std::memory_order_acquire))) return;
     if (turn % 16 == 8 && !policy.oversubscribed)
-      yield = impl::poster_shares_cpu(word);
+      yield = cpus_shared() || impl::poster_shares_cpu(word);
     if (turn % 64 == 0 && Clock::now() > spin_until) break;
   }
   // between_naps() runs before every sleep, not only after one: what ends a wait early (a

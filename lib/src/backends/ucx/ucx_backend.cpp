@@ -38,6 +38,7 @@
 
 #include "backends/plugin.hpp"
 #include "backends/ucx/tcp_lanes.hpp"
+#include "common/cpus_shared.hpp"
 #include "common/tuning.hpp"
 #include "idist/common/addresses.hpp"
 #include "in_step_error.hpp"
@@ -342,6 +343,7 @@ class Comm {
   // throws naming the peer and `what` (the operation).
   void wait(std::span<Op> ops, Clock::time_point deadline, std::string_view what) {
     const auto start = Clock::now();
+    bool shared = cpus_shared();
     for (std::uint64_t turn = 0;; ++turn) {
       bool pending = false;
       const Op* failed = nullptr;
@@ -384,10 +386,12 @@ class Comm {
                              " it): stopped, hung, or unreachable from here?");
       const auto now = Clock::now();
       // Spin first (a collective's answer comes in microseconds), then give the core away:
-      // a rank waiting minutes for a stalled peer must not keep one busy.
+      // a rank waiting minutes for a stalled peer must not keep one busy. Where the cpus are
+      // shared (common/cpus_shared.hpp), yield at every turn: the peer may need this core.
       const auto waited = now - start;
+      if ((turn & 63) == 63) shared = cpus_shared();
       if (waited > std::chrono::milliseconds(200)) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      else if (waited > std::chrono::milliseconds(2) || (turn & 63) == 63) ::sched_yield();
+      else if (shared || waited > std::chrono::milliseconds(2) || (turn & 63) == 63) ::sched_yield();
     }
   }
 
