@@ -18,6 +18,7 @@
 #include "idist/launchers/resources.hpp"
 #include "parse_whole.hpp"
 #include "process_tree.hpp"
+#include "spawn.hpp"
 
 namespace idist::launchers {
 namespace {
@@ -71,12 +72,12 @@ int lock_within(int fd, int op, int tries, std::chrono::microseconds gap) {
   return why;
 }
 
-// Whether someone holds a lock on DIR/NAME that `probe` (LOCK_SH: an exclusive claim; LOCK_EX:
-// any lock) cannot share, asked `tries` times (see lock_within).
-bool held_by_another(const std::filesystem::path& dir, const std::string& name, int probe, int tries) {
+// Whether someone holds an exclusive lock on DIR/NAME (a claim), asked once: a shared look
+// meets only a claim (another's, or one being taken), never another look.
+bool claimed_by_another(const std::filesystem::path& dir, const std::string& name) {
   const int fd = open_lock(dir, name, false);
   if (fd < 0) return false;  // no file: nobody ever held it
-  const bool held = lock_within(fd, probe, tries, std::chrono::milliseconds(2)) == EWOULDBLOCK;
+  const bool held = lock_within(fd, LOCK_SH, 1, std::chrono::milliseconds(0)) == EWOULDBLOCK;
   ::close(fd);  // lets go of the lock just taken, if it was
   return held;
 }
@@ -91,8 +92,7 @@ std::filesystem::path cpu_claims_dir(const env::Lookup& env) {
 std::vector<int> claimed_cpus(const std::vector<int>& cpus, const std::filesystem::path& dir) {
   std::vector<int> claimed;
   for (const int cpu : cpus)
-    // Once: a shared look meets only a claim (another's, or one being taken), never a look.
-    if (held_by_another(dir, cpu_file(cpu), LOCK_SH, 1)) claimed.push_back(cpu);
+    if (claimed_by_another(dir, cpu_file(cpu))) claimed.push_back(cpu);
   return claimed;
 }
 
@@ -161,8 +161,28 @@ UnboundMark::~UnboundMark() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-// A few times: two bound jobs' exclusive looks may meet.
-bool others_run_unbound(const std::filesystem::path& dir) { return held_by_another(dir, kSharedFile, LOCK_EX, 3); }
+// Our exclusive look fails on a mark, but also on another bound job's look, held for an
+// instant, or for longer where its holder is preempted on a busy machine (which would make a
+// bound job let go for nothing). A shared lock tells them apart: it passes a mark, not a look.
+// So a look that fails counts only where a shared lock then passes; three such, 2 ms apart,
+// are an answer, and a moment with nobody holding the file proves no mark is there.
+bool others_run_unbound(const std::filesystem::path& dir) {
+  const int fd = open_lock(dir, kSharedFile, false);
+  if (fd < 0) return false;  // no file: nobody ever ran unbound
+  int marks = 0;
+  for (int attempt = 0; attempt < 100 && marks < 3; ++attempt) {
+    if (attempt > 0) ::usleep(2000);
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 || errno != EWOULDBLOCK) break;
+    if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
+      ++marks;
+      ::flock(fd, LOCK_UN);
+    } else if (errno != EWOULDBLOCK) {
+      break;
+    }
+  }
+  ::close(fd);
+  return marks >= 3;
+}
 
 std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus) {
   cpu_set_t set;
@@ -189,12 +209,10 @@ std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus) {
 }
 
 CpusSharedNotice::CpusSharedNotice() {
-  // Close-on-exec here: only the ranks keep it (hand_to), not whatever else idist-run starts.
-  fd_ = ::memfd_create("idist-cpus-shared", MFD_CLOEXEC);
+  // Only the ranks keep it (hand_to), not whatever else idist-run starts.
+  fd_ = detail::memfd_for_ranks("idist-cpus-shared", sizeof(common::CpusSharedPage));
   if (fd_ < 0) return;
-  void* p = MAP_FAILED;
-  if (::ftruncate(fd_, sizeof(common::CpusSharedPage)) == 0)
-    p = ::mmap(nullptr, sizeof(common::CpusSharedPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  void* p = ::mmap(nullptr, sizeof(common::CpusSharedPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {
     ::close(fd_);
     fd_ = -1;
@@ -208,8 +226,8 @@ CpusSharedNotice::~CpusSharedNotice() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void CpusSharedNotice::raise() {
-  if (page_ != nullptr) page_->shared.store(1, std::memory_order_relaxed);
+void CpusSharedNotice::set(bool shared) {
+  if (page_ != nullptr) page_->shared.store(shared ? 1 : 0, std::memory_order_relaxed);
 }
 
 bool CpusSharedNotice::raised() const {
@@ -228,7 +246,7 @@ void CpusSharedNotice::hand_to(Attempt& attempt) const {
 
 HeldBinding::HeldBinding(Role role, CpuClaims claims, std::vector<int> mask, std::filesystem::path dir)
     : role_(role), claims_(std::move(claims)), mask_(std::move(mask)), dir_(std::move(dir)) {
-  if (role_ == Role::unbound_for_want) {
+  if (role_ == Role::unbound_for_want || role_ == Role::bound_over_claims) {
     mark_.emplace(dir_);
     notice_.raise();
   }
@@ -246,24 +264,27 @@ std::vector<int> HeldBinding::claimed() const {
 
 bool HeldBinding::let_go_if_shared() {
   const std::lock_guard lock(mu_);
-  // Only a bound job looks, and only until it has done what the look asks of it.
-  const bool by_request = role_ == Role::bound_by_request;
-  const bool looking = by_request ? !notice_.raised() : role_ == Role::bound_by_default && !let_go_;
-  if (!looking || !others_run_unbound(dir_)) return let_go_;
-  notice_.raise();
-  if (by_request) {
-    note_ = "another idist-run job here runs unbound for want of free cpus: ours stay bound (--bind), and wait "
-            "yielding the processor";
-    return false;
-  }
+  if (let_go_ || role_ != Role::bound_by_default) return let_go_;
+  if (!others_run_unbound(dir_)) return false;
   const auto reached = rebind_tree(::getpid(), mask_);
   claims_.release();
   let_go_ = true;
+  notice_.raise();
   note_ = fmt::format("another idist-run job here runs unbound for want of free cpus: ours unbound too ({} "
                       "process(es) then running, now on cpus {}), so that the scheduler places both jobs' ranks, "
                       "and they wait yielding the processor",
                       reached, cpu_list(mask_));
   return true;
+}
+
+void HeldBinding::follow_others() {
+  const std::lock_guard lock(mu_);
+  if (role_ != Role::bound_by_request) return;
+  const bool shared = others_run_unbound(dir_);
+  if (shared && !notice_.raised())
+    note_ = "another idist-run job here runs unbound for want of free cpus: ours stay bound (--bind), and wait "
+            "yielding the processor while it runs";
+  notice_.set(shared);
 }
 
 std::string HeldBinding::take_note() {
@@ -283,8 +304,11 @@ void HeldBinding::watch() {
     // Nothing thrown may leave the thread (std::terminate would end the job): a failed look
     // only leaves the ranks as they are.
     try {
-      while (!stop_ && !let_go_if_shared() && !notice_.raised()) nap(std::chrono::milliseconds(200));
-      if (role_ != Role::bound_by_default) return;
+      if (role_ == Role::bound_by_request) {
+        for (; !stop_; nap(std::chrono::milliseconds(200))) follow_others();
+        return;
+      }
+      while (!stop_ && !let_go_if_shared()) nap(std::chrono::milliseconds(200));
       nap(std::chrono::seconds(1));
       if (!stop_) rebind_tree(::getpid(), mask_);
     } catch (...) {

@@ -479,8 +479,17 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   const std::size_t n = view.mask.size();
   const std::string here =
       std::to_string(ranks) + " rank(s) on " + std::to_string(n) + " usable cpu(s) (" + cpu_list(view.mask) + ")";
+  std::vector<int> free;
+  std::set_difference(view.mask.begin(), view.mask.end(), view.claimed.begin(), view.claimed.end(),
+                      std::back_inserter(free));
+  const std::string others =
+      view.claimed.empty() ? "" : "other idist-run jobs here bound ranks to cpu(s) " + cpu_list(view.claimed);
+  const bool too_few_free = !view.claimed.empty() && static_cast<std::size_t>(ranks) > free.size();
   if (bind == Bind::never) {
     plan.binding = "not bound: --no-bind (or IDIST_BIND=0, or bind: false in a config file)";
+    if (too_few_free) plan.binding += "; " + others + ", which leaves fewer than a cpu per rank: they wait yielding "
+                                      "the processor";
+    plan.binding_wants_cpus = too_few_free;
     return;
   }
   if (bind == Bind::always) {
@@ -503,12 +512,7 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
                    "(--bind shares it out)";
     return;
   }
-  std::vector<int> free;
-  std::set_difference(view.mask.begin(), view.mask.end(), view.claimed.begin(), view.claimed.end(),
-                      std::back_inserter(free));
-  const std::string others =
-      view.claimed.empty() ? "" : "other idist-run jobs here bound ranks to cpu(s) " + cpu_list(view.claimed);
-  if (static_cast<std::size_t>(ranks) > free.size()) {
+  if (too_few_free) {
     plan.binding = "not bound: " + here + ", and " + others + ", which leaves fewer than a cpu per rank; the "
                    "scheduler may move them (--bind forces it), and they wait yielding the processor";
     plan.binding_wants_cpus = true;
@@ -542,11 +546,17 @@ std::unique_ptr<HeldBinding> hold_binding(LaunchPlan& plan, Bind bind, const env
     return cpus;
   };
   const auto mask = usable_cpus();
-  if (bind == Bind::never || plan.mode != Mode::spawn)
-    return std::make_unique<HeldBinding>(Role::unbound, std::move(claims), mask, dir);
+  if (plan.mode != Mode::spawn) return std::make_unique<HeldBinding>(Role::unbound, std::move(claims), mask, dir);
+  if (bind == Bind::never)
+    return std::make_unique<HeldBinding>(plan.binding_wants_cpus ? Role::unbound_for_want : Role::unbound,
+                                         std::move(claims), mask, dir);
   if (bind == Bind::always) {
-    claims.claim_free(chosen(), dir);
-    return std::make_unique<HeldBinding>(Role::bound_by_request, std::move(claims), mask, dir);
+    const auto cpus = chosen();
+    // Asked before claiming: a look meets our own claims too.
+    const bool over_claims = !claimed_cpus(cpus, dir).empty();
+    claims.claim_free(cpus, dir);
+    return std::make_unique<HeldBinding>(over_claims ? Role::bound_over_claims : Role::bound_by_request,
+                                         std::move(claims), mask, dir);
   }
   // A job already runs unbound for want of cpus: binding now would only be let go at once.
   if (!plan.cpu_shares.empty() && others_run_unbound(dir)) unbind_for_others(plan);

@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
+
 #include "idist/launchers/supervisor.hpp"
 
 namespace idist::launchers::detail {
@@ -19,5 +21,11 @@ struct SpawnedRank {
 // then execs it, or calls its entry in the forked child (ProcessSpec::entry).
 // Throws std::system_error naming the call that failed; nothing is left open then.
 SpawnedRank spawn_rank(const ProcessSpec& spec);
+
+// A memfd of `bytes` (zeros) for ranks to inherit (ProcessSpec::pass_fds): close-on-exec here,
+// numbered 3 or above (a launcher started with stdin closed would otherwise hand it out as 0,
+// which the rank's stdin then replaces), its size sealed (a rank's child that truncated it
+// would make every reader's next load SIGBUS). -1 where it cannot be made.
+int memfd_for_ranks(const char* name, std::size_t bytes);
 
 }  // namespace idist::launchers::detail

@@ -116,9 +116,11 @@ Contract read_contract(const Lookup& lookup) {
   flag(kDebug, c.debug);
   flag(kFlightRecorder, c.flight_recorder);
   flag(kStoreBindAll, c.store_bind_all);
-  if (auto v = env.get(kCpusShared)) {
+  if (auto v = env.get(kCpusShared); v && !v->empty()) {  // empty: as if unset
+    std::string lower(*v);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
     try {
-      c.cpus_shared = *v == "auto" ? "auto" : parse_flag(kCpusShared, *v) ? "1" : "0";
+      c.cpus_shared = lower == "auto" ? "auto" : parse_flag(kCpusShared, lower) ? "1" : "0";
     } catch (const ContractError&) {
       fail(kCpusShared, *v, "expected auto, 1 or 0");
     }

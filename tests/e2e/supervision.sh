@@ -131,7 +131,7 @@ cpus_of_rank() { grep "^RANK=$1 " <<<"$2" | grep -o 'CPUS=[^ ]*' | cut -d= -f2; 
 # SHARED: idist-run's notice that the cpus are shared (idist/common/cpus_shared.hpp: the word
 # after the 8-byte magic), as the rank's inherited descriptor shows it; "none" without one.
 shared_of_rank() { grep "^RANK=$1 " <<<"$2" | grep -o 'SHARED=[^ ]*' | cut -d= -f2; }
-show='echo "RANK=$RANK WORLD_SIZE=$WORLD_SIZE CPUS=$(grep Cpus_allowed_list /proc/self/status | cut -f2) OMP=$OMP_NUM_THREADS SHARED=$(od -An -tu4 -j8 -N4 /proc/self/fd/${IDIST_CPUS_SHARED_FD:-none} 2>/dev/null | tr -d " " || echo none)"'
+show='echo "RANK=$RANK WORLD_SIZE=$WORLD_SIZE CPUS=$(grep Cpus_allowed_list /proc/self/status | cut -f2) OMP=$OMP_NUM_THREADS SHARED=$([ -n "${IDIST_CPUS_SHARED_FD-}" ] && od -An -tu4 -j8 -N4 /proc/self/fd/$IDIST_CPUS_SHARED_FD | tr -d " " || echo none)"'
 out=$("$RUN" -n auto sh -c "$show" 2>&1)
 if [ -d /proc/driver/nvidia/gpus ]; then
   echo "# -n auto on a machine with NVIDIA GPUs: one rank per GPU ($(grep -o 'WORLD_SIZE=[0-9]*' <<<"$out" | head -1))"

@@ -206,6 +206,8 @@ TEST_CASE("IDIST_CPUS_SHARED: auto by default, auto or a yes/no; IDIST_CPUS_SHAR
   CHECK(env::read_contract(from({})).cpus_shared == "auto");
   CHECK(env::read_contract(from({})).cpus_shared_fd == -1);
   CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", "auto"}})).cpus_shared == "auto");
+  CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", "AUTO"}})).cpus_shared == "auto");
+  CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", ""}})).cpus_shared == "auto");
   CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", "yes"}})).cpus_shared == "1");
   CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", "0"}})).cpus_shared == "0");
   CHECK_THROWS_WITH_AS(env::read_contract(from({{"IDIST_CPUS_SHARED", "sometimes"}})),

@@ -736,6 +736,18 @@ TEST_CASE("under torchrun's agent store the ranks create rank 0's store instead 
   CHECK(std::none_of(vars.begin(), vars.end(), [](const auto& v) { return v.starts_with("TORCHELASTIC_USE_AGENT_STORE="); }));
 }
 
+TEST_CASE("an outer job's descriptors (flight recorder, cpus-shared notice) reach a rank we exec, not one we spawn") {
+  const std::vector<std::string> outer = {"IDIST_RECORDER_FD=5", "IDIST_CPUS_SHARED_FD=6"};
+  const auto spawned = environment_of(make_plan(options(2), from({})), 0, outer);
+  CHECK_FALSE(spawned.contains("IDIST_RECORDER_FD"));
+  CHECK_FALSE(spawned.contains("IDIST_CPUS_SHARED_FD"));
+  const auto plan = make_plan(options(), from(kTorchrunRank1));
+  REQUIRE(plan.mode == Mode::exec);
+  const auto execd = environment_of(plan, 0, outer);
+  CHECK(execd.at("IDIST_RECORDER_FD") == "5");
+  CHECK(execd.at("IDIST_CPUS_SHARED_FD") == "6");
+}
+
 TEST_CASE("dry_run_json survives arguments that are not UTF-8") {
   auto o = options(1);
   o.command = {"/bin/echo", "\xff\xfe"};
@@ -1006,7 +1018,23 @@ TEST_CASE("holding the binding: the chosen cpus are claimed; claimed meanwhile, 
   const auto unbound = hold_binding(second, Bind::where_fits, env);
   CHECK(unbound->role() == HeldBinding::Role::unbound_for_want);
   CHECK(unbound->marked());
+  CHECK(unbound->notice().raised());
   CHECK(others_run_unbound(dir));
+  // --no-bind finds the same: its ranks share the claimed cpus, and it says so too.
+  LaunchPlan unbinding;
+  unbinding.local_count = 1;
+  bind_ranks(unbinding, Bind::never, 1, cpu_view(env));
+  CHECK(unbinding.binding.find("wait yielding") != std::string::npos);
+  CHECK(hold_binding(unbinding, Bind::never, env)->role() == HeldBinding::Role::unbound_for_want);
+  // --bind onto cpus another job claimed: bound all the same, marked, its ranks told.
+  LaunchPlan forced;
+  forced.local_count = 1;
+  bind_ranks(forced, Bind::always, 1, cpu_view(env));
+  const auto over = hold_binding(forced, Bind::always, env);
+  CHECK(over->role() == HeldBinding::Role::bound_over_claims);
+  CHECK(over->marked());
+  CHECK(over->notice().raised());
+  CHECK_FALSE(forced.cpu_shares.empty());
   other.release();
   std::filesystem::remove_all(dir);
 }

@@ -271,14 +271,29 @@ TEST_CASE("bound by request (--bind): stays bound when another job runs unbound,
   CpuClaims claims;
   claims.claim_free(mask, dir);
   HeldBinding bound(HeldBinding::Role::bound_by_request, std::move(claims), mask, dir);
-  CHECK_FALSE(bound.let_go_if_shared());
+  bound.follow_others();
   CHECK_FALSE(bound.notice().raised());
-  idist::launchers::UnboundMark other(dir);
-  REQUIRE(other.held());
-  CHECK_FALSE(bound.let_go_if_shared());
-  CHECK(bound.notice().raised());
-  CHECK(bound.claimed() == mask);
-  CHECK(bound.take_note().find("ours stay bound (--bind)") != std::string::npos);
+  {
+    idist::launchers::UnboundMark other(dir);
+    REQUIRE(other.held());
+    bound.follow_others();
+    CHECK_FALSE(bound.let_go_if_shared());
+    CHECK(bound.notice().raised());
+    CHECK(bound.claimed() == mask);
+    CHECK(bound.take_note().find("ours stay bound (--bind)") != std::string::npos);
+  }
+  // The other job ended: bound ranks with a cpu each spin again.
+  bound.follow_others();
+  CHECK_FALSE(bound.notice().raised());
+  // The same from its watcher, every 200 ms.
+  bound.watch();
+  {
+    idist::launchers::UnboundMark other(dir);
+    for (int i = 0; i < 300 && !bound.notice().raised(); ++i) ::usleep(10'000);
+    CHECK(bound.notice().raised());
+  }
+  for (int i = 0; i < 300 && bound.notice().raised(); ++i) ::usleep(10'000);
+  CHECK_FALSE(bound.notice().raised());
   // A job that runs unbound for want of cpus is told from its start.
   HeldBinding wanting(HeldBinding::Role::unbound_for_want, CpuClaims{}, mask, dir);
   CHECK(wanting.notice().raised());
@@ -325,7 +340,9 @@ TEST_CASE("the cpus-shared notice: handed to every rank, read by the library as 
   const int file = ::open(empty.c_str(), O_RDONLY);
   int pipe_fds[2];
   REQUIRE(::pipe(pipe_fds) == 0);
-  for (const int bad : {file, pipe_fds[0], 1000}) {
+  const int closed = ::dup(pipe_fds[1]);
+  ::close(closed);
+  for (const int bad : {file, pipe_fds[0], closed}) {
     CAPTURE(bad);
     idist::env::Contract stale;
     stale.cpus_shared_fd = bad;

@@ -24,12 +24,8 @@ using detail::Channel;
 using detail::WallClock;
 
 std::unique_ptr<RecorderMemory> RecorderMemory::make() {
-  const int fd = ::memfd_create("idist-flight-recorder", MFD_CLOEXEC);
+  const int fd = detail::memfd_for_ranks("idist-flight-recorder", sizeof(common::recorder::Segment));
   if (fd < 0) return nullptr;
-  if (::ftruncate(fd, sizeof(common::recorder::Segment)) != 0) {
-    ::close(fd);
-    return nullptr;
-  }
   void* p = ::mmap(nullptr, sizeof(common::recorder::Segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     ::close(fd);

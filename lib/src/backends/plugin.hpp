@@ -3,7 +3,7 @@
 // nccl backends): one entry point with C linkage, idist_backend_plugin_NAME, returning a
 // BackendPlugin. Plugins are built from this tree against this libidist, so C++ types cross
 // the boundary as they are; what libidist exports for them is marked IDIST_API in
-// backend.hpp, store.hpp and reduce/kernels.hpp. Loading, searching and the messages when a
+// backend.hpp, store.hpp, reduce/kernels.hpp and common/cpus_shared.hpp. Loading, searching and the messages when a
 // plugin or its libraries are missing live in plugins.cpp.
 
 #include <cstddef>

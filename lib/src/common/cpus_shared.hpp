@@ -2,9 +2,9 @@
 // Whether this rank's waits give the processor away at every turn instead of spinning: where
 // its cpus are shared with another job's ranks (idist-run's notice, idist/common/cpus_shared.hpp,
 // which may be raised mid-run), where its host's ranks outnumber the cores, or where
-// IDIST_CPUS_SHARED=1 says so. Every waiting loop asks it when it starts and again every few
-// turns: one load from a page nobody writes twice. (A group's own ranks outnumbering the cores
-// is the shm backend's to see: its WaitPolicy.)
+// IDIST_CPUS_SHARED=1 says so. Every wait asks it when it starts, and the spinning ones (shm,
+// ucx) again every few turns: one load from a page that changes once in a while. (A group's own
+// ranks outnumbering the cores is the shm backend's to see: its WaitPolicy.)
 
 #include <atomic>
 #include <cstdint>

@@ -4,7 +4,7 @@
 // bound job lets go when it sees one). Ranks on their own cores spin while they wait for a
 // peer, which answers within microseconds; ranks that outnumber the cores must yield instead,
 // or the spinner keeps the core from the very rank it waits for for a whole time slice (two
-// fake hosts of 2 ranks on 2 cpus: 8-byte all_reduces at 20-25 us or at 80-110 us per call,
+// fake hosts of 2 ranks on 2 cpus: small all_reduces at 20-25 us or at 76-110 us per call,
 // whole runs in one mode or the other; every waiting rank yielding: never the slow mode,
 // docs/BENCHMARKS.md). The second job knows at its start, the first only when the second
 // starts, mid-run: hence a page in memory that idist-run writes and its ranks read at every
@@ -21,8 +21,8 @@ namespace idist::common {
 struct CpusSharedPage {
   static constexpr std::uint64_t kMagic = 0x3144524148535049ull;  // "IPSHARD1" in memory
   std::uint64_t magic = kMagic;
-  // 0: nobody said the cpus are shared; 1: they are, from now until the job ends (a job that
-  // let go of its cpus does not take them back).
+  // 1: the cpus are shared now; 0: not, or no longer (launchers/cpu_claims.hpp, HeldBinding::Role,
+  // says when each job raises and lowers it).
   std::atomic<std::uint32_t> shared{0};
 };
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "the page is read by another process");

@@ -99,7 +99,8 @@ class CpusSharedNotice {
   CpusSharedNotice(const CpusSharedNotice&) = delete;
   CpusSharedNotice& operator=(const CpusSharedNotice&) = delete;
   ~CpusSharedNotice();
-  void raise();
+  void set(bool shared);
+  void raise() { set(true); }
   bool raised() const;
   // Every process of `attempt` gets the page: IDIST_CPUS_SHARED_FD, and the descriptor kept
   // across exec.
@@ -111,15 +112,19 @@ class CpusSharedNotice {
 };
 
 // A spawning job's binding among the other jobs of the machine, for as long as it lives. Where
-// its cpus are shared with another job's ranks (it runs unbound for want of cpus, or sees
-// another job do so), it raises its ranks' CpusSharedNotice.
+// its ranks share cpus with another job's, it raises their CpusSharedNotice (see Role).
 class HeldBinding {
  public:
   enum class Role {
-    bound_by_default,  // holds its cpus; lets go when another job runs unbound for want of them
-    bound_by_request,  // --bind: holds what it could claim, never lets go
-    unbound_for_want,  // default binding, too few cpus free: holds an UnboundMark
-    unbound,           // --no-bind, or nobody else's claims in the way: nothing to hold
+    bound_by_default,   // holds its cpus; lets go when another job runs unbound for want of them,
+                        // and raises the notice for good (its ranks then run unbound for good)
+    bound_by_request,   // --bind, every cpu claimed: never lets go; the notice raised while
+                        // another job runs unbound for want of cpus
+    bound_over_claims,  // --bind onto cpus another job claimed: holds an UnboundMark, so that
+                        // jobs bound by default let go; the notice raised for good
+    unbound_for_want,   // too few cpus left free by others' claims (default binding, or
+                        // --no-bind): holds an UnboundMark; the notice raised for good
+    unbound,            // --no-bind, or nobody else's claims in the way: nothing to hold
   };
   HeldBinding(Role role, CpuClaims claims, std::vector<int> mask, std::filesystem::path dir);
   HeldBinding(const HeldBinding&) = delete;
@@ -128,15 +133,18 @@ class HeldBinding {
   // Bound by default, where another job here runs unbound for want of cpus: rebinds every
   // process below us to the whole mask, lets go of the cpus, raises the notice and leaves a
   // note (take_note). Returns whether it has let go, now or before: an attempt about to spawn
-  // its ranks spawns them unbound then. Bound by request (--bind): only raises the notice, and
-  // returns false.
+  // its ranks spawns them unbound then.
   bool let_go_if_shared();
+  // Bound by request: the notice raised where another job runs unbound for want of cpus,
+  // lowered where none does (a note the first time it rises).
+  void follow_others();
   // The line that says it let go, once (empty otherwise): for the caller to log from a thread
   // that may write to the console, which the watcher may not.
   std::string take_note();
   // The same every 200 ms from now on, on a thread of its own (call once the supervisor has
-  // forked what it forks), until the notice is raised; after letting go, one more pass a second
-  // later, for ranks an attempt was spawning meanwhile. Idempotent.
+  // forked what it forks): let_go_if_shared until it lets go, then one more pass a second later
+  // for ranks an attempt was spawning meanwhile; follow_others for as long as the job runs.
+  // Idempotent.
   void watch();
   const CpusSharedNotice& notice() const { return notice_; }
   Role role() const { return role_; }

@@ -99,7 +99,7 @@ struct LaunchPlan {
   std::shared_ptr<PortReservation> port_reservation;  // spawn on one node: held for the job's lifetime
   std::vector<std::vector<int>> cpu_shares;  // bound (spawn mode): local rank i's cores; else empty
   std::string binding;  // for -v and --dry-run: whether the ranks are bound, and why
-  bool binding_wants_cpus = false;  // not bound by default because other jobs here claimed the cpus
+  bool binding_wants_cpus = false;  // fewer cpus than ranks left free by other jobs' claims (not bound)
   bool keep_slurm_env = false;  // spawned under SLURM: leave SLURM_PROCID & co. as the task's (rank_environment)
   bool local_rank_arg = false;  // rank_command inserts --local_rank=N after the program_words
   int max_restarts = 0;         // the ranks' TORCHELASTIC_MAX_RESTARTS (rank_environment)
