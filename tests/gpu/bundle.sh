@@ -20,7 +20,7 @@ bundle=${2:-.gpu-bundle}
   echo "bundle.sh: $build has no nccl plugin ($build/lib/idist/libidist-backend-nccl.so): configure with -DIDIST_WITH_NCCL=ON where CUDA and NCCL are" >&2
   exit 1
 }
-cmake --build "$build" -j "$(nproc)" --target nccl_check idist-bench idist-run >/dev/null
+cmake --build "$build" -j "$(nproc)" --target nccl_check idist-bench idist-run test_reduce_isa >/dev/null
 
 rm -rf "$bundle"
 # Stripped: the RelWithDebInfo build's debug information is most of its 115 MiB, and the
@@ -31,7 +31,8 @@ rm -rf "$bundle/include" "$bundle/share" "$bundle/lib/cmake" "$bundle/lib/pkgcon
 # Debian's has no CUDA, and would bring 460 MiB of libraries.
 rm -f "$bundle"/lib/libidist-torch.so*
 # Build-tree binaries: run_on_gpu.sh's LD_LIBRARY_PATH points them at the bundle's libidist.
-for binary in tests/nccl_check apps/idist-bench/idist-bench; do
+# test_reduce_isa: the AVX-512 kernels, which no CPU machine of ours can run (issue 29).
+for binary in tests/nccl_check apps/idist-bench/idist-bench tests/test_reduce_isa; do
   strip -o "$bundle/bin/$(basename "$binary")" "$build/$binary"
 done
 # The libraries a stack taken on the GPU machine goes through keep their symbols (not their

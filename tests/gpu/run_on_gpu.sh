@@ -5,6 +5,7 @@
 #   start times out, aborts the communicator and raises); idist-run -n 1 --backend nccl;
 #   idist::torch's collectives on CUDA tensors and a CUDA training loop (torch_cuda_check, built
 #   there against the machine's libtorch by build_torch_cuda.sh);
+#   the reduction kernels at AVX-512 (test_reduce_isa forced, shm all_reduce at AVX2 and AVX-512);
 #   idist-bench --backend nccl from 8 B to 1 GiB in device memory; and the reference beside it,
 #   PyTorch's ProcessGroupNCCL on the same sizes (bench/torch_nccl_ref.py), with the GPU's
 #   device-to-device copy bandwidth.
@@ -97,6 +98,16 @@ step nccl_check 240 "$out/nccl_check.txt" "${run[@]}" "$bin/nccl_check"
 grep -E '^(nccl_check|FAIL)' "$out/nccl_check.txt" | head -20 | tee -a "$log"
 # The stacks at 9 s, while finalize() runs after the timeout at 5 s: what it waits for, if anything.
 step nccl_check_timeout 60 "$out/checks.txt" env IDIST_TIMEOUT=5 bash tests/gpu/stacks_at.sh 9 50 "${run[@]}" "$bin/nccl_check" --timeout
+# The reduction kernels at AVX-512, which no CPU machine of ours has (issue 29): each variant
+# against the scalar reference, then shared-memory all_reduce at AVX2 and at AVX-512 in turn.
+if [[ -x $bin/test_reduce_isa ]]; then
+  echo "### cpu flags: $(grep -m1 -owE 'avx2|avx512(f|bw|dq|vl)' /proc/cpuinfo | sort -u | tr '\n' ' ')" >>"$out/checks.txt"
+  step kernels_avx512 60 "$out/checks.txt" env IDIST_REDUCE_ISA=avx512 "${run[@]}" "$bin/test_reduce_isa"
+  for isa in avx2 avx512 avx2 avx512; do
+    step "shm_all_reduce_$isa" 60 "$out/checks.txt" env IDIST_REDUCE_ISA=$isa IDIST_VERBOSE=1 "$bin/idist-run" -n 2 \
+      "$bin/idist-bench" all_reduce -b 64K -e 16M -f 4 -t 0.1
+  done
+fi
 # Open MPI's runtime (orted, its components, PMIx) is not carried: this needs the machine's own.
 if command -v orted >/dev/null && ldconfig -p | grep -q 'libmpi\.so\.40 '; then
   step nccl_check_mpi 60 "$out/checks.txt" "${run[@]}" "$bin/nccl_check" --backend mpi
