@@ -60,10 +60,13 @@ constexpr std::size_t MiB = 1024 * KiB;
 
 // Sizes, by group size: halves large enough to stream at memory speed, small enough that a
 // group of hundreds of ranks maps tens of MiB, not GiB. Rings likewise; their pages are touched
-// only by pairs that talk.
+// only by pairs that talk. 512 KiB rather than 1 MiB: a round's working set (a rank's half and
+// its chunk, and its peers' halves) then stays in a 1 MiB L2 (AMD EPYC, 2 ranks: all_reduce and
+// all_gather 0.75-0.90 of 1 MiB halves' time from 1 to 64 MiB, docs/BENCHMARKS.md); 256 KiB
+// was no faster, 64-128 KiB slower (a step per round starts to show).
 std::size_t half_bytes(int size) {
-  if (size <= 8) return 1 * MiB;
-  return std::max<std::size_t>(64 * KiB, (8 * MiB / static_cast<std::size_t>(size)) / (4 * KiB) * (4 * KiB));
+  const auto share = (8 * MiB / static_cast<std::size_t>(size)) / (4 * KiB) * (4 * KiB);
+  return std::clamp<std::size_t>(share, 64 * KiB, 512 * KiB);
 }
 std::size_t ring_bytes(int size) {
   if (size <= 8) return 1 * MiB;
