@@ -134,7 +134,7 @@ port=$((port + 1))
 pids=()
 for r in 0 1 2 3; do
   RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=${ADDR_HOST[0]} MASTER_PORT=$port \
-    IDIST_TIMEOUT=5 IDIST_HIER_SEGMENT=1000 \
+    IDIST_TIMEOUT=5 IDIST_HIER_SEGMENT=500 \
     timeout 60 bash -c "$(declare -f on_host; declare -p NS_HOST); on_host $((r / 2)) ucx-$((r / 2))$tag $MATRIX --loop" \
     >"$TMP/seg.$r" 2>&1 &
   pids+=($!)

@@ -46,10 +46,13 @@ std::string_view gloo_carrier(const std::vector<int>& hosts) {
 
 namespace {
 
-// all_reduce from four times this many bytes runs in segments of it (all_reduce_pipelined):
-// with two segments, the thread and the second leaders' call cost about what the overlap saves
-// on an unshaped link (docs/BENCHMARKS.md). IDIST_HIER_SEGMENT (bytes; 0: never) overrides it,
-// to measure it again elsewhere.
+// all_reduce from kPipelineFrom times this many bytes runs in segments of it
+// (all_reduce_pipelined): with two segments, the thread and the second leaders' call cost about
+// what the overlap saves on an unshaped link, and with four still more than it saves where 4
+// ranks share 2 cores (2 ranks per fake host, 4 MiB: 2,794 us unpipelined against 3,774 in
+// segments, 6 alternating rounds; from 8 MiB the segments win, docs/BENCHMARKS.md).
+// IDIST_HIER_SEGMENT (bytes; 0: never) overrides it, to measure it again elsewhere.
+constexpr std::size_t kPipelineFrom = 8;
 std::size_t pipeline_segment() {
   static const std::size_t bytes = [] {
     const auto value = tuning_bytes("IDIST_HIER_SEGMENT").value_or(1024 * 1024);
@@ -233,7 +236,7 @@ class HierarchicalBackend final : public Backend {
 
   void all_reduce_chained(void* data, std::size_t count, DType dtype, ReduceOp op) {
     // Every leader must cut the same segments, whether its own host has other members or not.
-    if (host_count_ > 1 && shared_host_ && count * dtype_size(dtype) >= 4 * pipeline_segment()) {
+    if (host_count_ > 1 && shared_host_ && count * dtype_size(dtype) >= kPipelineFrom * pipeline_segment()) {
       all_reduce_pipelined(data, count, dtype, op);
       return;
     }
