@@ -80,9 +80,16 @@ std::string backend_choices() {
   return out;
 }
 
-bool parse_flag(std::string_view name, std::string_view value) {
+namespace {
+std::string lowercase(std::string_view value) {
   std::string lower(value);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower;
+}
+}  // namespace
+
+bool parse_flag(std::string_view name, std::string_view value) {
+  const auto lower = lowercase(value);
   if (lower == "1" || lower == "true" || lower == "yes") return true;
   if (lower.empty() || lower == "0" || lower == "false" || lower == "no") return false;
   throw ContractError(std::string(name) + "='" + std::string(value) + "': expected 1 or 0 (also true/false, yes/no)");
@@ -117,10 +124,8 @@ Contract read_contract(const Lookup& lookup) {
   flag(kFlightRecorder, c.flight_recorder);
   flag(kStoreBindAll, c.store_bind_all);
   if (auto v = env.get(kCpusShared); v && !v->empty()) {  // empty: as if unset
-    std::string lower(*v);
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
     try {
-      c.cpus_shared = lower == "auto" ? "auto" : parse_flag(kCpusShared, lower) ? "1" : "0";
+      c.cpus_shared = lowercase(*v) == "auto" ? "auto" : parse_flag(kCpusShared, *v) ? "1" : "0";
     } catch (const ContractError&) {
       fail(kCpusShared, *v, "expected auto, 1 or 0");
     }
