@@ -2,11 +2,13 @@
 // x ops, against expected values computed in closed form from the inputs' formula.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "ranks.hpp"
 
@@ -292,11 +294,12 @@ TEST_CASE("a rank that never arrives gives TimeoutError, not a hang") {
 
 // Over shared memory the backend carries each call's note beside its arrival, so ranks in
 // different calls fail instead of mixing one call's bytes into another's (shm_backend.cpp).
-// 2 ranks watch each other's words, 5 step by a generation: both ways are tried.
+// 2 ranks watch each other's words, 5 step by a generation: both ways are tried; tiny
+// all_reduces go through boxes up to 4 ranks.
 TEST_CASE("shm: calls that do not match fail on the ranks that would read the other's data") {
   if (test::backend_under_test() != "shm") return;
   auto mismatch = [](const Error& e) { return std::string(e.what()).find("the ranks' calls do not match") != std::string::npos; };
-  for (int size : {2, 3, 5}) {
+  for (int size : {2, 3, 4, 5}) {
     CAPTURE(size);
     // Another count on the last rank: every rank raises, none returns a result.
     test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
@@ -308,6 +311,19 @@ TEST_CASE("shm: calls that do not match fail on the ranks that would read the ot
         if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
         const std::string msg = e.what();
         if (msg.find("all_reduce (float32 SUM, 12 bytes)") == std::string::npos ||
+            msg.find("all_reduce (float32 SUM, 8 bytes)") == std::string::npos)
+          failures.add(group.rank(), "the message names both calls: " + msg);
+      }
+    });
+    // A count past shm's boxes on the last rank: its call goes by halves, the others' by boxes.
+    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+      std::vector<float> v(group.rank() == group.size() - 1 ? 64 : 2, 1.0f);
+      try {
+        group.all_reduce(v.data(), v.size(), DType::float32, ReduceOp::SUM);
+        failures.add(group.rank(), "all_reduce of another count returned");
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        if (!mismatch(e) || msg.find("all_reduce (float32 SUM, 256 bytes)") == std::string::npos ||
             msg.find("all_reduce (float32 SUM, 8 bytes)") == std::string::npos)
           failures.add(group.rank(), "the message names both calls: " + msg);
       }
@@ -355,7 +371,7 @@ TEST_CASE("shm: calls that do not match fail on the ranks that would read the ot
 // a slow peer's arrival at the previous call must not take it for another call.
 TEST_CASE("shm: rooted calls in a loop with uneven work never raise a mismatch") {
   if (test::backend_under_test() != "shm") return;
-  for (int size : {2, 3, 5}) {
+  for (int size : {2, 3, 4, 5}) {
     CAPTURE(size);
     test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
       std::uint64_t seed = 12345u + static_cast<std::uint64_t>(group.rank());
@@ -364,16 +380,22 @@ TEST_CASE("shm: rooted calls in a loop with uneven work never raise a mismatch")
         if ((seed >> 60) == 0) std::this_thread::sleep_for(std::chrono::microseconds((seed >> 40) % 200));
         float x = 1.0f;
         const int root = i % group.size();
+        // all_reduce of 1 to 48 floats: in shm's boxes up to 152 bytes, by halves past them.
+        std::vector<float> v(1 + (static_cast<std::size_t>(i) / 3) % 48, static_cast<float>(group.rank()));
         try {
           if (i % 3 == 0) group.reduce(&x, 1, DType::float32, ReduceOp::SUM, root);
           if (i % 3 == 1) group.broadcast(&x, 1, DType::float32, root);
-          if (i % 3 == 2) group.all_reduce(&x, 1, DType::float32, ReduceOp::SUM);
+          if (i % 3 == 2) group.all_reduce(v.data(), v.size(), DType::float32, ReduceOp::SUM);
         } catch (const Error& e) {
           failures.add(group.rank(), "call " + std::to_string(i) + ": " + e.what());
           return;
         }
         if (i % 3 == 0 && group.rank() == root && x != static_cast<float>(group.size()))
           failures.add(group.rank(), "reduce " + std::to_string(i) + " gave " + std::to_string(x));
+        const auto ranks = static_cast<float>(group.size());
+        if (i % 3 == 2 && std::count(v.begin(), v.end(), ranks * (ranks - 1) / 2) != static_cast<long>(v.size()))
+          failures.add(group.rank(), "all_reduce " + std::to_string(i) + " of " + std::to_string(v.size()) +
+                                         " floats gave " + std::to_string(v.front()));
       }
     });
   }

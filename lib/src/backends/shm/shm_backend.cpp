@@ -3,6 +3,7 @@
 // Segment layout (after Segment's own header):
 //   gen, count           the barrier: steps completed, arrivals at the current one
 //   arrived[size]        each rank's last step, to name who is missing when a wait fails
+//   boxes[size][2]       groups of up to 4 only: each rank's two boxes for tiny all_reduces
 //   slots[size][2]       each rank's two halves of `half_` bytes
 //   rings[size][size]    point-to-point (p2p.hpp)
 //
@@ -26,6 +27,14 @@
 // another count or root) fail the call, naming both calls, instead of reducing one call's bytes
 // into another's: always on, as the note sits in the cache line the wait reads anyway.
 //
+// A tiny all_reduce on a small group (Box below) skips the halves: each rank writes its data,
+// its call note and the step into a box of its own, a few cache lines that each carry the
+// step beside their bytes, and its peers spin on those lines. A step through the halves is two
+// dependent cache-line transfers (the peer's arrival word, then its half), a box one, as Open
+// MPI's shared-memory "fast box" and NCCL's LL protocol do it. Boxes alternate by step parity,
+// by the halves' rule. The rank still posts its arrival (and its note) as every step does, so a
+// wait that outlasts the spin, a dead peer, a mismatch or a late deadline all go the usual way.
+//
 // all_reduce and reduce: small buffers (and any buffer on 2 ranks) are reduced whole by every
 // rank that needs the result, in rank order, so all ranks get the same bits; larger ones on
 // more ranks split the work: each rank reduces its slice of every rank's chunk into its other
@@ -35,6 +44,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -76,6 +86,19 @@ std::size_t ring_bytes(int size) {
 // Below this, reducing the whole buffer on every rank beats splitting it (one step instead of
 // two, no copy back).
 constexpr std::size_t kWholeReduceBytes = 16 * KiB;
+
+// One cache line of a box: bytes, then the step they are for, stored last (release). A reader
+// that sees the step in every line of a box has all its bytes: the lines travel at once,
+// not one after another as they would behind a single flag.
+struct alignas(64) BoxLine {
+  unsigned char bytes[56];
+  std::atomic<std::uint64_t> step;
+};
+static_assert(sizeof(BoxLine) == 64, "a box line is one cache line");
+constexpr std::size_t kBoxLines = 3;
+constexpr std::size_t kBoxNoteBytes = 16;  // CallNote::Words, first in line 0
+// 152: 8 B to 128 B all_reduce, where the halves' two transfers showed (docs/BENCHMARKS.md).
+constexpr std::size_t kBoxBytes = kBoxLines * sizeof(BoxLine::bytes) - kBoxNoteBytes;
 
 enum class Op : std::uint8_t { barrier, broadcast, all_gather, gather, all_gather_v, scatter, all_reduce, reduce, reduce_scatter };
 constexpr const char* kOpNames[] = {"barrier", "broadcast",  "all_gather", "gather",        "all_gather_v",
@@ -147,7 +170,11 @@ class ShmBackend final : public Backend {
     // size, the host's processors), not from their LOCAL_WORLD_SIZE, which a user may set.
     watch_peers_ = size_ <= kWatchPeersUpTo && size_ <= cores;
     const auto n = static_cast<std::size_t>(size_);
-    const std::size_t words = shm::round_up((2 + n) * sizeof(Word), shm::kPage);
+    // Boxes whatever the cores: a box wait past its spin is a wait on each peer's arrival, as
+    // watch_peers_' steps are, which costs a little more than a generation only where ranks
+    // sleep (more ranks than cores), and tiny calls rarely sleep.
+    const std::size_t boxes = size_ <= kBoxesUpTo ? n * 2 * kBoxLines * sizeof(BoxLine) : 0;
+    const std::size_t words = shm::round_up((2 + n) * sizeof(Word) + boxes, shm::kPage);
     const std::size_t slots = n * 2 * half_;
     const auto ring = ring_bytes(size_);
     segment_ = std::make_shared<shm::Segment>(init, words + slots + shm::Mailboxes::bytes_needed(size_, ring),
@@ -156,6 +183,7 @@ class ShmBackend final : public Backend {
     gen_ = &w[0];
     count_ = &w[1];
     arrived_ = &w[2];
+    if (boxes) boxes_ = reinterpret_cast<BoxLine*>(&w[2 + n]);
     slots_ = segment_->data() + words;
     mailboxes_ = std::make_shared<shm::Mailboxes>(
         segment_, slots_ + slots,
@@ -248,6 +276,7 @@ class ShmBackend final : public Backend {
 
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
     begin(reduction(Op::all_reduce, count, dtype, op, -1));
+    if (boxes_ && count * dtype_size(dtype) <= kBoxBytes) return boxed_all_reduce(data, count, dtype, op);
     reduce_rounds(data, count, dtype, op, -1);
   }
 
@@ -329,11 +358,14 @@ class ShmBackend final : public Backend {
   // The notes of that step are compared here too: a rank that did not wait in it (a root)
   // learns that the others made another call (another root), one call late but not never.
   char* writable_half() {
+    settle_one_sided();
+    return next_half(rank_);
+  }
+  void settle_one_sided() {
     if (one_sided_) {
       wait_all(step_, posted_);
       one_sided_ = false;
     }
-    return next_half(rank_);
   }
 
   // Every other rank's arrival at step s, each with the note `expected` (or a mismatch).
@@ -535,6 +567,85 @@ class ShmBackend final : public Backend {
     }
   }
 
+  BoxLine* box(int r, Step s) const {
+    return boxes_ + (static_cast<std::size_t>(r) * 2 + (s & 1u)) * kBoxLines;
+  }
+  static std::size_t box_lines(std::size_t bytes) {
+    return (kBoxNoteBytes + bytes + sizeof(BoxLine::bytes) - 1) / sizeof(BoxLine::bytes);
+  }
+
+  // Whether rank r has written its step-s box (every line of it): loads every line each time,
+  // with no early exit, so that the lines' transfers overlap.
+  bool box_ready(int r, Step s, std::size_t lines) const {
+    const BoxLine* b = box(r, s);
+    bool ready = true;
+    for (std::size_t i = 0; i < lines; ++i) ready &= b[i].step.load(std::memory_order_acquire) == s;
+    return ready;
+  }
+  bool box_matches(int r, Step s) const {
+    CallNote::Words note;
+    std::memcpy(note.data(), box(r, s)[0].bytes, kBoxNoteBytes);
+    return note == note_;
+  }
+  // Copies `bytes` between a flat buffer and box b's lines, after the note.
+  static void box_bytes(BoxLine* b, char* flat, std::size_t bytes, bool into_box) {
+    std::size_t at = kBoxNoteBytes, done = 0;
+    for (std::size_t i = 0; done < bytes; ++i, at = 0) {
+      const auto n = std::min(bytes - done, sizeof(BoxLine::bytes) - at);
+      if (into_box)
+        std::memcpy(b[i].bytes + at, flat + done, n);
+      else
+        std::memcpy(flat + done, b[i].bytes + at, n);
+      done += n;
+    }
+  }
+
+  // all_reduce of at most kBoxBytes through the boxes (see the top of this file); the same
+  // reduction, in rank order, as reduce_rounds.
+  void boxed_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+    const auto bytes = count * dtype_size(dtype);
+    const auto lines = box_lines(bytes);
+    settle_one_sided();  // the box of two steps ago may still be read after a one-sided step
+    const Step s = ++step_;
+    BoxLine* mine = box(rank_, s);
+    std::memcpy(mine[0].bytes, note_.data(), kBoxNoteBytes);
+    box_bytes(mine, static_cast<char*>(data), bytes, true);
+    for (std::size_t i = 0; i < lines; ++i) mine[i].step.store(s, std::memory_order_release);
+    arrive(s);
+    // Every peer's box, spun on at once; past the spin, or a box from another call, the usual
+    // wait on each peer's arrival, whose note says what that peer called.
+    unsigned pending = ((1u << size_) - 1) & ~(1u << rank_);
+    auto all_in = [&] {
+      for (unsigned left = pending; left; left &= left - 1) {
+        const int r = std::countr_zero(left);
+        if (box_ready(r, s, lines)) pending &= ~(1u << r);
+      }
+      return pending == 0;
+    };
+    const int first = std::countr_zero(pending);
+    bool boxed = shm::spin_for(arrived_[first], policy_, all_in);
+    for (int r = 0; r < size_ && boxed; ++r)
+      if (r != rank_ && !box_matches(r, s)) boxed = false;
+    if (!boxed)
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_) {
+          wait_arrival(r, s);
+          check_note(r, s);
+          if (!box_ready(r, s, lines))
+            throw std::logic_error("shm: rank " + std::to_string(name(r)) + " arrived in all_reduce without its box");
+        }
+    alignas(64) char in[kBoxesUpTo][kBoxBytes];
+    for (int r = 0; r < size_; ++r)
+      if (r == rank_)
+        std::memcpy(in[r], data, bytes);
+      else
+        box_bytes(box(r, s), in[r], bytes, false);
+    const auto fn = reduce_kernel(dtype, summed(op));
+    fn(data, in[0], in[1], count);
+    for (int r = 2; r < size_; ++r) fn(data, data, in[r], count);
+    if (op == ReduceOp::AVG) divide(data, count, dtype, size_);
+  }
+
   // AVG is a SUM, divided chunk by chunk.
   static ReduceOp summed(ReduceOp op) { return op == ReduceOp::AVG ? ReduceOp::SUM : op; }
 
@@ -553,10 +664,12 @@ class ShmBackend final : public Backend {
   shm::WaitPolicy policy_;
   bool watch_peers_ = false;  // step() by arrival words (small groups), else by generation
   static constexpr int kWatchPeersUpTo = 4;
+  static constexpr int kBoxesUpTo = 4;
   std::shared_ptr<shm::Segment> segment_;
   Word* gen_ = nullptr;
   Word* count_ = nullptr;
   Word* arrived_ = nullptr;
+  BoxLine* boxes_ = nullptr;  // groups of up to kBoxesUpTo only
   char* slots_ = nullptr;
   std::shared_ptr<shm::Mailboxes> mailboxes_;
   std::uint64_t step_ = 0;

@@ -52,6 +52,11 @@ struct WaitPolicy {
   bool oversubscribed = false;  // more ranks in the group than cores on this host
 };
 
+// Spins for a moment (impl::kSpin) until ready() holds; false if it did not. Yields as
+// wait_for does, from what `watched` says of its last poster.
+template <class Ready>
+bool spin_for(const Word& watched, const WaitPolicy& policy, Ready&& ready);
+
 // Spins, then sleeps, until ready(word's value) holds. Between naps (at most `nap` each), calls
 // between_naps(), which throws to end the wait.
 template <class Ready, class BetweenNaps>
@@ -70,9 +75,9 @@ inline constexpr auto kSpin = std::chrono::microseconds(50);
 inline constexpr auto kNap = std::chrono::milliseconds(20);
 }  // namespace impl
 
-template <class Ready, class BetweenNaps>
-void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&& between_naps) {
-  if (ready(word.value.load(std::memory_order_acquire))) return;
+template <class Ready>
+bool spin_for(const Word& watched, const WaitPolicy& policy, Ready&& ready) {
+  if (ready()) return true;
   // Spin, looking at the clock every few turns only: it costs more than a turn.
   const auto spin_until = Clock::now() + impl::kSpin;
   // The spin yields where the rank it waits for last posted from this very cpu (asked after a
@@ -84,11 +89,15 @@ void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&&
   bool yield = policy.oversubscribed || cpus_shared();
   for (unsigned turn = 1;; ++turn) {
     impl::pause_once(yield);
-    if (ready(word.value.load(std::memory_order_acquire))) return;
-    if (turn % 16 == 8 && !policy.oversubscribed)
-      yield = cpus_shared() || impl::poster_shares_cpu(word);
-    if (turn % 64 == 0 && Clock::now() > spin_until) break;
+    if (ready()) return true;
+    if (turn % 16 == 8 && !policy.oversubscribed) yield = cpus_shared() || impl::poster_shares_cpu(watched);
+    if (turn % 64 == 0 && Clock::now() > spin_until) return false;
   }
+}
+
+template <class Ready, class BetweenNaps>
+void wait_for(Word& word, const WaitPolicy& policy, Ready&& ready, BetweenNaps&& between_naps) {
+  if (spin_for(word, policy, [&] { return ready(word.value.load(std::memory_order_acquire)); })) return;
   // between_naps() runs before every sleep, not only after one: what ends a wait early (a
   // peer's death) is announced by a wake-up that is lost when it comes before we sleep, and the
   // nap would then run its course while a launcher stops us.
