@@ -11,7 +11,8 @@
 #     the peer and ucx, exit non-zero;
 #  4. a link cut under all_reduce (the host's cable down at the bridge: no reset, packets
 #     dropped): both ranks raise within the timeout naming the other, exit non-zero; and
-#     again under all_reduce in segments with 2 ranks per host (the hierarchical pipeline);
+#     again under all_reduce with 2 ranks per host, in segments (the hierarchical pipeline)
+#     and by rails, where a rank other than a leader also dies mid-run;
 #  5. the matrix, a host killed, sizes that differ and a link cut with every collective message
 #     on the TCP lanes beside UCX (IDIST_UCX_TCP_FROM=1); hosts whose IDIST_UCX_TCP_FROM
 #     differs refused at the group's creation.
@@ -125,28 +126,52 @@ cut_under() {
 }
 cut_under cut cut
 
-# The link cut again (still down from above: it is brought up first) under all_reduce in
-# segments, 2 ranks per host, started without idist-run so that only the library stops them:
-# the leaders' thread carries segments across while their hosts reduce and broadcast the
-# others. Every rank raises (exit 3) within the timeout and the runtime's inquiry; none hangs.
-ip -n "$NS_BRIDGE" link set "b1-$HOSTS_TAG" up
-port=$((port + 1))
-pids=()
-for r in 0 1 2 3; do
-  RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=${ADDR_HOST[0]} MASTER_PORT=$port \
-    IDIST_TIMEOUT=5 IDIST_HIER_SEGMENT=500 \
-    timeout 60 bash -c "$(declare -f on_host; declare -p NS_HOST); on_host $((r / 2)) ucx-$((r / 2))$tag $MATRIX --loop" \
-    >"$TMP/seg.$r" 2>&1 &
-  pids+=($!)
-done
-for r in 0 1 2 3; do wait_for_lines "$TMP/seg.$r" "looping" 1; done
+# Four ranks, 2 per host, started without idist-run so that only the library stops them:
+# four_ranks PREFIX MODE VAR=VALUE... runs `matrix MODE` with the variables that choose the
+# hierarchical path (the link brought up first: a cut above leaves it down).
+four_ranks() {
+  local prefix=$1 mode=$2
+  shift 2
+  ip -n "$NS_BRIDGE" link set "b1-$HOSTS_TAG" up
+  port=$((port + 1))
+  pids=()
+  for r in 0 1 2 3; do
+    env "$@" RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=${ADDR_HOST[0]} \
+      MASTER_PORT=$port IDIST_TIMEOUT=5 \
+      timeout 60 bash -c "$(declare -f on_host; declare -p NS_HOST); on_host $((r / 2)) ucx-$((r / 2))$tag $MATRIX $mode" \
+      >"$TMP/$prefix.$r" 2>&1 &
+    pids+=($!)
+  done
+}
+# The link cut under all_reduce in segments (the leaders' thread carries segments across
+# while their hosts reduce and broadcast the others), then by rails (each host's members
+# carry a block each). Every rank raises (exit 3) within the timeout and the runtime's
+# inquiry; none hangs.
+cut_four() {
+  local prefix=$1 label=$2
+  shift 2
+  four_ranks "$prefix" --loop "$@"
+  for r in 0 1 2 3; do wait_for_lines "$TMP/$prefix.$r" "looping" 1; done
+  start=$(now_ms)
+  netns_cut 1
+  wait_codes "${pids[@]}"
+  elapsed=$(($(now_ms) - start))
+  cat "$TMP/$prefix".*
+  check "$label cut: every rank raised (exit 3)" equals "${codes[*]}" "3 3 3 3"
+  check "$label cut: all were done within the 5 s timeout and the 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
+}
+cut_four seg segments IDIST_HIER_SEGMENT=500
+cut_four rails rails IDIST_HIER_SEGMENT=0 IDIST_HIER_RAILS_FROM=500
+# By rails, host A's second rank dies: its rail's other end (host B's second rank) loses it
+# over ucx, its host's leader over shared memory, and host B's leader its own second rank.
 start=$(now_ms)
-netns_cut 1
+four_ranks rails-die --die IDIST_HIER_SEGMENT=0 IDIST_HIER_RAILS_FROM=500
 wait_codes "${pids[@]}"
 elapsed=$(($(now_ms) - start))
-cat "$TMP"/seg.*
-check "segments cut: every rank raised (exit 3)" equals "${codes[*]}" "3 3 3 3"
-check "segments cut: all were done within the 5 s timeout and the 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
+cat "$TMP"/rails-die.*
+check "rails, die: the dead rank exited 9, the others raised (exit 3)" equals "${codes[*]}" "3 9 3 3"
+check "rails, die: its rail's other end names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/rails-die.3" | grep ucx)"
+check "rails, die: all were done within the 5 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
 
 # The same faults with every collective message on the TCP lanes (IDIST_UCX_TCP_FROM=1; by
 # default only those of 64 KiB or more take them, and the messages above are smaller).

@@ -112,6 +112,31 @@ TEST_CASE("all_reduce: world sizes 1..4 x counts {0, 1, 7, 1 MiB} x dtypes x ops
   }
 }
 
+// The hierarchical backend's rails (equal hosts, from 1 MiB): each host's member i carries
+// block i of the buffer between hosts; the elements past the last whole block (1 or 2 here,
+// with 2 or 3 members per host) go by the leaders. Every element, on every rank.
+TEST_CASE("all_reduce past 1 MiB with a count that does not split evenly over a host's members") {
+  for (int size : {4, 6}) {
+    CAPTURE(size);
+    test::run_ranks(size, [](ProcessGroup& group, test::Failures& failures) {
+      for (std::size_t count : {std::size_t{262147}, std::size_t{262148}}) {
+        std::vector<float> v(count);
+        for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>((i + static_cast<std::size_t>(group.rank())) % 5);
+        group.all_reduce(v.data(), count, DType::float32, ReduceOp::SUM);
+        for (std::size_t i = 0; i < count; ++i) {
+          float want = 0;
+          for (int r = 0; r < group.size(); ++r) want += static_cast<float>((i + static_cast<std::size_t>(r)) % 5);
+          if (v[i] != want) {
+            failures.add(group.rank(), "count " + std::to_string(count) + ": element " + std::to_string(i) + " is " +
+                                           std::to_string(v[i]) + ", want " + std::to_string(want));
+            break;
+          }
+        }
+      }
+    });
+  }
+}
+
 // AVG (torch's ReduceOp.AVG): the SUM divided by the group's size, in all_reduce, reduce (on
 // dst only) and reduce_scatter; floats only. The inputs average exactly: SUM of 1 + (r + i) % 3
 // over n ranks, divided by n, compared with the same division in the dtype's arithmetic.

@@ -6,10 +6,15 @@
 //             hosts, which a split would only slow down;
 //   local_    shm over the members on this host (absent where a host has one member);
 //   leaders_  one leader per host, the host's lowest rank (absent on the others, and where
-//             there is one host): ucx or gloo, as IDIST_INTERHOST says (interhost_backend).
+//             there is one host): ucx or gloo, as IDIST_INTERHOST says (interhost_backend);
+//   own_rail_ where every host has the same number of members, on all but the leaders: the
+//             members with this one's index on every host, the same way (the leaders' rail
+//             is leaders_ itself).
 // The reductions, broadcast and barrier go through local_ and leaders_, so the bytes that
 // cross hosts are one host's worth, not one rank's: all_reduce = reduce on each host,
-// all_reduce among leaders, broadcast on each host.
+// all_reduce among leaders, broadcast on each host. A large all_reduce on equal hosts goes by
+// rails instead (all_reduce_by_rails): each member of a host carries its share across, so the
+// work between hosts is not all on one rank's core.
 //
 // A call hands its deadline to the inner calls it chains (Backend::set_deadline): the chain
 // waits one timeout in all.
@@ -53,10 +58,23 @@ namespace {
 // segments, 6 alternating rounds; from 8 MiB the segments win, docs/BENCHMARKS.md).
 // IDIST_HIER_SEGMENT (bytes; 0: never) overrides it, to measure it again elsewhere.
 constexpr std::size_t kPipelineFrom = 8;
+// From 1 MiB, below the segments (2 ranks per fake host, 4 alternating rounds: 1 MiB 409 us by
+// rails against 598 by the leaders; from 64 KiB to 512 KiB the leaders as fast or faster).
+constexpr std::size_t kRailsFrom = 1024 * 1024;
 std::size_t pipeline_segment() {
   static const std::size_t bytes = [] {
     const auto value = tuning_bytes("IDIST_HIER_SEGMENT").value_or(1024 * 1024);
     return value == 0 ? std::numeric_limits<std::size_t>::max() / 8 : value;
+  }();
+  return bytes;
+}
+
+// all_reduce from this many bytes goes by rails where hosts are equal (all_reduce_by_rails).
+// IDIST_HIER_RAILS_FROM (bytes; 0: never) overrides it, to measure it again elsewhere.
+std::size_t rails_from() {
+  static const std::size_t bytes = [] {
+    const auto value = tuning_bytes("IDIST_HIER_RAILS_FROM").value_or(kRailsFrom);
+    return value == 0 ? std::numeric_limits<std::size_t>::max() : value;
   }();
   return bytes;
 }
@@ -96,6 +114,32 @@ class HierarchicalBackend final : public Backend {
                                                  init.timeout, init.contract, distinct, leader_names}};
       leaders_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
     }
+    // Rails need every host to have as many members as this one; then member i of each host
+    // (in host order) joins rail i, made after leaders_ as the rail's own collective.
+    const auto per_host = local_members_.size();
+    bool equal_hosts = host_count_ > 1 && per_host > 1;
+    for (int h = 0; h < host_count_ && equal_hosts; ++h)
+      equal_hosts = static_cast<std::size_t>(std::count(hosts_.begin(), hosts_.end(), h)) == per_host;
+    if (equal_hosts && local_rank_ > 0) {
+      std::vector<int> members;
+      std::vector<int> names;
+      for (int h = 0; h < host_count_; ++h) {
+        int seen = 0;
+        for (int r = 0; r < size_; ++r)
+          if (hosts_[static_cast<std::size_t>(r)] == h && seen++ == local_rank_) {
+            members.push_back(r);
+            names.push_back(name_of(init, r));
+            break;
+          }
+      }
+      std::vector<int> distinct(static_cast<std::size_t>(host_count_));
+      std::iota(distinct.begin(), distinct.end(), 0);
+      const GroupInit group{members, BackendInit{host, host_count_, init.store,
+                                                 init.key_prefix + "rails/" + std::to_string(local_rank_) + "/",
+                                                 init.timeout, init.contract, distinct, names}};
+      own_rail_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
+    }
+    rails_ = equal_hosts;
     // Only leaders took part in the choice: each tells its host's other members, for
     // show_config (what a user reads to know which path ran).
     if (host_count_ > 1) {
@@ -231,18 +275,51 @@ class HierarchicalBackend final : public Backend {
     std::vector<Backend*> out{flat_.get()};
     if (local_) out.push_back(local_.get());
     if (leaders_) out.push_back(leaders_.get());
+    if (own_rail_) out.push_back(own_rail_.get());
     return out;
   }
+  Backend& rail() const { return own_rail_ ? *own_rail_ : *leaders_; }
 
+  // Segments from kPipelineFrom segments' worth, else rails from rails_from() where hosts are
+  // equal, else the leaders: measured, 2 ranks per fake host (docs/BENCHMARKS.md, "by rails").
   void all_reduce_chained(void* data, std::size_t count, DType dtype, ReduceOp op) {
+    const auto bytes = count * dtype_size(dtype);
     // Every leader must cut the same segments, whether its own host has other members or not.
-    if (host_count_ > 1 && shared_host_ && count * dtype_size(dtype) >= kPipelineFrom * pipeline_segment()) {
+    if (host_count_ > 1 && shared_host_ && bytes >= kPipelineFrom * pipeline_segment()) {
       all_reduce_pipelined(data, count, dtype, op);
+      return;
+    }
+    if (rails_ && bytes >= rails_from() && count >= local_members_.size()) {
+      all_reduce_by_rails(data, count, dtype, op);
       return;
     }
     if (local_) local_->reduce(data, count, dtype, op, 0);
     if (leaders_) leaders_->all_reduce(data, count, dtype, op);
     if (local_) local_->broadcast(data, count * dtype_size(dtype), 0);
+  }
+
+  // Each host reduces its members' data block by block, member i getting block i
+  // (reduce_scatter); member i all_reduces its block with member i of every other host (its
+  // rail); the host then gathers the blocks back. The elements past the last whole block
+  // (fewer than a host's members) take the leaders' path. Where 4 ranks shared 2 cores as two
+  // fake hosts, the leaders' path ran at half speed whenever the scheduler put both leaders on
+  // one core (1 MiB: 906-1,398 us pinned there against 399-497 apart; Open MPI 494-606 either
+  // way, docs/BENCHMARKS.md); by rails, every core carries a share whatever the placement.
+  void all_reduce_by_rails(void* data, std::size_t count, DType dtype, ReduceOp op) {
+    const auto element = dtype_size(dtype);
+    const auto members = local_members_.size();
+    const std::size_t block = count / members;
+    auto* p = static_cast<char*>(data);
+    char* mine = scratch(block * element);
+    local_->reduce_scatter(p, mine, block, dtype, op);
+    rail().all_reduce(mine, block, dtype, op);
+    local_->all_gather(mine, p, block * element);
+    const std::size_t rest = count - block * members;
+    if (rest == 0) return;
+    char* tail = p + block * members * element;
+    local_->reduce(tail, rest, dtype, op, 0);
+    if (leaders_) leaders_->all_reduce(tail, rest, dtype, op);
+    local_->broadcast(tail, rest * element, 0);
   }
 
   // The same three steps in segments, so that the link between hosts does not idle while a
@@ -351,6 +428,8 @@ class HierarchicalBackend final : public Backend {
   std::unique_ptr<Backend> flat_;
   std::unique_ptr<Backend> local_;
   std::unique_ptr<Backend> leaders_;
+  std::unique_ptr<Backend> own_rail_;  // a member other than the leader: its rail
+  bool rails_ = false;                 // every host has this many members (rails are made)
   std::vector<char> scratch_;
   std::string leaders_via_;
 };
