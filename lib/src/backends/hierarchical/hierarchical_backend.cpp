@@ -117,7 +117,8 @@ class HierarchicalBackend final : public Backend {
     // Rails need every host to have as many members as this one; then member i of each host
     // (in host order) joins rail i, made after leaders_ as the rail's own collective.
     const auto per_host = local_members_.size();
-    bool equal_hosts = host_count_ > 1 && per_host > 1;
+    // Not made where IDIST_HIER_RAILS_FROM=0 turned them off (a group of connections for nothing).
+    bool equal_hosts = host_count_ > 1 && per_host > 1 && rails_from() != std::numeric_limits<std::size_t>::max();
     for (int h = 0; h < host_count_ && equal_hosts; ++h)
       equal_hosts = static_cast<std::size_t>(std::count(hosts_.begin(), hosts_.end(), h)) == per_host;
     if (equal_hosts && local_rank_ > 0) {
@@ -310,7 +311,8 @@ class HierarchicalBackend final : public Backend {
     const auto members = local_members_.size();
     const std::size_t block = count / members;
     auto* p = static_cast<char*>(data);
-    char* mine = scratch(block * element);
+    // Not scratch(): reduce_scatter hands us that very buffer as `data`.
+    char* mine = grown(rail_block_, block * element);
     local_->reduce_scatter(p, mine, block, dtype, op);
     rail().all_reduce(mine, block, dtype, op);
     local_->all_gather(mine, p, block * element);
@@ -408,13 +410,14 @@ class HierarchicalBackend final : public Backend {
   }
 
   // Kept between calls, as gloo's (collectives of a group run one at a time).
-  char* scratch(std::size_t bytes) {
-    if (scratch_.size() < bytes) {
-      scratch_.clear();
-      scratch_.shrink_to_fit();
-      scratch_.resize(bytes);
+  char* scratch(std::size_t bytes) { return grown(scratch_, bytes); }
+  static char* grown(std::vector<char>& buffer, std::size_t bytes) {
+    if (buffer.size() < bytes) {
+      buffer.clear();
+      buffer.shrink_to_fit();
+      buffer.resize(bytes);
     }
-    return scratch_.data();
+    return buffer.data();
   }
 
   int rank_;
@@ -431,6 +434,7 @@ class HierarchicalBackend final : public Backend {
   std::unique_ptr<Backend> own_rail_;  // a member other than the leader: its rail
   bool rails_ = false;                 // every host has this many members (rails are made)
   std::vector<char> scratch_;
+  std::vector<char> rail_block_;  // all_reduce_by_rails' block
   std::string leaders_via_;
 };
 

@@ -603,6 +603,7 @@ class ShmBackend final : public Backend {
   // all_reduce of at most kBoxBytes through the boxes (see the top of this file); the same
   // reduction, in rank order, as reduce_rounds.
   void boxed_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+    const auto fn = reduce_kernel(dtype, summed(op));
     const auto bytes = count * dtype_size(dtype);
     const auto lines = box_lines(bytes);
     settle_one_sided();  // the box of two steps ago may still be read after a one-sided step
@@ -640,7 +641,6 @@ class ShmBackend final : public Backend {
         std::memcpy(in[r], data, bytes);
       else
         box_bytes(box(r, s), in[r], bytes, false);
-    const auto fn = reduce_kernel(dtype, summed(op));
     fn(data, in[0], in[1], count);
     for (int r = 2; r < size_; ++r) fn(data, data, in[r], count);
     if (op == ReduceOp::AVG) divide(data, count, dtype, size_);
