@@ -326,33 +326,25 @@ TEST_CASE("shm: calls that do not match fail on the ranks that would read the ot
   auto mismatch = [](const Error& e) { return std::string(e.what()).find("the ranks' calls do not match") != std::string::npos; };
   for (int size : {2, 3, 4, 5}) {
     CAPTURE(size);
-    // Another count on the last rank: every rank raises, none returns a result.
-    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
-      std::vector<float> v(group.rank() == group.size() - 1 ? 3 : 2, 1.0f);
-      try {
-        group.all_reduce(v.data(), v.size(), DType::float32, ReduceOp::SUM);
-        failures.add(group.rank(), "all_reduce of another count returned");
-      } catch (const Error& e) {
-        if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
-        const std::string msg = e.what();
-        if (msg.find("all_reduce (float32 SUM, 12 bytes)") == std::string::npos ||
-            msg.find("all_reduce (float32 SUM, 8 bytes)") == std::string::npos)
-          failures.add(group.rank(), "the message names both calls: " + msg);
-      }
-    });
-    // A count past shm's boxes on the last rank: its call goes by halves, the others' by boxes.
-    test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
-      std::vector<float> v(group.rank() == group.size() - 1 ? 64 : 2, 1.0f);
-      try {
-        group.all_reduce(v.data(), v.size(), DType::float32, ReduceOp::SUM);
-        failures.add(group.rank(), "all_reduce of another count returned");
-      } catch (const Error& e) {
-        const std::string msg = e.what();
-        if (!mismatch(e) || msg.find("all_reduce (float32 SUM, 256 bytes)") == std::string::npos ||
-            msg.find("all_reduce (float32 SUM, 8 bytes)") == std::string::npos)
-          failures.add(group.rank(), "the message names both calls: " + msg);
-      }
-    });
+    // Another count on the last rank: every rank raises, none returns a result, and the
+    // message names both calls. 3 floats: boxes on both sides; 64: past shm's boxes, so the
+    // last rank's call goes by halves, the others' by boxes.
+    for (std::size_t last : {std::size_t{3}, std::size_t{64}}) {
+      CAPTURE(last);
+      const auto theirs = "all_reduce (float32 SUM, " + std::to_string(last * 4) + " bytes)";
+      test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
+        std::vector<float> v(group.rank() == group.size() - 1 ? last : 2, 1.0f);
+        try {
+          group.all_reduce(v.data(), v.size(), DType::float32, ReduceOp::SUM);
+          failures.add(group.rank(), "all_reduce of another count returned");
+        } catch (const Error& e) {
+          if (!mismatch(e)) failures.add(group.rank(), std::string("message: ") + e.what());
+          const std::string msg = e.what();
+          if (msg.find(theirs) == std::string::npos || msg.find("all_reduce (float32 SUM, 8 bytes)") == std::string::npos)
+            failures.add(group.rank(), "the message names both calls: " + msg);
+        }
+      });
+    }
     // A skipped barrier: the last rank's all_reduce meets the others' barrier.
     test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {
       float x = 1.0f;

@@ -1,7 +1,8 @@
 #pragma once
 // The tuning variables that move a measured threshold (IDIST_UCX_RING_FROM,
-// IDIST_HIER_SEGMENT, IDIST_HIER_RAILS_FROM), read the one way: a decimal byte count, or nothing where the variable
-// is unset, empty or not a whole number (the caller's measured default then stands).
+// IDIST_HIER_SEGMENT, IDIST_HIER_RAILS_FROM), read the one way: a decimal byte count, or
+// nothing where the variable is unset, empty or not a whole number (the caller's measured
+// default then stands).
 
 #include <cstddef>
 #include <cstdlib>

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backends/gloo/gloo_store.hpp"
+#include "common/scratch.hpp"
 #include "idist/common/addresses.hpp"
 #include "in_step_error.hpp"
 #include "reduce/kernels.hpp"
@@ -574,19 +575,8 @@ class GlooBackend final : public Backend {
     return out;
   }
 
-  // Scratch space for reduce and reduce_scatter, kept between calls and grown to the largest
-  // asked for: a fresh buffer costs its page faults on every call (glibc maps blocks over
-  // 32 MiB afresh each time), and here a fresh 256 MiB copy took 130 ms more than a copy into
-  // memory already mapped, next to about 300 ms for the all_reduce itself. Collectives of a
-  // group run one at a time, so one buffer serves them all.
-  char* scratch(std::size_t bytes) {
-    if (scratch_.size() < bytes) {
-      scratch_.clear();
-      scratch_.shrink_to_fit();  // the old contents are not needed: no copy on growing
-      scratch_.resize(bytes);
-    }
-    return scratch_.data();
-  }
+  // Scratch space for reduce and reduce_scatter (common/scratch.hpp).
+  char* scratch(std::size_t bytes) { return grown_scratch(scratch_, bytes); }
   std::vector<char> scratch_;
 
   // Slots: top byte a kind of our own (gloo's collectives use 0x01 to 0x08), then the tag, then

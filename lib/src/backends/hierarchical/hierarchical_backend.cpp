@@ -34,6 +34,7 @@
 
 #include "backends/gloo/gloo_backend.hpp"
 #include "backends/shm/shm_backend.hpp"
+#include "common/scratch.hpp"
 #include "common/tuning.hpp"
 #include "in_step_error.hpp"
 
@@ -312,7 +313,7 @@ class HierarchicalBackend final : public Backend {
     const std::size_t block = count / members;
     auto* p = static_cast<char*>(data);
     // Not scratch(): reduce_scatter hands us that very buffer as `data`.
-    char* mine = grown(rail_block_, block * element);
+    char* mine = grown_scratch(rail_block_, block * element);
     local_->reduce_scatter(p, mine, block, dtype, op);
     rail().all_reduce(mine, block, dtype, op);
     local_->all_gather(mine, p, block * element);
@@ -409,16 +410,8 @@ class HierarchicalBackend final : public Backend {
     return static_cast<int>(std::find(local_members_.begin(), local_members_.end(), r) - local_members_.begin());
   }
 
-  // Kept between calls, as gloo's (collectives of a group run one at a time).
-  char* scratch(std::size_t bytes) { return grown(scratch_, bytes); }
-  static char* grown(std::vector<char>& buffer, std::size_t bytes) {
-    if (buffer.size() < bytes) {
-      buffer.clear();
-      buffer.shrink_to_fit();
-      buffer.resize(bytes);
-    }
-    return buffer.data();
-  }
+  // Kept between calls (common/scratch.hpp).
+  char* scratch(std::size_t bytes) { return grown_scratch(scratch_, bytes); }
 
   int rank_;
   int size_;

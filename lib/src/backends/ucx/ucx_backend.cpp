@@ -39,6 +39,7 @@
 #include "backends/plugin.hpp"
 #include "backends/ucx/tcp_lanes.hpp"
 #include "common/cpus_shared.hpp"
+#include "common/scratch.hpp"
 #include "common/tuning.hpp"
 #include "idist/common/addresses.hpp"
 #include "in_step_error.hpp"
@@ -865,16 +866,8 @@ class UcxBackend final : public Backend {
     comm_->wait(ops, deadline, what);
   }
 
-  // Kept between calls and grown to the largest asked for (page faults on every call cost
-  // more than the copies: see gloo's scratch).
-  static char* scratch(std::vector<char>& buffer, std::size_t bytes) {
-    if (buffer.size() < bytes) {
-      buffer.clear();
-      buffer.shrink_to_fit();
-      buffer.resize(bytes);
-    }
-    return buffer.data();
-  }
+  // Kept between calls (common/scratch.hpp).
+  static char* scratch(std::vector<char>& buffer, std::size_t bytes) { return grown_scratch(buffer, bytes); }
 
   std::chrono::milliseconds timeout_;
   std::shared_ptr<Context> context_;
