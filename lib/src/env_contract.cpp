@@ -132,6 +132,24 @@ Contract read_contract(const Lookup& lookup) {
   }
   if (auto v = env.get_int(kCpusSharedFd, 0, std::numeric_limits<int>::max())) c.cpus_shared_fd = *v;
   if (auto v = env.get_int(kRestartCount, 0, std::numeric_limits<int>::max())) c.restart_count = *v;
+  // Empty counts as unset, as a shell's `IDIST_HIER_SEGMENT= prog` means.
+  auto bytes = [&](std::string_view name, std::optional<std::size_t>& out, bool takes_off) {
+    const auto v = env.get(name);
+    if (!v || v->empty()) return;
+    if (takes_off && *v == "off") {
+      out = Contract::Tuning::kNever;
+      return;
+    }
+    std::size_t n = 0;
+    const auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (ec != std::errc() || ptr != v->data() + v->size() || n == Contract::Tuning::kNever)
+      fail(name, *v, takes_off ? "not a byte count (a whole number, as 65536) or off" : "not a byte count (a whole number, as 1048576)");
+    out = n;
+  };
+  bytes(kUcxRingFrom, c.tuning.ucx_ring_from, false);
+  bytes(kUcxTcpFrom, c.tuning.ucx_tcp_from, true);
+  bytes(kHierSegment, c.tuning.hier_segment, false);
+  bytes(kHierRailsFrom, c.tuning.hier_rails_from, false);
 
   const bool any_topology = env.get(kRank) || env.get(kWorldSize) || env.get(kLocalRank) ||
                             env.get(kLocalWorldSize) || env.get(kMasterAddr) || env.get(kMasterPort);

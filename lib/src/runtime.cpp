@@ -32,6 +32,8 @@ std::unique_ptr<Runtime>& default_runtime() {
 }
 
 constexpr const char* kWorldPrefix = "idist/world/";
+// The first byte of rank 0's verdict at the join when it refuses the job's settings.
+constexpr char kRefused = '!';
 
 std::string choose_backend(const env::Contract& contract, const InitOptions& options) {
   if (contract.backend.empty() || contract.backend == options.backend) return options.backend;
@@ -138,6 +140,49 @@ std::vector<int> decode_hosts(const std::vector<char>& bytes, int world_size) {
   return hosts;
 }
 
+// The choices both ends of a message follow, as "NAME=VALUE" lines: where ranks differ, a
+// message goes one way on one end and another way on the other, which shows up as a timeout or
+// a size error far from its cause. So rank 0 compares them at the join.
+std::string agreed_settings(const env::Contract& c, const std::string& backend) {
+  const auto bytes = [](const std::optional<std::size_t>& v) {
+    return !v ? std::string("unset") : *v == env::Contract::Tuning::kNever ? std::string("off") : std::to_string(*v);
+  };
+  return fmt::format("backend={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}", backend, env::kIntranode,
+                     c.intranode, env::kInterhost, c.interhost, env::kDebug, c.debug ? 1 : 0, env::kUcxRingFrom,
+                     bytes(c.tuning.ucx_ring_from), env::kUcxTcpFrom, bytes(c.tuning.ucx_tcp_from), env::kHierSegment,
+                     bytes(c.tuning.hier_segment), env::kHierRailsFrom, bytes(c.tuning.hier_rails_from));
+}
+
+// The first line where `theirs` (rank `rank`'s) differs from rank 0's `ours`, as one sentence
+// that says what to do; empty where they agree.
+std::string settings_difference(const std::string& ours, const std::string& theirs, int rank) {
+  if (ours == theirs) return {};
+  const auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (std::size_t at = 0; at <= text.size();) {
+      const auto end = std::min(text.find('\n', at), text.size());
+      out.push_back(text.substr(at, end - at));
+      at = end + 1;
+    }
+    return out;
+  };
+  const auto mine = lines(ours), other = lines(theirs);
+  for (std::size_t i = 0; i < std::max(mine.size(), other.size()); ++i) {
+    const auto a = i < mine.size() ? mine[i] : std::string("?="), b = i < other.size() ? other[i] : std::string("?=");
+    if (a == b) continue;
+    const auto name = a.substr(0, a.find('='));
+    const auto value = [](const std::string& line) { return line.substr(line.find('=') + 1); };
+    if (name == "backend")
+      return fmt::format("ranks disagree on the backend: {} on rank {} but {} on rank 0; every rank must call init() "
+                         "with the same backend (and IDIST_BACKEND, where set, must be the same for all)",
+                         value(b), rank, value(a));
+    return fmt::format("ranks disagree on {}: {} on rank {} but {} on rank 0; set it alike for every rank, or unset "
+                       "it everywhere",
+                       name, value(b), rank, value(a));
+  }
+  return "ranks disagree on their settings: do all ranks run the same idist?";
+}
+
 }  // namespace
 
 std::vector<int> Runtime::hosts_of(const std::vector<int>& ranks) const {
@@ -148,14 +193,15 @@ std::vector<int> Runtime::hosts_of(const std::vector<int>& ranks) const {
   return out;
 }
 
-void Runtime::join(Clock::time_point deadline) {
+void Runtime::join(Clock::time_point deadline, const std::string& settings) {
   const std::string prefix = std::string(kWorldPrefix) + "joined/";
   const std::string result_key = prefix + "result";
   const std::string hosts_key = prefix + "hosts";
   const auto& c = contract_;
   // Each rank says where it runs; rank 0 numbers the hosts and hands every rank the table.
-  const auto identity = common::host_identity();
-  store_->set(prefix + "rank/" + std::to_string(c.rank), std::vector<char>(identity.begin(), identity.end()));
+  // "IDENTITY\nSETTINGS": a host's identity holds no newline.
+  const auto announced = common::host_identity() + "\n" + settings;
+  store_->set(prefix + "rank/" + std::to_string(c.rank), std::vector<char>(announced.begin(), announced.end()));
   store_->set(prefix + "node/" + std::to_string(c.node_rank), {});
   const std::string waited =
       timed_out("joining", c.timeout, fmt::format("waiting for all {} ranks: ", c.world_size));
@@ -174,6 +220,8 @@ void Runtime::join(Clock::time_point deadline) {
       return;
     }
     store_->set(prefix + "ack/" + std::to_string(c.rank), {});
+    // A verdict that starts with kRefused: everyone came, but not with the same settings.
+    if (verdict.front() == kRefused) throw std::runtime_error(std::string(verdict.begin() + 1, verdict.end()));
     throw TimeoutFailure(waited + std::string(verdict.begin(), verdict.end()));
   }
 
@@ -181,13 +229,30 @@ void Runtime::join(Clock::time_point deadline) {
   try {
     wait_all(*store_, rank_keys, deadline);
     std::vector<std::string> identities;
-    for (const auto& key : rank_keys) {
-      const auto value = store_->get(key);
-      hosts_.push_back(number_of(identities, std::string(value.begin(), value.end())));
+    std::string refused;
+    for (int r = 0; r < c.world_size; ++r) {
+      const auto value = store_->get(rank_keys[static_cast<std::size_t>(r)]);
+      const std::string text(value.begin(), value.end());
+      const auto newline = std::min(text.find('\n'), text.size());
+      hosts_.push_back(number_of(identities, text.substr(0, newline)));
+      if (refused.empty()) refused = settings_difference(settings, text.substr(std::min(newline + 1, text.size())), r);
     }
-    store_->set(hosts_key, encode_hosts(hosts_));
-    store_->set(result_key, {});
-    return;
+    if (refused.empty()) {
+      store_->set(hosts_key, encode_hosts(hosts_));
+      store_->set(result_key, {});
+      return;
+    }
+    // Everyone is here, so everyone hears why, before the store goes away with rank 0.
+    const auto verdict = kRefused + refused;
+    store_->set(result_key, {verdict.begin(), verdict.end()});
+    auto acks = numbered_keys(prefix + "ack/", c.world_size);
+    acks.erase(acks.begin());  // rank 0's own
+    try {
+      wait_all(*store_, acks, Clock::now() + std::chrono::seconds(2));
+    } catch (const std::exception&) {
+      // They had their chance; the refusal is what matters.
+    }
+    throw std::runtime_error(refused);
   } catch (const TimeoutFailure& e) {
     std::string verdict;
     try {
@@ -307,7 +372,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
                                .bind_all = contract_.store_bind_all});
       store_ = std::make_unique<TcpStore>(
           TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, contract_.timeout});
-      join(deadline);
+      join(deadline, agreed_settings(contract_, backend));
       rendezvous_ = true;
     }
     if (contract_.world_size == 1) hosts_ = {0};

@@ -57,8 +57,9 @@ class Runtime {
 
  private:
   // Every rank announces itself before the backend connects, so that ranks which never come
-  // are named (with their node) rather than surfacing as the backend's anonymous timeout.
-  void join(std::chrono::steady_clock::time_point deadline);
+  // are named (with their node) rather than surfacing as the backend's anonymous timeout. It
+  // also brings `settings` (agreed_settings) to rank 0, which refuses the job where they differ.
+  void join(std::chrono::steady_clock::time_point deadline, const std::string& settings);
 
   // What carries `backend` for the world: for gloo, as IDIST_INTRANODE allows, shm where every
   // rank shares one host and hierarchical where some do (gloo_carrier); else the backend itself.

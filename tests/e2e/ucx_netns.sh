@@ -15,7 +15,7 @@
 #     and by rails, where a rank other than a leader also dies mid-run;
 #  5. the matrix, a host killed, sizes that differ and a link cut with every collective message
 #     on the TCP lanes beside UCX (IDIST_UCX_TCP_FROM=1); hosts whose IDIST_UCX_TCP_FROM
-#     differs refused at the group's creation.
+#     differs refused at init.
 # usage: ucx_netns.sh IDIST_RUN MATRIX      exits 77 (skipped) where namespaces can't be made
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -201,7 +201,7 @@ check "lanes, sizes differ: a rank says what came" test -n "$(grep -hE '(20 byte
 check "lanes, sizes differ: at once, not at the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
 cut_under lane-cut "lanes, cut"
 # Hosts that disagree on IDIST_UCX_TCP_FROM would put a message on a lane while the other end
-# waits for it over UCX: the group's creation refuses on both, naming the setting.
+# waits for it over UCX: init refuses on both, naming the setting and both values.
 ip -n "$NS_BRIDGE" link set "b1-$HOSTS_TAG" up
 port=$((port + 1))
 pids=()
@@ -215,8 +215,10 @@ done
 wait_codes "${pids[@]}"
 cat "$TMP"/lane-from.*
 check "lanes, IDIST_UCX_TCP_FROM differs: both ranks refuse (exit 1)" equals "${codes[*]}" "1 1"
-check "lanes, IDIST_UCX_TCP_FROM differs: rank 0 names the setting and rank 1" \
-  contains "$(cat "$TMP/lane-from.0")" "IDIST_UCX_TCP_FROM is 65536 here but 1 on rank 1"
+for r in 0 1; do
+  check "lanes, IDIST_UCX_TCP_FROM differs: rank $r names the setting and both values" \
+    contains "$(cat "$TMP/lane-from.$r")" "ranks disagree on IDIST_UCX_TCP_FROM: 1 on rank 1 but 65536 on rank 0"
+done
 unset IDIST_UCX_TCP_FROM
 
 finish

@@ -62,7 +62,10 @@ void run_ranks(int size, Body body, std::chrono::milliseconds timeout = std::chr
   idist::env::Contract contract;
   contract.master_addr = "127.0.0.1";
   contract.master_port = 1;  // only used to find the loopback route
-  if (const char* interhost = std::getenv("IDIST_INTERHOST")) contract.interhost = interhost;
+  // The transport and thresholds the test's environment asks for (ctest's ENVIRONMENT).
+  const auto given = idist::env::read_contract();
+  contract.interhost = given.interhost;
+  contract.tuning = given.tuning;
   Failures failures;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {

@@ -229,3 +229,29 @@ TEST_CASE("every yes/no variable reads alike: 1/true/yes, 0/false/no, any case; 
   CHECK_THROWS_WITH_AS(env::read_contract(from({{"IDIST_DEBUG", "maybe"}})),
                        "IDIST_DEBUG='maybe': expected 1 or 0 (also true/false, yes/no)", env::ContractError);
 }
+
+TEST_CASE("the tuning thresholds: byte counts, off for IDIST_UCX_TCP_FROM, empty as unset; else one error naming it") {
+  const auto none = env::read_contract(from({})).tuning;
+  CHECK_FALSE(none.ucx_ring_from);
+  CHECK_FALSE(none.ucx_tcp_from);
+  CHECK_FALSE(none.hier_segment);
+  CHECK_FALSE(none.hier_rails_from);
+  const auto given = env::read_contract(from({{"IDIST_UCX_RING_FROM", "4096"},
+                                              {"IDIST_UCX_TCP_FROM", "off"},
+                                              {"IDIST_HIER_SEGMENT", "0"},
+                                              {"IDIST_HIER_RAILS_FROM", ""}}))
+                         .tuning;
+  CHECK(given.ucx_ring_from == std::size_t{4096});
+  CHECK(given.ucx_tcp_from == env::Contract::Tuning::kNever);
+  CHECK(given.hier_segment == std::size_t{0});
+  CHECK_FALSE(given.hier_rails_from);
+  CHECK(env::read_contract(from({{"IDIST_UCX_TCP_FROM", "1"}})).tuning.ucx_tcp_from == std::size_t{1});
+  CHECK(error_of({{"IDIST_HIER_SEGMENT", "1M"}}) == "IDIST_HIER_SEGMENT='1M': not a byte count (a whole number, as 1048576)");
+  CHECK(error_of({{"IDIST_HIER_RAILS_FROM", "off"}}) ==
+        "IDIST_HIER_RAILS_FROM='off': not a byte count (a whole number, as 1048576)");
+  CHECK(error_of({{"IDIST_UCX_RING_FROM", "-1"}}) == "IDIST_UCX_RING_FROM='-1': not a byte count (a whole number, as 1048576)");
+  CHECK(error_of({{"IDIST_UCX_TCP_FROM", "64k"}}) ==
+        "IDIST_UCX_TCP_FROM='64k': not a byte count (a whole number, as 65536) or off");
+  CHECK(error_of({{"IDIST_UCX_RING_FROM", "99999999999999999999999"}}) ==
+        "IDIST_UCX_RING_FROM='99999999999999999999999': not a byte count (a whole number, as 1048576)");
+}

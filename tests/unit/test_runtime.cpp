@@ -7,13 +7,16 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend.hpp"
+#include "runtime.hpp"
 
 namespace {
 
@@ -183,4 +186,50 @@ TEST_CASE("a peer that never joins: rank 0's init raises TimeoutError") {
                  {"IDIST_TIMEOUT", "0.5"}});
   CHECK_THROWS_AS(idist::init(), idist::TimeoutError);
   CHECK_FALSE(idist::is_initialized());
+}
+
+TEST_CASE("ranks whose thresholds or transports differ: every rank's init names the setting and both values") {
+  // Both ends of a message follow these, so a difference would otherwise surface as a timeout
+  // or a size error in some later collective.
+  struct Case {
+    std::function<void(idist::env::Contract&)> differ;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {[](auto& c) { c.tuning.hier_segment = 4096; },
+       "ranks disagree on IDIST_HIER_SEGMENT: 4096 on rank 1 but unset on rank 0; set it alike for every rank, or "
+       "unset it everywhere"},
+      {[](auto& c) { c.tuning.ucx_tcp_from = idist::env::Contract::Tuning::kNever; },
+       "ranks disagree on IDIST_UCX_TCP_FROM: off on rank 1 but unset on rank 0"},
+      {[](auto& c) { c.interhost = "gloo"; }, "ranks disagree on IDIST_INTERHOST: gloo on rank 1 but auto on rank 0"},
+      {[](auto& c) { c.debug = true; }, "ranks disagree on IDIST_DEBUG: 1 on rank 1 but 0 on rank 0"},
+      {[](auto& c) { c.intranode = "off"; }, "ranks disagree on IDIST_INTRANODE: off on rank 1 but auto on rank 0"},
+  };
+  for (const auto& one : cases) {
+    CAPTURE(one.want);
+    const auto port = unused_port();
+    std::string errors[2];
+    std::thread ranks[2];
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < 2; ++r)
+      ranks[r] = std::thread([&, r] {
+        idist::env::Contract c;
+        c.rank = r;
+        c.world_size = 2;
+        c.local_world_size = 2;
+        c.master_port = std::stoi(port);
+        c.timeout = std::chrono::seconds(10);
+        c.from_env = true;
+        if (r == 1) one.differ(c);
+        try {
+          idist::detail::Runtime runtime(c, {});
+          errors[r] = "no error";
+        } catch (const idist::Error& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < 2; ++r) CHECK(errors[r].find(one.want) != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  }
 }

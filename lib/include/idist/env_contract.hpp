@@ -5,6 +5,7 @@
 // under idist-run unchanged.
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -52,6 +53,12 @@ inline constexpr std::string_view kFlightRecorder = "IDIST_FLIGHT_RECORDER";
 inline constexpr std::string_view kCpusShared = "IDIST_CPUS_SHARED";
 // The descriptor of idist-run's notice that the cpus are shared (idist/common/cpus_shared.hpp).
 inline constexpr std::string_view kCpusSharedFd = "IDIST_CPUS_SHARED_FD";
+// Byte counts that move a measured threshold (docs/BENCHMARKS.md), to measure it again on
+// other hardware; unset, the measured default stands.
+inline constexpr std::string_view kUcxRingFrom = "IDIST_UCX_RING_FROM";      // ucx all_reduce by ring from here
+inline constexpr std::string_view kUcxTcpFrom = "IDIST_UCX_TCP_FROM";        // ucx's TCP lanes from here; off: never
+inline constexpr std::string_view kHierSegment = "IDIST_HIER_SEGMENT";       // hierarchical segment size; 0: none
+inline constexpr std::string_view kHierRailsFrom = "IDIST_HIER_RAILS_FROM";  // hierarchical rails from here; 0: never
 
 inline constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::seconds(300);
 
@@ -96,6 +103,15 @@ struct Contract {
   std::string cpus_shared = "auto";  // IDIST_CPUS_SHARED: "auto", "1" or "0"
   int cpus_shared_fd = -1;           // IDIST_CPUS_SHARED_FD; -1: no notice
   bool store_bind_all = false;
+  // The thresholds above (kUcxRingFrom, ...), as given; std::nullopt where unset. Both ends of
+  // a message follow them, so init() refuses a job whose ranks see different values.
+  struct Tuning {
+    std::optional<std::size_t> ucx_ring_from;
+    std::optional<std::size_t> ucx_tcp_from;  // kNever for "off"
+    std::optional<std::size_t> hier_segment;
+    std::optional<std::size_t> hier_rails_from;
+    static constexpr std::size_t kNever = ~std::size_t{0};
+  } tuning;
   bool from_env = false;  // false when no topology variable was set: a world of one
   // With no topology set: an outer launcher's marks that describe a job of several tasks
   // ("PMI_SIZE=3 (...)"), which init() refuses unless the backend reads its own world (mpi).

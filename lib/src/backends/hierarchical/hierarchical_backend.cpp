@@ -28,6 +28,7 @@
 #include <limits>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -35,7 +36,6 @@
 #include "backends/gloo/gloo_backend.hpp"
 #include "backends/shm/shm_backend.hpp"
 #include "common/scratch.hpp"
-#include "common/tuning.hpp"
 #include "in_step_error.hpp"
 
 namespace idist::detail {
@@ -59,31 +59,31 @@ namespace {
 // segments, 6 alternating rounds; from 8 MiB the segments win, docs/BENCHMARKS.md).
 // IDIST_HIER_SEGMENT (bytes; 0: never) overrides it, to measure it again elsewhere.
 constexpr std::size_t kPipelineFrom = 8;
+constexpr std::size_t kSegment = 1024 * 1024;
 // From 1 MiB, below the segments (2 ranks per fake host, 4 alternating rounds: 1 MiB 409 us by
 // rails against 598 by the leaders; from 64 KiB to 512 KiB the leaders as fast or faster).
-constexpr std::size_t kRailsFrom = 1024 * 1024;
-std::size_t pipeline_segment() {
-  static const std::size_t bytes = [] {
-    const auto value = tuning_bytes("IDIST_HIER_SEGMENT").value_or(1024 * 1024);
-    return value == 0 ? std::numeric_limits<std::size_t>::max() / 8 : value;
-  }();
-  return bytes;
-}
-
-// all_reduce from this many bytes goes by rails where hosts are equal (all_reduce_by_rails).
 // IDIST_HIER_RAILS_FROM (bytes; 0: never) overrides it, to measure it again elsewhere.
-std::size_t rails_from() {
-  static const std::size_t bytes = [] {
-    const auto value = tuning_bytes("IDIST_HIER_RAILS_FROM").value_or(kRailsFrom);
-    return value == 0 ? std::numeric_limits<std::size_t>::max() : value;
-  }();
-  return bytes;
+constexpr std::size_t kRailsFrom = 1024 * 1024;
+
+// A tuning variable's value, where 0 means never: as a size no message reaches.
+std::size_t zero_is_never(std::optional<std::size_t> given, std::size_t measured, std::size_t never) {
+  const auto value = given.value_or(measured);
+  return value == 0 ? never : value;
 }
 
 class HierarchicalBackend final : public Backend {
  public:
   HierarchicalBackend(const BackendInit& init, std::unique_ptr<Backend> flat)
-      : rank_(init.rank), size_(init.size), timeout_(init.timeout), hosts_(init.hosts), flat_(std::move(flat)) {
+      : rank_(init.rank),
+        size_(init.size),
+        timeout_(init.timeout),
+        hosts_(init.hosts),
+        // A segment count of kPipelineFrom of the largest segment stays within size_t.
+        segment_(zero_is_never(init.contract.tuning.hier_segment, kSegment,
+                               std::numeric_limits<std::size_t>::max() / kPipelineFrom)),
+        rails_from_(zero_is_never(init.contract.tuning.hier_rails_from, kRailsFrom,
+                                  std::numeric_limits<std::size_t>::max())),
+        flat_(std::move(flat)) {
     const int host = hosts_[static_cast<std::size_t>(rank_)];
     host_count_ = *std::max_element(hosts_.begin(), hosts_.end()) + 1;
     shared_host_ = host_count_ < size_;
@@ -119,7 +119,7 @@ class HierarchicalBackend final : public Backend {
     // (in host order) joins rail i, made after leaders_ as the rail's own collective.
     const auto per_host = local_members_.size();
     // Not made where IDIST_HIER_RAILS_FROM=0 turned them off (a group of connections for nothing).
-    bool equal_hosts = host_count_ > 1 && per_host > 1 && rails_from() != std::numeric_limits<std::size_t>::max();
+    bool equal_hosts = host_count_ > 1 && per_host > 1 && rails_from_ != std::numeric_limits<std::size_t>::max();
     for (int h = 0; h < host_count_ && equal_hosts; ++h)
       equal_hosts = static_cast<std::size_t>(std::count(hosts_.begin(), hosts_.end(), h)) == per_host;
     if (equal_hosts && local_rank_ > 0) {
@@ -282,16 +282,16 @@ class HierarchicalBackend final : public Backend {
   }
   Backend& rail() const { return own_rail_ ? *own_rail_ : *leaders_; }
 
-  // Segments from kPipelineFrom segments' worth, else rails from rails_from() where hosts are
+  // Segments from kPipelineFrom segments' worth, else rails from rails_from_ where hosts are
   // equal, else the leaders: measured, 2 ranks per fake host (docs/BENCHMARKS.md, "by rails").
   void all_reduce_chained(void* data, std::size_t count, DType dtype, ReduceOp op) {
     const auto bytes = count * dtype_size(dtype);
     // Every leader must cut the same segments, whether its own host has other members or not.
-    if (host_count_ > 1 && shared_host_ && bytes >= kPipelineFrom * pipeline_segment()) {
+    if (host_count_ > 1 && shared_host_ && bytes >= kPipelineFrom * segment_) {
       all_reduce_pipelined(data, count, dtype, op);
       return;
     }
-    if (rails_ && bytes >= rails_from() && count >= local_members_.size()) {
+    if (rails_ && bytes >= rails_from_ && count >= local_members_.size()) {
       all_reduce_by_rails(data, count, dtype, op);
       return;
     }
@@ -333,7 +333,7 @@ class HierarchicalBackend final : public Backend {
   // 2 ranks per host from 82-92% of the line rate to 91-95% (docs/BENCHMARKS.md).
   void all_reduce_pipelined(void* data, std::size_t count, DType dtype, ReduceOp op) {
     const auto element = dtype_size(dtype);
-    const std::size_t per = std::max<std::size_t>(1, pipeline_segment() / element);
+    const std::size_t per = std::max<std::size_t>(1, segment_ / element);
     const std::size_t segments = (count + per - 1) / per;
     auto* p = static_cast<char*>(data);
     auto segment = [&](std::size_t i) { return std::pair{p + i * per * element, std::min(per, count - i * per)}; };
@@ -417,6 +417,8 @@ class HierarchicalBackend final : public Backend {
   int size_;
   std::chrono::milliseconds timeout_;
   std::vector<int> hosts_;
+  std::size_t segment_;     // all_reduce_pipelined's segment (IDIST_HIER_SEGMENT)
+  std::size_t rails_from_;  // all_reduce_by_rails from here (IDIST_HIER_RAILS_FROM); max: never
   std::vector<int> local_members_;  // this host's members, ascending
   int local_rank_ = 0;              // our index among them; 0: the host's leader
   int host_count_ = 1;

@@ -15,7 +15,6 @@
 #include <random>
 #include <stdexcept>
 
-#include "common/tuning.hpp"
 #include "idist/common/addresses.hpp"
 
 namespace idist::detail {
@@ -73,16 +72,11 @@ int connect_to(const std::string& host, const std::string& port, Clock::time_poi
 
 }  // namespace
 
-std::size_t tcp_lanes_from() {
-  const char* text = std::getenv("IDIST_UCX_TCP_FROM");
-  if (text == nullptr || *text == '\0') return 64 * 1024;
-  if (std::string_view(text) == "off") return kNoLanes;
-  if (const auto bytes = tuning_bytes("IDIST_UCX_TCP_FROM")) return *bytes;
-  throw std::runtime_error(std::string("IDIST_UCX_TCP_FROM=") + text +
-                           ": not a byte count (a whole number, as 65536) or off");
+std::size_t tcp_lanes_from(const env::Contract& contract) {
+  return contract.tuning.ucx_tcp_from.value_or(64 * 1024);
 }
 
-TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, std::size_t from,
+TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size,
                    const std::string& address,
                    const std::function<bool(int)>& apart, Clock::time_point deadline,
                    const std::function<std::string(int)>& who)
@@ -112,7 +106,7 @@ TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, 
       } catch (const std::exception&) {  // no entropy source: the nonce only turns strays away
         nonce = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<std::uint64_t>(::getpid());
       }
-      offer = std::to_string(from) + " " + address + " " + std::to_string(port) + " " + std::to_string(nonce);
+      offer = address + " " + std::to_string(port) + " " + std::to_string(nonce);
     }
   }
   const auto cleanup = [&] {
@@ -143,20 +137,14 @@ TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size, 
       offers[static_cast<std::size_t>(r)].assign(value.begin(), value.end());
       const auto& theirs = offers[static_cast<std::size_t>(r)];
       if (offer.empty() || theirs.empty() || !apart(r)) continue;
-      // Both ends of a message must agree whether it takes the lane.
-      if (const auto their_from = std::strtoull(theirs.c_str(), nullptr, 10); their_from != from)
-        throw std::runtime_error("ucx: IDIST_UCX_TCP_FROM is " + std::to_string(from) + " here but " +
-                                 std::to_string(their_from) + " on " + who(r) +
-                                 ": set it alike on every host (or unset it everywhere)");
       if (r > rank) ++expected;
     }
     for (int r = 0; r < rank && !offer.empty(); ++r) {
       const auto& theirs = offers[static_cast<std::size_t>(r)];
       if (theirs.empty() || !apart(r)) continue;
-      // "FROM ADDRESS PORT NONCE": no field holds a space (an IPv6 address has none either).
-      const auto at = theirs.find(' ') + 1;
-      const auto first = theirs.find(' ', at), second = theirs.rfind(' ');
-      const std::string host = theirs.substr(at, first - at), port = theirs.substr(first + 1, second - first - 1);
+      // "ADDRESS PORT NONCE": no field holds a space (an IPv6 address has none either).
+      const auto first = theirs.find(' '), second = theirs.rfind(' ');
+      const std::string host = theirs.substr(0, first), port = theirs.substr(first + 1, second - first - 1);
       std::string why;
       const int fd = connect_to(host, port, deadline, why);
       const Hello hello{std::strtoull(theirs.c_str() + second + 1, nullptr, 10), static_cast<std::uint32_t>(rank),

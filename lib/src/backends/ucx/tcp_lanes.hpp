@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "idist/env_contract.hpp"
 #include "store/store.hpp"
 
 namespace idist::detail {
@@ -49,10 +50,10 @@ class TcpLanes {
   // `address`: the local address to listen on (the interface UCX was given: what
   // peers reach), empty where this rank offers no lane. A lane to a peer exists
   // when both offer one and `apart(peer)` (another host: within one, UCX's
-  // shared memory is the better path). `from`: this rank's threshold, which
-  // every peer's must equal. Publishes under `prefix`, connects, and gives up
-  // at `deadline`, naming the peer by `who`.
-  TcpLanes(Store& store, const std::string& prefix, int rank, int size, std::size_t from, const std::string& address,
+  // shared memory is the better path). Every member's threshold
+  // (IDIST_UCX_TCP_FROM) is the same: init() compared them. Publishes under
+  // `prefix`, connects, and gives up at `deadline`, naming the peer by `who`.
+  TcpLanes(Store& store, const std::string& prefix, int rank, int size, const std::string& address,
            const std::function<bool(int)>& apart, std::chrono::steady_clock::time_point deadline,
            const std::function<std::string(int)>& who);
   ~TcpLanes();
@@ -97,8 +98,8 @@ class TcpLanes {
 
 // Bytes from which collectives' messages to another host take a lane:
 // IDIST_UCX_TCP_FROM, "off" (kNoLanes) for never; unset, the measured default
-// (docs/BENCHMARKS.md). Throws for anything else.
-constexpr std::size_t kNoLanes = ~std::size_t{0};
-std::size_t tcp_lanes_from();
+// (docs/BENCHMARKS.md).
+constexpr std::size_t kNoLanes = env::Contract::Tuning::kNever;
+std::size_t tcp_lanes_from(const env::Contract& contract);
 
 }  // namespace idist::detail

@@ -40,7 +40,6 @@
 #include "backends/ucx/tcp_lanes.hpp"
 #include "common/cpus_shared.hpp"
 #include "common/scratch.hpp"
-#include "common/tuning.hpp"
 #include "idist/common/addresses.hpp"
 #include "in_step_error.hpp"
 #include "reduce/kernels.hpp"
@@ -54,10 +53,7 @@ using Clock = std::chrono::steady_clock;
 // messages); from it, a ring (reduce-scatter then all-gather: 2(n-1) rounds of 1/n each).
 // Measured across two network namespaces over TCP (docs/BENCHMARKS.md, "UCX between hosts");
 // IDIST_UCX_RING_FROM (bytes) overrides it, to measure it again elsewhere.
-std::size_t ring_from() {
-  static const std::size_t bytes = tuning_bytes("IDIST_UCX_RING_FROM").value_or(256 * 1024);
-  return bytes;
-}
+constexpr std::size_t kRingFrom = 256 * 1024;
 // A ring step's block travels in segments of this size, each forwarded as soon as it is
 // reduced, so that reducing one segment overlaps receiving the next.
 constexpr std::size_t kSegment = 1024 * 1024;
@@ -284,9 +280,9 @@ class Comm {
     bool any_apart = false;  // the same answer on every member: the host map is the group's
     for (int r = 0; r < size_; ++r) any_apart = any_apart || apart(r);
     if (!any_apart) return;
-    lanes_from_ = tcp_lanes_from();
+    lanes_from_ = tcp_lanes_from(contract);
     const auto listen_on = lanes_from_ != kNoLanes && !rdma_present() ? lane_address(contract) : std::string();
-    lanes_ = std::make_unique<TcpLanes>(store, prefix + "tcp/", rank_, size_, lanes_from_, listen_on, apart, deadline,
+    lanes_ = std::make_unique<TcpLanes>(store, prefix + "tcp/", rank_, size_, listen_on, apart, deadline,
                                         [this](int r) { return who(r); });
   }
 
@@ -545,7 +541,10 @@ struct Blocks {
 class UcxBackend final : public Backend {
  public:
   UcxBackend(const BackendInit& init, std::shared_ptr<Context> context)
-      : timeout_(init.timeout), context_(context), comm_(std::make_shared<Comm>(init, std::move(context))) {
+      : timeout_(init.timeout),
+        ring_from_(init.contract.tuning.ucx_ring_from.value_or(kRingFrom)),
+        context_(context),
+        comm_(std::make_shared<Comm>(init, std::move(context))) {
     const auto deadline = Clock::now() + init.timeout;
     comm_->connect(init.store, init.key_prefix + "ucx/", init.contract, deadline);
     // Every member reached once, so that a peer that cannot be reached says so here, at
@@ -564,7 +563,7 @@ class UcxBackend final : public Backend {
     const auto tag = next_tag();
     const auto fn = reduce_kernel(dtype, op);
     const auto bytes = count * dtype_size(dtype);
-    if (bytes < ring_from() || count < static_cast<std::size_t>(size()))
+    if (bytes < ring_from_ || count < static_cast<std::size_t>(size()))
       recursive_doubling(static_cast<char*>(data), bytes, fn, dtype, tag, deadline);
     else {
       ring_reduce_scatter(static_cast<char*>(data), Blocks{count, size()}, dtype, fn, 0, tag, deadline, "all_reduce");
@@ -606,7 +605,7 @@ class UcxBackend final : public Backend {
     const auto n = static_cast<std::size_t>(size());
     char* all = scratch(rs_, block * n);
     std::memcpy(all, in, block * n);
-    if (block * n < ring_from()) {
+    if (block * n < ring_from_) {
       all_reduce(all, count * n, dtype, op);
     } else {
       const auto deadline = call_deadline(timeout_);
@@ -870,6 +869,7 @@ class UcxBackend final : public Backend {
   static char* scratch(std::vector<char>& buffer, std::size_t bytes) { return grown_scratch(buffer, bytes); }
 
   std::chrono::milliseconds timeout_;
+  std::size_t ring_from_;  // all_reduce by ring from this many bytes
   std::shared_ptr<Context> context_;
   std::shared_ptr<Comm> comm_;
   std::uint32_t sequence_ = 0;
