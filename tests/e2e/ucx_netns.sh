@@ -172,6 +172,31 @@ cat "$TMP"/rails-die.*
 check "rails, die: the dead rank exited 9, the others raised (exit 3)" equals "${codes[*]}" "3 9 3 3"
 check "rails, die: its rail's other end names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/rails-die.3" | grep ucx)"
 check "rails, die: all were done within the 5 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
+# By rails, host A's second rank is frozen (SIGSTOP): nothing tells the others, so each
+# raises at the 5 s deadline and the runtime's inquiry; none hangs and none exits 0.
+matrix_under() {  # matrix_under PID: the matrix process below PID (timeout, bash, nsenter...)
+  local child found
+  for child in $(ps -o pid= --ppid "$1"); do
+    [ "$(cat /proc/"$child"/comm 2>/dev/null)" = matrix ] && { echo "$child"; return; }
+    found=$(matrix_under "$child") && [ -n "$found" ] && { echo "$found"; return; }
+  done
+  return 1
+}
+four_ranks rails-stop --loop IDIST_HIER_SEGMENT=0 IDIST_HIER_RAILS_FROM=500
+for r in 0 1 2 3; do wait_for_lines "$TMP/rails-stop.$r" "looping" 1; done
+frozen=$(matrix_under "${pids[1]}")
+check "rails, frozen: rank 1's process found" test -n "$frozen"
+start=$(now_ms)
+kill -STOP "$frozen"
+wait_codes "${pids[0]}" "${pids[2]}" "${pids[3]}"
+elapsed=$(($(now_ms) - start))
+kill -KILL "$frozen"
+wait "${pids[1]}"
+cat "$TMP"/rails-stop.*
+check "rails, frozen: the other three raised (exit 3)" equals "${codes[*]}" "3 3 3"
+check "rails, frozen: its host's leader names rank 1" test -n "$(grep -E 'rank 0 raised.*rank 1' "$TMP/rails-stop.0")"
+check "rails, frozen: its rail's other end names rank 1" test -n "$(grep -E 'rank 3 raised.*rank 1' "$TMP/rails-stop.3")"
+check "rails, frozen: all were done within the 5 s timeout and the 2 s inquiry ($elapsed ms)" test "$elapsed" -lt 8000
 
 # The same faults with every collective message on the TCP lanes (IDIST_UCX_TCP_FROM=1; by
 # default only those of 64 KiB or more take them, and the messages above are smaller).
