@@ -8,7 +8,7 @@
 #     and said by the ranks under idist-run -v;
 #  3. IDIST_DEBUG=1's check that ranks call the same collective, and a late rank's timeout;
 #     a host killed (its rank exits mid-run): the survivor raises within the timeout, naming
-#     the peer and ucx, exit non-zero;
+#     the peer and ucx, exit non-zero; ranks in all_reduces of different sizes raise at once;
 #  4. a link cut under all_reduce (the host's cable down at the bridge: no reset, packets
 #     dropped): both ranks raise within the timeout naming the other, exit non-zero; and
 #     again under all_reduce with 2 ranks per host, in segments (the hierarchical pipeline)
@@ -106,6 +106,18 @@ check "die: the dead rank exited 9" equals "${codes[1]}" 9
 check "die: rank 0 raised (exit 3)" equals "${codes[0]}" 3
 check "die: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/die.0" | grep ucx)"
 check "die: the survivor was done well within the 10 s timeout: UCX saw the peer go ($elapsed ms)" test "$elapsed" -lt 5000
+
+# Sizes that differ on UCX's tag path (messages below the lanes' 64 KiB): a shorter message
+# than the receive completes as a success in UCX, so the backend checks each length; both
+# raise at once, rather than one returning a wrong sum.
+start=$(now_ms)
+by_hand tag-sizes 10 --sizes
+wait_codes "${pids[@]}"
+elapsed=$(($(now_ms) - start))
+cat "$TMP"/tag-sizes.*
+check "tags, sizes differ: both ranks raised (exit 3)" equals "${codes[*]}" "3 3"
+check "tags, sizes differ: a rank says the calls differ" test -n "$(grep -h 'the ranks called different collectives or sizes' "$TMP"/tag-sizes.*)"
+check "tags, sizes differ: at once, not at the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
 
 # A link is cut under all_reduce: host B's cable down at the bridge. cut_under PREFIX LABEL.
 cut_under() {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -386,6 +387,53 @@ TEST_CASE("shm: calls that do not match fail on the ranks that would read the ot
 
 // Matching rooted calls with uneven work between them: a rank that waits in writable_half for
 // a slow peer's arrival at the previous call must not take it for another call.
+// Over ucx between hosts a message shorter than the receive is a success to UCX (a longer one
+// is truncated, an error): the backend checks every collective receive's length, so ranks in
+// calls of different sizes raise wherever one reads the other's data, and those waiting on
+// them time out; none returns. Counts: recursive doubling's whole messages, the ring's blocks
+// (from 256 KiB), and one rank on each side of that switch.
+TEST_CASE("ucx between hosts: calls of different sizes raise on every rank, none returns") {
+  const char* interhost = std::getenv("IDIST_INTERHOST");
+  const char* hosts = std::getenv("IDIST_TEST_HOSTS");
+  const bool ucx = test::backend_under_test() == "ucx" || (interhost != nullptr && std::string(interhost) == "ucx" &&
+                                                           hosts != nullptr && std::string(hosts) == "distinct");
+  if (!ucx) return;
+  for (int size : {2, 3}) {
+    CAPTURE(size);
+    for (const auto& [theirs, ours] : {std::pair<std::size_t, std::size_t>{3, 2}, {70001, 70000}, {65536, 65535}}) {
+      CAPTURE(theirs);
+      std::atomic<int> named{0};
+      test::run_ranks(
+          size,
+          [&](ProcessGroup& group, test::Failures& failures) {
+            std::vector<float> v(group.rank() == group.size() - 1 ? theirs : ours, 1.0f);
+            try {
+              group.all_reduce(v.data(), v.size(), DType::float32, ReduceOp::SUM);
+              failures.add(group.rank(), "all_reduce of another count returned");
+            } catch (const Error& e) {
+              if (std::string(e.what()).find("the ranks called different collectives or sizes") != std::string::npos)
+                ++named;
+            }
+          },
+          std::chrono::seconds(1));
+      CHECK(named >= 1);
+    }
+    // A skipped barrier: the last rank's all_reduce meets the others' barrier.
+    test::run_ranks(
+        size,
+        [&](ProcessGroup& group, test::Failures& failures) {
+          float x = 1.0f;
+          try {
+            if (group.rank() != group.size() - 1) group.barrier();
+            group.all_reduce(&x, 1, DType::float32, ReduceOp::SUM);
+            failures.add(group.rank(), "a barrier met an all_reduce and both returned");
+          } catch (const Error&) {
+          }
+        },
+        std::chrono::seconds(1));
+  }
+}
+
 TEST_CASE("shm: rooted calls in a loop with uneven work never raise a mismatch") {
   if (test::backend_under_test() != "shm") return;
   for (int size : {2, 3, 4, 5}) {

@@ -188,6 +188,11 @@ struct Op {
   int peer = 0;
   ucs_status_t status = UCS_OK;
   std::size_t length = 0;  // received bytes
+  std::size_t posted = 0;  // a receive's buffer
+  // A collective's receive: a shorter message than posted is the peer in another call (UCX
+  // completes it as a success), an error here, as a longer one is by UCX (truncated).
+  bool exact = false;
+  bool came_short = false;
 };
 
 // A group's worker, endpoints and names; shared with point-to-point completions, which may
@@ -304,6 +309,8 @@ class Comm {
     Op op;
     op.peer = peer;
     op.recv = true;
+    op.posted = bytes;
+    op.exact = tag >> 56 == kCollectiveKind;
     ucp_tag_recv_info_t info{};
     ucp_request_param_t param{};
     // Always a request: UCX 1.13 leaves the length of a message completed at once unwritten.
@@ -318,6 +325,7 @@ class Comm {
     const auto ptr = ::ucp_tag_recv_nbx(worker_, data, bytes, tag, kFullMask, &param);
     settle(op, ptr);
     if (op.done) op.length = info.length;
+    check_length(op);
     return op;
   }
 
@@ -448,6 +456,14 @@ class Comm {
     op.done = true;
     ::ucp_request_free(op.req);
     op.req = nullptr;
+    check_length(op);
+  }
+
+  // Consumed whole, the short message leaves the ranks in step, as a truncated one does.
+  static void check_length(Op& op) {
+    if (!op.done || !op.exact || op.status != UCS_OK || op.length == op.posted) return;
+    op.status = UCS_ERR_MESSAGE_TRUNCATED;
+    op.came_short = true;
   }
 
   // Under mu_. A cancelled receive is never written to afterwards; a send to a dead or
@@ -500,6 +516,10 @@ class Comm {
     if (status == UCS_ERR_CANCELED)
       throw std::runtime_error("ucx: " + std::string(what) + " from " + who(op.peer) +
                                " cancelled: this rank's group ended (finalize) with the transfer unmatched");
+    if (op.came_short)
+      throw std::runtime_error("ucx: " + std::string(what) + ": from " + who(op.peer) + ", " + std::to_string(op.length) +
+                               " bytes came where " + std::to_string(op.posted) +
+                               " were expected: the ranks called different collectives or sizes");
     if (status == UCS_ERR_MESSAGE_TRUNCATED)
       throw std::runtime_error("ucx: " + std::string(what) + ": " + who(op.peer) +
                                " sent more than this rank expected: the ranks called different collectives or sizes");
