@@ -3,8 +3,9 @@
 // the values where vector code could part from scalar code (NaN with either sign and any
 // payload, signalling NaN, infinities, -0.0, subnormals, the largest finite values, the integer
 // extremes), at lengths around every vector width, at pointers off the vectors' alignment, and
-// with `out` aliasing `a` or `b` as the backends call them. A variant the CPU lacks is skipped
-// with a MESSAGE saying so.
+// with `out` aliasing `a` or `b` as the backends call them; and each, the baseline too, against
+// the rules written out element by element, apart from the kernels' code. A variant the CPU
+// lacks is skipped with a MESSAGE saying so.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "idist/types.hpp"
@@ -367,6 +369,138 @@ TEST_CASE("float16 reductions: every variant gives what float16's kernels always
         CHECK(got[i] == reference_to_half(reference_to_float(x[i]) / static_cast<float>(divisor)));
     }
   }
+}
+
+namespace {
+
+// Every dtype's rules written out one element at a time, apart from the kernels' code: integers
+// wrap (two's complement), floats combine in their own precision (16-bit ones in float, rounded
+// to nearest even), a NaN on either side gives NaN (MIN and MAX included), AND/OR/XOR are
+// bitwise. NaN results are compared as NaN, not by payload, which the rules leave open.
+template <class T>
+T wrap(ReduceOp op, T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  const auto ua = static_cast<U>(a), ub = static_cast<U>(b);
+  switch (op) {
+    case ReduceOp::SUM: return static_cast<T>(static_cast<U>(ua + ub));
+    case ReduceOp::PRODUCT: return static_cast<T>(static_cast<U>(static_cast<std::uint64_t>(ua) * ub));
+    case ReduceOp::MIN: return a < b ? a : b;
+    case ReduceOp::MAX: return a > b ? a : b;
+    case ReduceOp::AND: return static_cast<T>(ua & ub);
+    case ReduceOp::OR: return static_cast<T>(ua | ub);
+    default: return static_cast<T>(ua ^ ub);
+  }
+}
+
+template <class F>
+F combine(ReduceOp op, F a, F b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  switch (op) {
+    case ReduceOp::SUM: return a + b;
+    case ReduceOp::PRODUCT: return a * b;
+    case ReduceOp::MIN: return b < a ? b : a;
+    default: return b > a ? b : a;
+  }
+}
+
+std::uint16_t to_bfloat16(float f) {
+  const auto u = std::bit_cast<std::uint32_t>(f);
+  if (f != f) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bfloat16(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+
+// Element i of `a op b` by the rules, as bytes; `nan` says the result is a NaN.
+std::vector<char> reference_element(DType dtype, ReduceOp op, const char* a, const char* b, bool& nan) {
+  std::vector<char> out(dtype_size(dtype));
+  nan = false;
+  const auto put = [&](auto v) { std::memcpy(out.data(), &v, sizeof v); };
+  const auto get = [](const char* p, auto zero) {
+    decltype(zero) v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (dtype) {
+    case DType::int8: put(wrap(op, get(a, std::int8_t{}), get(b, std::int8_t{}))); break;
+    case DType::uint8: put(static_cast<std::uint8_t>(wrap(op, get(a, std::uint8_t{}), get(b, std::uint8_t{})))); break;
+    case DType::int32: put(wrap(op, get(a, std::int32_t{}), get(b, std::int32_t{}))); break;
+    case DType::int64: put(wrap(op, get(a, std::int64_t{}), get(b, std::int64_t{}))); break;
+    case DType::float32: {
+      const auto r = combine(op, get(a, 0.0f), get(b, 0.0f));
+      nan = r != r;
+      put(r);
+      break;
+    }
+    case DType::float64: {
+      const auto r = combine(op, get(a, 0.0), get(b, 0.0));
+      nan = r != r;
+      put(r);
+      break;
+    }
+    case DType::float16: {
+      const auto r = combine(op, reference_to_float(get(a, std::uint16_t{})), reference_to_float(get(b, std::uint16_t{})));
+      nan = r != r;
+      put(reference_to_half(r));
+      break;
+    }
+    case DType::bfloat16: {
+      const auto r = combine(op, from_bfloat16(get(a, std::uint16_t{})), from_bfloat16(get(b, std::uint16_t{})));
+      nan = r != r;
+      put(to_bfloat16(r));
+      break;
+    }
+  }
+  return out;
+}
+
+bool is_nan(DType dtype, const char* p) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, p, dtype_size(dtype));
+  switch (dtype) {
+    case DType::float16: return (bits & 0x7fffu) > 0x7c00u;
+    case DType::bfloat16: return (bits & 0x7fffu) > 0x7f80u;
+    case DType::float32: return (bits & 0x7fffffffu) > 0x7f800000u;
+    case DType::float64: return (bits & 0x7fffffffffffffffu) > 0x7ff0000000000000u;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reduce kernels: every variant, baseline included, follows the rules written out element by element") {
+  std::mt19937_64 rng(31);
+  int compared = 0;
+  for (auto isa : detail::kReduceIsas) {
+    if (!detail::cpu_has(isa)) continue;
+    for (auto dtype : kDTypes) {
+      const auto element = dtype_size(dtype);
+      for (auto op : kOps) {
+        if (is_bitwise(op) && !is_integer(dtype)) continue;
+        const auto fn = detail::reduce_kernel(dtype, op, isa);
+        for (auto count : {std::size_t{1}, std::size_t{7}, std::size_t{64}, std::size_t{129}, std::size_t{1000}}) {
+          const auto a = random_elements(dtype, count, rng);
+          const auto b = random_elements(dtype, count, rng);
+          std::vector<char> out(count * element);
+          fn(out.data(), a.data(), b.data(), count);
+          int wrong = 0;
+          for (std::size_t i = 0; i < count; ++i) {
+            bool nan = false;
+            const char* got = out.data() + i * element;
+            const auto want = reference_element(dtype, op, a.data() + i * element, b.data() + i * element, nan);
+            const bool ok = nan ? is_nan(dtype, got) : std::memcmp(want.data(), got, element) == 0;
+            if (!ok && wrong++ < 3)
+              FAIL_CHECK(detail::to_string(isa) << " " << to_string(dtype) << " " << to_string(op) << " element " << i
+                                                << ": a=0x" << hex(a.data() + i * element, element) << " b=0x"
+                                                << hex(b.data() + i * element, element) << " want 0x"
+                                                << hex(want.data(), element) << " got 0x" << hex(got, element));
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(compared << " elements compared with the rules");
 }
 
 TEST_CASE("IDIST_REDUCE_ISA: auto picks the widest variant, a missing one falls back with a warning, others are refused") {
