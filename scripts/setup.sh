@@ -28,7 +28,8 @@ PACKAGES=(
 source scripts/install_missing.sh
 install_missing setup "${PACKAGES[@]}"
 
-# The mpi backend and idist::torch are required here (their packages are installed above), so
-# CI tests them.
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDIST_WITH_MPI=ON -DIDIST_WITH_TORCH=ON >/dev/null
+# The mpi and ucx backends and idist::torch are required here (their packages are installed
+# above), so CI tests them rather than quietly building without one.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DIDIST_WITH_MPI=ON -DIDIST_WITH_UCX=ON -DIDIST_WITH_TORCH=ON \
+  >/dev/null
 cmake --build build -j "$(nproc)"
