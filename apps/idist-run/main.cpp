@@ -423,6 +423,8 @@ std::shared_ptr<L::EtcdRendezvous> etcd_rendezvous(const Cli& cli, const L::Laun
   return std::make_shared<L::EtcdRendezvous>(eo);
 }
 
+L::UcxHere ucx_here();
+
 // Options -> plan -> exec in place (one task per rank) | spawn and supervise the ranks.
 int run(const Cli& cli) {
   const auto options = launch_options(cli);
@@ -431,7 +433,7 @@ int run(const Cli& cli) {
   for (const auto& note : plan.notes) spdlog::info("{}", note);
   if (cli.dry_run) {
     const auto program_from = cli.outside.contains("program") ? cli.outside.at("program").from : "command line";
-    std::cout << config::add_settings(L::dry_run_json(plan), cli.resolved, program_from) << std::endl;
+    std::cout << config::add_settings(L::dry_run_json(plan, ucx_here()), cli.resolved, program_from) << std::endl;
     return 0;
   }
   announce(plan);
@@ -615,35 +617,53 @@ std::vector<std::string> plugin_dirs() {
   return dirs;
 }
 
+// A backend's plugin where libidist would find it: its path, and the loader's complaint ("" if
+// it loads); an empty path where there is none.
+struct FoundPlugin {
+  std::string path;
+  std::string why;
+  std::string looked_in;  // the directories, for "not installed"
+};
+
+FoundPlugin find_plugin(std::string_view name) {
+  FoundPlugin out;
+  const std::string file = fmt::format("libidist-backend-{}.so", name);
+  for (const auto& dir : plugin_dirs()) {
+    out.looked_in += (out.looked_in.empty() ? "" : ", ") + dir;
+    std::error_code ec;
+    if (out.path.empty() && std::filesystem::exists(std::filesystem::path(dir) / file, ec))
+      out.path = (std::filesystem::path(dir) / file).string();
+  }
+  if (out.looked_in.empty()) out.looked_in = "(no directory)";
+  if (!out.path.empty()) out.why = plugin_load_error(out.path, fmt::format("idist_backend_plugin_{}", name));
+  return out;
+}
+
 // --version: the backends a rank can use, as they are installed now rather than as built:
 // gloo is in libidist, the others are plugins found and loaded as libidist would.
 std::string version_text() {
-  const auto dirs = plugin_dirs();
   std::string usable = "gloo";
   std::string lines = "\n  gloo: built into libidist";
   for (const std::string_view name : idist::env::kBackendNames) {
     if (name == "gloo") continue;
-    const std::string file = fmt::format("libidist-backend-{}.so", name);
-    std::string found;
-    for (const auto& dir : dirs) {
-      std::error_code ec;
-      if (std::filesystem::exists(std::filesystem::path(dir) / file, ec)) {
-        found = (std::filesystem::path(dir) / file).string();
-        break;
-      }
-    }
-    std::string dir_list;
-    for (const auto& dir : dirs) dir_list += (dir_list.empty() ? "" : ", ") + dir;
-    if (found.empty()) {
-      lines += fmt::format("\n  {}: not installed (no {} in {})", name, file, dir_list.empty() ? "(no directory)" : dir_list);
+    const auto found = find_plugin(name);
+    if (found.path.empty()) {
+      lines += fmt::format("\n  {}: not installed (no libidist-backend-{}.so in {})", name, name, found.looked_in);
       continue;
     }
-    const auto why = plugin_load_error(found, fmt::format("idist_backend_plugin_{}", name));
-    if (why.empty()) usable += fmt::format(", {}", name);
-    lines += why.empty() ? fmt::format("\n  {}: {}", name, found)
-                         : fmt::format("\n  {}: {} cannot be loaded: {}", name, found, why);
+    if (found.why.empty()) usable += fmt::format(", {}", name);
+    lines += found.why.empty() ? fmt::format("\n  {}: {}", name, found.path)
+                               : fmt::format("\n  {}: {} cannot be loaded: {}", name, found.path, found.why);
   }
   return fmt::format("idist-run {} (backends: {}){}", IDIST_VERSION, usable, lines);
+}
+
+// For --dry-run: whether this host's ranks could load the ucx plugin.
+L::UcxHere ucx_here() {
+  const auto found = find_plugin("ucx");
+  if (found.path.empty()) return {false, "no libidist-backend-ucx.so in " + found.looked_in};
+  if (!found.why.empty()) return {false, found.path + " cannot be loaded: " + found.why};
+  return {true, found.path};
 }
 
 // CLI11's usage line ("idist-run [OPTIONS]") knows nothing of the program that follows; ours

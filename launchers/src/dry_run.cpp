@@ -11,7 +11,27 @@
 
 namespace idist::launchers {
 
-std::string dry_run_json(const LaunchPlan& plan) {
+namespace {
+
+// What IDIST_INTERHOST `setting` comes to, as far as this host can tell: every member must be
+// able to run UCX for auto to take it, so only a "gloo" is certain from here.
+std::string interhost_choice(const std::string& setting, const UcxHere& ucx) {
+  if (setting == "gloo") return "gloo";
+  if (setting == "ucx")
+    return ucx.loads ? "ucx (required: a rank whose host cannot start UCX fails at init, saying why)"
+                     : "none: ucx is required but this host cannot run it (" + ucx.detail +
+                           "), so every rank here fails at init; install libucx and the ucx plugin, or set "
+                           "IDIST_INTERHOST=auto or gloo";
+  if (setting != "auto")
+    return "none: IDIST_INTERHOST='" + setting + "' is not auto, ucx or gloo, so every rank refuses it at init";
+  return ucx.loads ? "ucx where every host's ranks can start UCX, as this host's can (" + ucx.detail +
+                         "), else gloo; idist-run -v prints the ranks' choice"
+                   : "gloo: this host cannot run ucx (" + ucx.detail + ")";
+}
+
+}  // namespace
+
+std::string dry_run_json(const LaunchPlan& plan, const UcxHere& ucx) {
   using json = nlohmann::ordered_json;  // keys in the order written: launcher first
   const auto& job = plan.job;
   json out;
@@ -40,15 +60,17 @@ std::string dry_run_json(const LaunchPlan& plan) {
   out["notes"] = plan.notes;
   json cpus = json::array();
   for (const auto& share : plan.cpu_shares) cpus.push_back(cpu_list(share));
-  // Between hosts: the setting; the choice itself is the ranks' at init (idist-run -v says it).
+  // Between hosts: the setting, and what it comes to as far as this host can tell; the choice
+  // itself is the ranks' at init, among every host's (idist-run -v says it).
   const char* interhost = std::getenv(std::string(env::kInterhost).c_str());
   const bool set = interhost != nullptr && *interhost != '\0';
-  out["interhost"] = {{"setting", set ? interhost : "auto"},
+  const std::string setting = set ? interhost : "auto";
+  out["interhost"] = {{"setting", setting},
                       {"from", set ? std::string(env::kInterhost) : "default"},
                       {"used", job.nnodes > 1 ? "between hosts: the hosts' leaders, and groups of one rank per host"
                                               : "no (one host)"},
                       {"auto", env::kInterhostAuto},
-                      {"choice", "made by the ranks at init; idist-run -v prints it"}};
+                      {"choice", interhost_choice(setting, ucx)}};
   out["binding"] = {{"bound", !plan.cpu_shares.empty()}, {"why", plan.binding}, {"cpus", std::move(cpus)}};
   json ranks = json::array();
   for (int i = 0; i < plan.local_count; ++i) {

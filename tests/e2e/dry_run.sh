@@ -34,6 +34,21 @@ out=$(plan IDIST_INTERHOST=gloo "$RUN" --dry-run --nnodes 2 --node-rank 1 --mast
 check "interhost: IDIST_INTERHOST=gloo shows, for a job of 2 hosts" equals \
   "$(q '[.interhost.setting, .interhost.from, (.interhost.used | startswith("between hosts"))] | join(" / ")' "$out")" \
   "gloo / IDIST_INTERHOST / true"
+# What the setting comes to as far as this host can tell: the ucx plugin beside this build's
+# libidist loads (setup.sh builds it); an idist-run with no plugin where it looks says gloo.
+two_hosts=(--dry-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --rdzv-id dry -n 2 /bin/true)
+check "interhost: auto, the plugin loads here: ucx where every host can" test -n \
+  "$(q .interhost.choice "$(plan "$RUN" "${two_hosts[@]}")" | grep '^ucx where every host.*libidist-backend-ucx.so')"
+check "interhost: gloo is certain" equals "$(q .interhost.choice "$(plan IDIST_INTERHOST=gloo "$RUN" "${two_hosts[@]}")")" gloo
+check "interhost: a value that is none of them is shown as refused" test -n \
+  "$(q .interhost.choice "$(plan IDIST_INTERHOST=rdma "$RUN" "${two_hosts[@]}")" | grep "^none: IDIST_INTERHOST='rdma' is not auto, ucx or gloo")"
+lonely=$(mktemp -d)
+cp "$RUN" "$lonely/idist-run"
+check "interhost: no plugin where it looks: gloo, saying why" test -n \
+  "$(q .interhost.choice "$(plan "$lonely/idist-run" "${two_hosts[@]}")" | grep '^gloo: this host cannot run ucx (no libidist-backend-ucx.so in ')"
+check "interhost: ucx required where it cannot run: every rank would fail, said before they start" test -n \
+  "$(q .interhost.choice "$(plan IDIST_INTERHOST=ucx "$lonely/idist-run" "${two_hosts[@]}")" | grep '^none: ucx is required but this host cannot run it')"
+rm -rf "$lonely"
 # Binding: by default where every rank gets a cpu of its own and nobody bound idist-run.
 cpus=$(nproc)  # idist-run's mask, as this shell's
 online=$(getconf _NPROCESSORS_ONLN)

@@ -183,8 +183,15 @@ Attempt attempt_of(LaunchPlan& plan, const std::string& path, int restart_count,
 void apply_assignment(LaunchPlan& plan, int attempt, int node_rank, int nnodes, int world_size, int rank_base,
                       int master_port);
 
+// Whether this host's ranks could take UCX between hosts, as far as idist-run can tell without
+// starting them: the ucx plugin found where libidist looks and loaded (in a child), or why not.
+struct UcxHere {
+  bool loads = false;
+  std::string detail;  // the plugin's path, or why it is not usable here
+};
+
 // --dry-run's output: one JSON object (see README, "--dry-run").
-std::string dry_run_json(const LaunchPlan& plan);
+std::string dry_run_json(const LaunchPlan& plan, const UcxHere& ucx = {});
 
 // A fresh secret for the store (128 bits from the OS's random source, hex).
 std::string random_token(std::size_t bytes = 16);
