@@ -328,9 +328,9 @@ TEST_CASE("shm: calls that do not match fail on the ranks that would read the ot
   for (int size : {2, 3, 4, 5}) {
     CAPTURE(size);
     // Another count on the last rank: every rank raises, none returns a result, and the
-    // message names both calls. 3 floats: boxes on both sides; 64: past shm's boxes, so the
+    // message names both calls. 3 floats: boxes on both sides; 100: past shm's boxes, so the
     // last rank's call goes by halves, the others' by boxes.
-    for (std::size_t last : {std::size_t{3}, std::size_t{64}}) {
+    for (std::size_t last : {std::size_t{3}, std::size_t{100}}) {
       CAPTURE(last);
       const auto theirs = "all_reduce (float32 SUM, " + std::to_string(last * 4) + " bytes)";
       test::run_ranks(size, [&](ProcessGroup& group, test::Failures& failures) {

@@ -20,9 +20,9 @@ constexpr DType kDTypes[] = {DType::int8,     DType::uint8,    DType::int32,   D
                              DType::float16,  DType::bfloat16, DType::float32, DType::float64};
 constexpr ReduceOp kOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
                              ReduceOp::AND, ReduceOp::OR,      ReduceOp::XOR};
-// 1, a few, 38 (a shm box's 1, 2 and 3 lines for 1-, 2- and 4-byte types; halves for 8) and
-// 300k elements: over 1 MiB for the 4-byte and 8-byte types.
-constexpr std::size_t kCounts[] = {1, 7, 38, 300'000};
+// 1, a few, 38 and 60 (a shm box's 1, 2, 3 and 5 lines for 1-, 2- and 4-byte types; halves for
+// 8) and 300k elements: over 1 MiB for the 4-byte and 8-byte types.
+constexpr std::size_t kCounts[] = {1, 7, 38, 60, 300'000};
 
 // Element i of rank r, in [1, 3]: products of 4 ranks stay exact in int8 and float16.
 int value(int rank, std::size_t i) { return 1 + static_cast<int>((static_cast<std::size_t>(rank) * 7 + i) % 3); }

@@ -95,9 +95,10 @@ struct alignas(64) BoxLine {
   std::atomic<std::uint64_t> step;
 };
 static_assert(sizeof(BoxLine) == 64, "a box line is one cache line");
-constexpr std::size_t kBoxLines = 3;
+constexpr std::size_t kBoxLines = 5;
 constexpr std::size_t kBoxNoteBytes = 16;  // CallNote::Words, first in line 0
-// 152: 8 B to 128 B all_reduce, where the halves' two transfers showed (docs/BENCHMARKS.md).
+// 264: 8 B to 256 B all_reduce, where the halves' two transfers showed (docs/BENCHMARKS.md;
+// with 3 lines, 256 B took 0.19 us against Open MPI's 0.17, with 5 0.165-0.185 against 0.180-0.201).
 constexpr std::size_t kBoxBytes = kBoxLines * sizeof(BoxLine::bytes) - kBoxNoteBytes;
 
 enum class Op : std::uint8_t { barrier, broadcast, all_gather, gather, all_gather_v, scatter, all_reduce, reduce, reduce_scatter };
