@@ -78,11 +78,6 @@ class HierarchicalBackend final : public Backend {
         size_(init.size),
         timeout_(init.timeout),
         hosts_(init.hosts),
-        // A segment count of kPipelineFrom of the largest segment stays within size_t.
-        segment_(zero_is_never(init.contract.tuning.hier_segment, kSegment,
-                               std::numeric_limits<std::size_t>::max() / kPipelineFrom)),
-        rails_from_(zero_is_never(init.contract.tuning.hier_rails_from, kRailsFrom,
-                                  std::numeric_limits<std::size_t>::max())),
         flat_(std::move(flat)) {
     const int host = hosts_[static_cast<std::size_t>(rank_)];
     host_count_ = *std::max_element(hosts_.begin(), hosts_.end()) + 1;
@@ -115,6 +110,28 @@ class HierarchicalBackend final : public Backend {
                                                  init.timeout, init.contract, distinct, leader_names}};
       leaders_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
     }
+    // Only leaders took part in the choice: each tells its host's other members, for
+    // show_config (what a user reads to know which path ran) and for the thresholds below.
+    if (host_count_ > 1) {
+      const auto key = init.key_prefix + "leaders-via/" + std::to_string(host);
+      if (local_rank_ == 0) {
+        const auto name = leaders_->name();
+        init.store.set(key, std::vector<char>(name.begin(), name.end()));
+      }
+      const auto value = local_rank_ == 0 ? std::vector<char>(leaders_->name().begin(), leaders_->name().end())
+                                          : init.store.get(key);
+      leaders_via_.assign(value.begin(), value.end());
+    }
+    // Segments and rails were measured over ucx. Over gloo's TCP they cost more than they save
+    // (2 ranks per fake host, 3 alternating rounds: 1 MiB 3,960 us by rails against 1,197
+    // without, 8 MiB 14,588 in segments against 12,148 without; docs/BENCHMARKS.md), so there
+    // they run only where the variables ask for them.
+    const bool measured = leaders_via_ == "ucx";
+    // A segment count of kPipelineFrom of the largest segment stays within size_t.
+    segment_ = zero_is_never(init.contract.tuning.hier_segment, measured ? kSegment : 0,
+                             std::numeric_limits<std::size_t>::max() / kPipelineFrom);
+    rails_from_ = zero_is_never(init.contract.tuning.hier_rails_from, measured ? kRailsFrom : 0,
+                                std::numeric_limits<std::size_t>::max());
     // Rails need every host to have as many members as this one; then member i of each host
     // (in host order) joins rail i, made after leaders_ as the rail's own collective.
     const auto per_host = local_members_.size();
@@ -142,18 +159,6 @@ class HierarchicalBackend final : public Backend {
       own_rail_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
     }
     rails_ = equal_hosts;
-    // Only leaders took part in the choice: each tells its host's other members, for
-    // show_config (what a user reads to know which path ran).
-    if (host_count_ > 1) {
-      const auto key = init.key_prefix + "leaders-via/" + std::to_string(host);
-      if (local_rank_ == 0) {
-        const auto name = leaders_->name();
-        init.store.set(key, std::vector<char>(name.begin(), name.end()));
-      }
-      const auto value = local_rank_ == 0 ? std::vector<char>(leaders_->name().begin(), leaders_->name().end())
-                                          : init.store.get(key);
-      leaders_via_.assign(value.begin(), value.end());
-    }
   }
 
   std::string_view name() const override { return "hierarchical"; }
@@ -417,8 +422,8 @@ class HierarchicalBackend final : public Backend {
   int size_;
   std::chrono::milliseconds timeout_;
   std::vector<int> hosts_;
-  std::size_t segment_;     // all_reduce_pipelined's segment (IDIST_HIER_SEGMENT)
-  std::size_t rails_from_;  // all_reduce_by_rails from here (IDIST_HIER_RAILS_FROM); max: never
+  std::size_t segment_ = 0;     // all_reduce_pipelined's segment (IDIST_HIER_SEGMENT)
+  std::size_t rails_from_ = 0;  // all_reduce_by_rails from here (IDIST_HIER_RAILS_FROM); max: never
   std::vector<int> local_members_;  // this host's members, ascending
   int local_rank_ = 0;              // our index among them; 0: the host's leader
   int host_count_ = 1;
