@@ -15,15 +15,19 @@ namespace {
 
 // What IDIST_INTERHOST `setting` comes to, as far as this host can tell: every member must be
 // able to run UCX for auto to take it, so only a "gloo" is certain from here.
-std::string interhost_choice(const std::string& setting, const UcxHere& ucx) {
+std::string interhost_choice(const std::string& setting, const UcxHere& ucx, const env::Contract& job) {
+  if (setting != "auto" && setting != "ucx" && setting != "gloo")
+    return "none: IDIST_INTERHOST='" + setting + "' is not auto, ucx or gloo, so every rank refuses it at init";
+  // Only a gloo job's traffic between hosts is carried this way (an empty backend: the
+  // program's choice, gloo by default).
+  if (job.nnodes <= 1) return "not used (one host)";
+  if (!job.backend.empty() && job.backend != "gloo") return "not used (the " + job.backend + " backend carries its own)";
   if (setting == "gloo") return "gloo";
   if (setting == "ucx")
     return ucx.loads ? "ucx (required: a rank whose host cannot start UCX fails at init, saying why)"
                      : "none: ucx is required but this host cannot run it (" + ucx.detail +
                            "), so every rank here fails at init; install libucx and the ucx plugin, or set "
                            "IDIST_INTERHOST=auto or gloo";
-  if (setting != "auto")
-    return "none: IDIST_INTERHOST='" + setting + "' is not auto, ucx or gloo, so every rank refuses it at init";
   return ucx.loads ? "ucx where every host's ranks can start UCX, as this host's can (" + ucx.detail +
                          "), else gloo; idist-run -v prints the ranks' choice"
                    : "gloo: this host cannot run ucx (" + ucx.detail + ")";
@@ -70,7 +74,7 @@ std::string dry_run_json(const LaunchPlan& plan, const UcxHere& ucx) {
                       {"used", job.nnodes > 1 ? "between hosts: the hosts' leaders, and groups of one rank per host"
                                               : "no (one host)"},
                       {"auto", env::kInterhostAuto},
-                      {"choice", interhost_choice(setting, ucx)}};
+                      {"choice", interhost_choice(setting, ucx, job)}};
   out["binding"] = {{"bound", !plan.cpu_shares.empty()}, {"why", plan.binding}, {"cpus", std::move(cpus)}};
   json ranks = json::array();
   for (int i = 0; i < plan.local_count; ++i) {

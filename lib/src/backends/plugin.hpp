@@ -22,7 +22,8 @@ namespace idist::detail {
 // one version.
 // 2: Backend::traits(), default operations, BackendInit::hosts; 3: Backend::cancel_transfers()
 // 5: BackendPlugin::probe, env::Contract::interhost; 6: env::Contract::cpus_shared(_fd)
-inline constexpr int kPluginAbi = 6;
+// 7: env::Contract::tuning
+inline constexpr int kPluginAbi = 7;
 
 struct PluginSizes {
   std::size_t backend_init = sizeof(BackendInit);

@@ -187,7 +187,7 @@ void apply_assignment(LaunchPlan& plan, int attempt, int node_rank, int nnodes, 
 // starting them: the ucx plugin found where libidist looks and loaded (in a child), or why not.
 struct UcxHere {
   bool loads = false;
-  std::string detail;  // the plugin's path, or why it is not usable here
+  std::string detail = "not looked for";  // the plugin's path, or why it is not usable here
 };
 
 // --dry-run's output: one JSON object (see README, "--dry-run").

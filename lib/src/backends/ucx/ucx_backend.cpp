@@ -378,8 +378,11 @@ class Comm {
         if (failed != nullptr || late_peer >= 0) cancel(ops);
         // Whatever else this rank queued on lanes (the ring's sends to its other neighbour)
         // would be out of step, and would read the caller's buffers after the call returned.
-        // A receive of the wrong length leaves the ranks in step (recv drained it): not that.
-        const bool in_step = failed != nullptr && !failed->lane && failed->status == UCS_ERR_MESSAGE_TRUNCATED;
+        // A point-to-point receive of the wrong length leaves the ranks in step (recv drained
+        // it): not that. A collective's leaves the group broken, and the ring's sends queued to
+        // its other neighbour must fail that neighbour at once, not at its deadline.
+        const bool in_step = failed != nullptr && !failed->lane && !failed->exact &&
+                             failed->status == UCS_ERR_MESSAGE_TRUNCATED;
         if (lanes_ && (failed != nullptr || late_peer >= 0) && !in_step)
           lanes_->break_pending("a collective failed part way on this rank");
       }
@@ -459,7 +462,7 @@ class Comm {
     check_length(op);
   }
 
-  // Consumed whole, the short message leaves the ranks in step, as a truncated one does.
+  // A collective's short message is an error, raised as a truncated one is.
   static void check_length(Op& op) {
     if (!op.done || !op.exact || op.status != UCS_OK || op.length == op.posted) return;
     op.status = UCS_ERR_MESSAGE_TRUNCATED;
