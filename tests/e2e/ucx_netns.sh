@@ -107,17 +107,23 @@ check "die: rank 0 raised (exit 3)" equals "${codes[0]}" 3
 check "die: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TMP/die.0" | grep ucx)"
 check "die: the survivor was done well within the 10 s timeout: UCX saw the peer go ($elapsed ms)" test "$elapsed" -lt 5000
 
-# Sizes that differ on UCX's tag path (messages below the lanes' 64 KiB): a shorter message
-# than the receive completes as a success in UCX, so the backend checks each length; both
-# raise at once, rather than one returning a wrong sum.
-start=$(now_ms)
-by_hand tag-sizes 10 --sizes
-wait_codes "${pids[@]}"
-elapsed=$(($(now_ms) - start))
-cat "$TMP"/tag-sizes.*
-check "tags, sizes differ: both ranks raised (exit 3)" equals "${codes[*]}" "3 3"
-check "tags, sizes differ: a rank says the calls differ" test -n "$(grep -h 'the ranks called different collectives or sizes' "$TMP"/tag-sizes.*)"
-check "tags, sizes differ: at once, not at the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
+# Ranks in all_reduces of different sizes: both raise (exit 3) at once, not at the 10 s
+# timeout, and one says so. sizes_differ PREFIX LABEL WHAT SAYS (an extended regex).
+sizes_differ() {
+  local prefix=$1 label=$2 what=$3 says=$4
+  start=$(now_ms)
+  by_hand "$prefix" 10 --sizes
+  wait_codes "${pids[@]}"
+  elapsed=$(($(now_ms) - start))
+  cat "$TMP/$prefix".*
+  check "$label, sizes differ: both ranks raised (exit 3)" equals "${codes[*]}" "3 3"
+  check "$label, sizes differ: $what" test -n "$(grep -hE "$says" "$TMP/$prefix".*)"
+  check "$label, sizes differ: at once, not at the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
+}
+# On UCX's tag path (messages below the lanes' 64 KiB): a shorter message than the receive
+# completes as a success in UCX, so the backend checks each length, rather than one rank
+# returning a wrong sum.
+sizes_differ tag-sizes tags "a rank says the calls differ" 'the ranks called different collectives or sizes'
 
 # A link is cut under all_reduce: host B's cable down at the bridge. cut_under PREFIX LABEL.
 cut_under() {
@@ -226,16 +232,9 @@ check "lanes, die: rank 0 names rank 1 and ucx" test -n "$(grep -E 'rank 1' "$TM
 check "lanes, die: the survivor was done well within the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
 # Sizes that differ without IDIST_DEBUG's check: each rank's lane reads the other's header,
 # so both raise at once, naming the other, rather than waiting for the timeout or mixing bytes.
-start=$(now_ms)
-by_hand lane-sizes 10 --sizes
-wait_codes "${pids[@]}"
-elapsed=$(($(now_ms) - start))
-cat "$TMP"/lane-sizes.*
-check "lanes, sizes differ: both ranks raised (exit 3)" equals "${codes[*]}" "3 3"
 # The first to read the other's header says what came; the other may instead see that rank
 # leave (its exit resets the connection) and say so.
-check "lanes, sizes differ: a rank says what came" test -n "$(grep -hE '(20 bytes came where 16|16 bytes came where 20) were expected' "$TMP"/lane-sizes.*)"
-check "lanes, sizes differ: at once, not at the 10 s timeout ($elapsed ms)" test "$elapsed" -lt 5000
+sizes_differ lane-sizes lanes "a rank says what came" '(20 bytes came where 16|16 bytes came where 20) were expected'
 cut_under lane-cut "lanes, cut"
 # Hosts that disagree on IDIST_UCX_TCP_FROM would put a message on a lane while the other end
 # waits for it over UCX: init refuses on both, naming the setting and both values.

@@ -128,9 +128,9 @@ class HierarchicalBackend final : public Backend {
     // they run only where the variables ask for them.
     const bool measured = leaders_via_ == "ucx";
     // A segment count of kPipelineFrom of the largest segment stays within size_t.
-    segment_ = std::min(zero_is_never(init.contract.tuning.hier_segment, measured ? kSegment : 0,
-                                      std::numeric_limits<std::size_t>::max() / kPipelineFrom),
-                        std::numeric_limits<std::size_t>::max() / kPipelineFrom);
+    constexpr auto kLargestSegment = std::numeric_limits<std::size_t>::max() / kPipelineFrom;
+    segment_ = std::min(zero_is_never(init.contract.tuning.hier_segment, measured ? kSegment : 0, kLargestSegment),
+                        kLargestSegment);
     rails_from_ = zero_is_never(init.contract.tuning.hier_rails_from, measured ? kRailsFrom : 0,
                                 std::numeric_limits<std::size_t>::max());
     // Rails need every host to have as many members as this one; then member i of each host
