@@ -33,9 +33,11 @@ void check_key_count(std::size_t n) {
 TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   const auto deadline = Clock::now() + options_.timeout;
   const std::string where = options_.host + ":" + std::to_string(options_.port);
-  // A store at its connection limit answers BUSY and hangs up. It has then made room by
-  // dropping a stranger's connection, or holds only the job's own, some of which may go: try
-  // again, as while rank 0 is not up yet, until the deadline, and then say what the store said.
+  // A store that made room by dropping a stranger's connection (at its connection limit, or
+  // out of descriptors) answers BUSY and hangs up: the stranger may have been us, our hello
+  // still on its way, so try again, as while rank 0 is not up yet, until the deadline, and
+  // then say what the store said. A store that can make no room, every connection it holds
+  // being the job's own, answers ERROR with its cause: no wait would change it, so say so now.
   auto backoff = std::chrono::milliseconds(10);
   int turned_away = 0;
   for (;;) {
@@ -44,15 +46,21 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
                                deadline, "hello");
     const auto code = static_cast<std::uint8_t>(reply.at(0));
     if (code == static_cast<std::uint8_t>(wire::Reply::ok)) return;
-    if (code != static_cast<std::uint8_t>(wire::Reply::busy))
-      throw std::runtime_error("the store at " + where +
-                               " refused this rank: wrong IDIST_JOB_TOKEN (is another job using this port?)");
-    ::close(fd_);
-    fd_ = -1;
-    ++turned_away;
     wire::Reader in(reply);
     in.code();
     const auto why = in.bytes();
+    if (code != static_cast<std::uint8_t>(wire::Reply::busy)) {
+      ::close(fd_);
+      fd_ = -1;
+      if (!why || why->empty() || *why == wire::kWrongToken)
+        throw std::runtime_error("the store at " + where +
+                                 " refused this rank: wrong IDIST_JOB_TOKEN (is another job using this port?)");
+      throw std::runtime_error("could not join the store at " + where + ": " + std::string(*why) +
+                               " (rank 0's log says more)");
+    }
+    ::close(fd_);
+    fd_ = -1;
+    ++turned_away;
     if (Clock::now() + backoff >= deadline)
       throw TimeoutFailure("could not join the store at " + where + " within " + duration_text(options_.timeout) +
                            ": it turned this rank away " + std::to_string(turned_away) + " time(s): " +

@@ -1,6 +1,9 @@
 #include "store/tcp_store_server.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -101,12 +104,13 @@ struct ServerState {
   void forget_waiter(const std::string& key, const Session* session);
 };
 
-// Says BUSY with `why` on a connection about to be closed, without waiting: the frame is small
-// and the connection new, so it fits the socket's buffer. What the client sent (its hello) is
-// read off first, since closing with unread bytes resets the connection, and a reset may beat
-// our reply to the client.
-void turn_away(tcp::socket& socket, const std::string& why) {
-  const auto frame = wire::Writer(static_cast<std::uint8_t>(wire::Reply::busy)).bytes(why).frame();
+// Says `why` on a connection about to be closed, without waiting: the frame is small and the
+// connection new, so it fits the socket's buffer. BUSY when the client may try again (room
+// was made), ERROR when it may not (wire.hpp). What the client sent (its hello) is read off
+// first, since closing with unread bytes resets the connection, and a reset may beat our reply
+// to the client.
+void turn_away(tcp::socket& socket, const std::string& why, wire::Reply code = wire::Reply::busy) {
+  const auto frame = wire::Writer(static_cast<std::uint8_t>(code)).bytes(why).frame();
   const int fd = socket.native_handle();
   [[maybe_unused]] const auto sent = ::send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   std::array<char, wire::kMaxHelloFrame + 4> sink{};
@@ -203,7 +207,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!state_.options.token.empty() && parsed.request->token != state_.options.token) {
         detail::log().warn("idist store: refused a client from {}: wrong or missing IDIST_JOB_TOKEN", peer_);
         closing_ = true;
-        return send_error("wrong job token");
+        return send_error(wire::kWrongToken);
       }
       authenticated_ = true;
       state_.strangers.erase(stranger_);
@@ -376,6 +380,19 @@ void ServerState::forget_waiter(const std::string& key, const Session* session) 
 
 }  // namespace
 
+namespace {
+
+// Descriptors may run short for a moment (another thread of rank 0 between open and close):
+// only once they have been short this long does the store refuse for good (ERROR), so that a
+// rank refused then would have waited for nothing.
+constexpr auto kShortOfDescriptorsGrace = std::chrono::milliseconds(500);
+
+bool out_of_descriptors(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system;
+}
+
+}  // namespace
+
 struct TcpStoreServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
@@ -383,10 +400,28 @@ struct TcpStoreServer::Impl {
   ServerState state{io};
   std::thread thread;
   std::size_t open_at_refusal = 0;
+  // Held open only to be closed when descriptors run out: the one free descriptor that lets
+  // the store accept a waiting connection and tell it why it cannot stay, where it could
+  // otherwise only leave it in the listen queue until the client's deadline (300 s).
+  int reserve_fd = -1;
+  std::optional<Clock::time_point> short_since;  // since when accept() has failed for descriptors
   RateLimitedLog refusals{io, [this](std::size_t n, const std::string& latest) {
                             detail::log().warn("idist store: refused {} connection(s) (latest from {}): already {} open, the limit",
                                                n, latest, open_at_refusal);
                           }};
+  std::string short_why;  // the latest refusal for want of descriptors
+  RateLimitedLog short_refusals{io, [this](std::size_t n, const std::string& latest) {
+                                  detail::log().warn("idist store: refused {} connection(s) (latest from {}): {}", n, latest,
+                                                     short_why);
+                                }};
+  RateLimitedLog accept_failures{io, [](std::size_t n, const std::string& what) {
+                                   detail::log().warn("idist store: accept failed {} time(s): {}", n, what);
+                                 }};
+
+  Impl() { reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
+  ~Impl() {
+    if (reserve_fd >= 0) ::close(reserve_fd);
+  }
 
   // Makes room for a newcomer by dropping the oldest stranger; false when every open
   // connection is the job's own.
@@ -406,38 +441,99 @@ struct TcpStoreServer::Impl {
   void accept() {
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if ((ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system) &&
-          evict_a_stranger("rank 0 is out of file descriptors (" + ec.message() + "; its RLIMIT_NOFILE)"))
-        return accept();  // a descriptor is free again: the one waiting may be a rank
-      if (ec) {
-        // Out of descriptors (EMFILE) and the like: accepting again at once would spin.
-        detail::log().warn("idist store: accept failed: {}", ec.message());
-        accept_retry.expires_after(std::chrono::milliseconds(50));
-        accept_retry.async_wait([this](auto ec2) {
-          if (!ec2) accept();
-        });
-        return;
-      }
-      if (state.sessions.size() >= state.options.max_connections && !evict_a_stranger(full_text())) {
-        refuse_connection(socket);
-      } else {
-        socket.set_option(tcp::no_delay(true), ec);
-        auto session = std::make_shared<Session>(state, std::move(socket));
-        state.sessions.insert(session);
-        session->start();
-      }
+      if (out_of_descriptors(ec)) return on_out_of_descriptors(ec);
+      if (ec) return retry_accept(ec);
+      short_since.reset();
+      take(std::move(socket));
       accept();
     });
   }
 
+  // ENOBUFS and the like, or descriptors short for less than the grace: accepting again at
+  // once would spin.
+  void retry_accept(const boost::system::error_code& ec) {
+    accept_failures.note(ec.message());
+    accept_retry.expires_after(std::chrono::milliseconds(50));
+    accept_retry.async_wait([this](auto ec2) {
+      if (!ec2) accept();
+    });
+  }
+
+  void take(tcp::socket socket) {
+    if (state.sessions.size() >= state.options.max_connections && !evict_a_stranger(full_text()))
+      return refuse_connection(socket);
+    boost::system::error_code ec;
+    socket.set_option(tcp::no_delay(true), ec);
+    auto session = std::make_shared<Session>(state, std::move(socket));
+    state.sessions.insert(session);
+    session->start();
+  }
+
+  // Whether a connection is in the listen queue. accept() fails for want of a descriptor
+  // before it looks for one, so its failure alone says nothing of a newcomer.
+  bool connection_waiting() {
+    pollfd p{acceptor.native_handle(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  }
+
+  void on_out_of_descriptors(const boost::system::error_code& ec) {
+    // Nobody waiting: dropping a stranger now (maybe the rank just accepted, its hello on its
+    // way) would make room for no one. Wait for a newcomer instead, without spinning.
+    if (!connection_waiting()) {
+      acceptor.async_wait(tcp::acceptor::wait_read, [this](auto ec2) {
+        if (!ec2) accept();
+      });
+      return;
+    }
+    const std::string why =
+        "rank 0 is out of file descriptors (" + ec.message() +
+        (ec == asio::error::no_descriptors ? "; raise its RLIMIT_NOFILE, ulimit -n)" : "; the system's file table)");
+    if (evict_a_stranger(why)) return accept();  // a descriptor is free again: the one waiting may be a rank
+    const auto now = Clock::now();
+    if (!short_since) short_since = now;
+    if (now - *short_since < kShortOfDescriptorsGrace || reserve_fd < 0) return retry_accept(ec);
+    // Every descriptor is held by the job's own connections (and rank 0's other work), none
+    // of which is going away: a rank left in the listen queue would wait its whole timeout.
+    // Answer each connection as it comes instead (readability: no spinning while none does).
+    acceptor.async_wait(tcp::acceptor::wait_read, [this, why](auto ec2) {
+      if (ec2) return;
+      turn_away_waiting(why);
+      accept();
+    });
+  }
+
+  // A connection is waiting while descriptors are short: served if one came free meanwhile,
+  // else accepted on the reserve descriptor and refused for good, naming the cause.
+  void turn_away_waiting(const std::string& why) {
+    tcp::socket socket(io);
+    boost::system::error_code ec;
+    acceptor.non_blocking(true, ec);
+    acceptor.accept(socket, ec);
+    if (!ec) {
+      short_since.reset();
+      return take(std::move(socket));
+    }
+    if (!out_of_descriptors(ec) || reserve_fd < 0) return;  // would block: the client gave up meanwhile
+    ::close(reserve_fd);
+    acceptor.accept(socket, ec);
+    if (!ec) {
+      const auto peer = socket.remote_endpoint(ec);
+      short_why = why + ", with " + std::to_string(state.sessions.size()) + " store connections open, all of them this job's";
+      short_refusals.note(ec ? std::string("?") : peer.address().to_string());
+      turn_away(socket, short_why, wire::Reply::error);
+    }
+    reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+
   // Over the connection cap with only the job's own connections open: nothing to make room
-  // with. The newcomer hears why (BUSY) and may try again while its deadline lasts.
+  // with, nor will there be (a job's ranks keep theirs to the end). The newcomer hears why
+  // (ERROR) and gives up at once rather than wait out its deadline.
   void refuse_connection(tcp::socket& socket) {
     boost::system::error_code ec;
     const auto peer = socket.remote_endpoint(ec);
     open_at_refusal = state.sessions.size();
     refusals.note(ec ? std::string("?") : peer.address().to_string());
-    turn_away(socket, full_text() + ", all of them this job's");
+    turn_away(socket, full_text() + ", all of them this job's", wire::Reply::error);
   }
 };
 
@@ -492,6 +588,8 @@ TcpStoreServer::~TcpStoreServer() {
   impl_->io.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->refusals.flush();
+  impl_->short_refusals.flush();
+  impl_->accept_failures.flush();
   impl_->state.evictions.flush();
   impl_->state.slow_hellos.flush();
   // The listening socket closes before the clients' connections do (when the io context's

@@ -5,9 +5,14 @@
 // one request in flight per connection, so a reply always answers the last request.
 //
 //   HELLO token          -> OK | ERROR message (then the server closes)   first frame, always
-//                           | BUSY message: the store is at its connection limit and closed
-//                             this connection, which may try again (sent at once, even
-//                             before the hello arrives)
+//                           | BUSY message: the store closed this connection to make room
+//                             (at its connection limit, or out of descriptors), and the
+//                             client may try again (sent at once, even before the hello
+//                             arrives)
+//                           ERROR is final: a wrong token, or a store that can make no room
+//                           (every connection it holds is the job's own) names its cause, and
+//                           the client gives up at once with it rather than retry until its
+//                           deadline (also sent before the hello arrives).
 //   SET key value        -> OK
 //   GET key              -> VALUE bytes        (the server holds the reply until the key exists)
 //   ADD key i64          -> VALUE i64
@@ -37,6 +42,8 @@ inline constexpr std::uint32_t kMaxKeys = 1u << 16;
 // Until a client has presented the token it is a stranger: it may make us buffer no more than
 // a hello needs.
 inline constexpr std::uint32_t kMaxHelloFrame = 4096;
+// The ERROR message that answers a hello with the wrong token; the client words it for the user.
+inline constexpr std::string_view kWrongToken = "wrong job token";
 
 class Writer {
  public:
