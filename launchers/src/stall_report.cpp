@@ -1,6 +1,7 @@
 #include "stall_report.hpp"
 
 #include "idist/common/duration.hpp"
+#include "idist/types.hpp"
 
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/fmt/ranges.h>
@@ -33,7 +34,10 @@ constexpr std::array<const char*, 8> kDTypeNames = {"int8",    "uint8",    "int3
 
 std::string dtype_name(std::uint8_t d) { return d < kDTypeNames.size() ? kDTypeNames[d] : "dtype " + std::to_string(d); }
 
-constexpr std::array<const char*, 7> kReduceNames = {"SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "XOR"};
+// idist::to_string(ReduceOp)'s names: that function is libidist's, which idist-run does not
+// link (it starts ranks, it runs no collective); the assert keeps the two from parting.
+constexpr std::array<const char*, 8> kReduceNames = {"SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "XOR", "AVG"};
+static_assert(kReduceNames.size() == static_cast<std::size_t>(ReduceOp::AVG) + 1, "a name for every ReduceOp");
 
 std::string reduce_name(std::uint8_t r) { return r < kReduceNames.size() ? kReduceNames[r] : "op " + std::to_string(r); }
 
@@ -41,13 +45,14 @@ std::string group_name(std::int32_t g) { return g < 0 ? "world" : "new_group #" 
 
 std::string seconds(std::int64_t ns) { return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9); }
 
-// Its arguments: "float32, 2 elements, root 0"; "" for a barrier.
-std::string details(const Recorded& r) {
+// Its arguments: "float32, 2 elements, root 0", "float32 MAX, 2 elements"; "" for a barrier.
+// SUM, the default, is named only with `with_sum` (ranks that differ in the op).
+std::string details(const Recorded& r, bool with_sum = false) {
   if (r.op == "barrier") return "";
   // All ones: a count told at run time (an all_gather of each rank's own part, a broadcast
   // whose size goes first).
   std::string out = dtype_name(r.dtype);
-  if (r.reduce != 0 && r.op.find("reduce") != std::string::npos) out += " " + reduce_name(r.reduce);
+  if ((r.reduce != 0 || with_sum) && r.op.find("reduce") != std::string::npos) out += " " + reduce_name(r.reduce);
   out += r.count != ~std::uint64_t{0} ? fmt::format(", {} element{}", r.count, r.count == 1 ? "" : "s")
          : r.op == "all_gather"       ? ", each rank's own count"
                                       : ", its count sent first";
@@ -56,8 +61,8 @@ std::string details(const Recorded& r) {
 }
 
 // What a call was: "all_reduce (float32, 2 elements)", "barrier".
-std::string what(const Recorded& r) {
-  const auto d = details(r);
+std::string what(const Recorded& r, bool with_sum = false) {
+  const auto d = details(r, with_sum);
   return d.empty() ? r.op : r.op + " (" + d + ")";
 }
 
@@ -645,9 +650,11 @@ std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, Cal
       continue;
     }
     std::vector<std::string> parts;
+    const bool ops_differ = std::any_of(kinds.begin(), kinds.end(),
+                                        [&](const auto& k) { return k.first->reduce != kinds.front().first->reduce; });
     for (auto& [call, who] : kinds) {
       std::sort(who.begin(), who.end());
-      parts.push_back(fmt::format("{} called {}", list(who), what(*call)));
+      parts.push_back(fmt::format("{} called {}", list(who), what(*call, ops_differ)));
     }
     say(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match {}", seq, group_name(group),
                     fmt::join(parts, ", "), kWrongResults));

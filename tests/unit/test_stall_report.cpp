@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "idist/types.hpp"
 #include "stall_report.hpp"
 
 using namespace idist::launchers::detail;
@@ -204,4 +205,24 @@ TEST_CASE("a rank frozen in its peers' last call: its state and its stack") {
   CHECK(report->suspect == 2);
   REQUIRE(!report->to_inspect.empty());
   CHECK(report->to_inspect.front() == std::pair<int, pid_t>{2, 1002});
+}
+
+TEST_CASE("reduce ops by name, AVG included: SUM, the default, is named where the ranks' ops differ") {
+  auto sum = call(3, 2, rec::State::entered);
+  auto avg = sum;
+  avg.reduce = static_cast<std::uint8_t>(idist::ReduceOp::AVG);
+  CallKeys reported;
+  const auto lines = mismatch_report({rank(0, {sum}), rank(1, {avg})}, reported, nullptr, true);
+  REQUIRE(lines.size() == 1);
+  CHECK(has(lines, "rank 0 called all_reduce (int8 SUM, 2 elements), rank 1 called all_reduce (int8 AVG, 2 elements)"));
+
+  // A stall names a MAX; a SUM goes unnamed there, as the calls agree on it.
+  const std::int64_t now = 100'000'000'000;
+  auto in_5 = call(5, 2, rec::State::entered);
+  in_5.reduce = static_cast<std::uint8_t>(idist::ReduceOp::MAX);
+  in_5.entered_ns = now - 5'000'000'000;
+  CallKeys stalls;
+  const auto report = stall_report({rank(0, {in_5}), rank(1, {call(4, 2)})}, now, std::chrono::seconds(1), stalls);
+  REQUIRE(report);
+  CHECK(has(report->lines, "all_reduce #5 on group world (int8 MAX, 2 elements)"));
 }
