@@ -235,6 +235,8 @@ TEST_CASE("a member that heartbeats but never says over is dropped after its gra
         "rank 0 on node 0 (ha) exited with code 3; node 1 (hb) did not report its ranks stopped within 0.5s of "
         "attempt 0's end; 1 node left, the job needs 2");
   CHECK(verdict.value("exit_code", 0) == 3);
+  // 3 restarts left: too few nodes ended it, which every node's line must say (not the budget).
+  CHECK(rdzv::verdict_of(verdict).ended_by == idist::launchers::RemoteVerdict::End::too_few_nodes);
   REQUIRE(h.run_until([&] { return b.closed; }));
   CHECK(text_of(b.last("error"), "message") ==
         "this node did not report its ranks stopped within 0.5s of attempt 0's end; dropped from the job");
@@ -296,6 +298,7 @@ TEST_CASE("with MIN:MAX and no restart left, a lost node ends the job, saying th
   CHECK(text_of(verdict, "cause") ==
         "node 1 (hb) was lost: its idist-run ended or was killed; no restart left (--max-restarts 0): going on without "
         "a lost node spends a restart");
+  CHECK(rdzv::verdict_of(verdict).ended_by == idist::launchers::RemoteVerdict::End::restarts_spent);
 }
 
 TEST_CASE("a node that leaves with a reason is named with it") {

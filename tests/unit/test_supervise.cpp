@@ -92,8 +92,14 @@ TEST_CASE("a verdict's words") {
   v.restarts_left = 1;
   CHECK(verdict_then(v, Stop::none, 2) == "; restarting every node (attempt 1, 1 restart left)");
   v.then = RemoteVerdict::Then::failure;
-  CHECK(verdict_then(v, Stop::none, 2) == "; the job ends (--max-restarts 2)");
+  v.ended_by = RemoteVerdict::End::restarts_spent;
+  CHECK(verdict_then(v, Stop::none, 2) == "; the job ends: no restart left (--max-restarts 2)");
   CHECK(verdict_then(v, Stop::none, 0) == "; the job ends");
+  // Restarts left, but fewer nodes than --nnodes MIN: the budget is not why.
+  v.ended_by = RemoteVerdict::End::too_few_nodes;
+  CHECK(verdict_then(v, Stop::none, 2) == "; the job ends: too few nodes left for another attempt");
+  v.ended_by = RemoteVerdict::End::other;  // node 0 left, a rendezvous timed out: the cause says it
+  CHECK(verdict_then(v, Stop::none, 2) == "; the job ends");
   CHECK(verdict_then(v, Stop::interrupted, 2).empty());
 }
 

@@ -478,6 +478,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                         agents == 1 ? "" : "s", options.min_nodes);
     exit_code = 1;
     blamed_rank = -1;
+    ended_by = kEndedByNodes;
     conclude(false);
   }
 
@@ -682,6 +683,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     }
     blame();
     if (restarts_used < options.max_restarts && live >= options.min_nodes) return next_attempt(true);
+    ended_by = live < options.min_nodes ? kEndedByNodes : kEndedByRestarts;
     if (live < options.min_nodes) {
       if (failure && !departures.empty()) *cause += fmt::format("; {}", fmt::join(departures, "; "));
       *cause += fmt::format("; {} node{} left, the job needs {}", live, live == 1 ? "" : "s", options.min_nodes);
@@ -721,6 +723,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       verdict["cause"] = *cause;
       verdict["exit_code"] = exit_code;
       verdict["rank"] = blamed_rank;
+      if (!ended_by.empty()) verdict["ended_by"] = std::string(ended_by);
       info("the job failed: {}", *cause);
     }
     for (const auto& n : nodes)
@@ -823,6 +826,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   int blamed_rank = -1;  // the global rank the verdict names, -1 for none or a node
+  std::string_view ended_by;  // a failure after an attempt: kEndedByRestarts or kEndedByNodes
 };
 
 Server::Server(asio::io_context& io, tcp::acceptor acceptor, ServerOptions options)

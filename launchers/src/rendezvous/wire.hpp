@@ -30,6 +30,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "idist/launchers/coordinator.hpp"
 
@@ -159,6 +160,10 @@ T field(const Json& message, const char* name, T fallback) {
   }
 }
 
+// A failure verdict's "ended_by": the restart budget was spent, or too few nodes were left.
+inline constexpr std::string_view kEndedByRestarts = "restarts";
+inline constexpr std::string_view kEndedByNodes = "nodes";
+
 // A job's verdict as both rendezvous write it: the built-in one's "verdict" message, and the
 // etcd one's state (the same keys, so that every node reads one meaning).
 inline RemoteVerdict verdict_of(const Json& m) {
@@ -173,6 +178,10 @@ inline RemoteVerdict verdict_of(const Json& m) {
   v.restarts_left = field<int>(m, "restarts_left", 0);
   v.counted = field<bool>(m, "counted", true);
   v.rank = field<int>(m, "rank", -1);
+  const auto ended_by = field<std::string>(m, "ended_by", "");
+  v.ended_by = ended_by == kEndedByRestarts ? RemoteVerdict::End::restarts_spent
+               : ended_by == kEndedByNodes  ? RemoteVerdict::End::too_few_nodes
+                                            : RemoteVerdict::End::other;
   return v;
 }
 

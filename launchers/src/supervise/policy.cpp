@@ -53,9 +53,12 @@ std::string verdict_then(const RemoteVerdict& v, Stop stop, int max_restarts) {
   if (v.then == Then::restart)
     return fmt::format("; restarting every node (attempt {}, {} restart{} left)", v.next_attempt, v.restarts_left,
                        v.restarts_left == 1 ? "" : "s");
-  if (v.then == Then::failure && stop == Stop::none)
-    return max_restarts > 0 ? fmt::format("; the job ends (--max-restarts {})", max_restarts) : "; the job ends";
-  return "";
+  if (v.then != Then::failure || stop != Stop::none) return "";
+  // Said only where it is why: a job whose nodes fell below MIN ends whatever its budget.
+  if (v.ended_by == RemoteVerdict::End::too_few_nodes) return "; the job ends: too few nodes left for another attempt";
+  if (v.ended_by == RemoteVerdict::End::restarts_spent && max_restarts > 0)
+    return fmt::format("; the job ends: no restart left (--max-restarts {})", max_restarts);
+  return "; the job ends";
 }
 
 namespace {

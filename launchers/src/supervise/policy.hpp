@@ -45,7 +45,8 @@ struct LocalNext {
 LocalNext after_local_attempt(bool failed, Stop stop, int index, int max_restarts);
 
 // The tail of the job-wide line for a verdict of the rendezvous ("; restarting every node
-// (attempt 1, 2 restarts left)", "; the job ends (--max-restarts 2)").
+// (attempt 1, 2 restarts left)", "; the job ends: no restart left (--max-restarts 2)", "; the
+// job ends: too few nodes left for another attempt").
 std::string verdict_then(const RemoteVerdict& v, Stop stop, int max_restarts);
 
 // What the supervisor knows when the job is over.

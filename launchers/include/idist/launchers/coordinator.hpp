@@ -40,6 +40,10 @@ struct RemoteVerdict {
   int restarts_left = 0;
   bool counted = true;  // restart: it spent one from the budget (false: a re-form of an elastic job)
   int rank = -1;  // the global rank the cause names; -1: none, or a node that was lost
+  // failure: what ended the job rather than another attempt, for the verdict's line (a job
+  // with restarts left that ends for want of nodes must not read as out of restarts).
+  enum class End { other, restarts_spent, too_few_nodes };
+  End ended_by = End::other;
 };
 
 // How the attempts of a job spread over nodes are decided together (rendezvous.hpp). The

@@ -824,7 +824,9 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
                            options.max_restarts);
     }
     next["phase"] = "done";
-    next["verdict"] = Json{{"then", "failure"}, {"cause", cause}, {"exit_code", exit_code}, {"rank", rank}};
+    next["verdict"] = Json{{"then", "failure"}, {"cause", cause}, {"exit_code", exit_code}, {"rank", rank},
+                           {"ended_by", std::string(live_count < options.min_nodes ? rendezvous::kEndedByNodes
+                                                                                   : rendezvous::kEndedByRestarts)}};
     if (txn(s, next)) info("the job failed: {}", cause);
   }
 
