@@ -707,4 +707,8 @@ TEST_CASE("bad PyTorchJob variables: one line each, naming them") {
                  "PET_RDZV_BACKEND='zk' is not a rendezvous backend idist-run knows"));
   CHECK(pod_error(without(kPyTorchJobElastic, {"PET_RDZV_ENDPOINT"})) ==
         "Kubeflow PyTorchJob pod: PET_RDZV_BACKEND is set but PET_RDZV_ENDPOINT is not: where do the pods meet?");
+  // What is set and what is missing, as they are: PET_NNODES alone is neither RANK nor WORLD_SIZE.
+  CHECK(pod_error({{"PET_NNODES", "2"}}) == "Kubeflow PyTorchJob pod: PET_NNODES is set but RANK and WORLD_SIZE are not: "
+                                           "the operator sets RANK and WORLD_SIZE in every pod of a job with a Master");
+  CHECK(contains(pod_error({{"PET_NNODES", "2"}, {"RANK", "0"}}), "PET_NNODES and RANK are set but WORLD_SIZE is not"));
 }

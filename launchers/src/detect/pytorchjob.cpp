@@ -17,6 +17,10 @@
 // (plan.cpp, pod_plan). The generation is told by PET_NODE_RANK, which only v1.7 and later
 // set, and WORLD_SIZE is checked against the convention it implies, never guessed.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <utility>
+#include <vector>
 
 #include "detectors.hpp"
 #include "idist/launchers/config.hpp"
@@ -145,9 +149,18 @@ std::optional<PodDetected> detect_pytorchjob(const env::Lookup& env) {
   }
 
   if (!rank && !world && !node_rank && !range) return pod;  // one pod: PET_NPROC_PER_NODE alone
-  if (!rank || !world)
-    fail(fmt::format("{} is set but {} is not: the operator sets both in every pod of a job with a Master",
-                     rank ? env::kRank : env::kWorldSize, rank ? env::kWorldSize : env::kRank));
+  if (!rank || !world) {
+    // Named as they are: PET_NNODES alone is neither RANK nor WORLD_SIZE.
+    std::vector<std::string_view> given, missing;
+    for (auto [name, set] : {std::pair{kPetNodeRank, node_rank.has_value()}, std::pair{kPetNnodes, range.has_value()}})
+      if (set) given.push_back(name);
+    for (auto [name, set] : {std::pair{env::kRank, rank.has_value()}, std::pair{env::kWorldSize, world.has_value()}})
+      (set ? given : missing).push_back(name);
+    const auto are = [](const auto& names) { return names.size() == 1 ? "is" : "are"; };
+    fail(fmt::format("{} {} set but {} {} not: the operator sets {} and {} in every pod of a job with a Master",
+                     fmt::join(given, " and "), are(given), fmt::join(missing, " and "), are(missing), env::kRank,
+                     env::kWorldSize));
+  }
   if (range && range->first.value != range->second.value)
     fail(fmt::format("{}='{}:{}' without {}: MIN:MAX needs an elastic policy", kPetNnodes, range->first.value,
                      range->second.value, kPetRdzvEndpoint));
