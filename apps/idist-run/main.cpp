@@ -519,6 +519,9 @@ void fill_in(CLI::App& app, Cli& cli, const std::optional<config::File>& file) {
         if (it != file->values.end()) value = it->second;
       }
       if (value) {
+        // A file's "" (a variable's is refused by from_env): after the file and key, as its other errors.
+        if (value->text.empty() && setting.type != config::Type::boolean)
+          throw UsageError(fmt::format("{}: {}", value->context, config::empty_value(setting.option, config::wanted(setting))));
         try {
           option->clear();
           option->add_result(value->text);
@@ -695,17 +698,11 @@ void refuse_mpirun_np(const CLI::App& app, int argc, char** argv) {
 // The check config::Check names, as CLI11 runs it on the command line's value and on those
 // fill_in passes through the option from a variable or a config file.
 void add_check(CLI::Option* option, const config::Setting& setting) {
-  const auto not_empty = [](std::string what) {
-    return CLI::Validator([what](const std::string& v) { return v.empty() ? "an empty " + what : ""; }, "");
-  };
   const auto one_of = [](const auto& names) {
     return CLI::IsMember(std::vector<std::string>(std::begin(names), std::end(names)));
   };
   switch (setting.check) {
     case config::Check::none: return;
-    case config::Check::not_empty:
-      option->check(not_empty(setting.key == "master_addr" ? "address" : setting.key == "rdzv_id" ? "id" : "endpoint"));
-      return;
     case config::Check::port: option->check(CLI::Range(1, 65535)); return;
     case config::Check::node_rank: option->check(CLI::Range(0, 65535)); return;
     case config::Check::launcher: option->check(one_of(idist::launchers::kLauncherChoices)); return;
@@ -733,6 +730,16 @@ void add_setting_options(CLI::App& app, Cli& cli) {
             return app.add_option(names, value, help);
         },
         setting.target);
+    // First, so that an empty value meets the one rule (config::empty_value), not the next check.
+    // It throws, rather than failing the check: CLI11 would put the option's name before the
+    // sentence that already names it.
+    if (setting.type != config::Type::boolean)
+      option->check(CLI::Validator(
+          [&setting](const std::string& v) -> std::string {
+            config::refuse_empty(setting.option, v, config::wanted(setting));
+            return "";
+          },
+          ""));
     add_check(option, setting);
     if (setting.show_default) option->capture_default_str();
   }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -276,6 +277,41 @@ std::string torchrun_rdzv_backend(std::string_view variable, std::string_view va
                                variable, value));
 }
 
+std::string empty_value(std::string_view name, std::string_view wants) {
+  // A variable is one word in capitals; anything else (an option, a key) is left out instead.
+  const bool variable = !name.empty() && std::isupper(static_cast<unsigned char>(name.front())) &&
+                        name.find_first_of(" '") == std::string_view::npos;
+  return variable ? fmt::format("{} is set but empty: unset it or give {}", name, wants)
+                  : fmt::format("{} is empty: leave it out or give {}", name, wants);
+}
+
+void refuse_empty(std::string_view name, std::string_view value, std::string_view wants) {
+  if (value.empty()) throw UsageError(empty_value(name, wants));
+}
+
+std::string_view wanted(const Setting& setting) {
+  static const std::map<std::string_view, std::string_view> kWants = {
+      {"rdzv_id", "the job's id"},
+      {"rdzv_endpoint", "HOST[:PORT]"},
+      {"master_addr", "an address"},
+      {"rdzv_backend", "a backend (c10d, static, etcd or etcd-v2)"},
+      {"rdzv_conf", "key=value,..."},
+      {"log_dir", "a directory"},
+      {"port_range", "LO-HI"},
+      {"forward_signals", "signal names (or none)"},
+      {"nproc_per_node", "a number of processes or auto"},
+      {"nnodes", "a number of nodes or MIN:MAX"},
+      {"launcher", "a launcher kind (see --help)"},
+      {"backend", "a backend (gloo, mpi or nccl)"},
+      {"stall_action", "report or kill"},
+      {"timeout", "a number of seconds"},
+      {"grace", "a number of seconds"},
+      {"stall_timeout", "a number of seconds"},
+  };
+  const auto it = kWants.find(setting.key);
+  return it != kWants.end() ? it->second : type_words(setting.type);
+}
+
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup) {
   std::string_view name = setting.env;
   auto text = lookup(name);
@@ -283,12 +319,13 @@ std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup)
   // has a LOCAL_RANK of its own: they were its launcher's options, not those of an idist-run
   // it runs (which then becomes that rank, detect/torch_env.cpp).
   const auto pet = lookup(env::kLocalRank) ? std::nullopt : torchrun_variable(setting);
-  // Empty counts as unset, so that a job script may export IDIST_LOG_DIR=${LOGS:-}.
-  if ((!text || text->empty()) && pet) {
+  if (text) refuse_empty(name, *text, wanted(setting));
+  if (!text && pet) {
     name = *pet;
     text = lookup(name);
+    if (text) refuse_empty(name, *text, wanted(setting));
   }
-  if (!text || text->empty()) return std::nullopt;
+  if (!text) return std::nullopt;
   Value value{*text, std::string(name), fmt::format("{}='{}'", name, *text)};
   if (setting.type == Type::boolean) value.text = parse_env_flag(name, *text) ? "true" : "false";
   // torchrun's -n takes gpu and cpu too; ours takes a count or auto (resolved, and said, later).

@@ -104,6 +104,9 @@ row cli "--log-dir that cannot be made" 2 "/proc/nope" "$RUN" --log-dir /proc/no
 row cli "IDIST_PORT_RANGE=abc" 2 "IDIST_PORT_RANGE" IDIST_PORT_RANGE=abc "$RUN" /bin/true
 row cli "IDIST_BACKEND=tpu for idist-run" 2 "IDIST_BACKEND" IDIST_BACKEND=tpu "$RUN" /bin/true
 row cli "IDIST_NO_DETECT=maybe" 2 "IDIST_NO_DETECT='maybe'" IDIST_NO_DETECT=maybe "$RUN" /bin/true
+# An empty value, wherever it comes from, is refused naming it (never taken as unset).
+row cli "--rdzv-id ''" 2 "--rdzv-id is empty: leave it out or give the job's id" "$RUN" --rdzv-id '' /bin/true
+row cli "IDIST_LOG_DIR=''" 2 "IDIST_LOG_DIR is set but empty: unset it or give a directory" IDIST_LOG_DIR= "$RUN" /bin/true
 
 echo "# config files"
 printf '{"nproc_per_node": 2, "bogus_key": 1}' >"$TMP/unknown.json"
@@ -151,6 +154,9 @@ lib_row "IDIST_CPUS_SHARED=sometimes" "IDIST_CPUS_SHARED='sometimes'" RANK=0 WOR
 
 echo "# Kubeflow PyTorchJob pods (PET_*)"
 launcher_row pod "PET_NNODES alone" "PET_NNODES is set but RANK and WORLD_SIZE are not" PET_NNODES=2
+launcher_row pod "PET_RDZV_ID empty" "PET_RDZV_ID is set but empty: unset it or give the job's id" PET_RDZV_ID= \
+  PET_RDZV_ENDPOINT=127.0.0.1:1 PET_RDZV_BACKEND=c10d PET_NNODES=2
+launcher_row pod "PET_RDZV_ENDPOINT empty" "PET_RDZV_ENDPOINT is set but empty" PET_RDZV_ENDPOINT= PET_NNODES=2
 
 echo "# SLURM variable sets"
 STEP=(SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_STEP_NUM_TASKS=2

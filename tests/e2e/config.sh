@@ -54,8 +54,9 @@ out=$(run "$RUN" --config "$F" --dry-run --tag-output=false /bin/true)
 check "--tag-output=false turns off a file's true" equals "$(q .settings.tag_output "$out")" false
 out=$(run IDIST_NPROC_PER_NODE=abc "$RUN" --dry-run -n 2 /bin/true 2>&1)
 check "a variable the command line overrides is not read" equals "$?/$(q .world_size "$out")" "0/2"
-out=$(run IDIST_NPROC_PER_NODE= "$RUN" --config "$F" --dry-run /bin/true)
-check "an empty variable counts as unset" equals "$(q .world_size "$out")" 2
+out=$(run IDIST_NPROC_PER_NODE= "$RUN" --config "$F" --dry-run /bin/true 2>&1)
+check "an empty variable is refused, naming it (one rule with the options: config::empty_value)" equals "$?/$out" \
+  "2/idist-run: error: IDIST_NPROC_PER_NODE is set but empty: unset it or give a number of processes or auto"
 
 json other '{"nproc_per_node": 5}'
 out=$(run IDIST_CONFIG="$F" "$RUN" --dry-run /bin/true)
@@ -170,7 +171,7 @@ same_as_cli() {
   file=$(run "$RUN" --config "$TMP/range.json" /bin/true 2>&1 >/dev/null)
   check "$key $value in a file: '$cli' after the file and key" equals "$file" \
     "idist-run: error: $TMP/range.json: key '$key': $cli"
-  [ -z "$text" ] && return  # an empty variable counts as unset
+  [ -z "$text" ] && return  # an empty variable is refused in words of its own (above)
   env=$(run "$var=$text" "$RUN" /bin/true 2>&1 >/dev/null)
   check "$var=$text: '$cli' after the variable" equals "$env" "idist-run: error: $var='$text': $cli"
 }

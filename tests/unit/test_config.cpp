@@ -90,7 +90,7 @@ TEST_CASE("every setting declares its help, and a flag (boolean) goes into a boo
   }
 }
 
-TEST_CASE("from_env: the variable's text, flags as true/false, empty as unset") {
+TEST_CASE("from_env: the variable's text, flags as true/false, empty refused") {
   const auto lookup = test::from({{"IDIST_NPROC_PER_NODE", "4"},
                                   {"IDIST_TAG_OUTPUT", "yes"},
                                   {"IDIST_VERBOSE", "0"},
@@ -103,7 +103,8 @@ TEST_CASE("from_env: the variable's text, flags as true/false, empty as unset") 
   CHECK(n->context == "IDIST_NPROC_PER_NODE='4'");
   CHECK(config::from_env(setting("tag_output"), lookup)->text == "true");
   CHECK(config::from_env(setting("verbose"), lookup)->text == "false");
-  CHECK_FALSE(config::from_env(setting("log_dir"), lookup));
+  CHECK_THROWS_WITH_AS(config::from_env(setting("log_dir"), lookup),
+                       "IDIST_LOG_DIR is set but empty: unset it or give a directory", UsageError);
   CHECK_FALSE(config::from_env(setting("grace"), lookup));
   CHECK_THROWS_WITH_AS(config::from_env(setting("dry_run"), lookup), "IDIST_DRY_RUN='maybe': expected 1 or 0 (also true/false, yes/no)",
                        UsageError);
@@ -229,7 +230,7 @@ TEST_CASE("PET_<OPTION>: torchrun's variable for every option torchrun has, afte
   CHECK_FALSE(config::torchrun_variable(setting("grace")));
 
   const auto both = test::from({{"IDIST_NNODES", "3"}, {"PET_NNODES", "2"}, {"PET_MAX_RESTARTS", "4"},
-                                {"PET_MODULE", "1"}, {"PET_NPROC_PER_NODE", "cpu"}, {"PET_RDZV_CONF", ""}});
+                                {"PET_MODULE", "1"}, {"PET_NPROC_PER_NODE", "cpu"}});
   CHECK(config::from_env(setting("nnodes"), both)->from == "IDIST_NNODES");
   const auto restarts = config::from_env(setting("max_restarts"), both);
   CHECK(restarts->text == "4");
@@ -239,6 +240,11 @@ TEST_CASE("PET_<OPTION>: torchrun's variable for every option torchrun has, afte
   CHECK(std::stoi(config::from_env(setting("nproc_per_node"), both)->text) >= 1);
   CHECK_FALSE(config::from_env(setting("rdzv_conf"), both));
   CHECK_FALSE(config::from_env(setting("grace"), test::from({{"PET_GRACE", "3"}})));
+  // Empty is refused, not taken as unset: PET_RDZV_ID='' ran a PyTorchJob's pods with no secret.
+  CHECK_THROWS_WITH_AS(config::from_env(setting("rdzv_id"), test::from({{"PET_RDZV_ID", ""}})),
+                       "PET_RDZV_ID is set but empty: unset it or give the job's id", UsageError);
+  CHECK_THROWS_WITH_AS(config::from_env(setting("rdzv_endpoint"), test::from({{"IDIST_RDZV_ENDPOINT", ""}})),
+                       "IDIST_RDZV_ENDPOINT is set but empty: unset it or give HOST[:PORT]", UsageError);
   // A rank torchrun started inherits its PET_*: they are not the options of an idist-run it runs.
   CHECK_FALSE(config::from_env(setting("nnodes"), test::from({{"PET_NNODES", "2"}, {"LOCAL_RANK", "0"}})));
 }
@@ -259,4 +265,12 @@ TEST_CASE("torchrun's -n values and rendezvous backends, mapped in one place eac
                        "PET_RDZV_BACKEND='zk' is not a rendezvous backend idist-run knows (c10d or static: the "
                        "built-in rendezvous; etcd or etcd-v2: an etcd cluster)",
                        UsageError);
+}
+
+TEST_CASE("one rule for an empty value: a variable is to be unset, an option or key left out") {
+  CHECK(config::empty_value("PET_RDZV_ID", "the job's id") == "PET_RDZV_ID is set but empty: unset it or give the job's id");
+  CHECK(config::empty_value("--rdzv-id", "the job's id") == "--rdzv-id is empty: leave it out or give the job's id");
+  CHECK(config::empty_value("--rdzv-conf prefix", "a key prefix") ==
+        "--rdzv-conf prefix is empty: leave it out or give a key prefix");
+  CHECK_NOTHROW(config::refuse_empty("X", "x", "y"));
 }

@@ -711,4 +711,9 @@ TEST_CASE("bad PyTorchJob variables: one line each, naming them") {
   CHECK(pod_error({{"PET_NNODES", "2"}}) == "Kubeflow PyTorchJob pod: PET_NNODES is set but RANK and WORLD_SIZE are not: "
                                            "the operator sets RANK and WORLD_SIZE in every pod of a job with a Master");
   CHECK(contains(pod_error({{"PET_NNODES", "2"}, {"RANK", "0"}}), "PET_NNODES and RANK are set but WORLD_SIZE is not"));
+  // Empty is refused, naming it, as the command line refuses --rdzv-id '' (config::empty_value).
+  CHECK(pod_error(with(kPyTorchJobElastic, {{"PET_RDZV_ID", ""}})) == "PET_RDZV_ID is set but empty: unset it or give the job's id");
+  CHECK(pod_error(with(kPyTorchJobElastic, {{"PET_RDZV_ENDPOINT", ""}})) ==
+        "PET_RDZV_ENDPOINT is set but empty: unset it or give HOST[:PORT]");
+  CHECK(contains(pod_error(with(kPyTorchJobWorkerV17, {{"MASTER_ADDR", ""}})), "MASTER_ADDR is set but empty"));
 }

@@ -41,9 +41,17 @@ constexpr std::string_view kPetRdzvEndpoint = "PET_RDZV_ENDPOINT";
 constexpr std::string_view kPetRdzvBackend = "PET_RDZV_BACKEND";
 constexpr std::string_view kPetRdzvId = "PET_RDZV_ID";
 constexpr std::string_view kPetMaxRestarts = "PET_MAX_RESTARTS";
-constexpr std::string_view kPetMarks[] = {kPetNprocPerNode, kPetNnodes,       kPetNodeRank,     kPetMasterAddr,
-                                          kPetMasterPort,   kPetRdzvEndpoint, kPetRdzvBackend, kPetRdzvId,
-                                          kPetMaxRestarts};
+// Each with what it wants, for the one rule on empty values (config::empty_value).
+constexpr std::pair<std::string_view, std::string_view> kPetMarks[] = {
+    {kPetNprocPerNode, "a number of processes, auto, gpu or cpu"},
+    {kPetNnodes, "a number of pods or MIN:MAX"},
+    {kPetNodeRank, "the pod's index"},
+    {kPetMasterAddr, "the master pod's address"},
+    {kPetMasterPort, "a port"},
+    {kPetRdzvEndpoint, "HOST[:PORT]"},
+    {kPetRdzvBackend, "a backend (c10d, static, etcd or etcd-v2)"},
+    {kPetRdzvId, "the job's id"},
+    {kPetMaxRestarts, "a number of restarts"}};
 
 [[noreturn]] void fail(const std::string& what) { throw DetectError(std::string(kSource) + ": " + what); }
 
@@ -71,12 +79,14 @@ std::pair<Sourced<int>, Sourced<int>> node_range(std::string_view name, const st
 
 // torchrun's PET_MASTER_ADDR beside MASTER_ADDR (and the ports alike): the operator sets both
 // to one value; a pod spec that sets one of them by hand must not contradict the other.
-std::optional<Sourced<std::string>> one_of(const env::Lookup& env, std::string_view pet, std::string_view plain) {
+std::optional<Sourced<std::string>> one_of(const env::Lookup& env, std::string_view pet, std::string_view plain,
+                                           std::string_view what) {
   const auto a = env(pet);
   const auto b = env(plain);
+  if (b) config::refuse_empty(plain, *b, what);
   if (a && b && *a != *b) fail(fmt::format("{}='{}' and {}='{}' disagree", pet, *a, plain, *b));
-  if (a && !a->empty()) return Sourced<std::string>{*a, std::string(pet)};
-  if (b && !b->empty()) return Sourced<std::string>{*b, std::string(plain)};
+  if (a) return Sourced<std::string>{*a, std::string(pet)};
+  if (b) return Sourced<std::string>{*b, std::string(plain)};
   return std::nullopt;
 }
 
@@ -84,10 +94,12 @@ std::optional<Sourced<std::string>> one_of(const env::Lookup& env, std::string_v
 
 std::optional<PodDetected> detect_pytorchjob(const env::Lookup& env) {
   bool marked = false;
-  for (auto name : kPetMarks) marked = marked || env(name).has_value();
+  for (auto [name, wants] : kPetMarks) marked = marked || env(name).has_value();
   // torchrun's workers (and ours) inherit the pod's PET_* with a LOCAL_RANK of their own: they
   // are ranks, which the torchrun-style detector reads; only the pod's own process is a node.
   if (!marked || env(env::kLocalRank)) return std::nullopt;
+  for (auto [name, wants] : kPetMarks)
+    if (const auto value = env(name)) config::refuse_empty(name, *value, wants);
 
   PodDetected pod;
   const bool elastic = env(kPetRdzvEndpoint) || env(kPetRdzvBackend);
@@ -110,11 +122,11 @@ std::optional<PodDetected> detect_pytorchjob(const env::Lookup& env) {
   if (const auto text = env(kPetNnodes)) range = node_range(kPetNnodes, *text);
 
   if (const auto backend = env(kPetRdzvBackend)) pod.rdzv_backend = config::torchrun_rdzv_backend(kPetRdzvBackend, *backend);
-  if (const auto id = env(kPetRdzvId); id && !id->empty()) pod.rdzv_id = Sourced<std::string>{*id, std::string(kPetRdzvId)};
-  if (const auto endpoint = env(kPetRdzvEndpoint); endpoint && !endpoint->empty())
+  if (const auto id = env(kPetRdzvId)) pod.rdzv_id = Sourced<std::string>{*id, std::string(kPetRdzvId)};
+  if (const auto endpoint = env(kPetRdzvEndpoint))
     pod.rdzv_endpoint = Sourced<std::string>{*endpoint, std::string(kPetRdzvEndpoint)};
-  pod.master_addr = one_of(env, kPetMasterAddr, env::kMasterAddr);
-  if (const auto port = one_of(env, kPetMasterPort, env::kMasterPort)) {
+  pod.master_addr = one_of(env, kPetMasterAddr, env::kMasterAddr, "the master pod's address");
+  if (const auto port = one_of(env, kPetMasterPort, env::kMasterPort, "a port")) {
     const auto n = parse_whole<int>(port->value);
     if (!n || *n < 1 || *n > 65535) fail(fmt::format("{}='{}' is not a port (1 to 65535)", port->from, port->value));
     pod.master_port = Sourced<int>{*n, port->from};

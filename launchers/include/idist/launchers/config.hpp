@@ -68,7 +68,7 @@ using Target = std::variant<bool Options::*, int Options::*, double Options::*, 
 
 // What the command line checks of a value beyond its type, as it parses it (idist-run turns
 // each into a CLI11 check); the rest idist-run checks once every source has been read.
-enum class Check { none, not_empty, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts };
+enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts };
 
 // One option of idist-run, declared once: its spellings, help, default (the Options member's
 // initializer) and where its value goes. idist-run's command line, --help and its man page,
@@ -105,8 +105,7 @@ inline constexpr Setting kSettings[] = {
      "This node's index, 0 to --nnodes - 1 (optional with a rendezvous: nodes are ranked by host name)",
      &Options::node_rank, Check::node_rank},
     {"master_addr", "--master-addr", "IDIST_MASTER_ADDR", Type::string, "--master_addr",
-     "Address of rank 0's store (default: 127.0.0.1, or what the outer launcher says)", &Options::master_addr,
-     Check::not_empty},
+     "Address of rank 0's store (default: 127.0.0.1, or what the outer launcher says)", &Options::master_addr},
     {"master_port", "--master-port", "IDIST_MASTER_PORT", Type::integer, "--master_port",
      "Port of rank 0's store (default: a free one, or one derived from the job's id)", &Options::master_port,
      Check::port},
@@ -114,11 +113,11 @@ inline constexpr Setting kSettings[] = {
      "The job's identity, the same on every node (as torchrun's): rank 0's port is derived from it where no "
      "launcher gives a job id, and only clients presenting it reach the store (needed by --nnodes > 1 unless "
      "IDIST_JOB_TOKEN is set)",
-     &Options::rdzv_id, Check::not_empty, false, true},
+     &Options::rdzv_id, Check::none, false, true},
     {"rdzv_endpoint", "--rdzv-endpoint", "IDIST_RDZV_ENDPOINT", Type::string, "--rdzv_endpoint",
      "HOST[:PORT] (default port 29400) where the nodes meet, the same on every node: the first idist-run started "
      "on HOST hosts it and is node 0 (rank 0 runs there)",
-     &Options::rdzv_endpoint, Check::not_empty},
+     &Options::rdzv_endpoint},
     {"rdzv_conf", "--rdzv-conf", "IDIST_RDZV_CONF", Type::string, "--rdzv_conf",
      "key=seconds,...: join_timeout (default IDIST_TIMEOUT), last_call_timeout (2), heartbeat (1), node_timeout "
      "(5: a node silent that long ends the attempt)",
@@ -222,8 +221,8 @@ struct File {
 File read_file(const std::string& path, const std::string& named_by);
 
 // `setting`'s value from its variable (IDIST_*), else from torchrun's (PET_*, where torchrun
-// has the option); nullopt when both are unset or empty. A flag's variable takes 1/true/yes or
-// 0/false/no; anything else is a UsageError naming the variable. PET_NPROC_PER_NODE's gpu and
+// has the option); nullopt when both are unset. An empty one is refused (empty_value). A flag's
+// variable takes 1/true/yes or 0/false/no; anything else is a UsageError naming the variable. PET_NPROC_PER_NODE's gpu and
 // cpu become the count they stand for.
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup = env::process_env());
 
@@ -241,6 +240,18 @@ int torchrun_nproc_per_node(std::string_view text, std::string_view context);
 // idist-run's rendezvous: c10d (and static) are the built-in one, "c10d" here. The one place
 // this mapping is made. Anything else is a UsageError naming `variable`.
 std::string torchrun_rdzv_backend(std::string_view variable, std::string_view value);
+
+// The one rule for an empty value, wherever idist-run reads one (a variable, an option, a
+// config key, a --rdzv-conf key): refused, naming it. Taken as unset, it would quietly change
+// the job (PET_RDZV_ID='' ran a PyTorchJob's pods with no secret). `name`: "PET_RDZV_ID",
+// "--rdzv-id", "--rdzv-conf prefix"; `wants`: "the job's id". A variable's words say to unset
+// it ("PET_RDZV_ID is set but empty: unset it or give the job's id"), an option's to leave it
+// out.
+std::string empty_value(std::string_view name, std::string_view wants);
+// Throws UsageError(empty_value(name, wants)) when `value` is empty.
+void refuse_empty(std::string_view name, std::string_view value, std::string_view wants);
+// What `setting` wants, for empty_value: "the job's id", "HOST:PORT", "a directory".
+std::string_view wanted(const Setting& setting);
 
 // A yes/no variable, as env::parse_flag reads every one; its error as a UsageError.
 bool parse_env_flag(std::string_view name, std::string_view value);
