@@ -14,7 +14,6 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <charconv>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -143,82 +142,19 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
   return {min, max};
 }
 
-// --rdzv-conf key=seconds,...: torchrun's join_timeout and last_call_timeout, and ours,
-// heartbeat (how often agents and rendezvous beat) and node_timeout (silence that drops a node).
-// With --rdzv-backend etcd (`etcd` set) also etcd's keys, whose values are text: prefix (of the
-// job's keys), user and password (etcd's auth), local_addr (this node's MASTER_ADDR when its
-// node hosts rank 0), and TLS as torchrun's etcd rendezvous names it: protocol=https, cacert,
-// cert and key (PEM files).
-void parse_rdzv_conf(const std::string& text, idist::launchers::RendezvousOptions& r,
-                     idist::launchers::EtcdRendezvousOptions* etcd = nullptr) {
-  std::size_t at = 0;
-  while (at < text.size()) {
-    auto end = text.find(',', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(at, end - at);
-    at = end + 1;
-    const auto eq = item.find('=');
-    const std::string key = item.substr(0, eq);
-    const auto bad = [&](const std::string& why) {
-      return UsageError("--rdzv-conf '" + item + "': " + why +
-                        " (keys: join_timeout, last_call_timeout, heartbeat, node_timeout, in seconds; with etcd "
-                        "also prefix, user, password, local_addr, protocol, cacert, cert, key)");
-    };
-    if (eq == std::string::npos) throw bad("not key=seconds");
-    if (key == "prefix" || key == "user" || key == "password" || key == "local_addr" || key == "protocol" ||
-        key == "cacert" || key == "cert" || key == "key") {
-      if (etcd == nullptr) throw bad("'" + key + "' is for --rdzv-backend etcd");
-      const std::string value = item.substr(eq + 1);
-      if (value.empty()) throw bad("an empty " + key);
-      if (key == "prefix") etcd->prefix = value.back() == '/' ? value : value + "/";
-      else if (key == "user") etcd->user = value;
-      else if (key == "password") etcd->password = value;
-      else if (key == "cacert") etcd->cacert = value;
-      else if (key == "cert") etcd->cert = value;
-      else if (key == "key") etcd->key = value;
-      else if (key == "protocol" && (value == "https" || value == "http")) etcd->https = value == "https";
-      else if (key == "protocol") throw bad("protocol is http or https");
-      else etcd->local_addr = value;
-      continue;
-    }
-    double seconds = 0;
-    const std::string value = item.substr(eq + 1);
-    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
-    if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || !(seconds > 0) || seconds > 1e6)
-      throw bad("'" + value + "' is not a number of seconds above 0");
-    const auto ms = std::chrono::milliseconds(std::max(1LL, static_cast<long long>(seconds * 1000)));
-    if (key == "join_timeout") r.join_timeout = ms;
-    else if (key == "last_call_timeout") r.last_call = ms;
-    else if (key == "heartbeat") r.heartbeat = ms;
-    else if (key == "node_timeout") r.dead_after = ms;
-    else throw bad("unknown key '" + key + "'");
-  }
-  if (r.heartbeat >= r.dead_after) throw UsageError("--rdzv-conf: heartbeat must be shorter than node_timeout");
-  if (etcd != nullptr && r.dead_after < std::chrono::seconds(2))
-    throw UsageError("--rdzv-conf node_timeout: at least 2 seconds with etcd (a lease's TTL is whole seconds, 2 at least)");
-}
-
 // --rdzv-backend: torchrun's names. c10d and static are the built-in rendezvous (node 0's
 // idist-run); etcd and etcd-v2 (torchrun's two etcd rendezvous) are ours on etcd's v3 API.
 bool etcd_backend(const std::string& backend) {
   return config::torchrun_rdzv_backend("--rdzv-backend", backend) == "etcd";
 }
 
-// Seconds, fractions allowed: a finite number and nothing else (nan passes a range check).
-std::optional<double> parse_seconds(const std::string& text) {
-  double value = 0;
-  const auto* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) return std::nullopt;
-  return value;
-}
-
-// --timeout: seconds above 0.
+// --timeout: seconds above 0 (up to about 31 years).
 double parse_timeout(const std::string& text) {
-  const auto value = parse_seconds(text);
-  if (!value) throw UsageError("--timeout '" + text + "' is not a number of seconds");
-  if (*value <= 0) throw UsageError("--timeout " + text + " is out of range (above 0 seconds)");
-  return *value;
+  try {
+    return config::parse_seconds(text, {.min = 0, .min_exclusive = true, .max = 1e9});
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--timeout ") + e.what());
+  }
 }
 
 // --grace, --stall-timeout: seconds from 0 (none, or off) to `max`; a positive value under a
@@ -226,10 +162,12 @@ double parse_timeout(const std::string& text) {
 CLI::Validator seconds_from_zero(double max) {
   return CLI::Validator(
       [max](std::string& text) -> std::string {
-        const auto value = parse_seconds(text);
-        if (!value) return "'" + text + "' is not a number of seconds";
-        if (*value < 0 || *value > max) return fmt::format("{} is out of range (0 to {} seconds)", text, max);
-        if (*value > 0 && *value < 0.001) return text + " is under a millisecond: give 0, or at least 0.001";
+        try {
+          const double value = config::parse_seconds(text, {.min = 0, .min_exclusive = false, .max = max});
+          if (value > 0 && value < 0.001) return text + " is under a millisecond: give 0, or at least 0.001";
+        } catch (const UsageError& e) {
+          return e.what();
+        }
         return "";
       },
       "SECONDS");
@@ -330,7 +268,7 @@ L::SuperviseOptions supervise_options(const Cli& cli) {
   });
   if (cli.timeout_seconds) {
     const double seconds = checked(cli, "timeout", [&] { return parse_timeout(*cli.timeout_seconds); });
-    supervise.timeout = std::max(std::chrono::milliseconds(1), milliseconds(std::min(seconds, 1e9)));
+    supervise.timeout = std::max(std::chrono::milliseconds(1), milliseconds(seconds));
   }
   if (!cli.log_dir.empty()) checked(cli, "log_dir", [&] { check_log_dir(cli.log_dir); });
   supervise.tag_output = cli.tag_output;
@@ -397,7 +335,7 @@ std::shared_ptr<L::NodeAgent> node_agent(const Cli& cli, const L::LaunchPlan& pl
   const auto join_timeout = join_timeout_from_env();
   auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout, milliseconds(cli.grace_seconds));
   ro.stall_timeout = milliseconds(cli.stall_seconds);
-  checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro); });
+  checked(cli, "rdzv_conf", [&] { config::parse_rdzv_conf(cli.rdzv_conf, ro); });
   return std::make_shared<L::NodeAgent>(ro);
 }
 
@@ -406,7 +344,7 @@ std::shared_ptr<L::EtcdRendezvous> etcd_rendezvous(const Cli& cli, const L::Laun
   const auto join_timeout = join_timeout_from_env();
   auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout, milliseconds(cli.grace_seconds));
   L::EtcdRendezvousOptions eo;
-  checked(cli, "rdzv_conf", [&] { parse_rdzv_conf(cli.rdzv_conf, ro, &eo); });
+  checked(cli, "rdzv_conf", [&] { config::parse_rdzv_conf(cli.rdzv_conf, ro, &eo); });
   eo.endpoints = *cli.rdzv_endpoint;
   if (cli.rdzv_id) eo.job_id = *cli.rdzv_id;
   eo.token = ro.token;

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "idist/launchers/etcd_rendezvous.hpp"
 #include "idist/launchers/program.hpp"
+#include "idist/launchers/rendezvous.hpp"
 #include "idist/launchers/resources.hpp"
 #include "parse_whole.hpp"
 
@@ -310,6 +312,104 @@ std::string_view wanted(const Setting& setting) {
   };
   const auto it = kWants.find(setting.key);
   return it != kWants.end() ? it->second : type_words(setting.type);
+}
+
+namespace {
+
+// 1000000, not 1e+06: a limit reads as the number it is.
+std::string seconds_figure(double value) {
+  return value == std::floor(value) && std::abs(value) < 1e15 ? fmt::format("{:.0f}", value) : fmt::format("{:g}", value);
+}
+
+}  // namespace
+
+double parse_seconds(std::string_view text, SecondsRange range) {
+  double value = 0;
+  const auto* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  // from_chars says out of range for 1e999: a number still, only too large (or too small).
+  const bool number = !text.empty() && ptr == end && (ec == std::errc() || ec == std::errc::result_out_of_range);
+  if (!number || std::isnan(value)) throw UsageError(fmt::format("'{}' is not a number of seconds", text));
+  if (ec == std::errc::result_out_of_range) {
+    const bool tiny = text.find("e-") != std::string_view::npos || text.find("E-") != std::string_view::npos;
+    value = tiny ? 0 : text.front() == '-' ? -HUGE_VAL : HUGE_VAL;
+  }
+  if (range.min_exclusive ? !(value > range.min) : value < range.min)
+    throw UsageError(fmt::format("{} is too small: {} {} s", text, range.min_exclusive ? "above" : "at least",
+                                 seconds_figure(range.min)));
+  if (value > range.max) throw UsageError(fmt::format("{} is too large: at most {} s", text, seconds_figure(range.max)));
+  return value;
+}
+
+namespace {
+
+constexpr std::string_view kRdzvConfKeys =
+    " (keys: join_timeout, last_call_timeout, heartbeat, node_timeout, in seconds; with etcd also prefix, user, "
+    "password, local_addr, protocol, cacert, cert, key)";
+
+// The --rdzv-conf keys of the etcd rendezvous, with what each wants (their values are text).
+const std::map<std::string, std::string_view, std::less<>> kEtcdKeys = {
+    {"prefix", "a key prefix"},     {"user", "etcd's user name"},      {"password", "the user's password"},
+    {"local_addr", "this node's address"}, {"protocol", "http or https"}, {"cacert", "a PEM file"},
+    {"cert", "a PEM file"},         {"key", "a PEM file"}};
+
+void set_etcd_key(EtcdRendezvousOptions& etcd, const std::string& key, const std::string& value) {
+  if (key == "prefix") etcd.prefix = value.back() == '/' ? value : value + "/";
+  else if (key == "user") etcd.user = value;
+  else if (key == "password") etcd.password = value;
+  else if (key == "cacert") etcd.cacert = value;
+  else if (key == "cert") etcd.cert = value;
+  else if (key == "key") etcd.key = value;
+  else if (key == "local_addr") etcd.local_addr = value;
+  else if (value == "https" || value == "http") etcd.https = value == "https";
+  else throw UsageError("--rdzv-conf protocol=" + value + ": protocol is http or https");
+}
+
+std::chrono::milliseconds* duration_of(RendezvousOptions& r, std::string_view key) {
+  if (key == "join_timeout") return &r.join_timeout;
+  if (key == "last_call_timeout") return &r.last_call;
+  if (key == "heartbeat") return &r.heartbeat;
+  if (key == "node_timeout") return &r.dead_after;
+  return nullptr;
+}
+
+}  // namespace
+
+void parse_rdzv_conf(const std::string& text, RendezvousOptions& r, EtcdRendezvousOptions* etcd) {
+  std::size_t at = 0;
+  while (at < text.size()) {
+    auto end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    at = end + 1;
+    const auto eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const auto bad = [&](const std::string& why) {
+      return UsageError("--rdzv-conf '" + item + "': " + why + std::string(kRdzvConfKeys));
+    };
+    if (eq == std::string::npos) throw bad("not key=value");
+    const std::string value = item.substr(eq + 1);
+    const std::string name = "--rdzv-conf " + key;
+    if (const auto etcd_key = kEtcdKeys.find(key); etcd_key != kEtcdKeys.end()) {
+      if (etcd == nullptr) throw bad("'" + key + "' is for --rdzv-backend etcd");
+      refuse_empty(name, value, etcd_key->second);
+      set_etcd_key(*etcd, key, value);
+      continue;
+    }
+    auto* duration = duration_of(r, key);
+    if (duration == nullptr) throw bad("unknown key '" + key + "'");
+    refuse_empty(name, value, "a number of seconds");
+    double seconds = 0;
+    try {
+      seconds = parse_seconds(value);
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("--rdzv-conf {}={}", key, e.what()));
+    }
+    *duration = std::chrono::milliseconds(std::max(1LL, static_cast<long long>(seconds * 1000)));
+  }
+  if (r.heartbeat >= r.dead_after) throw UsageError("--rdzv-conf: heartbeat must be shorter than node_timeout");
+  if (etcd != nullptr && r.dead_after < std::chrono::seconds(2))
+    throw UsageError("--rdzv-conf node_timeout: at least 2 seconds with etcd (a lease's TTL is whole seconds, 2 at least)");
 }
 
 std::optional<Value> from_env(const Setting& setting, const env::Lookup& lookup) {

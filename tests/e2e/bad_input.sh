@@ -107,6 +107,13 @@ row cli "IDIST_NO_DETECT=maybe" 2 "IDIST_NO_DETECT='maybe'" IDIST_NO_DETECT=mayb
 # An empty value, wherever it comes from, is refused naming it (never taken as unset).
 row cli "--rdzv-id ''" 2 "--rdzv-id is empty: leave it out or give the job's id" "$RUN" --rdzv-id '' /bin/true
 row cli "IDIST_LOG_DIR=''" 2 "IDIST_LOG_DIR is set but empty: unset it or give a directory" IDIST_LOG_DIR= "$RUN" /bin/true
+RDZV=(--nnodes 2 --rdzv-endpoint 127.0.0.1:1 --rdzv-id bad-input)
+row cli "--rdzv-conf prefix=''" 2 "--rdzv-conf prefix is empty" "$RUN" "${RDZV[@]}" --rdzv-backend etcd \
+  --rdzv-conf prefix= /bin/true
+# A number too large is said as too large, with the limit; the value named by its own option.
+row cli "--rdzv-conf join_timeout=1e9" 2 "--rdzv-conf join_timeout=1e9 is too large: at most 1000000 s" "$RUN" \
+  "${RDZV[@]}" --rdzv-conf join_timeout=1e9 /bin/true
+row cli "--timeout 1e99" 2 "--timeout 1e99 is too large: at most 1000000000 s" "$RUN" --timeout 1e99 /bin/true
 
 echo "# config files"
 printf '{"nproc_per_node": 2, "bogus_key": 1}' >"$TMP/unknown.json"

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "idist/launchers/config.hpp"
+#include "idist/launchers/etcd_rendezvous.hpp"
 #include "idist/launchers/program.hpp"
+#include "idist/launchers/rendezvous.hpp"
 #include "launcher_envs.hpp"
 
 using namespace idist;
@@ -273,4 +275,52 @@ TEST_CASE("one rule for an empty value: a variable is to be unset, an option or 
   CHECK(config::empty_value("--rdzv-conf prefix", "a key prefix") ==
         "--rdzv-conf prefix is empty: leave it out or give a key prefix");
   CHECK_NOTHROW(config::refuse_empty("X", "x", "y"));
+}
+
+TEST_CASE("one reading of seconds for every duration: not a number, too small, too large, each said as it is") {
+  CHECK(config::parse_seconds("2.5") == 2.5);
+  CHECK(config::parse_seconds("1e6") == 1e6);
+  CHECK_THROWS_WITH_AS(config::parse_seconds("1e9"), "1e9 is too large: at most 1000000 s", UsageError);
+  CHECK_THROWS_WITH_AS(config::parse_seconds("1e999"), "1e999 is too large: at most 1000000 s", UsageError);
+  CHECK_THROWS_WITH_AS(config::parse_seconds("inf"), "inf is too large: at most 1000000 s", UsageError);
+  CHECK_THROWS_WITH_AS(config::parse_seconds("0"), "0 is too small: above 0 s", UsageError);
+  CHECK_THROWS_WITH_AS(config::parse_seconds("1e-999"), "1e-999 is too small: above 0 s", UsageError);
+  CHECK_THROWS_WITH_AS(config::parse_seconds("-1", {.min = 0, .min_exclusive = false, .max = 3600}),
+                       "-1 is too small: at least 0 s", UsageError);
+  CHECK_THROWS_WITH_AS(config::parse_seconds("3601", {.min = 0, .min_exclusive = false, .max = 3600}),
+                       "3601 is too large: at most 3600 s", UsageError);
+  for (const char* bad : {"abc", "nan", "", "1s", " 1"})
+    CHECK_THROWS_WITH_AS(config::parse_seconds(bad), ("'" + std::string(bad) + "' is not a number of seconds").c_str(),
+                         UsageError);
+}
+
+TEST_CASE("--rdzv-conf: durations through the one reading, etcd's keys, empty values, each error naming its key") {
+  RendezvousOptions r;
+  EtcdRendezvousOptions etcd;
+  config::parse_rdzv_conf("join_timeout=30,heartbeat=0.5,node_timeout=3,prefix=/jobs,local_addr=10.0.0.1", r, &etcd);
+  CHECK(r.join_timeout == std::chrono::seconds(30));
+  CHECK(r.heartbeat == std::chrono::milliseconds(500));
+  CHECK(etcd.prefix == "/jobs/");
+  CHECK(etcd.local_addr == "10.0.0.1");
+  const auto error = [](const std::string& text, bool with_etcd = true) -> std::string {
+    RendezvousOptions r;
+    EtcdRendezvousOptions etcd;
+    try {
+      config::parse_rdzv_conf(text, r, with_etcd ? &etcd : nullptr);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(error("join_timeout=1e9") == "--rdzv-conf join_timeout=1e9 is too large: at most 1000000 s");
+  CHECK(error("node_timeout=abc") == "--rdzv-conf node_timeout='abc' is not a number of seconds");
+  CHECK(error("heartbeat=0") == "--rdzv-conf heartbeat=0 is too small: above 0 s");
+  CHECK(error("join_timeout=") == "--rdzv-conf join_timeout is empty: leave it out or give a number of seconds");
+  CHECK(error("prefix=") == "--rdzv-conf prefix is empty: leave it out or give a key prefix");
+  CHECK(error("local_addr=") == "--rdzv-conf local_addr is empty: leave it out or give this node's address");
+  CHECK(error("protocol=ftp") == "--rdzv-conf protocol=ftp: protocol is http or https");
+  CHECK_NOTHROW(config::parse_rdzv_conf("", r));
+  CHECK(doctest::String(error("prefix=x", false).c_str()) ==
+        doctest::Contains("--rdzv-conf 'prefix=x': 'prefix' is for --rdzv-backend etcd"));
+  CHECK(doctest::String(error("timeout=3").c_str()) == doctest::Contains("--rdzv-conf 'timeout=3': unknown key 'timeout'"));
 }

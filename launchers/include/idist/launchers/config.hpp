@@ -22,6 +22,11 @@
 
 #include "idist/env_contract.hpp"
 
+namespace idist::launchers {
+struct RendezvousOptions;
+struct EtcdRendezvousOptions;
+}  // namespace idist::launchers
+
 namespace idist::launchers::config {
 
 // count_or_auto: an integer, or the string "auto" (-n auto); count_or_range: an integer, or
@@ -252,6 +257,26 @@ std::string empty_value(std::string_view name, std::string_view wants);
 void refuse_empty(std::string_view name, std::string_view value, std::string_view wants);
 // What `setting` wants, for empty_value: "the job's id", "HOST:PORT", "a directory".
 std::string_view wanted(const Setting& setting);
+
+// The one reading of a number of seconds for every duration option (--timeout, --grace,
+// --stall-timeout, --rdzv-conf's join_timeout and the others): a finite number in `range`.
+// Throws UsageError whose text starts with the value, for the caller to put its option before
+// ("--rdzv-conf join_timeout=" + "1e9 is too large: at most 1000000 s"), each case in its own
+// words: not a number, too small, too large (with the limit).
+struct SecondsRange {
+  double min = 0;
+  bool min_exclusive = true;  // above `min`, rather than at least
+  double max = 1e6;
+};
+double parse_seconds(std::string_view text, SecondsRange range = {});
+
+// --rdzv-conf key=value,...: torchrun's join_timeout and last_call_timeout, and ours,
+// heartbeat (how often agents and rendezvous beat) and node_timeout (silence that drops a
+// node), in seconds. With --rdzv-backend etcd (`etcd` given) also etcd's keys, whose values are
+// text: prefix (of the job's keys), user and password (etcd's auth), local_addr (this node's
+// MASTER_ADDR when its node hosts rank 0), and TLS as torchrun's etcd rendezvous names it:
+// protocol=https, cacert, cert and key (PEM files). Throws UsageError naming the key.
+void parse_rdzv_conf(const std::string& text, RendezvousOptions& r, EtcdRendezvousOptions* etcd = nullptr);
 
 // A yes/no variable, as env::parse_flag reads every one; its error as a UsageError.
 bool parse_env_flag(std::string_view name, std::string_view value);
