@@ -123,7 +123,7 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
   } else if (nnodes == 1) {
     // Every rank is here: a free port, held from now until rank 0 listens on it.
     if (!o.dry_run) {
-      plan.port_reservation = std::make_shared<PortReservation>(job.master_addr);
+      plan.port_reservation = std::make_shared<PortReservation>(job.master_addr, from["master_addr"]);
       job.master_port = plan.port_reservation->port();
     }
     from["master_port"] = "a free port on this host, reserved at launch";
@@ -273,7 +273,7 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
   } else if (d.world_size.value == 1) {
     // The job's only task: every rank is here, so any free port will do, held until rank 0 listens.
     if (!o.dry_run) {
-      plan.port_reservation = std::make_shared<PortReservation>(job.master_addr);
+      plan.port_reservation = std::make_shared<PortReservation>(job.master_addr, from["master_addr"]);
       job.master_port = plan.port_reservation->port();
     }
     from["master_port"] = "a free port on this host, reserved at launch (the job's only task)";
@@ -742,7 +742,7 @@ Attempt attempt_of(LaunchPlan& plan, const std::string& path, int restart_count,
   plan.job.restart_count = restart_count;
   if (restart_count > 0 && plan.port_reservation) {
     // Taken while the old reservation is still held, so the two differ.
-    auto fresh = std::make_shared<PortReservation>(plan.job.master_addr);
+    auto fresh = std::make_shared<PortReservation>(plan.job.master_addr, plan.provenance["master_addr"]);
     plan.job.master_port = fresh->port();
     plan.port_reservation = std::move(fresh);
   }

@@ -42,7 +42,7 @@ int derived_port(std::string_view job, std::uint64_t step, PortRange range) {
   return range.first + static_cast<int>((common::fnv1a(job) % span + step % span) % span);
 }
 
-PortReservation::PortReservation(const std::string& host) {
+PortReservation::PortReservation(const std::string& host, std::string_view named_by) {
   const auto tried = common::try_addresses(host, "0", SOCK_STREAM, [&](const addrinfo& ai, std::string& why) {
     const int fd = ::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
@@ -63,8 +63,9 @@ PortReservation::PortReservation(const std::string& host) {
     fd_ = fd;
     return true;
   });
-  if (!tried.resolved) throw UsageError("cannot resolve --master-addr '" + host + "': " + tried.error);
-  if (!tried.ok) throw std::runtime_error("cannot reserve a port on '" + host + "': " + tried.error);
+  if (!tried.resolved) throw UsageError("cannot resolve " + std::string(named_by) + " '" + host + "': " + tried.error);
+  if (!tried.ok)
+    throw std::runtime_error("cannot reserve a port on " + std::string(named_by) + " '" + host + "': " + tried.error);
 }
 
 PortReservation::~PortReservation() {

@@ -114,6 +114,8 @@ row cli "--rdzv-conf prefix=''" 2 "--rdzv-conf prefix is empty" "$RUN" "${RDZV[@
 row cli "--rdzv-conf join_timeout=1e9" 2 "--rdzv-conf join_timeout=1e9 is too large: at most 1000000 s" "$RUN" \
   "${RDZV[@]}" --rdzv-conf join_timeout=1e9 /bin/true
 row cli "--timeout 1e99" 2 "--timeout 1e99 is too large: at most 1000000000 s" "$RUN" --timeout 1e99 /bin/true
+row cli "an unresolvable --rdzv-conf local_addr" 2 "cannot resolve --rdzv-conf local_addr 'no-such-host.invalid'" \
+  "$RUN" "${RDZV[@]}" --rdzv-backend etcd --rdzv-conf local_addr=no-such-host.invalid /bin/true
 
 echo "# config files"
 printf '{"nproc_per_node": 2, "bogus_key": 1}' >"$TMP/unknown.json"

@@ -350,7 +350,7 @@ void NodeAgent::join(int attempt, std::function<void(const std::optional<RemoteV
   if (s.server) {
     // Rank 0's store gets a fresh port for every attempt, taken while the last one is held.
     try {
-      auto fresh = std::make_unique<PortReservation>(s.options.host);
+      auto fresh = std::make_unique<PortReservation>(s.options.host, "the rendezvous host");
       s.port = std::move(fresh);
     } catch (const std::exception& e) {
       RemoteVerdict v;

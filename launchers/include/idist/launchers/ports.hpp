@@ -32,8 +32,10 @@ int derived_port(std::string_view job, std::uint64_t step, PortRange range);
 // ephemeral ports, while rank 0 (also SO_REUSEADDR) may still bind and listen on it.
 class PortReservation {
  public:
-  // Reserves a free port on `host`; throws std::runtime_error when it cannot.
-  explicit PortReservation(const std::string& host);
+  // Reserves a free port on `host`; throws std::runtime_error when it cannot, UsageError when
+  // `host` does not resolve. `named_by`: where `host` came from, for those errors
+  // ("--rdzv-conf local_addr"): the user must recognise what they gave.
+  explicit PortReservation(const std::string& host, std::string_view named_by = "--master-addr");
   ~PortReservation();
   PortReservation(const PortReservation&) = delete;
   PortReservation& operator=(const PortReservation&) = delete;

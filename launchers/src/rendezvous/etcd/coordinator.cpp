@@ -60,6 +60,8 @@ using etcd::unbase64;
 using rendezvous::field;
 using Clock = std::chrono::steady_clock;
 
+// Where a local_addr came from, for the errors about it.
+constexpr std::string_view kLocalAddr = "--rdzv-conf local_addr";
 // How long finish() may take to say goodbye (its lease revoked, the keys cleaned up).
 constexpr auto kFinishWait = std::chrono::seconds(2);
 // How long the views of a job-wide stall report are waited for, and the least time between two
@@ -166,6 +168,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   int join_attempt = -1;  // in our record: the attempt we ask to be in; -1: none
   int over_attempt = -1;  // the attempt whose verdict `verdict` waits for
   std::unique_ptr<PortReservation> port;
+  bool local_addr_given = false;  // --rdzv-conf local_addr (else the address towards etcd, found once it answers)
   std::function<void(const std::optional<RemoteVerdict>&)> joined;
   std::function<void(const RemoteVerdict&)> verdict;
   std::optional<RemoteVerdict> early_verdict;
@@ -919,6 +922,7 @@ std::string etcd_first_endpoint(const std::string& endpoints) { return etcd::par
 EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options) : state_(std::make_shared<State>()) {
   auto& s = *state_;
   s.options = std::move(options);
+  s.local_addr_given = !s.options.local_addr.empty();
   try {
     s.endpoints = etcd::parse_endpoints(s.options.endpoints);
   } catch (const std::invalid_argument& e) {
@@ -933,6 +937,9 @@ EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options) : state_(std::make
   }
   if (s.options.job_id.empty()) s.options.job_id = fmt::format("{:016x}", common::fnv1a(s.options.token));
   s.prefix = s.options.prefix + s.options.job_id + "/";
+  // A local_addr this host cannot bind is said now, naming it, not at the first attempt as
+  // rank 0's port that could not be reserved.
+  if (s.local_addr_given) PortReservation(s.options.local_addr, kLocalAddr);
 }
 
 EtcdRendezvous::~EtcdRendezvous() {
@@ -966,7 +973,8 @@ void EtcdRendezvous::join(int attempt, std::function<void(const std::optional<Re
   s.join_attempt = std::max(attempt, s.join_attempt);
   // Rank 0's store gets a fresh port for every attempt, taken while the last one is held.
   try {
-    auto fresh = std::make_unique<PortReservation>(s.options.local_addr.empty() ? "0.0.0.0" : s.options.local_addr);
+    auto fresh = s.local_addr_given ? std::make_unique<PortReservation>(s.options.local_addr, kLocalAddr)
+                                    : std::make_unique<PortReservation>("0.0.0.0");
     s.port = std::move(fresh);
   } catch (const std::exception& e) {
     RemoteVerdict v;
