@@ -90,6 +90,72 @@ std::optional<Sourced<std::string>> one_of(const env::Lookup& env, std::string_v
   return std::nullopt;
 }
 
+using Whole = std::optional<Sourced<int>>;
+using Range = std::pair<Sourced<int>, Sourced<int>>;
+
+// Some of the variables of a job with a Master replica, but not RANK and WORLD_SIZE both.
+[[noreturn]] void refuse_incomplete(const Whole& rank, const Whole& world, const Whole& node_rank, bool range) {
+  // Named as they are: PET_NNODES alone is neither RANK nor WORLD_SIZE.
+  std::vector<std::string_view> given, missing;
+  for (auto [name, set] : {std::pair{kPetNodeRank, node_rank.has_value()}, std::pair{kPetNnodes, range}})
+    if (set) given.push_back(name);
+  for (auto [name, set] : {std::pair{env::kRank, rank.has_value()}, std::pair{env::kWorldSize, world.has_value()}})
+    (set ? given : missing).push_back(name);
+  const auto are = [](const auto& names) { return names.size() == 1 ? "is" : "are"; };
+  fail(fmt::format("{} {} set but {} {} not: the operator sets {} and {} in every pod of a job with a Master",
+                   fmt::join(given, " and "), are(given), fmt::join(missing, " and "), are(missing), env::kRank,
+                   env::kWorldSize));
+}
+
+// A pod of a job with a Master replica (RANK and WORLD_SIZE set): which pod, of how many, by
+// the convention of the operator's generation (`v17`: PET_NODE_RANK and PET_NNODES beside them).
+PodDetected master_pod(PodDetected pod, bool v17, const Sourced<int>& rank, const Sourced<int>& world,
+                       const Whole& node_rank, const std::optional<Range>& range, int per_pod) {
+  if (v17) {
+    if (!node_rank) fail(fmt::format("{} is set but {} is not", kPetMasterAddr, kPetNodeRank));
+    if (node_rank->value != rank.value)
+      fail(fmt::format("{}={} and {}={} disagree (the operator sets both to the pod's index)", kPetNodeRank,
+                       node_rank->value, env::kRank, rank.value));
+    if (!range) fail(fmt::format("{} is set but {} is not (the number of pods)", kPetNodeRank, kPetNnodes));
+    const int pods = range->second.value;
+    // v1.7+ multiply by nprocPerNode; the same pods with WORLD_SIZE counting them is the older
+    // convention (or nprocPerNode 1), which the values tell apart unless nprocPerNode is 1.
+    if (static_cast<long long>(pods) * per_pod == world.value) {
+      pod.nnodes = Sourced<int>{pods, std::string(kPetNnodes)};
+      if (per_pod > 1)
+        pod.notes.push_back(fmt::format("{}={} counts processes ({} x {}), as the operator since v1.7 sets it",
+                                        env::kWorldSize, world.value, kPetNnodes, kPetNprocPerNode));
+    } else if (pods == world.value) {
+      pod.nnodes = Sourced<int>{pods, std::string(kPetNnodes)};
+      pod.notes.push_back(fmt::format("{}={} counts pods ({}), as the operator before v1.7 set it", env::kWorldSize,
+                                      world.value, kPetNnodes));
+    } else {
+      fail(fmt::format("{}={} is neither {}={} pods nor {} x {} = {} processes", env::kWorldSize, world.value,
+                       kPetNnodes, pods, kPetNnodes, kPetNprocPerNode, static_cast<long long>(pods) * per_pod));
+    }
+    pod.node_rank = *node_rank;
+  } else {
+    // Before v1.7 the operator said nothing else: WORLD_SIZE is the number of pods and RANK
+    // the pod's index, whatever PET_NPROC_PER_NODE says.
+    pod.nnodes = Sourced<int>{world.value, std::string(env::kWorldSize) + " (pods: no PET_NODE_RANK, the operator before v1.7)"};
+    pod.node_rank = Sourced<int>{rank.value, std::string(env::kRank) + " (the pod's index)"};
+    if (range && range->second.value != world.value)
+      fail(fmt::format("{}={} and {}={} disagree (both count the pods before v1.7)", kPetNnodes, range->second.value,
+                       env::kWorldSize, world.value));
+  }
+  if (pod.node_rank->value >= pod.nnodes->value)
+    fail(v17 ? fmt::format("{}={} is not below {}={}", kPetNodeRank, pod.node_rank->value, kPetNnodes, pod.nnodes->value)
+             : fmt::format("{}={} is not below {}={} (pods)", env::kRank, pod.node_rank->value, env::kWorldSize,
+                           pod.nnodes->value));
+  if (pod.nnodes->value > 1 && !pod.master_addr)
+    fail(fmt::format("{} pods but no {}: where is the master pod?", pod.nnodes->value, env::kMasterAddr));
+  if (pod.master_addr) {
+    pod.job_name = pod.master_addr->value + (pod.master_port ? ":" + std::to_string(pod.master_port->value) : "");
+    pod.job_name_from = pod.master_addr->from + (pod.master_port ? " and " + pod.master_port->from : "");
+  }
+  return pod;
+}
+
 }  // namespace
 
 std::optional<PodDetected> detect_pytorchjob(const env::Lookup& env) {
@@ -161,65 +227,12 @@ std::optional<PodDetected> detect_pytorchjob(const env::Lookup& env) {
   }
 
   if (!rank && !world && !node_rank && !range) return pod;  // one pod: PET_NPROC_PER_NODE alone
-  if (!rank || !world) {
-    // Named as they are: PET_NNODES alone is neither RANK nor WORLD_SIZE.
-    std::vector<std::string_view> given, missing;
-    for (auto [name, set] : {std::pair{kPetNodeRank, node_rank.has_value()}, std::pair{kPetNnodes, range.has_value()}})
-      if (set) given.push_back(name);
-    for (auto [name, set] : {std::pair{env::kRank, rank.has_value()}, std::pair{env::kWorldSize, world.has_value()}})
-      (set ? given : missing).push_back(name);
-    const auto are = [](const auto& names) { return names.size() == 1 ? "is" : "are"; };
-    fail(fmt::format("{} {} set but {} {} not: the operator sets {} and {} in every pod of a job with a Master",
-                     fmt::join(given, " and "), are(given), fmt::join(missing, " and "), are(missing), env::kRank,
-                     env::kWorldSize));
-  }
+  if (!rank || !world) refuse_incomplete(rank, world, node_rank, range.has_value());
   if (range && range->first.value != range->second.value)
     fail(fmt::format("{}='{}:{}' without {}: MIN:MAX needs an elastic policy", kPetNnodes, range->first.value,
                      range->second.value, kPetRdzvEndpoint));
 
-  if (v17) {
-    if (!node_rank) fail(fmt::format("{} is set but {} is not", kPetMasterAddr, kPetNodeRank));
-    if (node_rank->value != rank->value)
-      fail(fmt::format("{}={} and {}={} disagree (the operator sets both to the pod's index)", kPetNodeRank,
-                       node_rank->value, env::kRank, rank->value));
-    if (!range) fail(fmt::format("{} is set but {} is not (the number of pods)", kPetNodeRank, kPetNnodes));
-    const int pods = range->second.value;
-    // v1.7+ multiply by nprocPerNode; the same pods with WORLD_SIZE counting them is the older
-    // convention (or nprocPerNode 1), which the values tell apart unless nprocPerNode is 1.
-    if (static_cast<long long>(pods) * per_pod == world->value) {
-      pod.nnodes = Sourced<int>{pods, std::string(kPetNnodes)};
-      if (per_pod > 1)
-        pod.notes.push_back(fmt::format("{}={} counts processes ({} x {}), as the operator since v1.7 sets it",
-                                        env::kWorldSize, world->value, kPetNnodes, kPetNprocPerNode));
-    } else if (pods == world->value) {
-      pod.nnodes = Sourced<int>{pods, std::string(kPetNnodes)};
-      pod.notes.push_back(fmt::format("{}={} counts pods ({}), as the operator before v1.7 set it", env::kWorldSize,
-                                      world->value, kPetNnodes));
-    } else {
-      fail(fmt::format("{}={} is neither {}={} pods nor {} x {} = {} processes", env::kWorldSize, world->value,
-                       kPetNnodes, pods, kPetNnodes, kPetNprocPerNode, static_cast<long long>(pods) * per_pod));
-    }
-    pod.node_rank = *node_rank;
-  } else {
-    // Before v1.7 the operator said nothing else: WORLD_SIZE is the number of pods and RANK
-    // the pod's index, whatever PET_NPROC_PER_NODE says.
-    pod.nnodes = Sourced<int>{world->value, std::string(env::kWorldSize) + " (pods: no PET_NODE_RANK, the operator before v1.7)"};
-    pod.node_rank = Sourced<int>{rank->value, std::string(env::kRank) + " (the pod's index)"};
-    if (range && range->second.value != world->value)
-      fail(fmt::format("{}={} and {}={} disagree (both count the pods before v1.7)", kPetNnodes, range->second.value,
-                       env::kWorldSize, world->value));
-  }
-  if (pod.node_rank->value >= pod.nnodes->value)
-    fail(v17 ? fmt::format("{}={} is not below {}={}", kPetNodeRank, pod.node_rank->value, kPetNnodes, pod.nnodes->value)
-             : fmt::format("{}={} is not below {}={} (pods)", env::kRank, pod.node_rank->value, env::kWorldSize,
-                           pod.nnodes->value));
-  if (pod.nnodes->value > 1 && !pod.master_addr)
-    fail(fmt::format("{} pods but no {}: where is the master pod?", pod.nnodes->value, env::kMasterAddr));
-  if (pod.master_addr) {
-    pod.job_name = pod.master_addr->value + (pod.master_port ? ":" + std::to_string(pod.master_port->value) : "");
-    pod.job_name_from = pod.master_addr->from + (pod.master_port ? " and " + pod.master_port->from : "");
-  }
-  return pod;
+  return master_pod(std::move(pod), v17, *rank, *world, node_rank, range, per_pod);
 }
 
 }  // namespace idist::launchers
