@@ -4,7 +4,9 @@
 # job_sum's ranks checking every sum. Two and three nodes form and finish; the etcd leader
 # killed mid-job; the node hosting rank 0 killed (--nnodes 2:3, a restart left): the survivors
 # re-form and finish; the proposer's idist-run frozen (SIGSTOP): the others re-form and
-# finish, it fails in one line when resumed; quorum lost: every node fails in one line; a
+# finish, it fails in one line when resumed, saying it was frozen; the job's keys deleted; endpoints
+# that answer but not as etcd (a web server, https to a plain member, http to a TLS one, a
+# certificate another CA signed): said as what they are; quorum lost: every node fails in one line; a
 # rank frozen: the job-wide stall report; TLS with client certificates; two job ids on one etcd; the
 # prefix removed at the end; a PyTorchJob's pods with rdzvBackend: etcd (PET_* only); 1,000
 # simulated nodes timed (rdzv_scale_etcd, beside JOB_SUM; SCALE_NODES=N for another count).
@@ -221,8 +223,57 @@ if wants frozen; then
   check "... another node took the proposer's key" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "proposes the job's next states now")" 1
   check "... their 4 ranks of attempt 1 have right sums" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "^job 13 rank [0-3]/4 .* attempt 1 sum .* right$")" 4
   check "the frozen node, resumed, exits non-zero (got $(rc_of $frozen))" test "$(rc_of $frozen)" != 0 -a "$(rc_of $frozen)" != none
-  check "... with a line saying its lease lapsed" eval 'grep -qE "lost etcd: this node.s lease (was not renewed|expired)|was lost: its etcd lease expired" "$DIR/$frozen.out"' ||
+  # Its own freeze, measured by its heartbeat loop, not etcd's fault.
+  check "... with a line saying it was frozen past its lease" \
+    eval 'grep -qE "this node was frozen for [0-9.]+s \(its idist-run did not run\), past its etcd lease of 2s" "$DIR/$frozen.out"' ||
     tail -n 4 "$DIR/$frozen.out"
+  check "... and no line blaming etcd for it" eval '! grep -q "no heartbeat reached etcd" "$DIR/$frozen.out"'
+fi
+
+if wants wipe; then
+  # The job's keys deleted while it runs (etcdctl del, a restore from an older snapshot): each
+  # node says the keys are gone, not that a heartbeat failed.
+  node a 2 wipe --rdzv-conf heartbeat=0.5,node_timeout=2 -- 400 50 3; a=$NODE_PID
+  node b 2 wipe --rdzv-conf heartbeat=0.5,node_timeout=2 -- 400 50 3; b=$NODE_PID
+  wait_for_lines "$DIR/a.out" "attempt 0: node" 1
+  wait_for_lines "$DIR/b.out" "attempt 0: node" 1
+  ctl del --prefix "/idist/rdzv/etcd-test-$$-wipe/" >/dev/null
+  wait_rc a 30
+  wait_rc b 30
+  check "the job's keys deleted: both nodes fail (exit $(rc_of a), $(rc_of b))" \
+    test "$(rc_of a)" != 0 -a "$(rc_of b)" != 0 -a "$(rc_of a)" != none -a "$(rc_of b)" != none
+  check "... each saying the keys are gone" equals \
+    "$(grep -l "the job's keys are gone from etcd (deleted or compacted)" "$DIR"/{a,b}.out | wc -l)" 2 ||
+    tail -n 4 "$DIR"/{a,b}.out
+  check "... and no line blaming a heartbeat" eval '! grep -q "no heartbeat" "$DIR"/{a,b}.out'
+fi
+
+# what_answered NAME ENDPOINT [CONF]: a node alone at ENDPOINT (with --rdzv-conf CONF), its exit
+# code and last line.
+what_answered() {
+  local name=$1 endpoint=$2 conf=${3:+,$3}
+  IDIST_TIMEOUT=3 timeout 30 "$RUN" --rdzv-backend etcd --nnodes 2 --rdzv-endpoint "$endpoint" \
+    --rdzv-id "etcd-test-$$-$name" --rdzv-conf "node_timeout=2$conf" -n 1 /bin/true >"$DIR/$name.out" 2>&1
+  echo "$? $(tail -n 1 "$DIR/$name.out")"
+}
+
+if wants answers; then
+  # Endpoints that answer, but not as etcd does: said as what they are, in one line, never as
+  # "no answer" and never with the page they answered.
+  hport=$(random_port)
+  python3 -m http.server "$hport" --bind 127.0.0.1 --directory "$DIR" >/dev/null 2>&1 &
+  HTTP_PID=$!
+  disown $!
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$hport) 2>/dev/null && break; sleep 0.1; done
+  got=$(what_answered web "127.0.0.1:$hport")
+  check "a web server as etcd: exit 1, 'not an etcd member (HTTP 501 from ...)': $got" \
+    eval '[ "${got%% *}" = 1 ] && grep -q "not an etcd member (HTTP 501 from 127.0.0.1:$hport)" <<<"$got"'
+  check "... no 'no answer', no HTML" eval '! grep -qiE "no answer|<html|DOCTYPE" "$DIR/web.out"'
+  check "... in one line" equals "$(grep -c "127.0.0.1:$hport" "$DIR/web.out")" 1 || cat "$DIR/web.out"
+  got=$(what_answered plain "https://127.0.0.1:${C[0]}")
+  check "https:// to a plain etcd member: 'TLS failed: ... give http://': $got" \
+    eval '[ "${got%% *}" = 1 ] && grep -q "127.0.0.1:${C[0]}: TLS failed: .*give http://" <<<"$got" && ! grep -q "no answer" <<<"$got"'
+  kill -9 "$HTTP_PID" 2>/dev/null
 fi
 
 if wants errors; then
@@ -358,8 +409,26 @@ if wants tls; then
           --rdzv-id "etcd-test-$$-tls3" --rdzv-conf "cacert=$T/other.pem,cert=$T/client.pem,key=$T/client.key,node_timeout=2" \
           -n 1 /bin/true 2>&1)
     rc=$?
-    check "a member whose certificate another CA signed: exit 1 (got $rc), saying the check failed" \
-      eval '[ $rc = 1 ] && tail -n 1 <<<"$out" | grep -q "certificate verify failed"' || echo "$out" | tail -n 2
+    check "a member whose certificate another CA signed: exit 1 (got $rc), saying the check failed and why" \
+      eval '[ $rc = 1 ] && tail -n 1 <<<"$out" | grep -q "TLS failed: certificate verify failed (unable to get local issuer certificate)" && ! grep -q "no answer" <<<"$out"' ||
+      echo "$out" | tail -n 2
+    got=$(what_answered tls4 "http://127.0.0.1:$tport")
+    check "http:// to a TLS member: 'a TLS server ... give https://': $got" \
+      eval '[ "${got%% *}" = 1 ] && grep -q "127.0.0.1:$tport: .*a TLS server.*give https://" <<<"$got" && ! grep -q "no answer" <<<"$got"'
+    if command -v openssl >/dev/null; then
+      # A TLS server that is not etcd (openssl s_server): the handshake works, the answer is not HTTP.
+      sport=$(random_port)
+      openssl s_server -accept "$sport" -cert "$T/server.pem" -key "$T/server.key" -quiet </dev/null >/dev/null 2>&1 &
+      S_PID=$!
+      disown $!
+      sleep 0.5
+      got=$(what_answered sserver "https://127.0.0.1:$sport" "cacert=$T/ca.pem")
+      check "a TLS server that is not etcd: not 'no answer': $got" eval '[ "${got%% *}" = 1 ] && ! grep -q "no answer" <<<"$got"'
+      got=$(what_answered sserver2 "http://127.0.0.1:$sport")
+      check "http:// to a TLS server that is not etcd: 'a TLS server': $got" \
+        eval '[ "${got%% *}" = 1 ] && grep -q "a TLS server" <<<"$got"'
+      kill -9 "$S_PID" 2>/dev/null
+    fi
     out=$("$RUN" --rdzv-backend etcd --nnodes 2 --rdzv-endpoint "https://127.0.0.1:$tport" --rdzv-id x \
           --rdzv-conf "cacert=$T/missing.pem" /bin/true 2>&1)
     rc=$?

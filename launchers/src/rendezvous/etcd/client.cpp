@@ -14,6 +14,7 @@
 #include <array>
 #include <charconv>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 
 namespace idist::launchers::etcd {
@@ -51,13 +52,28 @@ struct Connection {
       boost::asio::ip::make_address(host, parse);
       if (parse) SSL_set_tlsext_host_name(secure->native_handle(), host.c_str());  // SNI: names only
       secure->set_verify_callback(boost::asio::ssl::host_name_verification(host));
-      secure->async_handshake(boost::asio::ssl::stream_base::client, std::move(done));
+      secure->async_handshake(boost::asio::ssl::stream_base::client, [this, host, done = std::move(done)](auto ec) mutable {
+        if (ec) tls_refusal = verify_failure(ec, host);
+        done(ec);
+      });
     });
+  }
+
+  // Why the member's certificate was refused, if it was ("self-signed certificate"); empty when
+  // the handshake failed for another reason.
+  std::string verify_failure(const boost::system::error_code& ec, const std::string& host) const {
+    if (ec.category() != boost::asio::error::get_ssl_category() ||
+        ERR_GET_REASON(static_cast<unsigned long>(ec.value())) != SSL_R_CERTIFICATE_VERIFY_FAILED)
+      return "";
+    const long result = SSL_get_verify_result(secure->native_handle());
+    // A good chain: what failed is the name check, host_name_verification's.
+    return result != X509_V_OK ? X509_verify_cert_error_string(result) : "the certificate does not name '" + host + "'";
   }
 
   std::unique_ptr<boost::beast::tcp_stream> plain;
   std::unique_ptr<boost::beast::ssl_stream<boost::beast::tcp_stream>> secure;
   std::string local;  // this host's address on it
+  std::string tls_refusal;  // the handshake failed on the member's certificate: why
 };
 
 namespace {
@@ -76,6 +92,9 @@ constexpr auto kWatchRetry = std::chrono::milliseconds(100);
 // A member that did not answer is tried again only after this, while another one may answer.
 constexpr auto kShun = std::chrono::seconds(3);
 
+// The status of an exchange that failed after the member answered, but not in etcd's HTTP.
+constexpr int kAnswered = -1;
+
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 // An error's text; TLS's own say which check failed ("certificate verify failed").
@@ -88,8 +107,30 @@ std::string error_message(const boost::system::error_code& ec) {
   return ec.message();
 }
 
-// The gateway's error: {"error": ..., "code": gRPC code, "message": ...}, or the raw text.
-std::string error_text(int status, const std::string& body, int& code) {
+// A TLS handshake that failed, in one line: what OpenSSL said, and where the likely cause is
+// the scheme (https:// to a plain server), what to give instead.
+std::string tls_failure(const boost::system::error_code& ec, const std::string& refusal) {
+  const char* reason = ERR_reason_error_string(static_cast<unsigned long>(ec.value()));
+  const std::string why = reason != nullptr ? reason : ec.message();
+  if (!refusal.empty()) return fmt::format("TLS failed: {} ({})", why, refusal);
+  const int code = ERR_GET_REASON(static_cast<unsigned long>(ec.value()));
+  const bool plain = code == SSL_R_WRONG_VERSION_NUMBER || code == SSL_R_PACKET_LENGTH_TOO_LONG ||
+                     code == SSL_R_RECORD_LENGTH_MISMATCH || code == SSL_R_HTTP_REQUEST;
+  return fmt::format("TLS failed: {}{}", why, plain ? " (it answers in plain HTTP: give http://)" : "");
+}
+
+// An answer that is not etcd's gateway (a web server, a proxy's page): its status, never its
+// body, which can be pages of HTML. Go's TLS server (etcd's with TLS on) answers plain HTTP
+// with a 400 that says so.
+std::string not_etcd(int status, const std::string& body, const Endpoint& e) {
+  if (status == 400 && body.find("HTTP request to an HTTPS server") != std::string::npos)
+    return fmt::format("a TLS server (HTTP 400 from {}): give https://, or --rdzv-conf protocol=https", e.text());
+  return fmt::format("not an etcd member (HTTP {} from {})", status, e.text());
+}
+
+// The gateway's error: {"error": ..., "code": gRPC code, "message": ...}, or what answered
+// instead of etcd (not_etcd).
+std::string error_text(int status, const std::string& body, const Endpoint& e, int& code) {
   code = -1;
   const Json j = Json::parse(body, nullptr, false);
   if (j.is_object()) {
@@ -97,7 +138,7 @@ std::string error_text(int status, const std::string& body, int& code) {
     for (const char* key : {"message", "error"})
       if (j.contains(key) && j[key].is_string() && !j[key].get<std::string>().empty()) return j[key].get<std::string>();
   }
-  return fmt::format("HTTP {}: {}", status, body.substr(0, 200));
+  return not_etcd(status, body, e);
 }
 
 // gRPC codes no other member would answer differently: invalid argument, not found (a lease),
@@ -123,10 +164,35 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   http::response<http::string_body> response;
   Done done;
 
+  // `kAnswered` as the status: something answered, but not as an etcd member does (a TLS
+  // handshake that failed, bytes that are not HTTP), which no retry will change.
   void fail(beast::error_code ec) {
     const bool timed_out = ec == beast::error::timeout;
-    if (auto d = std::exchange(done, nullptr))
-      d(timed_out ? "no answer (timed out)" : error_message(ec), 0, "", false, reused && !timed_out);
+    std::string why = timed_out ? "no answer (timed out)" : error_message(ec);
+    int status = 0;
+    static const auto& http_errors = http::make_error_code(http::error::bad_version).category();
+    if (ec.category() == asio::error::get_ssl_category()) {
+      why = tls_failure(ec, connection->tls_refusal);
+      status = kAnswered;
+    } else if (ec == asio::ssl::error::stream_truncated && !reused) {
+      why = "TLS failed: the member closed the connection during the handshake (a plain HTTP server? give http://)";
+      status = kAnswered;
+    } else if (ec == http::error::end_of_stream && !reused) {
+      // Accepted, then closed unanswered: what a TLS server does with plain HTTP (etcd's, s_server).
+      why = connection->secure ? "closed the connection without an answer, after the TLS handshake (not an etcd member?)"
+                               : "closed the connection without an answer (a TLS server? give https://, or "
+                                 "--rdzv-conf protocol=https)";
+      status = kAnswered;
+    } else if (ec.category() == http_errors && ec != http::error::end_of_stream && ec != http::error::partial_message) {
+      // A TLS record (alert 0x15, handshake 0x16, then version 3.x) where HTTP was expected.
+      const auto bytes = buffer.cdata();
+      const auto* first = static_cast<const unsigned char*>(bytes.data());
+      const bool tls = bytes.size() >= 2 && (first[0] == 0x15 || first[0] == 0x16) && first[1] == 0x03;
+      why = tls ? "a TLS server: give https://, or --rdzv-conf protocol=https"
+                : fmt::format("not an etcd member (its answer is not HTTP: {})", ec.message());
+      status = kAnswered;
+    }
+    if (auto d = std::exchange(done, nullptr)) d(why, status, "", false, reused && !timed_out && status == 0);
     connection->close();
   }
 
@@ -285,6 +351,7 @@ struct Client::Call {
   Clock::time_point deadline;
   Reply reply;
   std::map<std::size_t, std::string> tried;  // the last error of each member
+  std::set<std::size_t> answered;            // members that answered, if not as etcd would
   std::size_t tries_this_round = 0;
   bool reauthenticated = false;
   std::unique_ptr<asio::steady_timer> pause;
@@ -381,12 +448,8 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
   // `unreachable`: no answer at all (refused, reset, silent), not an error etcd answered.
   auto next = [this, c, member](const std::string& why, bool unreachable) {
     c->tried[member] = why;
-    if (Clock::now() >= c->deadline) {
-      std::string each;
-      for (const auto& [m, error] : c->tried)
-        each += fmt::format("{}{}: {}", each.empty() ? "" : "; ", options_.endpoints[m].text(), error);
-      return c->reply(fmt::format("no answer from etcd (tried {}: {})", endpoints_text(options_.endpoints), each), Json());
-    }
+    if (!unreachable) c->answered.insert(member);
+    if (Clock::now() >= c->deadline) return c->reply(given_up(*c), Json());
     // An unreachable member is left alone for a while: every call in flight (a heartbeat, a
     // read, a proposal) would otherwise wait out its silence in turn, and a member cut off
     // costs a whole try_timeout each time. Another call may have moved on already.
@@ -401,15 +464,15 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
   };
   auto request = [this, c, member, next] {
     send(c, c->path, c->body, [this, c, member, next](const std::string& error, int status, const std::string& text) {
-      if (!error.empty()) return next(error, true);
+      if (!error.empty()) return next(error, status != kAnswered);
       if (status == 200) {
         Json j = Json::parse(text, nullptr, false);
-        if (j.is_discarded()) return next("an answer that is not JSON: " + text.substr(0, 100), false);
+        if (j.is_discarded()) return next(not_etcd(status, text, options_.endpoints[member]) + ": not JSON", false);
         follow(member);
         return c->reply("", j);
       }
       int code = -1;
-      const auto why = error_text(status, text, code);
+      const auto why = error_text(status, text, options_.endpoints[member], code);
       if (code == 16 && !c->reauthenticated && !options_.user.empty()) {
         c->reauthenticated = true;
         tokens_.erase(member);
@@ -423,10 +486,10 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
   const Json auth{{"name", options_.user}, {"password", options_.password}};
   send(c, "/v3/auth/authenticate", auth.dump(),
        [this, c, member, next, request](const std::string& error, int status, const std::string& text) {
-         if (!error.empty()) return next(error, true);
+         if (!error.empty()) return next(error, status != kAnswered);
          int code = -1;
          if (status != 200) {
-           const auto why = error_text(status, text, code);
+           const auto why = error_text(status, text, options_.endpoints[member], code);
            if (permanent(code))
              return c->reply(fmt::format("etcd at {} refused user '{}': {}", options_.endpoints[member].text(),
                                          options_.user, why),
@@ -438,6 +501,16 @@ void Client::try_call(const std::shared_ptr<Call>& c) {
          tokens_[member] = j["token"].get<std::string>();
          request();
        });
+}
+
+// The call's end at its deadline, in one line. "No answer" only where none answered: a web
+// server, a TLS mismatch or a member without a leader did answer, and the line says what.
+std::string Client::given_up(const Call& c) const {
+  std::string each;
+  for (const auto& [m, error] : c.tried)
+    each += fmt::format("{}{}: {}", each.empty() ? "" : "; ", options_.endpoints[m].text(), error);
+  if (c.answered.empty()) return fmt::format("no answer from etcd (tried {}: {})", endpoints_text(options_.endpoints), each);
+  return fmt::format("etcd did not work ({})", each);
 }
 
 bool Client::shunned(std::size_t member) const {

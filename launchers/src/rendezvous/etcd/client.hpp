@@ -13,7 +13,8 @@
 // timeout or an error etcd calls transient ("request timed out", "leader changed", "no
 // leader") to the next, skipping members that did not answer at all in the last few
 // seconds, round after round, until its deadline; then it fails with one sentence naming
-// every endpoint tried and what each said. Errors that no other member would
+// every endpoint tried and what each said ("no answer from etcd" only where none answered:
+// a web server there, or https:// to a plain one, is said as what it is). Errors that no other member would
 // answer differently (a lease not found, a permission denied) come back at once.
 
 #include <boost/asio.hpp>
@@ -100,6 +101,7 @@ class Client : public std::enable_shared_from_this<Client> {
   struct Call;
   struct Watcher;
   void try_call(const std::shared_ptr<Call>& call);
+  std::string given_up(const Call& call) const;
   void send(const std::shared_ptr<Call>& call, const std::string& path, const std::string& body,
             std::function<void(const std::string& error, int status, const std::string& body)> done,
             bool fresh = false);

@@ -161,7 +161,9 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   Events events;
   std::shared_ptr<etcd::Client> client;
   long long lease = 0;
+  std::chrono::seconds lease_ttl{2};
   Clock::time_point renewed = Clock::now();
+  Clock::time_point last_tick = Clock::now();  // of the heartbeat loop: a gap past the lease is a freeze
   bool renewing = false;
   EtcdAssignment assignment;
   bool assigned = false;
@@ -243,9 +245,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // is free, and the state read, all at one revision, from which the watch starts.
   void start() {
     const long long ttl = std::max<long long>(2, (options.dead_after.count() + 999) / 1000);
-    call("/v3/lease/grant", Json{{"TTL", std::to_string(ttl)}}, [this](const std::string& error, const Json& j) {
+    call("/v3/lease/grant", Json{{"TTL", std::to_string(ttl)}}, [this, ttl](const std::string& error, const Json& j) {
       if (!error.empty()) return give_up(fmt::format("cannot start the rendezvous on etcd: {}", error));
       lease = as_ll(j, "ID");
+      lease_ttl = std::chrono::seconds(ttl);
       renewed = Clock::now();
       if (options.local_addr.empty()) options.local_addr = client->local_address();
       const Json read_state{{"request_range", {{"key", base64(key("state"))}}}};
@@ -269,6 +272,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
           if (k == key("state")) fill_state(s, unbase64(field<std::string>(kvs[0], "value", "")), as_ll(kvs[0], "mod_revision"));
         }
         if (proposer) proposer_since = revision;
+        last_tick = Clock::now();
         beat();
         if (proposer) return take_office(revision);
         // The state and the proposer's key, which sit side by side: one watch, with values, so
@@ -361,6 +365,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // (a member cut off from the others is found by the renewal, which then moves the watch).
   void beat() {
     if (finished) return;
+    // The loop itself stood still past the lease (SIGSTOP, a suspended machine): this node's
+    // own doing, not etcd's, whatever etcd did meanwhile.
+    const auto now = Clock::now();
+    if (const auto gap = now - std::exchange(last_tick, now); gap > lease_ttl) return give_up(frozen_text(gap));
     // Silent for node_timeout: lost, unless a renewal is still on its way (for a heartbeat
     // more at most). etcd may well have kept the lease (an election in progress holds
     // renewals, and a new leader extends every lease): its answer says whether it did.
@@ -377,9 +385,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
         if (finished) return;
         if (!error.empty()) return;  // the next beat() decides whether the silence is too long
         const Json& r = j.contains("result") ? j["result"] : j;
-        if (as_ll(r, "TTL") <= 0)
-          return give_up(fmt::format("lost etcd: this node's lease expired (no heartbeat reached etcd for {})",
-                                     common::duration_text(options.dead_after)));
+        if (as_ll(r, "TTL") <= 0) return give_up(lease_lost_text());
         renewed = Clock::now();
       }, std::max(left, options.heartbeat));
     }
@@ -389,6 +395,23 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     beat_timer->async_wait([this](auto ec) {
       if (!ec) beat();
     });
+  }
+
+  std::string frozen_text(Clock::duration gap) const {
+    return fmt::format("this node was frozen for {} (its idist-run did not run), past its etcd lease of {}s",
+                       common::measured_duration_text(gap), lease_ttl.count());
+  }
+
+  // etcd answered that this node's lease is gone: frozen past it, heartbeats that did not reach
+  // etcd for as long, or neither, when it went while renewed in time (revoked, etcd's data lost).
+  std::string lease_lost_text() const {
+    const auto now = Clock::now();
+    if (now - last_tick > lease_ttl) return frozen_text(now - last_tick);
+    if (now - renewed >= lease_ttl)
+      return fmt::format("lost etcd: this node's lease expired (no heartbeat reached etcd for {})",
+                         common::measured_duration_text(now - renewed));
+    return fmt::format("this node's etcd lease is gone though it was renewed {} ago (revoked, or etcd's data wiped)",
+                       common::measured_duration_text(now - renewed));
   }
 
   // What this node needs of etcd, read again: the proposer, the whole job; the others, the
@@ -455,11 +478,20 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
 
   // --- this node's side: what the state means for its supervisor ------------------------------
 
+  // No state, read back from an etcd that answers, once this node had its part in it: the
+  // job's keys were deleted (or etcd went back to older data), not lost to a heartbeat.
+  bool keys_gone(const Snapshot& s) {
+    if (!assigned || s.state_revision != 0) return false;
+    give_up(fmt::format("the job's keys are gone from etcd (deleted or compacted): no state under {}", prefix));
+    return true;
+  }
+
   void decide(const Snapshot& s) {
     if (finished || gave_up) return;
     // A read answered after a newer event (or the other way round): the newer one stands.
     if (s.revision < seen_revision) return;
     seen_revision = s.revision;
+    if (keys_gone(s)) return;
     const int k = s.attempt();
     const std::string phase = s.phase();
     // A job that ended before this proposer took its place and left its state behind: the
