@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <new>
 
@@ -77,7 +80,7 @@ std::vector<T> pick(const std::vector<std::string>& words, const std::array<T, N
 
 // 8 -> "8 B", 65536 -> "64 KiB", 3 << 20 -> "3 MiB"; other values in bytes.
 std::string human_bytes(std::uint64_t bytes) {
-  constexpr std::array<const char*, 4> units = {"B", "KiB", "MiB", "GiB"};
+  constexpr std::array<const char*, 7> units = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   std::size_t u = 0;
   while (u + 1 < units.size() && bytes >= 1024 && bytes % 1024 == 0) {
     bytes /= 1024;
@@ -95,6 +98,25 @@ std::string now_utc() {
   char text[32] = {};
   std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return text;
+}
+
+// Rounded, for amounts of memory that are not powers of two: "11.6 GiB".
+std::string approx_bytes(long double bytes) {
+  constexpr std::array<const char*, 7> units = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  std::size_t u = 0;
+  while (u + 1 < units.size() && bytes >= 1024) {
+    bytes /= 1024;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", static_cast<double>(bytes), units[u]);
+}
+
+// The first number in a file (/sys/fs/cgroup/...), or nullopt ("max", absent).
+std::optional<std::uint64_t> number_in(const std::string& path) {
+  std::ifstream in(path);
+  std::uint64_t value = 0;
+  if (in >> value) return value;
+  return std::nullopt;
 }
 
 std::string one_line(std::string text) {
@@ -184,9 +206,11 @@ CommandLine::CommandLine(CLI::App& app, Options& o) : app_(app), options_(o) {
                  "Collectives to run, any of: all_reduce all_gather broadcast reduce_scatter reduce barrier send_recv; "
                  "or all (the default)")
       ->check(CLI::IsMember(keys_and_all(collective_names())));
-  app.add_option("-b,--min-bytes", o.min_bytes, "Smallest size (8, 1K, 64M, ...)")
-      ->transform(size)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("-e,--max-bytes", o.max_bytes, "Largest size")->transform(size)->check(CLI::PositiveNumber)->capture_default_str();
+  // transform() puts each new transform first: the recorders see the text as typed.
+  app.add_option("-b,--min-bytes", o.min_bytes, "Smallest size (8, 1K, 64M, ...), at least 1 byte")
+      ->transform(size)->transform([this](std::string text) { return min_text_ = text; })->capture_default_str();
+  app.add_option("-e,--max-bytes", o.max_bytes, "Largest size")
+      ->transform(size)->transform([this](std::string text) { return max_text_ = text; })->capture_default_str();
   app.add_option("-f,--step-factor", o.step_factor, "Each size is the previous one times this")
       ->check(CLI::Range(std::uint64_t{2}, std::uint64_t{1} << 20))->capture_default_str();
   app.add_option("-d,--datatype", dtypes_,
@@ -195,7 +219,7 @@ CommandLine::CommandLine(CLI::App& app, Options& o) : app_(app), options_(o) {
       ->delimiter(',')->allow_extra_args(false)->check(CLI::IsMember(keys_and_all(dtype_names())))->capture_default_str();
   app.add_option("-o,--op", ops_, "Reduction ops, comma-separated: sum prod min max and or xor; all")
       ->delimiter(',')->allow_extra_args(false)->check(CLI::IsMember(keys_and_all(op_names())))->capture_default_str();
-  app.add_option("-r,--root", o.root, "Root rank of broadcast and reduce")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("-r,--root", o.root, "Root rank of broadcast and reduce")->capture_default_str();
   app.add_option("-w,--warmup-iters", o.warmup, "Untimed calls before each size's timed loop")
       ->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("-n,--iters", o.iters,
@@ -209,21 +233,110 @@ CommandLine::CommandLine(CLI::App& app, Options& o) : app_(app), options_(o) {
 }
 
 std::optional<int> CommandLine::parse(int argc, char** argv) {
+  args_.assign(argv, argv + argc);
   try {
     app_.parse(argc, argv);
     options_.collectives = pick(collectives_, kCollectives, collective_names());
     options_.dtypes = pick(dtypes_, kDTypes, dtype_names());
     options_.ops = pick(ops_, kOps, op_names());
     options_.check = check_ != 0;
-    if (options_.min_bytes > options_.max_bytes)
-      throw CLI::ValidationError(
-          fmt::format("--min-bytes ({}) is larger than --max-bytes ({})", options_.min_bytes, options_.max_bytes));
+    if (const auto why = problem(); !why.empty()) return usage_error(app_.get_name(), why);
     return std::nullopt;
   } catch (const CLI::CallForHelp& e) {
     return app_.exit(e);
   } catch (const CLI::ParseError& e) {
     return usage_error(app_.get_name(), e.what());
   }
+}
+
+std::string CommandLine::typed(std::string_view short_name, std::string_view long_name, const std::string& value) const {
+  std::string_view name = short_name;  // the default's own spelling when the option was not given
+  for (std::size_t i = 1; i < args_.size() && args_[i] != "--"; ++i) {
+    const auto a = args_[i];
+    if (a == long_name || (a.starts_with(long_name) && a.size() > long_name.size() && a[long_name.size()] == '='))
+      name = long_name;
+    else if (a.starts_with(short_name))
+      name = short_name;
+  }
+  return fmt::format("{} {}", name, value);
+}
+
+std::string CommandLine::problem() const {
+  const auto& o = options_;
+  if (o.min_bytes == 0) return typed("-b", "--min-bytes", min_text_) + ": the size must be at least 1 byte";
+  if (o.max_bytes == 0) return typed("-e", "--max-bytes", max_text_) + ": the size must be at least 1 byte";
+  if (o.root < 0) return typed("-r", "--root", std::to_string(o.root)) + ": the root must be a rank, 0 or more";
+  if (o.min_bytes > o.max_bytes)
+    return fmt::format("--min-bytes ({}) is larger than --max-bytes ({})", o.min_bytes, o.max_bytes);
+  // barrier alone moves no data: its sizes and types are not used.
+  if (std::all_of(o.collectives.begin(), o.collectives.end(), [](Collective c) { return c == Collective::barrier; }))
+    return {};
+  if (auto why = size_problem(); !why.empty()) return why;
+  return memory_problem();
+}
+
+// Every size of the sweep is min times a whole number, so min holding whole elements of each
+// dtype is enough; otherwise sizes were silently cut down to whole elements, or skipped when
+// less than one.
+std::string CommandLine::size_problem() const {
+  std::optional<DType> worst;
+  for (const auto d : options_.dtypes)
+    if (options_.min_bytes % dtype_size(d) != 0 && (!worst || dtype_size(d) > dtype_size(*worst))) worst = d;
+  if (!worst) return {};
+  return fmt::format("{} is not a multiple of {}'s {} bytes (every size must be whole elements)",
+                     typed("-b", "--min-bytes", min_text_), to_string(*worst), dtype_size(*worst));
+}
+
+// A sweep whose largest size cannot fit is refused before the first call, rather than run
+// until an allocation fails (std::bad_alloc) or the OOM killer picks a rank.
+std::string CommandLine::memory_problem() const {
+  const auto largest = sweep_sizes(options_).back();
+  const int ranks = ranks_on_this_host();
+  const auto per_rank = static_cast<long double>(largest) * kHostBuffersPerRank;
+  const auto needed = per_rank * ranks;
+  const auto available = available_memory();
+  if (available == 0 || needed <= static_cast<long double>(available)) return {};
+  return fmt::format("{}: the sweep's largest size, {}, needs {} per rank ({} buffers of it) x {} rank{} on this host, "
+                     "more than the {} of memory available",
+                     typed("-e", "--max-bytes", max_text_), human_bytes(largest), approx_bytes(per_rank),
+                     kHostBuffersPerRank, ranks, ranks == 1 ? "" : "s", approx_bytes(available));
+}
+
+std::uint64_t available_memory() {
+  std::uint64_t available = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") available = kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (available == 0) {
+    const long pages = ::sysconf(_SC_AVPHYS_PAGES);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) available = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+  }
+  // A container's limit (cgroup v2) is what the OOM killer goes by, however much the host has.
+  std::ifstream cgroup("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(cgroup, line)) {
+    if (!line.starts_with("0::")) continue;
+    const std::string dir = "/sys/fs/cgroup" + line.substr(3);
+    const auto limit = number_in(dir + "/memory.max");
+    const auto used = number_in(dir + "/memory.current");
+    if (limit && used) available = std::min(available, *limit > *used ? *limit - *used : 0);
+  }
+  return available;
+}
+
+int ranks_on_this_host() {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    const int n = std::atoi(value);
+    if (n > 0) return n;
+  }
+  return 1;
 }
 
 int usage_error(std::string_view program, std::string_view message) {

@@ -96,10 +96,19 @@ class CommandLine {
  public:
   CommandLine(CLI::App& app, Options& options);
   // Returns nullopt to go on, or the exit code to leave with: 0 after --help, 2 after a usage
-  // error, which it prints as one line ("PROGRAM: error: ...") on stderr.
+  // error, which it prints as one line ("PROGRAM: error: ...") on stderr. Needs no world, so
+  // every rank refuses alike before init: a size of 0, a negative root, a size that is not
+  // whole elements of a dtype, a sweep whose buffers do not fit in this host's memory.
   std::optional<int> parse(int argc, char** argv);
 
  private:
+  // What is wrong with the options as parsed, in one line; empty when nothing is.
+  std::string problem() const;
+  std::string size_problem() const;
+  std::string memory_problem() const;
+  // The option as the user wrote it ("-b" or "--min-bytes") and the value as typed, for messages.
+  std::string typed(std::string_view short_name, std::string_view long_name, const std::string& value) const;
+
   CLI::App& app_;
   Options& options_;
   // The lists as typed, until parse() turns them into options_.
@@ -107,7 +116,21 @@ class CommandLine {
   std::vector<std::string> dtypes_{"float32"};
   std::vector<std::string> ops_{"sum"};
   int check_ = 1;
+  // The sizes as typed ("1T"), before CLI11 turns them into bytes.
+  std::string min_text_ = "8";
+  std::string max_text_ = "32M";
+  std::vector<std::string_view> args_;
 };
+
+// Buffers of the largest size a rank holds on the host at once: the inputs computed on the
+// host, their pristine copy and the buffer the call works in (Runner::measure).
+inline constexpr int kHostBuffersPerRank = 3;
+// Bytes of memory this process may still take: MemAvailable, or less under a cgroup limit.
+std::uint64_t available_memory();
+// Ranks on this host by the launcher's variables (LOCAL_WORLD_SIZE, Open MPI's, MPICH's); 1
+// when none is set.
+int ranks_on_this_host();
+
 // One line, exit 2: for checks that need the world (a root beyond the world size).
 int usage_error(std::string_view program, std::string_view message);
 

@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <new>
 
 #include "harness.hpp"
 
@@ -156,6 +157,10 @@ int main(int argc, char** argv) {
     const int code = report.finish();
     idist::finalize();
     return code;
+  } catch (const std::bad_alloc&) {
+    // parse() refused sweeps that cannot fit; memory taken by others since can still run out.
+    std::fprintf(stderr, "idist-bench: out of memory for the benchmark's buffers; lower -e (--max-bytes)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "idist-bench: %s\n", e.what());
     return 1;
