@@ -159,6 +159,10 @@ class IDIST_API Backend {
   std::optional<Clock::time_point> deadline_;
 };
 
+// What this rank says as it leaves its groups ("called finalize() after 6 steps"), for a
+// backend that tells its peers itself (mpi, which has no store); set by finalize().
+IDIST_API std::string departure_note();
+
 // Where a rank sits, as a backend that brings its own world sees it.
 struct Layout {
   int rank = 0;

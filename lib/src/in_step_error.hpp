@@ -3,6 +3,7 @@
 // protocol of idist/errors.hpp).
 
 #include <stdexcept>
+#include <string>
 
 #include "idist/export.hpp"
 
@@ -19,6 +20,20 @@ namespace idist::detail {
 class IDIST_API InStepError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Raised by a backend when a peer this rank waits for in a collective has gone: its process
+// exited, its connection closed, or it left the group (finalize) without making the call.
+// `member` is the group rank, -1 where the transport cannot tell which. ProcessGroup asks the
+// runtime what that peer said as it left (finalize's note in the store), so the error names
+// what happened ("rank 1 called finalize() after 6 steps ...") rather than a lost socket.
+class IDIST_API PeerLostFailure : public std::runtime_error {
+ public:
+  PeerLostFailure(int member, const std::string& what) : std::runtime_error(what), member_(member) {}
+  int member() const { return member_; }
+
+ private:
+  int member_;
 };
 
 }  // namespace idist::detail

@@ -208,6 +208,16 @@ void ProcessGroup::run_body(const Call& call) {
         why = std::string("could not find out which ranks are missing: ") + ex.what();
       }
       throw TimeoutFailure(why.empty() ? std::string(e.what()) : std::string(e.what()) + "; " + why);
+    } catch (const PeerLostFailure& e) {
+      if (!options_.explain_departure) throw;
+      std::string why;
+      try {
+        why = options_.explain_departure(e.member(), call.signature.name(), number);
+      } catch (const std::exception&) {
+        // The transport's own words stand.
+      }
+      if (why.empty()) throw;
+      throw std::runtime_error(why);
     }
   });
   ok = true;

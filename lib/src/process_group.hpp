@@ -48,6 +48,10 @@ struct ProcessGroupOptions {
   // `call`: the call as this rank made it ("all_reduce(float32, count 2, SUM)"), to compare
   // with the calls the others were in.
   std::function<std::string(std::string_view op, std::string_view call, std::uint64_t number)> explain_timeout = {};
+  // After a peer was lost in a collective (PeerLostFailure; member -1: unknown): what the
+  // members that left said as they did (finalize's note in the store), or empty when none
+  // left that way (a crash, a kill) or the runtime cannot tell.
+  std::function<std::string(int member, std::string_view op, std::uint64_t number)> explain_departure = {};
   // In the flight recorder: -1 the world, else new_group's number (last: set by name).
   std::int32_t group_id = -1;
   std::uint32_t epoch = 0;  // the runtime's number: collectives are numbered afresh by each init()
@@ -64,6 +68,8 @@ class ProcessGroup {
   int size() const { return options_.size; }
   // The backend the program chose ("gloo"); backend().name() is the one doing the work ("shm").
   std::string_view backend_name() const { return options_.site.backend; }
+  // The collectives called so far (numbered from 0 in call order, alike on every rank).
+  std::uint64_t calls() const { return collectives_.load(std::memory_order_relaxed); }
   Backend& backend() { return *backend_; }
 
   // Reductions (in place unless stated). `root` is a group rank.

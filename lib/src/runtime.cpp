@@ -440,6 +440,9 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
                         std::move(description), contract_.debug};
   o.epoch = static_cast<std::uint32_t>(id_);
   if (rendezvous_) {
+    o.explain_departure = [this, members, rank](int member, std::string_view op, std::uint64_t number) {
+      return explain_departure(members, rank, member, op, number);
+    };
     o.explain_timeout = [this, prefix = std::move(prefix), members = std::move(members), rank](
                             std::string_view, std::string_view call, std::uint64_t number) {
       return who_did_not_arrive(prefix, members, rank, call, number);
@@ -549,9 +552,25 @@ std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::ve
                                 call, number, fmt::join(past, ", "), number));
   if (!behind.empty())
     parts.push_back(fmt::format("others timed out in an earlier call ({})", fmt::join(behind, ", ")));
-  if (count_missing(present) > 0)
-    parts.push_back(fmt::format("{} did not arrive at it (no word from them within {}s of the timeout)",
-                                global_list(members, present), kWindow.count()));
+  if (count_missing(present) > 0) {
+    // Those that left say so in the store (finalize's note): name what they did.
+    std::vector<std::string> left;
+    auto arrived_or_left = present;
+    for (std::size_t g = 0; g < present.size(); ++g) {
+      if (present[g]) continue;
+      const auto key = fmt::format("{}finalized/{}", kWorldPrefix, members[g]);
+      if (!store->check({key})[0]) continue;
+      const auto note = store->get(key);
+      left.push_back(fmt::format("rank {} {}", members[g], std::string(note.begin(), note.end())));
+      arrived_or_left[g] = true;
+    }
+    if (!left.empty())
+      parts.push_back(fmt::format("{}: the ranks ran different numbers of steps (uneven data? see idist::join)",
+                                  fmt::join(left, ", ")));
+    if (count_missing(arrived_or_left) > 0)
+      parts.push_back(fmt::format("{} did not arrive at it (no word from them within {}s of the timeout)",
+                                  global_list(members, arrived_or_left), kWindow.count()));
+  }
   if (parts.empty())
     return "every rank of the group was in this very call and timed out too: the transport held it (a cut or "
            "overloaded link, a peer stuck inside the backend)";
@@ -600,38 +619,127 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
   }
 }
 
-void Runtime::finalize() {
-  if (!rendezvous_) return;
-  const std::string key = std::string(kWorldPrefix) + "finalized/";
-  try {
-    store_->set(key + std::to_string(contract_.rank), {});
-    if (contract_.rank == 0) {
-      wait_all(*store_, numbered_keys(key, contract_.world_size), Clock::now() + contract_.timeout);
-      return;  // the caller tears down the groups, then the store
+std::string Runtime::departure_note() const {
+  const auto steps = steps_.load(std::memory_order_relaxed);
+  if (steps > 0) return fmt::format("called finalize() after {} step{}", steps, steps == 1 ? "" : "s");
+  const auto calls = world_ ? world_->calls() : world_calls_;
+  return fmt::format("called finalize() after {} collective{}", calls, calls == 1 ? "" : "s");
+}
+
+namespace {
+constexpr const char* kUneven = "the ranks ran different numbers of steps (uneven data? see idist::join)";
+}  // namespace
+
+std::string Runtime::explain_departure(const std::vector<int>& members, int me, int member, std::string_view op,
+                                       std::uint64_t number) {
+  std::vector<int> candidates;
+  for (std::size_t g = 0; g < members.size(); ++g)
+    if (static_cast<int>(g) != me && (member < 0 || static_cast<int>(g) == member)) candidates.push_back(members[g]);
+  std::vector<std::string> keys;
+  for (int r : candidates) keys.push_back(fmt::format("{}finalized/{}", kWorldPrefix, r));
+  auto store = probe();
+  const auto present = check_all(*store, keys);
+  std::vector<std::string> left;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!present[i]) continue;
+    const auto note = store->get(keys[i]);
+    left.push_back(fmt::format("rank {} {}", candidates[i], std::string(note.begin(), note.end())));
+  }
+  if (left.empty()) return "";
+  // The leaver waits in its finalize() for this key: it, too, must not end with exit 0.
+  const auto mine = fmt::format("{}\t{} #{}", contract_.rank, op, number);
+  store->set(std::string(kWorldPrefix) + "abandoned", std::vector<char>(mine.begin(), mine.end()));
+  if (contract_.rank == 0) {
+    // This rank hosts the store and is about to raise: the leaver reads the key first, and
+    // the other ranks left waiting with us, who notice at about the same moment, get a
+    // moment to read the note too.
+    try {
+      store->wait({std::string(kWorldPrefix) + "abandoned_read"}, std::chrono::seconds(2));
+    } catch (const std::exception&) {
+      // It had its moment.
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  return fmt::format("{} while this rank waits for it in {} #{}: {}", fmt::join(left, ", "), op, number, kUneven);
+}
+
+std::string Runtime::wait_for_the_others() {
+  const std::string base = std::string(kWorldPrefix);
+  const std::string abandoned = base + "abandoned";
+  if (contract_.rank != 0) {
+    // Nobody else sets it: the wait ends when rank 0 closes the store, everyone having come
+    // (or, failing that, after the timeout).
+    const auto text = store_->get(abandoned);
+    return std::string(text.begin(), text.end());
+  }
+  const auto keys = numbered_keys(base + "finalized/", contract_.world_size);
+  std::string text;
+  const bool all = poll_until(
+      [&] {
+        if (store_->check({abandoned})[0]) {
+          const auto value = store_->get(abandoned);
+          text.assign(value.begin(), value.end());
+          return true;
+        }
+        return count_missing(check_all(*store_, keys)) == 0;
+      },
+      Clock::now() + contract_.timeout, kStorePolicy);
+  if (!all) throw TimeoutFailure(fmt::format("not every rank reached finalize() within {}", duration_text(contract_.timeout)));
+  return text;
+}
+
+namespace {
+std::mutex note_mu;
+std::string& leaving_note() {
+  static std::string note = "left the group (its program ended without finalize())";
+  return note;
+}
+}  // namespace
+
+std::string departure_note() {
+  std::lock_guard lock(note_mu);
+  return leaving_note();
+}
+
+void Runtime::finalize() {
+  const auto note = departure_note();
+  {
+    std::lock_guard lock(note_mu);
+    leaving_note() = note;
+  }
+  if (!rendezvous_) return;
+  try {
+    store_->set(fmt::format("{}finalized/{}", kWorldPrefix, contract_.rank), std::vector<char>(note.begin(), note.end()));
   } catch (const std::exception& e) {
-    // finalize() must not hang or throw at exit; a peer that never arrived is worth a warning.
-    detail::log().warn("[idist rank {}/{}] finalize: not every rank arrived ({}); tearing down anyway", contract_.rank,
+    detail::log().warn("[idist rank {}/{}] finalize: the store does not answer ({}); tearing down anyway", contract_.rank,
                        contract_.world_size, e.what());
     return;
   }
-  // Our groups go first: a backend's teardown may need its peers (nccl's), and rank 0 tears its
-  // own down before its store closes.
+  // Our groups go first, on every rank: a peer still waiting for this rank in a collective
+  // then fails now, naming it (the note above), rather than at its timeout; and a backend's
+  // teardown may need its peers (nccl's), who are tearing down too.
+  if (world_) world_calls_ = world_->calls();
   groups_.clear();
   world_.reset();
-  // Leave only once rank 0's store is gone. A rank that returned earlier could call init()
-  // again and reach the old store while it shuts down (a reset mid-hello), or read the old
-  // rendezvous' keys; once it is gone, the new init's connects are refused and retried until
-  // rank 0's next store listens. Nobody sets this key: the wait ends when rank 0 closes the
-  // connection (or after the timeout, when rank 0 is stuck).
+  std::string abandoned;
   try {
-    store_->get(key + "store_closed");
+    abandoned = wait_for_the_others();
   } catch (const TimeoutFailure& e) {
-    detail::log().warn("[idist rank {}/{}] finalize: rank 0's store did not close ({}); leaving anyway", contract_.rank,
-                       contract_.world_size, e.what());
+    // finalize() must not hang; a peer that never arrived is worth a warning.
+    detail::log().warn("[idist rank {}/{}] finalize: {}; leaving anyway", contract_.rank, contract_.world_size, e.what());
   } catch (const std::exception&) {
-    // The connection closed: what we waited for.
+    // Rank 0 closed the store: everyone came.
   }
+  if (abandoned.empty()) return;
+  try {
+    store_->set(std::string(kWorldPrefix) + "abandoned_read", {});
+  } catch (const std::exception&) {
+    // It is raising already.
+  }
+  const auto tab = abandoned.find('\t');
+  throw Error(ErrorSite{contract_.rank, contract_.world_size, "finalize", backend_},
+              fmt::format("rank {} was left waiting for this rank in {}, which this rank never called: it {}; {}",
+                          abandoned.substr(0, tab), abandoned.substr(tab + 1), note, kUneven));
 }
 
 Runtime& runtime(std::string_view op) {
@@ -661,8 +769,13 @@ void init(const InitOptions& options) {
 void finalize() {
   auto& rt = detail::default_runtime();
   if (!rt) return;
-  rt->finalize();
-  rt.reset();
+  // Gone even when finalize() raises (a peer left behind): the store and connections close.
+  const std::unique_ptr<detail::Runtime> ending = std::move(rt);
+  ending->finalize();
+}
+
+void mark_step() {
+  if (auto* rt = detail::runtime_if_initialized()) rt->mark_step();
 }
 
 bool is_initialized() { return detail::runtime_if_initialized() != nullptr; }

@@ -2,6 +2,7 @@
 // What init() builds: the contract it read, the store (served by rank 0), and the world group.
 // The library's one piece of global mutable state is the default Runtime (runtime.cpp).
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -51,9 +52,15 @@ class Runtime {
   // same TimeoutError. `state` null for the world.
   void monitored_barrier(const GroupState* state, std::chrono::milliseconds timeout);
 
-  // Waits (bounded) until every rank has reached finalize, so rank 0 does not take the store
-  // away from a rank that still needs it, then tears down.
+  // Says in the store that this rank leaves (with departure_note()), leaves its groups, so
+  // that a peer still waiting for it in a collective fails now, naming it, then waits
+  // (bounded) until every rank has reached finalize, so rank 0 does not take the store away
+  // from a rank that still needs it. Throws Error when a peer was left inside a collective
+  // this rank never called (the ranks ran different numbers of steps).
   void finalize();
+
+  // idist::mark_step(): counted, so that a rank that leaves says how far it got.
+  void mark_step() { steps_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   // Every rank announces itself before the backend connects, so that ranks which never come
@@ -74,6 +81,15 @@ class Runtime {
   // arrived, and those in another call at that number made calls that do not match.
   std::string who_did_not_arrive(const std::string& prefix, const std::vector<int>& members, int me,
                                  std::string_view call, std::uint64_t number);
+  // After a peer was lost in a collective: the members (`member`, or any but `me` when -1)
+  // that said in the store that they left, as one line, or "" when none did. Tells the leaver
+  // it left this rank behind (the "abandoned" key its finalize() watches).
+  std::string explain_departure(const std::vector<int>& members, int me, int member, std::string_view op,
+                                std::uint64_t number);
+  // "called finalize() after 6 steps" (mark_step), else after how many collectives.
+  std::string departure_note() const;
+  // finalize()'s wait, after leaving: what a peer left behind wrote ("" when none did).
+  std::string wait_for_the_others();
   ProcessGroupOptions group_options(int rank, int size, std::string description, std::string prefix,
                                     std::vector<int> members);
   // A fresh connection to the store, for a moment: the main one may be busy or timed out.
@@ -90,6 +106,8 @@ class Runtime {
   bool rendezvous_ = false;  // joined through the TCP store, so finalize() meets there too
   std::string backend_;     // the backend the program chose, which errors name
   std::vector<int> hosts_;  // hosts_[rank]: which host each rank runs on (join()); empty under MPI
+  std::atomic<std::uint64_t> steps_{0};  // mark_step()
+  std::uint64_t world_calls_ = 0;         // the world's collectives, kept as it is torn down
 };
 
 // The default runtime; throws idist::Error naming `op` when init() has not run.

@@ -136,6 +136,18 @@ check "IDIST_DEBUG: a count mismatch is named on all 3 ranks" equals \
 check "IDIST_DEBUG: a different op is named on all 3 ranks" equals \
   "$(count "$out" "rank 1 calls broadcast(int32, count 4, root 0) but rank 0 calls all_reduce(int32, count 4, MAX)")" 3
 
+# Without IDIST_DEBUG, sizes that differ over TCP end in Gloo's enforce on its I/O thread, which
+# nothing can catch: the process still aborts, but says so in idist's words, naming the call
+# and both sizes, with none of Gloo's raw text.
+if [ "$label" = gloo ]; then
+  out=$(timeout 60 "$run" -n 2 "$matrix" --sizes 2>&1)
+  rc=$?
+  check "gloo over TCP, sizes that differ without IDIST_DEBUG: the job fails" test "$rc" -ne 0
+  check "... in idist's words, naming the call and both sizes" bash -c "grep -qE 'all_reduce\(gloo\): a peer sent [0-9]+ bytes where this rank.s call holds [0-9]+: the ranks called all_reduce with different sizes' <<<'$out'" ||
+    sed 's/^/  | /' <<<"$out" | head -8
+  check "... and no raw Gloo text" bash -c "! grep -qE 'EnforceNotMet|enforce fail|preamble' <<<'$out'"
+fi
+
 # Shared memory has no name in any file system: nothing of idist's is in /dev/shm, whatever
 # died (other programs' files, Open MPI's for one, may come and go meanwhile).
 check "$label: nothing of idist's in /dev/shm" equals "$(ls /dev/shm | grep -c idist)" 0

@@ -100,8 +100,15 @@ struct InitOptions {
 // mpirun started, with or without idist-run in between), and no store is needed. Throws
 // Error naming the variable when the environment is bad.
 IDIST_API void init(const InitOptions& options = {});
-// Waits for every rank to arrive (bounded by the timeout), then tears down. Safe to call twice.
+// Leaves, then waits for every rank to arrive (bounded by the timeout) and tears down. Safe to
+// call twice. A rank that leaves while a peer waits for it in a collective it never called
+// (the ranks ran different numbers of steps) makes that peer's call fail at once, naming it,
+// and raises Error here too: neither ends as if all went well.
 IDIST_API void finalize();
+// Marks the end of a training step (auto_model marks its own, at each backward's end), so that
+// a rank that leaves early is named with the steps it ran ("rank 1 called finalize() after 6
+// steps"). Cheap: one relaxed add.
+IDIST_API void mark_step();
 IDIST_API bool is_initialized();
 
 IDIST_API int get_rank();

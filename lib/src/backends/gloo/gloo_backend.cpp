@@ -1,4 +1,5 @@
 #include "backends/gloo/gloo_backend.hpp"
+#include "backends/gloo/enforce.hpp"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -265,7 +266,7 @@ class GlooBackend final : public Backend {
       context_->connectFullMesh(prefixed, device_->device());
     } catch (const gloo::IoException&) {
       name_peers();  // the addresses read so far name the peer that did not connect
-      guard([] { throw; });
+      guard("init", [] { throw; });
     }
     name_peers();
     auto accepted = named(init, accepted_peers(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size));
@@ -291,6 +292,7 @@ class GlooBackend final : public Backend {
 
   static std::shared_ptr<TcpDevice> make_device(const env::Contract& contract) {
     check_one_gloo();
+    gloo_enforce::install(contract.rank, contract.world_size);
     gloo::transport::tcp::attr attr;
     if (!contract.gloo_socket_ifname.empty()) {
       attr.iface = contract.gloo_socket_ifname;
@@ -312,7 +314,7 @@ class GlooBackend final : public Backend {
     with_bytes(dtype, [&]<class E>() { opts.setOutput(static_cast<E*>(data), count); });
     opts.setReduceFunction(reducer(dtype, op));
     opts.setTimeout(call_timeout(timeout_));
-    guard([&] { gloo::allreduce(opts); });
+    guard("all_reduce", [&] { gloo::allreduce(opts); });
   }
 
   // Gloo's reduce uses its output as scratch space on every rank; a non-root rank's buffer is
@@ -327,7 +329,7 @@ class GlooBackend final : public Backend {
     opts.setRoot(root);
     opts.setReduceFunction(reducer(dtype, op));
     opts.setTimeout(call_timeout(timeout_));
-    guard([&] { gloo::reduce(opts); });
+    guard("reduce", [&] { gloo::reduce(opts); });
   }
 
   // Gloo 2022 has no reduce_scatter with the options API (only the old algorithm classes,
@@ -348,7 +350,7 @@ class GlooBackend final : public Backend {
       opts.setOutput(static_cast<char*>(out), bytes_per_rank * static_cast<std::size_t>(context_->size));
     opts.setRoot(root);
     opts.setTimeout(call_timeout(timeout_));
-    guard([&] { gloo::gather(opts); });
+    guard("gather", [&] { gloo::gather(opts); });
   }
 
   void scatter(const void* in, void* out, std::size_t bytes_per_rank, int root) override {
@@ -362,7 +364,7 @@ class GlooBackend final : public Backend {
     opts.setOutput(static_cast<char*>(out), bytes_per_rank);
     opts.setRoot(root);
     opts.setTimeout(call_timeout(timeout_));
-    guard([&] { gloo::scatter(opts); });
+    guard("scatter", [&] { gloo::scatter(opts); });
   }
 
   void all_gather(const void* in, void* out, std::size_t bytes_per_rank) override {
@@ -370,7 +372,7 @@ class GlooBackend final : public Backend {
     opts.setInput(const_cast<char*>(static_cast<const char*>(in)), bytes_per_rank);
     opts.setOutput(static_cast<char*>(out), bytes_per_rank * static_cast<std::size_t>(context_->size));
     opts.setTimeout(call_timeout(timeout_));
-    guard([&] { gloo::allgather(opts); });
+    guard("all_gather", [&] { gloo::allgather(opts); });
   }
 
   void all_gather_v(const void* in, void* out, std::span<const std::size_t> bytes_per_rank) override {
@@ -381,7 +383,7 @@ class GlooBackend final : public Backend {
     opts.setInput(mine == 0 ? &empty : const_cast<char*>(static_cast<const char*>(in)), mine);
     opts.setOutput(static_cast<char*>(out), std::vector<std::size_t>(bytes_per_rank.begin(), bytes_per_rank.end()));
     opts.setTimeout(call_timeout(timeout_));
-    guard([&] { gloo::allgatherv(opts); });
+    guard("all_gather", [&] { gloo::allgatherv(opts); });
   }
 
   void broadcast(void* data, std::size_t bytes, int src) override {
@@ -389,13 +391,13 @@ class GlooBackend final : public Backend {
     opts.setOutput(static_cast<char*>(data), bytes);
     opts.setRoot(src);
     opts.setTimeout(call_timeout(timeout_));
-    guard([&] { gloo::broadcast(opts); });
+    guard("broadcast", [&] { gloo::broadcast(opts); });
   }
 
   void barrier() override {
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(call_timeout(timeout_));
-    guard([&] { gloo::barrier(opts); });
+    guard("barrier", [&] { gloo::barrier(opts); });
   }
 
   // Gloo's unbound buffers: posting never blocks; waiting does. A receive smaller than the
@@ -422,7 +424,7 @@ class GlooBackend final : public Backend {
     if (inline_data) std::memcpy(frame->bytes.get() + kLengthBytes, data, bytes);
     std::shared_ptr<gloo::transport::UnboundBuffer> payload;
     if (!inline_data) payload = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
-    guard([&] {
+    guard("send", [&] {
       frame->buffer->send(dst, p2p_slot(kHeaderSlot, tag, seq), 0, frame_bytes);
       if (payload) payload->send(dst, p2p_slot(kPayloadSlot, tag, seq));
     });
@@ -438,7 +440,7 @@ class GlooBackend final : public Backend {
   Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) override {
     const auto seq = next_sequence(recv_sequence_, src, tag);
     auto frame = frames_->take();
-    guard([&] { frame->buffer->recv(src, p2p_slot(kHeaderSlot, tag, seq)); });
+    guard("recv", [&] { frame->buffer->recv(src, p2p_slot(kHeaderSlot, tag, seq)); });
     return [context = context_, frame, data, bytes, src, tag, seq, timeout = timeout_, names = peer_names_] {
       guard_with(names.get(), [&] {
         frame->buffer->waitRecv(timeout);
@@ -488,14 +490,16 @@ class GlooBackend final : public Backend {
           if (what.find(address) != std::string::npos) who = names->word + std::to_string(peer);
       // Not found (a gloo whose keys look otherwise, IPv6): "a peer", and the launcher's
       // summary names who died.
-      throw std::runtime_error(connecting ? who + " did not complete its connection in time: stopped, or unreachable "
-                                                  "from here? (gloo: " + what + ")"
-                                          : "connection to " + who +
-                                                " lost: did it exit, crash or call finalize()? (gloo: " + what + ")");
+      if (connecting)
+        throw std::runtime_error(who + " did not complete its connection in time: stopped, or unreachable from here? (gloo: " +
+                                 what + ")");
+      // Which member, the runtime finds out from what each said as it left (-1: any).
+      throw PeerLostFailure(-1, "connection to " + who + " lost: did it exit, crash or call finalize()? (gloo: " + what + ")");
     }
   }
   template <class F>
-  void guard(F&& f) const {
+  void guard(const char* op, F&& f) const {
+    gloo_enforce::calling(op);
     guard_with(peer_names_.get(), std::forward<F>(f));
   }
 

@@ -14,6 +14,8 @@
 #include <mpi.h>
 #include <spdlog/fmt/fmt.h>
 
+#include "backends/mpi/departures.hpp"
+
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -367,6 +369,8 @@ class MpiBackend final : public Backend {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
+  void cancel_transfers() override { announce_departure(); }
+
   std::string_view name() const override { return "mpi"; }
   BackendTraits traits() const override {
     return {.skip_group_of_one = false, .device_buffers = false, .max_tag = tag_ub_};
@@ -538,9 +542,11 @@ class MpiBackend final : public Backend {
   template <class Start>
   void collective(std::string_view call, Start&& start) {
     MPI_Request request = MPI_REQUEST_NULL;
+    ++calls_;
     check(start(&request), call);
     MPI_Status status;
-    const auto code = wait_until(request, status, Clock::now() + timeout_);
+    const auto code =
+        wait_watching([&](int* done) { return MPI_Test(&request, done, &status); }, Clock::now() + timeout_);
     if (!code)
       throw TimeoutFailure(
           timed_out(call, timeout_, "a rank of this group has not called it"));
@@ -553,6 +559,34 @@ class MpiBackend final : public Backend {
   // Stable across processes, unlike std::hash.
   int group_tag(std::string_view key_prefix) const {
     return static_cast<int>(common::fnv1a(key_prefix) % (static_cast<std::uint64_t>(tag_ub_) + 1));
+  }
+
+  // --- leaving (departures.hpp) ---------------------------------------------------------------
+  void announce_departure() { mpi::Departures::announce(internal_, rank_, size_, calls_, departure_note()); }
+  void check_departures() { departures_.check(internal_, calls_); }
+
+  // wait_with, reading the leave notices once the wait has lasted a moment.
+  template <class Test>
+  std::optional<int> wait_watching(Test&& test, Clock::time_point deadline) {
+    int code = MPI_SUCCESS;
+    std::uint32_t tests = 0;
+    std::optional<Clock::time_point> watch_from;
+    const bool done = poll_until(
+        [&] {
+          int flag = 0;
+          code = test(&flag);
+          if (code != MPI_SUCCESS || flag != 0) return true;
+          // The clock only every 256 tests: a short call never reads it.
+          if ((++tests & 255) == 0) {
+            const auto now = Clock::now();
+            if (!watch_from) watch_from = now + std::chrono::milliseconds(10);
+            if (now >= *watch_from) check_departures();
+          }
+          return false;
+        },
+        deadline, kTestPolicy);
+    if (!done) return std::nullopt;
+    return code;
   }
 
   void release() {
@@ -568,6 +602,7 @@ class MpiBackend final : public Backend {
   bool small_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
     const auto bytes = count * dtype_size(dtype);
     if (bytes > kSmallAllReduce || (size_ & (size_ - 1)) != 0) return false;
+    ++calls_;
     const auto fn = reduce_kernel(dtype, op);
     char* theirs = theirs_->bytes;
     const auto deadline = call_deadline(timeout_);
@@ -587,7 +622,8 @@ class MpiBackend final : public Backend {
         withdraw();
         check(code, "MPI_Isend");
       }
-      const auto code = wait_until(requests, deadline);
+      const auto code = wait_watching(
+          [&](int* done) { return MPI_Testall(2, requests.data(), done, MPI_STATUSES_IGNORE); }, deadline);
       if (!code) {
         withdraw();
         throw TimeoutFailure(timed_out("MPI_Allreduce", timeout_, "a rank of this group has not called it"));
@@ -609,6 +645,8 @@ class MpiBackend final : public Backend {
 
   MPI_Comm comm_;
   MPI_Comm internal_ = MPI_COMM_NULL;
+  std::uint64_t calls_ = 0;  // collectives begun here, alike on every member
+  mpi::Departures departures_;
   std::chrono::milliseconds timeout_;
   int rank_ = 0;
   int size_ = 1;

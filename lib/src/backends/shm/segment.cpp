@@ -39,15 +39,21 @@ struct Segment::Header {
   std::uint64_t nonce;
   std::uint32_t members;
   Word attached;  // members attached so far
-  // Then the members' pids (pids()).
+  Word departed;  // members that have left (depart): while 0, departed() reads nothing else
+  // Then the members' pids (pids()), then their departure words (departures()).
 };
 
 Segment::Header& Segment::header() const { return *reinterpret_cast<Header*>(base_); }
 pid_t* Segment::pids() const { return reinterpret_cast<pid_t*>(base_ + sizeof(Header)); }
+Word* Segment::departures() const {
+  return reinterpret_cast<Word*>(base_ + round_up(sizeof(Header) + members_ * sizeof(pid_t), alignof(Word)));
+}
 
 Segment::Segment(const BackendInit& init, std::size_t data_bytes, Clock::time_point deadline) {
   const auto n = static_cast<std::size_t>(init.size);
-  const std::size_t header_bytes = round_up(sizeof(Header) + n * sizeof(pid_t), kPage);
+  members_ = n;
+  const std::size_t header_bytes =
+      round_up(round_up(sizeof(Header) + n * sizeof(pid_t), alignof(Word)) + n * sizeof(Word), kPage);
   bytes_ = header_bytes + round_up(data_bytes, kPage);
   const std::string key = init.key_prefix + "shm/segment";
   int fd = -1;
@@ -132,7 +138,22 @@ void Segment::wait_attached(const BackendInit& init, Clock::time_point deadline,
   });
 }
 
+void Segment::depart(int me) {
+  if (base_ == nullptr) return;
+  // Release: a peer that sees the departure sees every arrival made before it.
+  departures()[me].value.store(1, std::memory_order_release);
+  post_add(header().departed, 1);
+  if (words_)
+    for (auto* w : words_()) wake_now(*w);
+}
+
+bool Segment::departed(int r) const {
+  if (header().departed.value.load(std::memory_order_acquire) == 0) return false;
+  return departures()[r].value.load(std::memory_order_acquire) != 0;
+}
+
 void Segment::watch(std::function<std::vector<Word*>()> words) {
+  words_ = words;
   std::vector<pollfd> fds;
   for (int fd : pidfds_)
     if (fd >= 0) fds.push_back({fd, POLLIN, 0});

@@ -47,6 +47,13 @@ class Segment {
   // process (threads as ranks in tests) and when the kernel cannot tell.
   bool exited(int r) const;
 
+  // This member leaves the group (finalize, or the group's end): it makes no more calls, so
+  // a peer that waits for it in a step it has not reached fails now rather than at its
+  // timeout. Wakes the sleepers as an exit does.
+  void depart(int me);
+  // Whether member r has left (depart). A plain read of one shared word while nobody has.
+  bool departed(int r) const;
+
   // Wakes every sleeper on the words `words()` names as soon as a member exits, so that a wait
   // on a dead peer ends now rather than at its next nap (a launcher stops the survivors within
   // milliseconds; they should have said whom they lost by then). A thread blocked in poll() on
@@ -57,6 +64,7 @@ class Segment {
   struct Header;
   Header& header() const;
   pid_t* pids() const;
+  Word* departures() const;  // per member: 1 once it has left; after the pids
   void wait_attached(const BackendInit& init, Clock::time_point deadline, const std::string& key);
 
   char* base_ = nullptr;
@@ -74,6 +82,8 @@ class Segment {
   // Members the watcher saw exit: while none did, exited() needs no system call, so waits can
   // ask before every sleep. Shared with the watcher, which may outlive us (see ~Segment).
   std::shared_ptr<std::atomic<int>> exits_seen_;
+  std::function<std::vector<Word*>()> words_;  // what the watcher wakes, for depart() too
+  std::size_t members_ = 0;
 };
 
 }  // namespace idist::detail::shm

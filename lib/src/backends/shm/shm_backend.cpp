@@ -314,7 +314,10 @@ class ShmBackend final : public Backend {
   Completion recv(void* data, std::size_t bytes, int src, std::uint32_t tag) override {
     return mailboxes_->recv(data, bytes, src, tag);
   }
-  void cancel_transfers() override { mailboxes_->close(); }
+  void cancel_transfers() override {
+    mailboxes_->close();
+    segment_->depart(rank_);
+  }
 
  private:
   // Halves by step parity (see the top of this file): written before step t in halves t % 2,
@@ -479,8 +482,13 @@ class ShmBackend final : public Backend {
     auto at = [&](int r) { return arrived_[r].value.load(std::memory_order_acquire); };
     auto here = [&](int r) { return shm::reached(at(r), word_of(s)); };
     auto lost = [&](int r) {
-      return std::runtime_error("connection to " + word_ + std::to_string(name(r)) +
-                                " lost: it exited while this rank waited for it in " + op_ + " (shared memory)");
+      return PeerLostFailure(r, "connection to " + word_ + std::to_string(name(r)) +
+                                    " lost: it exited while this rank waited for it in " + op_ + " (shared memory)");
+    };
+    auto left = [&](int r) {
+      return PeerLostFailure(r, word_ + std::to_string(name(r)) + " left the group (finalize) while this rank waited for it in " +
+                                    op_ + " (shared memory): the ranks ran different numbers of steps (uneven data? see "
+                                          "idist::join)");
     };
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || (only >= 0 && r != only)) continue;
@@ -490,6 +498,7 @@ class ShmBackend final : public Backend {
       if (here(r)) continue;
       // Looked at again after the exit: a rank that arrived, then exited, is not lost.
       if (segment_->exited(r) && !here(r)) throw lost(r);
+      if (segment_->departed(r) && !here(r)) throw left(r);
       if (++listed <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(name(r));
     }
     // Everyone arrived, yet the step did not complete: the last to arrive died between its
