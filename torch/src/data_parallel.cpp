@@ -23,10 +23,12 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "idist/torch.hpp"
+#include "replica_check.hpp"
 #include "torch_errors.hpp"
 
 namespace idist {
@@ -34,8 +36,32 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using detail::refuse;
+using detail::verify_replicas;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A failure inside auto_model's own collectives, named as the user knows them: "auto_model
+// bucket 0 (fc2.weight, fc2.bias, ...): <why>", kept a TimeoutError where it was one.
+[[noreturn]] void rethrow_in(const Error& e, const std::string& what) {
+  const auto detail = what + ": " + e.detail();
+  if (dynamic_cast<const TimeoutError*>(&e) != nullptr) throw TimeoutError(e.site(), detail);
+  throw Error(e.site(), detail);
+}
+
+template <class F>
+void labelled(const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    rethrow_in(e, what);
+  }
+}
+
+std::string first_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < std::min<std::size_t>(names.size(), 3); ++i) out += (i ? ", " : "") + names[i];
+  return names.size() > 3 ? out + ", ..." : out;
+}
 
 // Tensors of one dtype and device, broadcast as one flat tensor from rank 0: replicas'
 // parameters at wrap, buffers after every backward.
@@ -81,10 +107,16 @@ std::vector<Coalesced> coalesce(const std::vector<at::Tensor>& tensors) {
 class Reducer {
  public:
   Reducer(torch::nn::Module& module, const AutoModelOptions& options) : options_(options) {
+    verify_replicas(module);
     std::unordered_set<const void*> seen;
+    std::vector<at::Tensor> frozen;  // parameters without a gradient: not reduced, but made equal
     for (const auto& item : module.named_parameters(/*recurse=*/true)) {
       const auto& p = item.value();
-      if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      if (!p.requires_grad()) {
+        frozen.push_back(p);
+        continue;
+      }
       check_parameter(item.key(), p);
       auto& param = params_.emplace_back();
       param.tensor = p;
@@ -99,8 +131,12 @@ class Reducer {
     // Replicas start equal: rank 0's parameters and buffers everywhere.
     std::vector<at::Tensor> all;
     for (const auto& p : params_) all.push_back(p.tensor);
+    all.insert(all.end(), frozen.begin(), frozen.end());
     all.insert(all.end(), buffers.begin(), buffers.end());
-    for (auto& c : coalesce(all)) c.broadcast_from(0);
+    labelled("auto_model's broadcast of rank 0's parameters and buffers at wrap", [&] {
+      for (auto& c : coalesce(all)) c.broadcast_from(0);
+    });
+    replica_ = std::move(all);
 
     // Reverse registration order: roughly the order in which backward produces gradients.
     std::vector<std::size_t> order(params_.size());
@@ -122,6 +158,42 @@ class Reducer {
   void set_sync(bool enabled) {
     std::lock_guard lock(mu_);
     sync_ = enabled;
+  }
+
+  // --- idist::join: DDP's Join (torch/distributed/algorithms/join.py and DDP's join hook) ---
+  // While a join is on, every synced backward begins with an all_gather of who is still in
+  // its loop; a rank whose loop has ended answers it, and shadows the iteration's gradient
+  // all_reduces (with zeros) and buffer broadcasts, until none is left in its loop.
+  void begin_join(const JoinOptions& options) {
+    std::lock_guard lock(mu_);
+    if (join_) refuse("join", "a join is already on for this model");
+    join_ = JoinState{.options = options};
+  }
+  void abandon_join() {
+    std::lock_guard lock(mu_);
+    join_.reset();
+  }
+  // One iteration of the ranks still in their loop, shadowed; false once every rank has joined.
+  bool shadow_iteration() {
+    std::lock_guard lock(mu_);
+    if (!agree_on_active(false)) return false;
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      buckets_[i].flat.zero_();  // this rank contributes nothing; its own gradients are not used
+      buckets_[i].work = idist::iall_reduce(buckets_[i].flat, {.op = ReduceOp::AVG});
+    }
+    finish_iteration({});
+    return true;
+  }
+  // DDP's _sync_final_model: the highest rank among the last to join holds the model every
+  // rank ends with (the others stopped stepping when their loop ended).
+  void finish_join(bool last_joiner) {
+    std::lock_guard lock(mu_);
+    join_.reset();
+    const auto authority = idist::all_reduce(std::int64_t{last_joiner ? get_rank() : -1}, ReduceOp::MAX);
+    labelled("join's broadcast of the final model from rank " + std::to_string(authority), [&] {
+      for (auto& c : coalesce(replica_)) c.broadcast_from(static_cast<int>(authority));
+    });
   }
 
   DataParallelStats stats() const {
@@ -238,6 +310,7 @@ class Reducer {
   }
 
   void begin_backward() {
+    if (join_) agree_on_active(true);
     in_backward_ = true;
     started_ = Clock::now();
     ready_order_.clear();  // a first backward that raised leaves its order behind
@@ -289,41 +362,100 @@ class Reducer {
       launch(next_bucket_, has_unused[next_bucket_]);
       ++next_bucket_;
     }
+    finish_iteration(unused);
+    mark_step();
+  }
+
+  // Every rank, in its loop or shadowing: the buckets' ends, the unused-parameter verdict, the
+  // first iteration's rebuild, then the buffers, in the same order.
+  void finish_iteration(const std::vector<std::size_t>& unused) {
     bool any_unused = false;
-    try {
-      for (auto& b : buckets_) {
-        b.work.wait();
-        if (b.flag.item<double>() != 0) any_unused = true;
+    for (std::size_t i = 0; i < buckets_.size(); ++i) {
+      try {
+        buckets_[i].work.wait();
+      } catch (const Error& e) {
+        reset_iteration();
+        rethrow_in(e, bucket_label(i));
       }
-    } catch (...) {
-      reset_iteration();
-      throw;
+      if (buckets_[i].flag.item<double>() != 0) any_unused = true;
     }
     stats_.reduced = seconds(Clock::now() - started_);
     if (any_unused && !options_.find_unused_parameters) {
-      // Every rank got here with the same flags: name the first unused parameter of any rank.
-      const std::int64_t mine = unused.empty() ? 0 : static_cast<std::int64_t>(unused.front()) + 1;
-      const auto first = idist::all_reduce(mine, ReduceOp::MAX);
+      const auto why = name_unused(unused);
       reset_iteration();
-      refuse("auto_model", "parameter '" + params_[static_cast<std::size_t>(first - 1)].name +
-                               "' got no gradient in this backward on at least one rank: if some parameters are not "
-                               "used in every iteration, pass .find_unused_parameters = true to auto_model");
+      refuse("auto_model", why);
     }
-    if (stats_.iterations == 0) rebuild_buckets(unused);
+    if (join_ && !join_->options.divide_by_initial_world_size && join_->active < get_world_size()) {
+      // Divided by the ranks still training, not the world (DDP's divide_by_initial_world_size=False).
+      at::NoGradGuard no_grad;
+      for (auto& b : buckets_) b.flat.mul_(static_cast<double>(get_world_size()) / join_->active);
+    }
+    const int source = join_ ? join_->authority : 0;
+    if (stats_.iterations == 0) rebuild_buckets(unused, source);
     ++stats_.iterations;
     reset_iteration();
-    for (auto& c : buffers_) c.broadcast_from(0);
+    labelled("auto_model's broadcast of rank " + std::to_string(source) + "'s buffers", [&] {
+      for (auto& c : buffers_) c.broadcast_from(source);
+    });
+  }
+
+  // Every rank's unused parameters meet, so that the line names the first parameter any rank
+  // skipped and which ranks skipped it (torch names them too).
+  std::string name_unused(const std::vector<std::size_t>& unused) {
+    std::vector<std::uint8_t> mine(params_.size(), 0);
+    for (auto i : unused) mine[i] = 1;
+    const auto all = idist::all_gather(mine);
+    const auto n = params_.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<int> ranks;
+      for (std::size_t r = 0; r * n < all.size(); ++r)
+        if (all[r * n + i] != 0) ranks.push_back(static_cast<int>(r));
+      if (ranks.empty()) continue;
+      std::string list;
+      for (auto r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      return "parameter '" + params_[i].name + "' got no gradient in this backward on rank" +
+             (ranks.size() == 1 ? " " : "s ") + list +
+             ": if some parameters are not used in every iteration, pass .find_unused_parameters = true to auto_model";
+    }
+    return "a parameter got no gradient in this backward (auto_model lost track of which)";
+  }
+
+  std::string bucket_label(std::size_t i) const {
+    std::vector<std::string> names;
+    for (auto p : buckets_[i].params) names.push_back(params_[p].name);
+    return "auto_model bucket " + std::to_string(i) + " (" + first_names(names) + ")";
+  }
+
+  // Who is still in its loop: every rank says, in one all_gather; false when nobody is.
+  bool agree_on_active(bool me) {
+    const auto all = idist::all_gather(std::int8_t{me ? std::int8_t{1} : std::int8_t{0}});
+    join_->active = 0;
+    for (std::size_t r = 0; r < all.size(); ++r)
+      if (all[r] != 0) {
+        ++join_->active;
+        join_->authority = static_cast<int>(r);  // the highest, as DDP's authoritative rank
+      }
+    if (join_->active > 0 && !me && !in_backward_) begin_shadow();
+    return join_->active > 0;
+  }
+  void begin_shadow() {
+    started_ = Clock::now();
+    stats_.bucket_started.assign(buckets_.size(), -1);
   }
 
   // After the first iteration: the buckets in the order gradients became ready, rank 0's
   // order on every rank (DDP's rebuild), the gradients carried over.
-  void rebuild_buckets(const std::vector<std::size_t>& unused) {
-    std::vector<std::int64_t> order(ready_order_.begin(), ready_order_.end());
-    for (auto i : unused) order.push_back(static_cast<std::int64_t>(i));
-    if (order.size() != params_.size())
-      refuse("auto_model", "internal: " + std::to_string(order.size()) + " parameters ordered of " +
-                               std::to_string(params_.size()));
-    idist::broadcast(std::span<std::int64_t>(order), 0);
+  void rebuild_buckets(const std::vector<std::size_t>& unused, int source) {
+    std::vector<std::int64_t> order(params_.size());
+    if (get_rank() == source) {
+      order.assign(ready_order_.begin(), ready_order_.end());
+      for (auto i : unused) order.push_back(static_cast<std::int64_t>(i));
+      if (order.size() != params_.size())
+        refuse("auto_model", "internal: " + std::to_string(order.size()) + " parameters ordered of " +
+                                 std::to_string(params_.size()));
+    }
+    labelled("auto_model's bucket order from rank " + std::to_string(source),
+             [&] { idist::broadcast(std::span<std::int64_t>(order), source); });
     std::vector<std::size_t> agreed(order.begin(), order.end());
     if (agreed != initial_order_) {
       assign_buckets(agreed);
@@ -342,7 +474,15 @@ class Reducer {
     in_backward_ = false;
   }
 
+  struct JoinState {
+    JoinOptions options;
+    int active = 0;     // ranks still in their loop at this iteration
+    int authority = 0;  // the highest of them: buffers come from it
+  };
+
   AutoModelOptions options_;
+  std::vector<at::Tensor> replica_;  // what wrap made equal: parameters, then buffers
+  std::optional<JoinState> join_;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   std::vector<Coalesced> buffers_;
@@ -401,6 +541,26 @@ void make_data_parallel(torch::nn::Module& module, const AutoModelOptions& optio
 
 void set_gradient_sync(const torch::nn::Module& module, bool enabled) {
   if (auto* reducer = find(module)) reducer->set_sync(enabled);
+}
+
+void join(const torch::nn::Module& module, const std::function<void()>& loop, const JoinOptions& options) {
+  auto* reducer = find(module);
+  if (reducer == nullptr) {
+    if (is_initialized() && get_world_size() > 1)
+      refuse("join", "the module is not data-parallel: wrap it with auto_model first");
+    loop();
+    return;
+  }
+  reducer->begin_join(options);
+  try {
+    loop();
+  } catch (...) {
+    reducer->abandon_join();
+    throw;
+  }
+  bool last_joiner = true;
+  while (reducer->shadow_iteration()) last_joiner = false;
+  reducer->finish_join(last_joiner);
 }
 
 }  // namespace detail

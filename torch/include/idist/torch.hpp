@@ -37,6 +37,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -113,9 +114,17 @@ struct AutoModelOptions {
   bool broadcast_buffers = true;
 };
 
+struct JoinOptions {
+  // DDP's divide_by_initial_world_size: true (the default) divides the gradients by the world
+  // size, so that a rank that has run out of data counts as a zero contribution; false divides
+  // them by the ranks still training at that step.
+  bool divide_by_initial_world_size = true;
+};
+
 namespace detail {
 IDIST_API void make_data_parallel(torch::nn::Module& module, const AutoModelOptions& options);
 IDIST_API void set_gradient_sync(const torch::nn::Module& module, bool enabled);
+IDIST_API void join(const torch::nn::Module& module, const std::function<void()>& loop, const JoinOptions& options);
 }  // namespace detail
 
 // ignite's auto_model, DistributedDataParallel's behaviour on the same module object: in a
@@ -139,6 +148,30 @@ template <class H>
 H auto_model(H holder, const AutoModelOptions& options = {}) {
   detail::make_data_parallel(*holder.ptr(), options);
   return holder;
+}
+
+// DDP's join (model.join(), torch.distributed.algorithms.Join) for ranks with uneven data:
+// runs `loop` (this rank's training loop over its batches); a rank whose loop ends before the
+// others' keeps answering their gradient all_reduces (contributing zeros) and buffer
+// broadcasts until every rank's loop has ended; then the model of the last rank to finish
+// reaches every rank, and all return together. Inside the loop, auto_model's collectives must
+// be the only ones (as with DDP's join): a rank that has joined cannot answer another
+// collective. Without it, a rank that runs out of data first makes its peers fail in
+// auto_model's next all_reduce, naming it. A module auto_model left as it was (a world of one)
+// just runs the loop.
+//
+//   idist::join(model, [&] {
+//     for (auto& batch : *loader) { optimizer.zero_grad(); loss(batch).backward(); optimizer.step(); }
+//   });
+template <class M, class F>
+  requires std::derived_from<M, torch::nn::Module>
+void join(const std::shared_ptr<M>& model, F&& loop, const JoinOptions& options = {}) {
+  detail::join(*model, std::function<void()>(std::forward<F>(loop)), options);
+}
+template <class H, class F>
+  requires std::derived_from<H, torch::nn::ModuleHolder<typename H::ContainedType>>
+void join(const H& holder, F&& loop, const JoinOptions& options = {}) {
+  detail::join(*holder.ptr(), std::function<void()>(std::forward<F>(loop)), options);
 }
 
 // DDP's no_sync(): while the guard lives, backward() reduces nothing and gradients

@@ -1,0 +1,114 @@
+#!/bin/bash
+# auto_model where the ranks differ (uneven_check.cpp): models that differ are refused at wrap
+# on every rank, naming the first difference; a rank out of data that calls finalize() ends the
+# job in seconds with every rank non-zero and the words; idist::join trains to PyTorch's DDP
+# join's parameters (ddp_join.py). Over shared memory, TCP and the mpi backend, at 2 and 3 ranks.
+# usage: uneven.sh IDIST_RUN UNEVEN_CHECK
+source "$(dirname "$0")/../e2e/lib.sh"
+RUN=$(realpath "$1")
+CHECK=$(realpath "$2")
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+# refused LABEL N OUTPUT WORDS: every rank failed at wrap within 2 s, and said WORDS.
+refused() {
+  local label=$1 n=$2 out=$3 words=$4
+  check "$label: all $n ranks refuse" equals "$(grep -c "error .* after wrap: .*auto_model.*: the replicas differ: " <<<"$out")" "$n" ||
+    sed 's/^/  | /' <<<"$out" | head -8
+  check "$label: the words: $words" equals "$(count "$out" "$words")" "$n"
+  check "$label: each refusal within 2 s of the wrap" bash -c "! grep -E 'error ([2-9]|[0-9]{2,})\\.' <<<'$out' | grep -q ."
+}
+
+# The cases, run by LAUNCH (a command prefix) with the mpi backend's flags in EXTRA.
+cases() {
+  local transport=$1 n=$2
+  shift 2
+  local start out rc elapsed
+  out=$("$@" "$CHECK" transposed $EXTRA 2>&1)
+  refused "$transport, $n ranks, a transposed layer" $n "$out" "parameter 'fc1.weight' is [16, 12] on rank 0 and [12, 16] on rank 1"
+  out=$("$@" "$CHECK" hidden $EXTRA 2>&1)
+  refused "$transport, $n ranks, another hidden size" $n "$out" "parameter 'fc1.weight' is [50, 12] on rank 0 and [60, 12] on rank 1"
+  out=$("$@" "$CHECK" extra $EXTRA 2>&1)
+  refused "$transport, $n ranks, one more layer" $n "$out" "rank 0 has 4 parameters and rank $((n - 1)) 6: 'fc3.weight' [3, 3] is on rank $((n - 1)) only"
+  out=$("$@" "$CHECK" dtype $EXTRA 2>&1)
+  refused "$transport, $n ranks, float64 on one rank" $n "$out" "parameter 'fc1.weight' is Float on rank 0 and Double on rank $((n - 1))"
+  out=$("$@" "$CHECK" buffers $EXTRA 2>&1)
+  refused "$transport, $n ranks, a buffer on one rank" $n "$out" "rank 0 has 0 buffers and rank $((n - 1)) 1: 'running' [2] is on rank $((n - 1)) only"
+
+  start=$(date +%s.%N)
+  out=$(timeout 60 "$@" "$CHECK" uneven $EXTRA 2>&1)
+  rc=$?
+  elapsed=$(echo "$(date +%s.%N) - $start" | bc)
+  echo "# $transport, $n ranks, uneven data without join: exit $rc after ${elapsed}s"
+  check "$transport, $n ranks, uneven data: the job fails" test "$rc" -ne 0
+  check "$transport, $n ranks, uneven data: the job ends within 5 s" test "$(echo "$elapsed < 5" | bc)" = 1
+  # Under mpirun the short ranks have no store to learn it from: mpirun ends the job on rank 0's exit.
+  [ "$transport" != mpi ] && { check "$transport, $n ranks, uneven data: no rank ends ok" equals "$(count "$out" ": ok")" 0 ||
+    sed 's/^/  | /' <<<"$out" | head -8; }
+  # The last rank has the fewest batches (6 of 2 ranks, 5 of 3) and leaves first.
+  local steps=$((8 - n))
+  check "$transport, $n ranks, uneven data: rank 0 names the rank that left and its steps" \
+    contains "$(grep '^rank 0: error' <<<"$out")" "rank $((n - 1)) called finalize() after $steps steps while this rank waits for it" ||
+    sed 's/^/  | /' <<<"$out" | head -8
+  check "$transport, $n ranks, uneven data: ... in auto_model's bucket, pointing at idist::join" \
+    bash -c "grep '^rank 0: error' <<<'$out' | grep 'auto_model bucket 0 (' | grep -q 'uneven data? see idist::join'"
+  if [ "$transport" != mpi ]; then
+    check "$transport, $n ranks, uneven data: the rank that left first raises in finalize() too" \
+      bash -c "grep '^rank $((n - 1)): error' <<<'$out' | grep -qE 'finalize\(gloo\): rank [0-9]+ was left waiting for this rank in all_reduce'" ||
+      sed 's/^/  | /' <<<"$out" | head -8
+  fi
+}
+
+# join: idist::join's parameters against DDP's join's, at 1e-5.
+joined() {
+  local transport=$1 n=$2 flag=$3
+  shift 3
+  local label="$transport, $n ranks, idist::join${flag:+ (divide_by_initial_world_size=false)}"
+  local mine=$TMP/mine.$n$flag ref=$TMP/ref.$n$flag
+  local out
+  out=$("$@" "$CHECK" "join${flag:+_world}" --out "$mine" $EXTRA 2>&1)
+  check "$label: every rank trains and ends ok" equals "$(count "$out" ": ok")" "$n" || sed 's/^/  | /' <<<"$out" | head -8
+  check "$label: every rank ends with the same parameters" equals "$(grep 'parameters sum' <<<"$out" | awk '{print $NF}' | sort -u | wc -l)" 1
+  if [ ! -s "$ref" ]; then
+    OMP_NUM_THREADS=1 timeout 120 "$RUN" -n "$n" "$PY" "$HERE/ddp_join.py" "$ref" $flag >"$TMP/ref.log" 2>&1 || { sed 's/^/  | /' "$TMP/ref.log" | tail -5; }
+  fi
+  check "$label: parameters equal to PyTorch DDP's model.join() at 1e-5" python3 - "$mine" "$ref" <<'EOF'
+import sys
+a = [l.split() for l in open(sys.argv[1])]
+b = [l.split() for l in open(sys.argv[2])]
+assert len(a) == len(b) > 0, (len(a), len(b))
+worst = max(abs(float(x[1]) - float(y[1])) for x, y in zip(a, b))
+assert all(x[0] == y[0] for x, y in zip(a, b)), "names differ"
+print(f"  # {len(a)} parameters, the largest difference {worst:.2e}")
+assert worst <= 1e-5, worst
+EOF
+}
+
+export IDIST_TIMEOUT=300  # the default: nothing here may wait for it
+PY=/usr/bin/python3  # Debian's, with python3-torch
+python_torch=1
+"$PY" -c "import torch.distributed" 2>/dev/null || python_torch=0
+EXTRA=
+for n in 2 3; do
+  cases "shared memory" $n "$RUN" -n $n
+  cases "TCP" $n env IDIST_INTRANODE=off "$RUN" -n $n
+  if [ $python_torch = 1 ]; then
+    joined "shared memory" $n "" "$RUN" -n $n
+    joined "TCP" $n "" env IDIST_INTRANODE=off "$RUN" -n $n
+    joined "shared memory" $n --world "$RUN" -n $n
+  else
+    echo "SKIPPED: the comparisons with PyTorch's DDP join (no python3-torch)"
+  fi
+done
+
+if command -v mpirun >/dev/null && ! IDIST_NO_DETECT=1 "$CHECK" x --backend mpi 2>&1 | grep -q "is not built"; then
+  EXTRA="--backend mpi"
+  for n in 2 3; do
+    cases mpi $n mpirun --allow-run-as-root --oversubscribe --bind-to none -np $n
+    [ $python_torch = 1 ] && joined mpi $n "" mpirun --allow-run-as-root --oversubscribe --bind-to none -np $n
+  done
+else
+  echo "SKIPPED: the mpi runs (no mpirun, or no mpi backend in this build)"
+fi
+finish
