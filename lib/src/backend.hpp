@@ -162,6 +162,10 @@ class IDIST_API Backend {
 // What this rank says as it leaves its groups ("called finalize() after 6 steps"), for a
 // backend that tells its peers itself (mpi, which has no store); set by finalize().
 IDIST_API std::string departure_note();
+// Whether this process is in finalize(): a group torn down then is left on purpose, and a
+// backend that must tell its peers itself (shm) does so; torn down at the program's end, the
+// process's exit tells them (a closed connection, an ended pid) and names it rightly.
+IDIST_API bool finalizing();
 
 // Where a rank sits, as a backend that brings its own world sees it.
 struct Layout {

@@ -451,9 +451,9 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
   return o;
 }
 
-std::unique_ptr<Store> Runtime::probe() const {
+std::unique_ptr<Store> Runtime::probe(std::chrono::milliseconds patience) const {
   return std::make_unique<TcpStore>(
-      TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, std::chrono::seconds(2)});
+      TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, patience});
 }
 
 namespace {
@@ -637,7 +637,9 @@ std::string Runtime::explain_departure(const std::vector<int>& members, int me, 
     if (static_cast<int>(g) != me && (member < 0 || static_cast<int>(g) == member)) candidates.push_back(members[g]);
   std::vector<std::string> keys;
   for (int r : candidates) keys.push_back(fmt::format("{}finalized/{}", kWorldPrefix, r));
-  auto store = probe();
+  // Briefly: a rank that left through finalize() left rank 0's store up (rank 0 waits there
+  // for everyone); one that died may have been rank 0, and then there is no note to find.
+  auto store = probe(std::chrono::milliseconds(300));
   const auto present = check_all(*store, keys);
   std::vector<std::string> left;
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -694,6 +696,8 @@ std::string& leaving_note() {
   static std::string note = "left the group (its program ended without finalize())";
   return note;
 }
+
+std::atomic<bool> in_finalize{false};
 }  // namespace
 
 std::string departure_note() {
@@ -701,12 +705,19 @@ std::string departure_note() {
   return leaving_note();
 }
 
+bool finalizing() { return in_finalize.load(std::memory_order_relaxed); }
+
 void Runtime::finalize() {
   const auto note = departure_note();
   {
     std::lock_guard lock(note_mu);
     leaving_note() = note;
   }
+  in_finalize = true;
+  // A later init() starts a new life: its groups' ends at exit are exits again.
+  struct Done {
+    ~Done() { in_finalize = false; }
+  } done;
   if (!rendezvous_) return;
   try {
     store_->set(fmt::format("{}finalized/{}", kWorldPrefix, contract_.rank), std::vector<char>(note.begin(), note.end()));

@@ -93,7 +93,7 @@ class Runtime {
   ProcessGroupOptions group_options(int rank, int size, std::string description, std::string prefix,
                                     std::vector<int> members);
   // A fresh connection to the store, for a moment: the main one may be busy or timed out.
-  std::unique_ptr<Store> probe() const;
+  std::unique_ptr<Store> probe(std::chrono::milliseconds patience = std::chrono::seconds(2)) const;
 
   env::Contract contract_;
   std::uint64_t id_;

@@ -316,7 +316,7 @@ class ShmBackend final : public Backend {
   }
   void cancel_transfers() override {
     mailboxes_->close();
-    segment_->depart(rank_);
+    if (finalizing()) segment_->depart(rank_);
   }
 
  private:
