@@ -358,7 +358,11 @@ Parallel::~Parallel() {
   try {
     finalize();
   } catch (const std::exception& e) {
+    // A peer was left waiting in a collective this rank never made (finalize's Error): the
+    // process must not end with exit 0, and a destructor cannot throw.
     std::fprintf(stderr, "%s\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
   }
 }
 

@@ -166,6 +166,9 @@ IDIST_API std::string departure_note();
 // backend that must tell its peers itself (shm) does so; torn down at the program's end, the
 // process's exit tells them (a closed connection, an ended pid) and names it rightly.
 IDIST_API bool finalizing();
+// A backend without a store (mpi) says here, in finalize(), that a peer was left waiting for
+// this rank in a collective ("<its rank>\t<the call>"): finalize() then raises, as with a store.
+IDIST_API void left_behind(const std::string& what);
 
 // Where a rank sits, as a backend that brings its own world sees it.
 struct Layout {

@@ -28,6 +28,9 @@ ErrorSite ProcessGroup::site(std::string_view op) const {
 }
 
 ProcessGroup::~ProcessGroup() {
+  // In finalize(), this rank's own async collectives end first: a peer told that this rank
+  // has left must not find it gone from a call it still makes.
+  if (finalizing() && tail_.valid()) tail_.wait();
   if (backend_) backend_->cancel_transfers();
   for (auto& done : in_flight_) done.wait();
 }

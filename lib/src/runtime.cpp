@@ -13,6 +13,7 @@
 #include <numeric>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "backends/hierarchical/hierarchical_backend.hpp"
 #include "common/cpus_shared.hpp"
@@ -20,9 +21,12 @@
 #include "common/wait.hpp"
 #include "idist/common/host.hpp"
 #include "store/memory_store.hpp"
+#include "store_keys.hpp"
 #include "store/tcp_store.hpp"
 
 namespace idist::detail {
+using namespace store_keys;
+
 namespace {
 
 // The library's single piece of global mutable state.
@@ -31,7 +35,6 @@ std::unique_ptr<Runtime>& default_runtime() {
   return instance;
 }
 
-constexpr const char* kWorldPrefix = "idist/world/";
 // The first byte of rank 0's verdict at the join when it refuses the job's settings.
 constexpr char kRefused = '!';
 
@@ -45,38 +48,6 @@ std::string choose_backend(const env::Contract& contract, const InitOptions& opt
 }
 
 using Clock = std::chrono::steady_clock;
-
-std::chrono::milliseconds remaining(Clock::time_point deadline) {
-  return std::max(std::chrono::milliseconds(1),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-}
-
-std::vector<std::string> numbered_keys(const std::string& prefix, int count) {
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) keys.push_back(prefix + std::to_string(i));
-  return keys;
-}
-
-// The store takes at most wire::kMaxKeys keys per request; a world can have more ranks.
-constexpr std::size_t kKeysPerRequest = 1 << 16;
-
-void wait_all(Store& store, const std::vector<std::string>& keys, Clock::time_point deadline) {
-  for (std::size_t i = 0; i < keys.size(); i += kKeysPerRequest) {
-    const auto end = keys.begin() + static_cast<long>(std::min(keys.size(), i + kKeysPerRequest));
-    store.wait({keys.begin() + static_cast<long>(i), end}, remaining(deadline));
-  }
-}
-
-std::vector<bool> check_all(Store& store, const std::vector<std::string>& keys) {
-  std::vector<bool> present;
-  for (std::size_t i = 0; i < keys.size(); i += kKeysPerRequest) {
-    const auto end = keys.begin() + static_cast<long>(std::min(keys.size(), i + kKeysPerRequest));
-    const auto part = store.check({keys.begin() + static_cast<long>(i), end});
-    present.insert(present.end(), part.begin(), part.end());
-  }
-  return present;
-}
 
 // "node 1 never joined; missing ranks 4, 5, 6, 7 (4 of 8)". Nodes are named from the nodes
 // that reported in, so the answer is right whatever the placement (cyclic included).
@@ -440,8 +411,9 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
                         std::move(description), contract_.debug};
   o.epoch = static_cast<std::uint32_t>(id_);
   if (rendezvous_) {
-    o.explain_departure = [this, members, rank](int member, std::string_view op, std::uint64_t number) {
-      return explain_departure(members, rank, member, op, number);
+    o.explain_departure = [this, members, rank, world = prefix == kWorldPrefix](int member, std::string_view op,
+                                                                                 std::uint64_t number) {
+      return explain_departure(members, rank, member, world, op, number);
     };
     o.explain_timeout = [this, prefix = std::move(prefix), members = std::move(members), rank](
                             std::string_view, std::string_view call, std::uint64_t number) {
@@ -466,14 +438,8 @@ std::string global_list(const std::vector<int>& members, const std::vector<bool>
   return fmt::format("rank{} {}", missing.size() == 1 ? "" : "s", fmt::join(missing, ", "));
 }
 
-std::size_t count_missing(const std::vector<bool>& present) {
-  return static_cast<std::size_t>(std::count(present.begin(), present.end(), false));
-}
-
 // Which of `keys` exist by `until`, asking every few milliseconds: unlike a store wait, it
 // ends with the answer for each key rather than a timeout, and leaves the connection usable.
-// Asking the store: every 20 ms, the policy for every wait on a store key (common/wait.hpp).
-constexpr BackoffPolicy kStorePolicy{.spin = {}, .yield = {}, .nap = std::chrono::milliseconds(20)};
 
 std::vector<bool> present_by(Store& store, const std::vector<std::string>& keys, Clock::time_point until) {
   std::vector<bool> present;
@@ -554,19 +520,8 @@ std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::ve
     parts.push_back(fmt::format("others timed out in an earlier call ({})", fmt::join(behind, ", ")));
   if (count_missing(present) > 0) {
     // Those that left say so in the store (finalize's note): name what they did.
-    std::vector<std::string> left;
     auto arrived_or_left = present;
-    for (std::size_t g = 0; g < present.size(); ++g) {
-      if (present[g]) continue;
-      const auto key = fmt::format("{}finalized/{}", kWorldPrefix, members[g]);
-      if (!store->check({key})[0]) continue;
-      const auto note = store->get(key);
-      left.push_back(fmt::format("rank {} {}", members[g], std::string(note.begin(), note.end())));
-      arrived_or_left[g] = true;
-    }
-    if (!left.empty())
-      parts.push_back(fmt::format("{}: the ranks ran different numbers of steps (uneven data? see idist::join)",
-                                  fmt::join(left, ", ")));
+    if (const auto left = those_that_left(*store, members, arrived_or_left); !left.empty()) parts.push_back(left);
     if (count_missing(arrived_or_left) > 0)
       parts.push_back(fmt::format("{} did not arrive at it (no word from them within {}s of the timeout)",
                                   global_list(members, arrived_or_left), kWindow.count()));
@@ -617,140 +572,6 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
   } catch (const std::exception& e) {
     throw Error(site, e.what());
   }
-}
-
-std::string Runtime::departure_note() const {
-  const auto steps = steps_.load(std::memory_order_relaxed);
-  if (steps > 0) return fmt::format("called finalize() after {} step{}", steps, steps == 1 ? "" : "s");
-  const auto calls = world_ ? world_->calls() : world_calls_;
-  return fmt::format("called finalize() after {} collective{}", calls, calls == 1 ? "" : "s");
-}
-
-namespace {
-constexpr const char* kUneven = "the ranks ran different numbers of steps (uneven data? see idist::join)";
-}  // namespace
-
-std::string Runtime::explain_departure(const std::vector<int>& members, int me, int member, std::string_view op,
-                                       std::uint64_t number) {
-  std::vector<int> candidates;
-  for (std::size_t g = 0; g < members.size(); ++g)
-    if (static_cast<int>(g) != me && (member < 0 || static_cast<int>(g) == member)) candidates.push_back(members[g]);
-  std::vector<std::string> keys;
-  for (int r : candidates) keys.push_back(fmt::format("{}finalized/{}", kWorldPrefix, r));
-  // Briefly: a rank that left through finalize() left rank 0's store up (rank 0 waits there
-  // for everyone); one that died may have been rank 0, and then there is no note to find.
-  auto store = probe(std::chrono::milliseconds(300));
-  const auto present = check_all(*store, keys);
-  std::vector<std::string> left;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (!present[i]) continue;
-    const auto note = store->get(keys[i]);
-    left.push_back(fmt::format("rank {} {}", candidates[i], std::string(note.begin(), note.end())));
-  }
-  if (left.empty()) return "";
-  // The leaver waits in its finalize() for this key: it, too, must not end with exit 0.
-  const auto mine = fmt::format("{}\t{} #{}", contract_.rank, op, number);
-  store->set(std::string(kWorldPrefix) + "abandoned", std::vector<char>(mine.begin(), mine.end()));
-  if (contract_.rank == 0) {
-    // This rank hosts the store and is about to raise: the leaver reads the key first, and
-    // the other ranks left waiting with us, who notice at about the same moment, get a
-    // moment to read the note too.
-    try {
-      store->wait({std::string(kWorldPrefix) + "abandoned_read"}, std::chrono::seconds(2));
-    } catch (const std::exception&) {
-      // It had its moment.
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }
-  return fmt::format("{} while this rank waits for it in {} #{}: {}", fmt::join(left, ", "), op, number, kUneven);
-}
-
-std::string Runtime::wait_for_the_others() {
-  const std::string base = std::string(kWorldPrefix);
-  const std::string abandoned = base + "abandoned";
-  if (contract_.rank != 0) {
-    // Nobody else sets it: the wait ends when rank 0 closes the store, everyone having come
-    // (or, failing that, after the timeout).
-    const auto text = store_->get(abandoned);
-    return std::string(text.begin(), text.end());
-  }
-  const auto keys = numbered_keys(base + "finalized/", contract_.world_size);
-  std::string text;
-  const bool all = poll_until(
-      [&] {
-        if (store_->check({abandoned})[0]) {
-          const auto value = store_->get(abandoned);
-          text.assign(value.begin(), value.end());
-          return true;
-        }
-        return count_missing(check_all(*store_, keys)) == 0;
-      },
-      Clock::now() + contract_.timeout, kStorePolicy);
-  if (!all) throw TimeoutFailure(fmt::format("not every rank reached finalize() within {}", duration_text(contract_.timeout)));
-  return text;
-}
-
-namespace {
-std::mutex note_mu;
-std::string& leaving_note() {
-  static std::string note = "left the group (its program ended without finalize())";
-  return note;
-}
-
-std::atomic<bool> in_finalize{false};
-}  // namespace
-
-std::string departure_note() {
-  std::lock_guard lock(note_mu);
-  return leaving_note();
-}
-
-bool finalizing() { return in_finalize.load(std::memory_order_relaxed); }
-
-void Runtime::finalize() {
-  const auto note = departure_note();
-  {
-    std::lock_guard lock(note_mu);
-    leaving_note() = note;
-  }
-  in_finalize = true;
-  // A later init() starts a new life: its groups' ends at exit are exits again.
-  struct Done {
-    ~Done() { in_finalize = false; }
-  } done;
-  if (!rendezvous_) return;
-  try {
-    store_->set(fmt::format("{}finalized/{}", kWorldPrefix, contract_.rank), std::vector<char>(note.begin(), note.end()));
-  } catch (const std::exception& e) {
-    detail::log().warn("[idist rank {}/{}] finalize: the store does not answer ({}); tearing down anyway", contract_.rank,
-                       contract_.world_size, e.what());
-    return;
-  }
-  // Our groups go first, on every rank: a peer still waiting for this rank in a collective
-  // then fails now, naming it (the note above), rather than at its timeout; and a backend's
-  // teardown may need its peers (nccl's), who are tearing down too.
-  if (world_) world_calls_ = world_->calls();
-  groups_.clear();
-  world_.reset();
-  std::string abandoned;
-  try {
-    abandoned = wait_for_the_others();
-  } catch (const TimeoutFailure& e) {
-    // finalize() must not hang; a peer that never arrived is worth a warning.
-    detail::log().warn("[idist rank {}/{}] finalize: {}; leaving anyway", contract_.rank, contract_.world_size, e.what());
-  } catch (const std::exception&) {
-    // Rank 0 closed the store: everyone came.
-  }
-  if (abandoned.empty()) return;
-  try {
-    store_->set(std::string(kWorldPrefix) + "abandoned_read", {});
-  } catch (const std::exception&) {
-    // It is raising already.
-  }
-  const auto tab = abandoned.find('\t');
-  throw Error(ErrorSite{contract_.rank, contract_.world_size, "finalize", backend_},
-              fmt::format("rank {} was left waiting for this rank in {}, which this rank never called: it {}; {}",
-                          abandoned.substr(0, tab), abandoned.substr(tab + 1), note, kUneven));
 }
 
 Runtime& runtime(std::string_view op) {

@@ -84,8 +84,11 @@ class Runtime {
   // After a peer was lost in a collective: the members (`member`, or any but `me` when -1)
   // that said in the store that they left, as one line, or "" when none did. Tells the leaver
   // it left this rank behind (the "abandoned" key its finalize() watches).
-  std::string explain_departure(const std::vector<int>& members, int me, int member, std::string_view op,
+  std::string explain_departure(const std::vector<int>& members, int me, int member, bool world, std::string_view op,
                                 std::uint64_t number);
+  // After a timeout: the members not `present` that left through finalize(), named with what
+  // they did, as one line part ("" when none did); they are marked present.
+  std::string those_that_left(Store& store, const std::vector<int>& members, std::vector<bool>& present) const;
   // "called finalize() after 6 steps" (mark_step), else after how many collectives.
   std::string departure_note() const;
   // finalize()'s wait, after leaving: what a peer left behind wrote ("" when none did).

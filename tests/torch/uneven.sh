@@ -47,11 +47,11 @@ cases() {
   baseline=$(echo "$(date +%s.%N) - $start" | bc)
   refused "$transport, $n ranks, another hidden size" $n "$out" "parameter 'fc1.weight' is [50, 12] on rank 0 and [60, 12] on rank 1"
   out=$("$@" "$CHECK" extra $EXTRA 2>&1)
-  refused "$transport, $n ranks, one more layer" $n "$out" "rank 0 has 4 parameters and rank $((n - 1)) 6: 'fc3.weight' [3, 3] is on rank $((n - 1)) only"
+  refused "$transport, $n ranks, one more layer" $n "$out" "rank 0 has 4 parameters and rank $((n - 1)) has 6: 'fc3.weight' [3, 3] is on rank $((n - 1)) only"
   out=$("$@" "$CHECK" dtype $EXTRA 2>&1)
   refused "$transport, $n ranks, float64 on one rank" $n "$out" "parameter 'fc1.weight' is Float on rank 0 and Double on rank $((n - 1))"
   out=$("$@" "$CHECK" buffers $EXTRA 2>&1)
-  refused "$transport, $n ranks, a buffer on one rank" $n "$out" "rank 0 has 0 buffers and rank $((n - 1)) 1: 'running' [2] is on rank $((n - 1)) only"
+  refused "$transport, $n ranks, a buffer on one rank" $n "$out" "rank 0 has 0 buffers and rank $((n - 1)) has 1: 'running' [2] is on rank $((n - 1)) only"
 
   start=$(date +%s.%N)
   out=$(timeout 60 "$@" "$CHECK" uneven $EXTRA 2>&1)
@@ -64,9 +64,7 @@ cases() {
   fi
   check "$transport, $n ranks, uneven data: ... at most 3 s longer than a job refused at wrap" \
     test "$(echo "$elapsed - $baseline < 3" | bc)" = 1
-  # Under mpirun the short ranks have no store to learn it from: mpirun ends the job on rank 0's exit.
-  [ "$transport" != mpi ] && { check "$transport, $n ranks, uneven data: no rank ends ok" equals "$(count "$out" ": ok")" 0 ||
-    sed 's/^/  | /' <<<"$out" | head -8; }
+  check "$transport, $n ranks, uneven data: no rank ends ok" equals "$(count "$out" ": ok")" 0 || sed 's/^/  | /' <<<"$out" | head -8
   # The last rank has the fewest batches (6 of 2 ranks, 5 of 3) and leaves first.
   local steps=$((8 - n))
   check "$transport, $n ranks, uneven data: rank 0 names the rank that left and its steps" \
@@ -75,11 +73,9 @@ cases() {
   check "$transport, $n ranks, uneven data: ... in auto_model's bucket, pointing at idist::join" \
     says "$out" 0 "auto_model bucket 0 (" "uneven data? see idist::join"
   check "$transport, $n ranks, uneven data: every rank fails within 2 s of the wrap" none_after 2 "$out"
-  if [ "$transport" != mpi ]; then
-    check "$transport, $n ranks, uneven data: the rank that left first raises in finalize() too" \
-      says "$out" $((n - 1)) "finalize(gloo): rank " " was left waiting for this rank in all_reduce #" \
-      "which this rank never called: it called finalize() after $steps steps" || sed 's/^/  | /' <<<"$out" | head -8
-  fi
+  check "$transport, $n ranks, uneven data: the rank that left first raises in finalize() too" \
+    says "$out" $((n - 1)) "finalize(" "): rank " " was left waiting for this rank in " \
+    "which this rank never called: it called finalize() after $steps steps" || sed 's/^/  | /' <<<"$out" | head -8
 }
 
 # join: idist::join's parameters against DDP's join's, at 1e-5.

@@ -428,7 +428,10 @@ class Reducer {
 
   // Who is still in its loop: every rank says, in one all_gather; false when nobody is.
   bool agree_on_active(bool me) {
-    const auto all = idist::all_gather(std::int8_t{me ? std::int8_t{1} : std::int8_t{0}});
+    std::vector<std::int8_t> all;
+    labelled("idist::join's agreement on who is still in its loop (inside a join, auto_model's collectives must be "
+             "the loop's only ones)",
+             [&] { all = idist::all_gather(std::int8_t{me ? std::int8_t{1} : std::int8_t{0}}); });
     join_->active = 0;
     for (std::size_t r = 0; r < all.size(); ++r)
       if (all[r] != 0) {
@@ -554,13 +557,13 @@ void join(const torch::nn::Module& module, const std::function<void()>& loop, co
   reducer->begin_join(options);
   try {
     loop();
+    bool last_joiner = true;
+    while (reducer->shadow_iteration()) last_joiner = false;
+    reducer->finish_join(last_joiner);
   } catch (...) {
     reducer->abandon_join();
     throw;
   }
-  bool last_joiner = true;
-  while (reducer->shadow_iteration()) last_joiner = false;
-  reducer->finish_join(last_joiner);
 }
 
 }  // namespace detail

@@ -56,7 +56,8 @@ std::string differ(const std::vector<Entry>& a, int ra, const std::vector<Entry>
   const std::string kind = a.empty() ? (b.empty() ? "" : b.front().kind) : a.front().kind;
   const auto counts = a.size() == b.size() ? std::string()
                                            : " (rank " + std::to_string(ra) + " has " + plural(a.size(), kind) +
-                                                 ", rank " + std::to_string(rb) + " " + plural(b.size(), kind) + ")";
+                                                 ", rank " + std::to_string(rb) + " has " + plural(b.size(), kind) +
+                                                 ")";
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     const auto& x = a[i];
     const auto& y = b[i];
@@ -72,7 +73,7 @@ std::string differ(const std::vector<Entry>& a, int ra, const std::vector<Entry>
   if (a.size() == b.size()) return "";
   const bool a_longer = a.size() > b.size();
   const auto& extra = a_longer ? a[b.size()] : b[a.size()];
-  return "rank " + std::to_string(ra) + " has " + plural(a.size(), kind) + " and rank " + std::to_string(rb) + " " +
+  return "rank " + std::to_string(ra) + " has " + plural(a.size(), kind) + " and rank " + std::to_string(rb) + " has " +
          std::to_string(b.size()) + ": '" + extra.name + "' " + extra.shape + " is on rank " +
          std::to_string(a_longer ? ra : rb) + " only";
 }

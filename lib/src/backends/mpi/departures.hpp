@@ -10,13 +10,15 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
 
 namespace idist::detail::mpi {
 
-inline constexpr int kLeaveTag = 1;  // on the internal communicator; the small all_reduce uses 0
+inline constexpr int kLeaveTag = 1;      // on the internal communicator; the small all_reduce uses 0
+inline constexpr int kAbandonedTag = 2;  // a member left waiting, to the one that left it
 
 class Departures {
  public:
@@ -25,14 +27,22 @@ class Departures {
   static void announce(MPI_Comm comm, int rank, int size, std::uint64_t calls, const std::string& note);
 
   // Reads the notices that came; throws PeerLostFailure naming a member that left without
-  // beginning the call this rank waits in (its `calls`-th).
-  void check(MPI_Comm comm, std::uint64_t calls);
+  // beginning the call this rank waits in (its `calls`-th), after telling it so (`rank` is
+  // this one, `op` the call: "all_reduce").
+  void check(MPI_Comm comm, int rank, std::uint64_t calls);
+
+  // finalize(), after announce(): waits (bounded) until every other member has left too, as
+  // the store's finalize does; returns what a member left waiting said ("<rank>\t<call>"), or
+  // "" when none was.
+  std::string await_the_others(MPI_Comm comm, int size, std::chrono::milliseconds timeout);
 
  private:
   struct Departure {
     std::uint64_t calls = 0;
     std::string note;
   };
+  // The notices that came, into departed_.
+  void read_notices(MPI_Comm comm);
   std::map<int, Departure> departed_;
 };
 

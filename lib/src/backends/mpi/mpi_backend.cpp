@@ -369,7 +369,15 @@ class MpiBackend final : public Backend {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  void cancel_transfers() override { announce_departure(); }
+  // In finalize(), the others are waited for (their notices), as the store's finalize does,
+  // and a member this rank left waiting is told to the runtime; at the program's end, the
+  // notices only.
+  void cancel_transfers() override {
+    announce_departure();
+    if (!finalizing()) return;
+    if (const auto left = departures_.await_the_others(internal_, size_, timeout_); !left.empty())
+      left_behind(left);
+  }
 
   std::string_view name() const override { return "mpi"; }
   BackendTraits traits() const override {
@@ -563,7 +571,7 @@ class MpiBackend final : public Backend {
 
   // --- leaving (departures.hpp) ---------------------------------------------------------------
   void announce_departure() { mpi::Departures::announce(internal_, rank_, size_, calls_, departure_note()); }
-  void check_departures() { departures_.check(internal_, calls_); }
+  void check_departures() { departures_.check(internal_, rank_, calls_); }
 
   // wait_with, reading the leave notices once the wait has lasted a moment.
   template <class Test>
@@ -622,8 +630,14 @@ class MpiBackend final : public Backend {
         withdraw();
         check(code, "MPI_Isend");
       }
-      const auto code = wait_watching(
-          [&](int* done) { return MPI_Testall(2, requests.data(), done, MPI_STATUSES_IGNORE); }, deadline);
+      std::optional<int> code;
+      try {
+        code = wait_watching(
+            [&](int* done) { return MPI_Testall(2, requests.data(), done, MPI_STATUSES_IGNORE); }, deadline);
+      } catch (...) {
+        withdraw();  // a peer left: the transfers posted from the caller's buffer go too
+        throw;
+      }
       if (!code) {
         withdraw();
         throw TimeoutFailure(timed_out("MPI_Allreduce", timeout_, "a rank of this group has not called it"));
@@ -645,7 +659,7 @@ class MpiBackend final : public Backend {
 
   MPI_Comm comm_;
   MPI_Comm internal_ = MPI_COMM_NULL;
-  std::uint64_t calls_ = 0;  // collectives begun here, alike on every member
+  std::atomic<std::uint64_t> calls_{0};  // collectives begun here, alike on every member
   mpi::Departures departures_;
   std::chrono::milliseconds timeout_;
   int rank_ = 0;
