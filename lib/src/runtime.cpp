@@ -440,7 +440,6 @@ std::string global_list(const std::vector<int>& members, const std::vector<bool>
 
 // Which of `keys` exist by `until`, asking every few milliseconds: unlike a store wait, it
 // ends with the answer for each key rather than a timeout, and leaves the connection usable.
-
 std::vector<bool> present_by(Store& store, const std::vector<std::string>& keys, Clock::time_point until) {
   std::vector<bool> present;
   poll_until(

@@ -52,7 +52,7 @@ class Runtime {
   // same TimeoutError. `state` null for the world.
   void monitored_barrier(const GroupState* state, std::chrono::milliseconds timeout);
 
-  // Says in the store that this rank leaves (with departure_note()), leaves its groups, so
+  // Says in the store that this rank leaves (with leaving_words()), leaves its groups, so
   // that a peer still waiting for it in a collective fails now, naming it, then waits
   // (bounded) until every rank has reached finalize, so rank 0 does not take the store away
   // from a rank that still needs it. Throws Error when a peer was left inside a collective
@@ -90,7 +90,7 @@ class Runtime {
   // they did, as one line part ("" when none did); they are marked present.
   std::string those_that_left(Store& store, const std::vector<int>& members, std::vector<bool>& present) const;
   // "called finalize() after 6 steps" (mark_step), else after how many collectives.
-  std::string departure_note() const;
+  std::string leaving_words() const;
   // finalize()'s wait, after leaving: what a peer left behind wrote ("" when none did).
   std::string wait_for_the_others();
   ProcessGroupOptions group_options(int rank, int size, std::string description, std::string prefix,

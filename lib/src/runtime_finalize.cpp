@@ -69,7 +69,7 @@ void left_behind(const std::string& what) {
 
 bool finalizing() { return in_finalize.load(std::memory_order_relaxed); }
 
-std::string Runtime::departure_note() const {
+std::string Runtime::leaving_words() const {
   const auto steps = steps_.load(std::memory_order_relaxed);
   if (steps > 0) return fmt::format("called finalize() after {} step{}", steps, steps == 1 ? "" : "s");
   const auto calls = world_ ? world_->calls() : world_calls_;
@@ -150,7 +150,7 @@ std::string Runtime::wait_for_the_others() {
 }
 
 void Runtime::finalize() {
-  const auto note = departure_note();
+  const auto note = leaving_words();
   {
     std::lock_guard lock(note_mu);
     leaving_note() = note;

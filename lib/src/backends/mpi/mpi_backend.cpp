@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -281,19 +282,33 @@ constexpr BackoffPolicy kTestPolicy{.spin = std::chrono::microseconds(20),
                                     .yield = std::chrono::milliseconds(50),
                                     .nap = std::chrono::microseconds(100)};
 
-// MPI's error code once the requests complete; nullopt when the deadline passes first.
-template <class Test>
-std::optional<int> wait_with(Test&& test, Clock::time_point deadline) {
+// MPI's error code once the requests complete; nullopt when the deadline passes first. Once
+// the wait has lasted 10 ms, `lasting` runs every 256 tests (it may throw to end the wait): the
+// clock is read only then, so a short call never reads it.
+template <class Test, class Lasting>
+std::optional<int> wait_with(Test&& test, Clock::time_point deadline, Lasting&& lasting) {
   int code = MPI_SUCCESS;
+  std::uint32_t tests = 0;
+  std::optional<Clock::time_point> from;
   const bool done = poll_until(
       [&] {
         int flag = 0;
         code = test(&flag);
-        return code != MPI_SUCCESS || flag != 0;
+        if (code != MPI_SUCCESS || flag != 0) return true;
+        if ((++tests & 255) == 0) {
+          const auto now = Clock::now();
+          if (!from) from = now + std::chrono::milliseconds(10);
+          if (now >= *from) lasting();
+        }
+        return false;
       },
       deadline, kTestPolicy);
   if (!done) return std::nullopt;
   return code;
+}
+template <class Test>
+std::optional<int> wait_with(Test&& test, Clock::time_point deadline) {
+  return wait_with(std::forward<Test>(test), deadline, [] {});
 }
 
 std::optional<int> wait_until(MPI_Request& request, MPI_Status& status, Clock::time_point deadline) {
@@ -576,25 +591,7 @@ class MpiBackend final : public Backend {
   // wait_with, reading the leave notices once the wait has lasted a moment.
   template <class Test>
   std::optional<int> wait_watching(Test&& test, Clock::time_point deadline) {
-    int code = MPI_SUCCESS;
-    std::uint32_t tests = 0;
-    std::optional<Clock::time_point> watch_from;
-    const bool done = poll_until(
-        [&] {
-          int flag = 0;
-          code = test(&flag);
-          if (code != MPI_SUCCESS || flag != 0) return true;
-          // The clock only every 256 tests: a short call never reads it.
-          if ((++tests & 255) == 0) {
-            const auto now = Clock::now();
-            if (!watch_from) watch_from = now + std::chrono::milliseconds(10);
-            if (now >= *watch_from) check_departures();
-          }
-          return false;
-        },
-        deadline, kTestPolicy);
-    if (!done) return std::nullopt;
-    return code;
+    return wait_with(std::forward<Test>(test), deadline, [this] { check_departures(); });
   }
 
   void release() {
