@@ -558,10 +558,32 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
     }
     const auto keys = numbered_keys(base, group.size());
     auto reader = probe();
-    const auto present = present_by(*reader, keys, Clock::now() + timeout);
-    std::string verdict;
-    if (count_missing(present) > 0)
-      verdict = fmt::format("{} did not arrive within {}", global_list(members, present), duration_text(timeout));
+    // A member that called finalize() will never come: the wait ends once every member has
+    // arrived or left, and the verdict says what those that left did.
+    std::vector<bool> present;
+    poll_until(
+        [&] {
+          present = check_all(*reader, keys);
+          if (count_missing(present) == 0) return true;
+          const auto left = finalized_among(*reader, members);
+          for (std::size_t g = 0; g < present.size(); ++g)
+            if (!present[g] && !left[g]) return false;
+          return true;
+        },
+        Clock::now() + timeout, kStorePolicy);
+    std::vector<std::string> parts;
+    auto arrived_or_left = present;
+    if (const auto left = those_that_left(*reader, members, arrived_or_left); !left.empty()) {
+      parts.push_back(left);
+      std::vector<int> leavers;
+      for (std::size_t g = 0; g < present.size(); ++g)
+        if (!present[g] && arrived_or_left[g]) leavers.push_back(members[g]);
+      tell_leavers(*reader, leavers, fmt::format("monitored_barrier #{}", monitored_barriers_[prefix] - 1));
+    }
+    if (count_missing(arrived_or_left) > 0)
+      parts.push_back(
+          fmt::format("{} did not arrive within {}", global_list(members, arrived_or_left), duration_text(timeout)));
+    const auto verdict = fmt::format("{}", fmt::join(parts, "; "));
     reader->set(result_key, std::vector<char>(verdict.begin(), verdict.end()));
     if (!verdict.empty()) throw TimeoutFailure(verdict);
   } catch (const TimeoutFailure& e) {

@@ -89,6 +89,11 @@ class Runtime {
   // After a timeout: the members not `present` that left through finalize(), named with what
   // they did, as one line part ("" when none did); they are marked present.
   std::string those_that_left(Store& store, const std::vector<int>& members, std::vector<bool>& present) const;
+  // Writes each leaver's "abandoned" key (this rank was left waiting in `call`), so that its
+  // finalize() raises too.
+  void tell_leavers(Store& store, const std::vector<int>& leavers, const std::string& call) const;
+  // Which members said in the store that they left (finalize()): they will not come.
+  std::vector<bool> finalized_among(Store& store, const std::vector<int>& members) const;
   // "called finalize() after 6 steps" (mark_step), else after how many collectives.
   std::string leaving_words() const;
   // finalize()'s wait, after leaving: what a peer left behind wrote ("" when none did).

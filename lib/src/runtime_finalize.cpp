@@ -86,6 +86,12 @@ std::string Runtime::those_that_left(Store& store, const std::vector<int>& membe
   return left.empty() ? std::string() : fmt::format("{}: {}", fmt::join(left, ", "), kUneven);
 }
 
+std::vector<bool> Runtime::finalized_among(Store& store, const std::vector<int>& members) const {
+  std::vector<std::string> keys;
+  for (int r : members) keys.push_back(key("finalized", r));
+  return check_all(store, keys);
+}
+
 std::string Runtime::explain_departure(const std::vector<int>& members, int me, int member, bool world,
                                        std::string_view op, std::uint64_t number) {
   std::vector<int> candidates;
@@ -109,20 +115,25 @@ std::string Runtime::explain_departure(const std::vector<int>& members, int me, 
     leavers.push_back(candidates[i]);
   }
   if (left.empty()) return "";
+  tell_leavers(*store, leavers, fmt::format("{} #{}", op, number));
+  return fmt::format("{} while this rank waits for it in {} #{}: {}", fmt::join(left, ", "), op, number, kUneven);
+}
+
+void Runtime::tell_leavers(Store& store, const std::vector<int>& leavers, const std::string& call) const {
+  if (leavers.empty()) return;
   // Each leaver waits in its finalize() for its own key: it, too, must not end with exit 0.
-  const auto mine = fmt::format("{}\t{} #{}", contract_.rank, op, number);
-  for (int r : leavers) store->set(key("abandoned", r), std::vector<char>(mine.begin(), mine.end()));
+  const auto mine = fmt::format("{}\t{}", contract_.rank, call);
+  for (int r : leavers) store.set(key("abandoned", r), std::vector<char>(mine.begin(), mine.end()));
   if (contract_.rank == 0) {
     // This rank hosts the store and is about to raise: the leaver reads its key first, and
     // the others left waiting with us, who notice at about the same moment, read the notes.
     try {
-      store->wait({key("abandoned_read", leavers.front())}, std::chrono::seconds(2));
+      store.wait({key("abandoned_read", leavers.front())}, std::chrono::seconds(2));
     } catch (const std::exception&) {
       // It had its moment.
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
-  return fmt::format("{} while this rank waits for it in {} #{}: {}", fmt::join(left, ", "), op, number, kUneven);
 }
 
 std::string Runtime::wait_for_the_others() {

@@ -13,6 +13,9 @@
 //                                                IDIST_DEBUG): every rank must raise
 //   matrix --loop                                all_reduce until it raises (60 s at most): for a
 //                                                link cut under the ranks' feet
+//   matrix --leave                               the last rank calls finalize() while the others
+//                                                wait in a monitored_barrier: they must raise at
+//                                                once, naming it; its finalize() raises too
 //
 // Prints "matrix rank r/n (backend): N checks, M failed" and exits non-zero on any failure.
 #include <idist/idist.hpp>
@@ -509,6 +512,28 @@ int run_sizes() {
   }
 }
 
+// The last rank leaves after one all_reduce; the others wait for it in a monitored_barrier of
+// 30 s. Exit 0 where the barrier raised within 5 s naming what the leaver did; the leaver's
+// finalize() (in main) must raise, as it left them waiting.
+int run_leave() {
+  const int me = idist::get_rank();
+  const int leaver = idist::get_world_size() - 1;
+  if (idist::all_reduce(1) != idist::get_world_size()) return 1;
+  if (me == leaver) return 0;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    idist::monitored_barrier({.timeout = std::chrono::seconds(30)});
+    std::printf("rank %d: monitored_barrier returned\n", me);
+    return 1;
+  } catch (const idist::TimeoutError& e) {
+    const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("rank %d raised after %.2f s: %s\n", me, waited, e.what());
+    const bool named = std::string(e.what()).find("rank " + std::to_string(leaver) + " called finalize() after 1 collective") !=
+                       std::string::npos;
+    return named && waited < 5 ? 0 : 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -521,7 +546,8 @@ int main(int argc, char** argv) try {
       backend = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
-    } else if (arg == "--die" || arg == "--mismatch" || arg == "--hang" || arg == "--loop" || arg == "--sizes") {
+    } else if (arg == "--die" || arg == "--mismatch" || arg == "--hang" || arg == "--loop" || arg == "--sizes" ||
+               arg == "--leave") {
       mode = arg.substr(2);
     } else {
       std::fprintf(stderr, "matrix: unknown argument '%s'\n", arg.c_str());
@@ -548,6 +574,8 @@ int main(int argc, char** argv) try {
     rc = run_mismatch();
   } else if (mode == "sizes") {
     rc = run_sizes();
+  } else if (mode == "leave") {
+    rc = run_leave();
   } else {
     rc = run_matrix(quick);
     std::printf("matrix rank %d/%d (%s): %d checks, %d failed\n", idist::get_rank(), idist::get_world_size(),
@@ -559,6 +587,7 @@ int main(int argc, char** argv) try {
   idist::finalize();
   return rc;
 } catch (const std::exception& e) {
-  std::fprintf(stderr, "matrix rank %d: %s\n", idist::get_rank(), e.what());
+  // Not idist::get_rank(): after finalize() it answers for a world of one.
+  std::fprintf(stderr, "matrix: %s\n", e.what());
   return 1;
 }

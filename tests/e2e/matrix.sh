@@ -122,6 +122,20 @@ if [ "$backend" = gloo ]; then
   check "ranks 0 and 1 named it both times (exit 0)" equals "${codes[0]}${codes[1]}" 00
 fi
 
+# A rank that leaves (finalize()) while the others wait for it in a monitored_barrier of 30 s:
+# they raise at once, naming what it did, and its finalize() raises, as it left them waiting.
+if [ "$backend" = gloo ]; then
+  start=$(now_ms)
+  by_hand leave --leave
+  echo "$out" | grep -v "backend:"
+  echo "  ended after $(($(now_ms) - start)) ms"
+  check "$label: ranks 0 and 1 raised within 5 s, naming the rank that left and what it did" equals \
+    "${codes[0]}${codes[1]}" 00
+  check "$label: the leaver's finalize() raised (exit 1)" equals "${codes[2]}" 1
+  check "... saying whom it left waiting, and where" contains "$out" \
+    "rank 0 was left waiting for this rank in monitored_barrier #0, which this rank never called"
+fi
+
 # IDIST_DEBUG=1: ranks that call different collectives all raise, naming the rank that differs.
 if [ "$backend" = mpi ]; then
   out=$(IDIST_DEBUG=1 timeout 120 "${mpirun_cmd[@]}" -x IDIST_DEBUG -np 3 "$matrix" --backend mpi --mismatch 2>&1)

@@ -406,7 +406,9 @@ struct MonitoredBarrierOptions {
 };
 // c10d's monitored_barrier: a barrier that, when some ranks do not come within the timeout,
 // raises TimeoutError on every rank that did, naming the ones that did not ("ranks 2, 3 did
-// not arrive within 10s"). Rank 0 of the group collects the arrivals in the rendezvous
+// not arrive within 10s"). A rank that called finalize() is not waited for: the barrier
+// raises at once, saying what it did ("rank 2 called finalize() after 6 steps"), and that
+// rank's finalize() raises too. Rank 0 of the group collects the arrivals in the rendezvous
 // store; slower than barrier(), for finding where a job hangs. With the mpi backend (no
 // store) it is a plain barrier.
 IDIST_API void monitored_barrier(const MonitoredBarrierOptions& options = {});
