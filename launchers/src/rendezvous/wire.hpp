@@ -33,6 +33,7 @@
 #include <string_view>
 
 #include "idist/launchers/coordinator.hpp"
+#include "rules.hpp"
 
 namespace idist::launchers::rendezvous {
 
@@ -160,9 +161,28 @@ T field(const Json& message, const char* name, T fallback) {
   }
 }
 
-// A failure verdict's "ended_by": the restart budget was spent, or too few nodes were left.
-inline constexpr std::string_view kEndedByRestarts = "restarts";
-inline constexpr std::string_view kEndedByNodes = "nodes";
+using rules::kEndedByNodes;
+using rules::kEndedByRestarts;
+
+// A verdict of the rules as both rendezvous write it: the built-in one's "verdict" message (with
+// its "t"), and the etcd one's state; verdict_of() reads either.
+inline Json verdict_json(const rules::Verdict& v) {
+  using Then = rules::Verdict::Then;
+  Json j{{"attempt", v.attempt},
+         {"then", v.then == Then::restart ? "restart" : v.then == Then::success ? "success" : "failure"}};
+  if (v.then == Then::success) return j;
+  j["cause"] = v.cause;
+  j["rank"] = v.rank;
+  if (v.then == Then::restart) {
+    j["next"] = v.next;
+    j["restarts_left"] = v.restarts_left;
+    j["counted"] = v.counted;
+    return j;
+  }
+  j["exit_code"] = v.exit_code;
+  if (!v.ended_by.empty()) j["ended_by"] = std::string(v.ended_by);
+  return j;
+}
 
 // A job's verdict as both rendezvous write it: the built-in one's "verdict" message, and the
 // etcd one's state (the same keys, so that every node reads one meaning).

@@ -1,0 +1,469 @@
+#include "rules.hpp"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <tuple>
+#include <unordered_set>
+
+namespace idist::launchers::rendezvous::rules {
+
+namespace {
+
+constexpr std::array<std::string_view, 4> kPhaseNames = {"gathering", "running", "ending", "done"};
+
+std::string plural(int n, std::string_view word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+
+// One decision: the state it changes and the actions it says, in order.
+class Decision {
+ public:
+  Decision(State state, const Limits& limits) : s_(std::move(state)), limits_(limits) {}
+
+  Step take() && { return Step{std::move(s_), std::move(out_)}; }
+
+  void on(const Reconsider&) { reconsider(); }
+  void on(const Join& e) { join(e.node); }
+  void on(const Fail& e) {
+    if (!ended_or_running() || !valid(e.failure.node_rank)) return;
+    record(e.failure);
+  }
+  void on(const Over& e) { over(e); }
+  void on(const Lost& e) { lost(e); }
+  void on(const LastCall& e) {
+    if (s_.phase != Phase::gathering || e.attempt != s_.attempt) return;
+    s_.last_call = true;
+    maybe_close_round();
+  }
+  void on(const JoinTimeout& e) { join_timed_out(e); }
+  void on(const StopPassed& e) { stop_passed(e); }
+  void on(const HostLeft& e) {
+    if (s_.phase == Phase::done) return;
+    // Node 0 leaves before the job's end (interrupted, timed out, a rank it could not start):
+    // the others hear it as the job's failure, not as silence.
+    conclude_failure(e.why.empty()
+                         ? "node 0's idist-run left the job (interrupted, timed out, or it could not start its ranks)"
+                         : "node 0's idist-run left the job: " + e.why,
+                     1, -1, {});
+  }
+
+ private:
+  template <class... Args>
+  void log(fmt::format_string<Args...> format, Args&&... args) {
+    out_.push_back(Log{fmt::format(format, std::forward<Args>(args)...)});
+  }
+
+  bool ended_or_running() const { return s_.phase == Phase::running || s_.phase == Phase::ending; }
+  bool valid(int node_rank) const { return node_rank >= 0 && node_rank < static_cast<int>(s_.members.size()); }
+  int live_members() const {
+    return static_cast<int>(std::count_if(s_.members.begin(), s_.members.end(), [](const Member& m) { return !m.gone; }));
+  }
+  bool outstanding() const {
+    return std::any_of(s_.members.begin(), s_.members.end(), [](const Member& m) { return !m.over && !m.gone; });
+  }
+  std::string member_name(int r) const {
+    return fmt::format("node {} ({})", r, s_.members[static_cast<std::size_t>(r)].host);
+  }
+  void unwait(const std::string& id) {
+    std::erase_if(s_.waiting, [&](const Candidate& c) { return c.id == id; });
+  }
+  void refuse(const std::string& id, std::string why) {
+    unwait(id);
+    out_.push_back(Refuse{id, std::move(why)});
+  }
+
+  // What the state itself calls for: etcd's proposer reads the job's keys into a state (its
+  // members' reports, who is still there) and asks this at every read.
+  void reconsider() {
+    if (s_.phase == Phase::gathering) return maybe_close_round();
+    if (s_.phase == Phase::ending) return maybe_decide();
+    if (s_.phase != Phase::running) return;
+    if (!s_.reform && !s_.failures.empty()) return end_for(s_.failures.front());
+    maybe_decide();
+    if (s_.phase == Phase::running && !s_.waiting.empty() && has_room()) reform(name_of(s_.waiting.front()));
+  }
+
+  // An elastic job (MIN:MAX) with fewer than MAX members re-forms for a node that asks to join,
+  // as torchrun's does.
+  bool has_room() const { return limits_.max_nodes > limits_.min_nodes && live_members() < limits_.max_nodes; }
+
+  void join(const Candidate& c) {
+    if (s_.phase == Phase::done) return out_.push_back(Refuse{c.id, "the job is over"});
+    if (node_rank_of(s_, c.id) >= 0) return;  // in this attempt already: nothing to join
+    const auto known = std::find_if(s_.waiting.begin(), s_.waiting.end(), [&](const Candidate& w) { return w.id == c.id; });
+    if (known != s_.waiting.end()) {
+      *known = c;
+    } else {
+      s_.waiting.push_back(c);
+    }
+    if (c.wanted_rank && *c.wanted_rank >= limits_.max_nodes)
+      return refuse(c.id, fmt::format("--node-rank {} is not below --nnodes {}", *c.wanted_rank, limits_.max_nodes));
+    if (s_.phase == Phase::gathering) return maybe_close_round();
+    // Running: a node that arrives now joins the next attempt, at once where there is room.
+    if (s_.phase != Phase::running) return;
+    if (has_room()) return reform(name_of(c));
+    if (limits_.max_nodes == limits_.min_nodes) refuse(c.id, already_full(limits_.max_nodes));
+  }
+
+  void reform(const std::string& name) {
+    log("{} asks to join: ending attempt {} so that the job re-forms with it", name, s_.attempt);
+    s_.cause = name + " joined";
+    s_.reform = true;
+    end_attempt();
+  }
+
+  void over(const Over& e) {
+    if (!ended_or_running() || !valid(e.node_rank)) return;
+    s_.members[static_cast<std::size_t>(e.node_rank)].over = true;
+    // The member's final word on which of its ranks failed first (its supervisor weighs ranks
+    // that failed together): it replaces what its "fail" said, in its place, so that the
+    // order of the members' first reports stays the order blame() reads.
+    if (e.failure) {
+      Failure f = *e.failure;
+      f.node_rank = e.node_rank;
+      const auto mine = std::find_if(s_.failures.begin(), s_.failures.end(),
+                                     [&](const Failure& x) { return x.node_rank == e.node_rank; });
+      if (mine != s_.failures.end()) {
+        *mine = std::move(f);
+      } else {
+        record(std::move(f));
+      }
+    }
+    maybe_decide();
+  }
+
+  // A failure: the first ends the attempt on every node. Those that come while it ends may
+  // still be the cause (a node reports what its ranks did before it heard the end), which
+  // blame() weighs; they cost no more of the budget than the first.
+  void record(Failure f) {
+    // A re-form stops every member's ranks, and a rank whose peers stop first fails before its
+    // own idist-run hears the end: a consequence of the re-form. None of it counts, neither as
+    // the attempt's failure nor against --max-restarts.
+    if (s_.reform) {
+      out_.push_back(Log{fmt::format("attempt {} re-forms: not counting {}", s_.attempt, failure_text(s_, f)), true});
+      return;
+    }
+    s_.failures.push_back(std::move(f));
+    if (s_.phase == Phase::running) end_for(s_.failures.back());
+  }
+
+  void end_for(const Failure& f) {
+    s_.cause = failure_text(s_, f);
+    log("attempt {}: {}; stopping every node", s_.attempt, s_.cause);
+    end_attempt();
+  }
+
+  void end_attempt() {
+    s_.phase = Phase::ending;
+    out_.push_back(EndAttempt{s_.cause});
+    maybe_decide();
+  }
+
+  void lost(const Lost& e) {
+    if (s_.phase == Phase::done) return;
+    unwait(e.id);
+    const int r = node_rank_of(s_, e.id);
+    if (r < 0) {
+      if (s_.phase != Phase::gathering) return;
+      // A node of the job (it ran in an attempt) lost while the next attempt gathers.
+      if (e.prev_rank >= 0) return lost_between_attempts(e);
+      return log("before the job started, {}", e.text);
+    }
+    auto& m = s_.members[static_cast<std::size_t>(r)];
+    if (m.gone) return;
+    m.gone = true;
+    // A member whose ranks were done, or lost after the attempt had ended anyway: not a
+    // failure, but one node fewer for the next attempt, named should that end the job.
+    if (m.over || s_.phase != Phase::running) {
+      s_.departures.push_back(e.text);
+      return maybe_decide();
+    }
+    record(Failure{.node_rank = r, .rank = -1, .how = e.text, .exit_code = 1, .root = true, .lost_peer = {}});
+    maybe_decide();
+  }
+
+  // After a restart verdict the members join again; one that is lost instead would leave the
+  // round waiting join_timeout for it. The job goes on while MIN nodes remain (with a fixed N:
+  // only if another node already waits in its place), else it ends now on every node.
+  void lost_between_attempts(const Lost& e) {
+    if (e.nodes_left >= limits_.min_nodes) {
+      log("before attempt {} could start, {}; {} nodes remain", s_.attempt, e.text, e.nodes_left);
+      return maybe_close_round();
+    }
+    conclude_failure(fmt::format("before attempt {} could start, {}; {} left, the job needs {}", s_.attempt, e.text,
+                                 plural(e.nodes_left, "node"), limits_.min_nodes),
+                     1, -1, kEndedByNodes);
+  }
+
+  // --- rounds -------------------------------------------------------------------------------
+
+  void maybe_close_round() {
+    if (s_.phase != Phase::gathering) return;
+    const int n = static_cast<int>(s_.waiting.size());
+    if (n >= limits_.max_nodes || (n >= limits_.min_nodes && s_.last_call)) return close_round();
+    if (n >= limits_.min_nodes) out_.push_back(ArmLastCall{});
+  }
+
+  void close_round();
+  void place(std::vector<Candidate> in);
+
+  void join_timed_out(const JoinTimeout& e) {
+    if (s_.phase != Phase::gathering) return;
+    const auto in = s_.waiting;
+    if (static_cast<int>(in.size()) >= limits_.min_nodes) {
+      close_round();
+      if (s_.phase != Phase::gathering) return;
+      // Enough nodes, but not node 0, whose rank 0 the job needs.
+      return conclude_failure(fmt::format("the rendezvous timed out after {}: {} nodes joined, but not node 0 (the "
+                                          "rendezvous' host)",
+                                          e.after, in.size()),
+                              1, -1, {});
+    }
+    std::vector<std::string> hosts;
+    std::vector<bool> ranked(static_cast<std::size_t>(std::max(limits_.max_nodes, 1)));
+    for (const auto& c : in) {
+      hosts.push_back(c.host);
+      if (c.wanted_rank && *c.wanted_rank < limits_.max_nodes) ranked[static_cast<std::size_t>(*c.wanted_rank)] = true;
+      if (c.hosting) ranked[0] = true;
+    }
+    std::string missing;
+    if (limits_.min_nodes == limits_.max_nodes) {
+      std::vector<int> absent;
+      for (int r = 0; r < limits_.max_nodes; ++r)
+        if (!ranked[static_cast<std::size_t>(r)]) absent.push_back(r);
+      // Only meaningful when every node present said its rank (the static form).
+      if (static_cast<int>(absent.size()) == limits_.max_nodes - static_cast<int>(in.size()))
+        missing = fmt::format("; node{} {} never joined", absent.size() == 1 ? "" : "s", fmt::join(absent, ", "));
+    }
+    conclude_failure(fmt::format("the rendezvous timed out after {}: {} of {} nodes joined ({}){}{}", e.after, in.size(),
+                                 limits_.min_nodes, hosts.empty() ? "none" : fmt::format("{}", fmt::join(hosts, ", ")),
+                                 missing, e.suffix),
+                     1, -1, {});
+  }
+
+  // --- the verdict --------------------------------------------------------------------------
+
+  // The verdict waits for every member's "over", but not for ever: a member that still
+  // heartbeats yet never finishes stopping its ranks (a console it cannot drain, a process it
+  // cannot reap) would hold every node. Past its --grace and a margin it is dropped, named.
+  void stop_passed(const StopPassed& e) {
+    if (s_.phase != Phase::ending) return;
+    for (std::size_t r = 0; r < s_.members.size(); ++r) {
+      auto& m = s_.members[r];
+      if (m.gone || m.over) continue;
+      m.gone = true;
+      auto why = fmt::format("did not report its ranks stopped within {} of attempt {}'s end", e.limit, s_.attempt);
+      const auto name = member_name(static_cast<int>(r));
+      log("{} {}: dropped from the job", name, why);
+      s_.departures.push_back(fmt::format("{} {}", name, why));
+      out_.push_back(Drop{m.id, std::move(why)});
+    }
+    maybe_decide();
+  }
+
+  void maybe_decide();
+  const Failure* blame() const;
+
+  void next_attempt(bool counted, std::string cause, int rank) {
+    if (counted) ++s_.restarts_used;
+    const int left = limits_.max_restarts - s_.restarts_used;
+    log("attempt {} ended ({}): attempt {} on every node{}", s_.attempt, cause, s_.attempt + 1,
+        counted ? fmt::format(", {} left", plural(left, "restart")) : std::string(" (a re-form, not counted)"));
+    Verdict v{.then = Verdict::Then::restart, .attempt = s_.attempt, .next = s_.attempt + 1, .cause = std::move(cause),
+              .exit_code = 1, .restarts_left = left, .counted = counted, .rank = rank, .ended_by = {}};
+    Announce a{v, {}};
+    for (const auto& m : s_.members)
+      if (!m.gone) a.to.push_back(m.id);
+    out_.push_back(std::move(a));
+    // Members join again; a node that waited is in the next round already.
+    s_ = State{.phase = Phase::gathering,
+               .attempt = s_.attempt + 1,
+               .restarts_used = s_.restarts_used,
+               .members = {},
+               .waiting = std::move(s_.waiting),
+               .failures = {},
+               .departures = {},
+               .cause = {},
+               .reform = false,
+               .last_call = false,
+               .verdict = std::move(v)};
+  }
+
+  void conclude(Verdict v) {
+    s_.phase = Phase::done;
+    v.attempt = s_.attempt;
+    if (v.then == Verdict::Then::failure) log("the job failed: {}", v.cause);
+    s_.verdict = v;
+    out_.push_back(Announce{std::move(v), {}});
+  }
+  void conclude_failure(std::string cause, int exit_code, int rank, std::string_view ended_by) {
+    conclude(Verdict{.then = Verdict::Then::failure, .attempt = 0, .next = 0, .cause = std::move(cause),
+                     .exit_code = exit_code, .restarts_left = 0, .counted = true, .rank = rank, .ended_by = ended_by});
+  }
+
+  State s_;
+  const Limits& limits_;
+  std::vector<Action> out_;
+};
+
+void Decision::close_round() {
+  auto in = s_.waiting;
+  if (limits_.needs_host && std::none_of(in.begin(), in.end(), [](const Candidate& c) { return c.hosting; }))
+    return;  // node 0 (rank 0's port) is not in yet
+  std::stable_sort(in.begin(), in.end(), [](const Candidate& a, const Candidate& b) { return a.order < b.order; });
+  // Up to MAX: node 0, the nodes with a rank of their own, then in their order.
+  std::stable_partition(in.begin(), in.end(), [](const Candidate& c) { return c.hosting || c.wanted_rank; });
+  std::stable_partition(in.begin(), in.end(), [](const Candidate& c) { return c.hosting; });
+  if (static_cast<int>(in.size()) > limits_.max_nodes) in.resize(static_cast<std::size_t>(limits_.max_nodes));
+  place(std::move(in));
+}
+
+// The round's candidates (at most MAX) get their node ranks: node 0 and --node-rank where
+// said, the others by their last rank, host name and order, so ranks stay while membership does.
+void Decision::place(std::vector<Candidate> in) {
+  const int count = static_cast<int>(in.size());
+  std::vector<const Candidate*> by_rank(static_cast<std::size_t>(count));
+  std::vector<const Candidate*> rest;
+  for (const auto& c : in) {
+    const int want = c.hosting ? 0 : c.wanted_rank.value_or(-1);
+    if (want >= count) {
+      refuse(c.id, fmt::format("--node-rank {} is not below the {} nodes of this attempt", want, count));
+      return maybe_close_round();
+    }
+    if (want >= 0 && by_rank[static_cast<std::size_t>(want)]) {
+      refuse(c.id, fmt::format("node rank {} is taken (by {})", want, by_rank[static_cast<std::size_t>(want)]->host));
+      return maybe_close_round();
+    }
+    if (want >= 0) {
+      by_rank[static_cast<std::size_t>(want)] = &c;
+    } else {
+      rest.push_back(&c);
+    }
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](const Candidate* a, const Candidate* b) {
+    const int ra = a->prev_rank >= 0 ? a->prev_rank : std::numeric_limits<int>::max();
+    const int rb = b->prev_rank >= 0 ? b->prev_rank : std::numeric_limits<int>::max();
+    return std::tie(ra, a->host, a->order) < std::tie(rb, b->host, b->order);
+  });
+  auto next = rest.begin();
+  for (auto& slot : by_rank)
+    if (!slot) slot = *next++;
+  s_.members.clear();
+  std::unordered_set<std::string> in_round;
+  int base = 0;
+  for (const auto* c : by_rank) {
+    s_.members.push_back(Member{.id = c->id, .host = c->host, .nproc = c->nproc, .base = base, .over = false, .gone = false});
+    base += c->nproc;
+    in_round.insert(c->id);
+  }
+  std::erase_if(s_.waiting, [&](const Candidate& c) { return in_round.count(c.id) > 0; });
+  s_.phase = Phase::running;
+  s_.failures.clear();
+  s_.departures.clear();
+  s_.cause.clear();
+  s_.reform = false;
+  s_.last_call = false;
+  out_.push_back(Assign{});
+  log("attempt {}: {}, world size {}", s_.attempt, plural(count, "node"), base);
+}
+
+void Decision::maybe_decide() {
+  if (!ended_or_running() || outstanding()) return;
+  const bool failure = !s_.reform && !s_.failures.empty();
+  if (s_.phase == Phase::running && !failure) {
+    Verdict success;
+    success.then = Verdict::Then::success;
+    return conclude(std::move(success));
+  }
+  const int live = live_members() + static_cast<int>(s_.waiting.size());
+  if (!failure && live >= limits_.min_nodes) return next_attempt(false, s_.cause, -1);  // a re-form: not counted
+  std::string cause = s_.cause;
+  int exit_code = 1, rank = -1;
+  if (failure) {
+    const Failure* pick = blame();
+    cause = failure_text(s_, *pick);
+    exit_code = pick->exit_code;
+    rank = pick->rank;
+  } else {
+    cause = s_.departures.empty() ? std::string("a node left while the job re-formed")
+                                  : fmt::format("while the job re-formed, {}", fmt::join(s_.departures, "; "));
+  }
+  if (s_.restarts_used < limits_.max_restarts && live >= limits_.min_nodes) return next_attempt(true, cause, rank);
+  if (live < limits_.min_nodes) {
+    if (failure && !s_.departures.empty()) cause += fmt::format("; {}", fmt::join(s_.departures, "; "));
+    cause += fmt::format("; {} left, the job needs {}", plural(live, "node"), limits_.min_nodes);
+  } else if (live < static_cast<int>(s_.members.size())) {
+    // Enough nodes remain, but going on without the lost one is a new attempt, which the
+    // budget must pay for: say so, or the end looks like a failure the job could have survived.
+    cause += fmt::format("; no restart left (--max-restarts {}): going on without a lost node spends a restart",
+                         limits_.max_restarts);
+  }
+  conclude_failure(std::move(cause), exit_code, rank, live < limits_.min_nodes ? kEndedByNodes : kEndedByRestarts);
+}
+
+// Which failure the job names, as the supervisor blames its own ranks (supervise/policy.hpp): a
+// root cause (a crash, a kill nobody sent, a lost node) before a non-zero exit, which may be
+// a survivor's answer to it; among equals the first that came; then, while the one named
+// says it lost its connection to a rank that failed too, that rank.
+const Failure* Decision::blame() const {
+  const auto& fs = s_.failures;
+  auto pick = std::find_if(fs.begin(), fs.end(), [](const Failure& f) { return f.root; });
+  if (pick == fs.end()) pick = fs.begin();
+  std::vector<bool> visited(fs.size());
+  for (;;) {
+    visited[static_cast<std::size_t>(pick - fs.begin())] = true;
+    if (!pick->lost_peer) break;
+    const int peer = *pick->lost_peer;
+    const auto cause_of = std::find_if(fs.begin(), fs.end(), [&](const Failure& f) {
+      if (f.rank == peer) return true;
+      if (f.rank >= 0 || f.node_rank < 0 || f.node_rank >= static_cast<int>(s_.members.size())) return false;
+      const auto& m = s_.members[static_cast<std::size_t>(f.node_rank)];
+      return peer >= m.base && peer < m.base + m.nproc;
+    });
+    if (cause_of == fs.end() || visited[static_cast<std::size_t>(cause_of - fs.begin())]) break;
+    pick = cause_of;
+  }
+  return &*pick;
+}
+
+}  // namespace
+
+std::string_view phase_name(Phase phase) { return kPhaseNames[static_cast<std::size_t>(phase)]; }
+
+Phase phase_named(std::string_view name) {
+  for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
+    if (kPhaseNames[i] == name) return static_cast<Phase>(i);
+  return Phase::gathering;
+}
+
+std::string name_of(const Candidate& c) {
+  return c.prev_rank >= 0 ? fmt::format("node {} ({})", c.prev_rank, c.host) : fmt::format("the node on {}", c.host);
+}
+
+std::string already_full(int max_nodes) { return fmt::format("the job already has its {} nodes", max_nodes); }
+
+std::string failure_text(const State& state, const Failure& f) {
+  if (f.rank < 0) return f.how;
+  const bool known = f.node_rank >= 0 && f.node_rank < static_cast<int>(state.members.size());
+  const std::string host = known ? state.members[static_cast<std::size_t>(f.node_rank)].host : std::string("?");
+  return fmt::format("rank {} on node {} ({}) {}", f.rank, f.node_rank, host, f.how);
+}
+
+const Member* member_of(const State& state, const std::string& id) {
+  const auto it = std::find_if(state.members.begin(), state.members.end(), [&](const Member& m) { return m.id == id; });
+  return it == state.members.end() ? nullptr : &*it;
+}
+
+int node_rank_of(const State& state, const std::string& id) {
+  const auto* m = member_of(state, id);
+  return m ? static_cast<int>(m - state.members.data()) : -1;
+}
+
+Step decide(State state, const Event& event, const Limits& limits) {
+  Decision d(std::move(state), limits);
+  std::visit([&](const auto& e) { d.on(e); }, event);
+  return std::move(d).take();
+}
+
+}  // namespace idist::launchers::rendezvous::rules
