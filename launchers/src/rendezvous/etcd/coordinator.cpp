@@ -1,25 +1,14 @@
 // The rendezvous on etcd. No process hosts it: the job's state lives in etcd, and one node,
 // the proposer (whichever holds the key `proposer`, taken by a transaction that holds only
-// while nobody has it), applies the rules of the built-in rendezvous (server.cpp) to it,
+// while nobody has it), applies the rules of both rendezvous (rendezvous/rules.hpp) to it,
 // proposing each next state by a transaction that holds only if the state is still the one it
 // read (compare-and-swap on its mod_revision), so that a proposer that lost its place (a stale
 // read, a successor already at work) cannot win. Losing any node therefore loses nothing but
 // that node: its lease expires, etcd deletes its keys, and, were it the proposer, the others
 // see its key go and race for it; one wins and goes on from the state as it stands.
 //
-// Keys, under PREFIX = --rdzv-conf prefix (default /idist/rdzv/) + the job's id + "/":
-//   state                 {attempt, phase: gathering|running|ending|done, restarts_used,
-//                          members: [ID...] (node rank = index), nproc: N or [N...],
-//                          zero: {addr, port} (rank 0's store), cause, reform, verdict (the
-//                          last one), prev: the last attempt's members, gathers, look, report}
-//   proposer              (lease) the proposer's ID
-//   node/ID               (lease) {host, addr, nproc, join, port}: alive, and asks to be in
-//                          attempt `join` or later
-//   a/K/fail/ID           (lease) a rank of attempt K failed on node ID first
-//   a/K/over/ID           (lease) every rank of attempt K is gone on node ID {failure?}
-//   a/K/stalled/ID        (lease) a rank of node ID stalled: a job-wide report is asked for
-//   a/K/views/ID          (lease) node ID's ranks, for the report the state's `look` asks
-//   left/ID               why node ID's idist-run left before the job's end
+// The keys, under PREFIX = --rdzv-conf prefix (default /idist/rdzv/) + the job's id + "/", are
+// listed in proposal.hpp, which reads them into the rules' state (rendezvous/rules.hpp).
 //
 // What scales to a thousand nodes: a node that does not propose holds one watch, on
 // [proposer, state] (side by side), and decides from the values the events carry, so a
@@ -42,6 +31,8 @@
 #include <tuple>
 
 #include "client.hpp"
+#include "proposal.hpp"
+#include "proposer.hpp"
 #include "rendezvous/wire.hpp"
 #include "stall_report.hpp"
 #include "idist/common/duration.hpp"
@@ -58,84 +49,16 @@ using etcd::base64;
 using etcd::Json;
 using etcd::unbase64;
 using rendezvous::field;
+using etcd_rdzv::as_ll;
+using etcd_rdzv::Snapshot;
+namespace rules = rendezvous::rules;
+using rules::Phase;
 using Clock = std::chrono::steady_clock;
 
 // Where a local_addr came from, for the errors about it.
 constexpr std::string_view kLocalAddr = "--rdzv-conf local_addr";
 // How long finish() may take to say goodbye (its lease revoked, the keys cleaned up).
 constexpr auto kFinishWait = std::chrono::seconds(2);
-// How long the views of a job-wide stall report are waited for, and the least time between two
-// reports (the built-in rendezvous' figure).
-constexpr auto kGatherWait = std::chrono::seconds(2);
-
-long long as_ll(const Json& j, const char* key, long long fallback = 0) {
-  const auto it = j.find(key);
-  if (it == j.end()) return fallback;
-  try {
-    if (it->is_string()) return std::stoll(it->get<std::string>());
-    if (it->is_number_integer()) return it->get<long long>();
-  } catch (const std::exception&) {
-  }
-  return fallback;
-}
-
-
-struct NodeRecord {
-  std::string id, host, addr;
-  int nproc = 1;
-  int join = -1;
-  int port = 0;
-};
-
-struct Report {
-  long long revision = 0;
-  Json body;
-};
-
-// The job's keys as one read returned them.
-struct Snapshot {
-  long long revision = 0;
-  long long state_revision = 0;  // 0: no state yet (attempt 0 gathers)
-  Json state = Json{{"attempt", 0}, {"phase", "gathering"}, {"restarts_used", 0}};
-  std::map<std::string, NodeRecord> nodes;
-  std::map<std::string, Report> fails, overs, stalls, views;  // of the state's attempt
-  std::map<std::string, std::string> left;
-
-  int attempt() const { return field<int>(state, "attempt", 0); }
-  // Node rank r's local ranks: one number for all, or one per node.
-  int nproc(std::size_t r) const {
-    const auto it = state.find("nproc");
-    if (it == state.end()) return 1;
-    if (it->is_array()) return r < it->size() && (*it)[r].is_number_integer() ? (*it)[r].get<int>() : 1;
-    return it->is_number_integer() ? it->get<int>() : 1;
-  }
-  std::string phase() const { return field<std::string>(state, "phase", "gathering"); }
-  const Json& members() const {
-    static const Json none = Json::array();
-    const auto it = state.find("members");
-    return it != state.end() && it->is_array() ? *it : none;
-  }
-};
-
-struct Failure {
-  long long revision = LLONG_MAX;  // a lost node comes after every report
-  std::string text;
-  int exit_code = 1;
-  bool root = false;
-  int rank = -1;
-};
-
-
-std::string member_id(const Json& members, std::size_t r) {
-  return r < members.size() && members[r].is_string() ? members[r].get<std::string>() : std::string();
-}
-
-// A node's id is HOST-PID-RANDOM (node_id()): its host, for messages.
-std::string host_of(const std::string& id) {
-  const auto b = id.rfind('-');
-  const auto a = b == std::string::npos || b == 0 ? std::string::npos : id.rfind('-', b - 1);
-  return a == std::string::npos ? id : id.substr(0, a);
-}
 
 Json failure_json(const LocalFailure& f) {
   Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
@@ -180,6 +103,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   bool gave_up = false;
   bool first_read = true;
   bool reading = false;
+  bool dirty = false;  // a read was asked for while one was on its way
   bool proposer = false;  // holds the proposer's key: it proposes the next state (propose())
   long long proposer_since = 0;  // the revision at which the proposer of this node's time took its place
   bool campaigning = false;
@@ -188,21 +112,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   long long beats = 0;
   // Job-wide stall reports: the newest request answered (state "look") and report shown.
   std::uint64_t look_answered = 0, report_seen = 0;
-  // The proposer's side of them: the request it made, when its answers are due, the next
-  // one's earliest time, and what was reported (each collective once per attempt).
-  std::uint64_t gather_id = 0;
-  bool gather_due = false;
-  Clock::time_point next_gather{};
-  detail::CallKeys stalls_reported;
-  int stalls_attempt = -1;
-  bool dirty = false;
-  int last_call_for = -1;      // the attempt whose last call has passed
-  int last_call_armed = -1;
-  int gathering_seen = -1;     // since when this node has seen attempt K gather (its join timeout)
-  bool join_timed_out = false;
-  int ending_seen = -1;        // since when attempt K ends (dropping members that never stop)
-  bool stop_passed = false;
-  std::unique_ptr<asio::steady_timer> beat_timer, last_call_timer, join_timer, stop_timer, finish_timer, gather_timer;
+  std::unique_ptr<asio::steady_timer> beat_timer, finish_timer;
+  std::unique_ptr<etcd_rdzv::Proposer> office;  // while this node proposes
 
   std::string key(const std::string& rest) const { return prefix + rest; }
   std::string tried() const { return etcd::endpoints_text(endpoints); }
@@ -286,6 +197,20 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // This node proposes from now on: it watches the whole job and reads it at every change.
   void take_office(long long revision) {
     proposer = true;
+    if (!office) {
+      etcd_rdzv::Proposer::Io out{
+          .txn = [this](Json body) {
+            call("/v3/kv/txn", std::move(body), [this](const std::string& error, const Json&) {
+              if (finished) return;
+              if (!error.empty()) return give_up("lost etcd: " + error);
+              read();
+            });
+          },
+          .read = [this] { read(); },
+          .info = [this](const std::string& line) { info("{}", line); },
+          .etcd = tried()};
+      office = std::make_unique<etcd_rdzv::Proposer>(*io, options, prefix, std::move(out));
+    }
     if (!watching_all) {
       watching_all = true;
       client->watch(prefix, etcd::prefix_end(prefix), revision + 1, on_events());
@@ -430,50 +355,9 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       reading = false;
       if (finished) return;
       if (!error.empty()) return give_up("lost etcd: " + error);
-      decide(snapshot_of(j));
+      decide(etcd_rdzv::snapshot_of(j, prefix));
       if (std::exchange(dirty, false)) read();
     });
-  }
-
-  Snapshot snapshot_of(const Json& j) const {
-    Snapshot s;
-    if (j.contains("header")) s.revision = as_ll(j["header"], "revision");
-    std::map<std::string, std::vector<std::pair<std::string, Report>>> reports;  // by kind: attempt/ID
-    if (j.contains("kvs") && j["kvs"].is_array())
-      for (const auto& kv : j["kvs"]) {
-        const std::string k = unbase64(field<std::string>(kv, "key", ""));
-        if (k.rfind(prefix, 0) != 0) continue;
-        const std::string rest = k.substr(prefix.size());
-        Json value = Json::parse(unbase64(field<std::string>(kv, "value", "")), nullptr, false);
-        const long long revision = as_ll(kv, "mod_revision");
-        if (rest == "state" && value.is_object()) {
-          s.state = value;
-          s.state_revision = revision;
-        } else if (rest.rfind("node/", 0) == 0 && value.is_object()) {
-          NodeRecord n{.id = rest.substr(5),
-                       .host = field<std::string>(value, "host", "?"),
-                       .addr = field<std::string>(value, "addr", ""),
-                       .nproc = std::max(1, field<int>(value, "nproc", 1)),
-                       .join = field<int>(value, "join", -1),
-                       .port = field<int>(value, "port", 0)};
-          s.nodes[n.id] = n;
-        } else if (rest.rfind("left/", 0) == 0) {
-          s.left[rest.substr(5)] = value.is_string() ? value.get<std::string>() : std::string("?");
-        } else if (rest.rfind("a/", 0) == 0) {
-          // a/K/fail/ID, a/K/over/ID
-          const auto slash = rest.find('/', 2);
-          const auto slash2 = slash == std::string::npos ? slash : rest.find('/', slash + 1);
-          if (slash2 == std::string::npos) continue;
-          const std::string attempt = rest.substr(2, slash - 2);
-          const std::string kind = rest.substr(slash + 1, slash2 - slash - 1);
-          reports[kind].emplace_back(attempt + "/" + rest.substr(slash2 + 1), Report{revision, value});
-        }
-      }
-    const std::string mine = std::to_string(s.attempt()) + "/";
-    for (auto [kind, into] : {std::pair{"fail", &s.fails}, {"over", &s.overs}, {"stalled", &s.stalls}, {"views", &s.views}})
-      for (auto& [k, r] : reports[kind])
-        if (k.rfind(mine, 0) == 0) (*into)[k.substr(mine.size())] = r;
-    return s;
   }
 
   // --- this node's side: what the state means for its supervisor ------------------------------
@@ -493,67 +377,19 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     seen_revision = s.revision;
     if (keys_gone(s)) return;
     const int k = s.attempt();
-    const std::string phase = s.phase();
+    const Phase phase = s.phase();
     // A job that ended before this proposer took its place and left its state behind: the
     // proposer clears it (below); until then it is nobody's verdict.
-    if (!proposer && phase == "done" && s.state_revision > 0 && s.state_revision < proposer_since) return;
-    if (std::exchange(first_read, false) && proposer) {
-      // A job with this id ended before (and its last node did not clean up): start afresh,
-      // unless some node of it is still there. Only at this node's first read: later, a done
-      // state with nobody else left is this job's own end, not a leftover.
-      const bool others = std::any_of(s.nodes.begin(), s.nodes.end(), [&](const auto& n) { return n.first != id; });
-      if (phase == "done" && !others) {
-        info("clearing what a finished job with this id left in etcd");
-        Json ops = Json::array({Json{{"request_delete_range", {{"key", base64(key("state"))}}}},
-                                Json{{"request_delete_range", {{"key", base64(key("a/"))}, {"range_end", base64(etcd::prefix_end(key("a/")))}}}},
-                                Json{{"request_delete_range", {{"key", base64(key("left/"))}, {"range_end", base64(etcd::prefix_end(key("left/")))}}}}});
-        txn_ops(s, ops);
-        return;
-      }
-    }
-    if (phase == "done") {
+    if (!proposer && phase == Phase::done && s.state_revision > 0 && s.state_revision < proposer_since) return;
+    if (std::exchange(first_read, false) && proposer && office->clear_leftover(s, id)) return;
+    if (phase == Phase::done) {
       final_verdict = true;
       return deliver(rendezvous::verdict_of(s.state["verdict"]));
     }
-    const Json& members = s.members();
-    int my_rank = -1;
-    for (std::size_t r = 0; r < members.size() && my_rank < 0; ++r)
-      if (member_id(members, r) == id) my_rank = static_cast<int>(r);
-    // Assigned: the attempt this node asked for (or a later one) runs with it.
-    if (joined && (phase == "running" || phase == "ending") && k >= join_attempt && my_rank >= 0) {
-      int base = 0, world = 0;
-      for (std::size_t r = 0; r < members.size(); ++r) {
-        if (static_cast<int>(r) < my_rank) base += s.nproc(r);
-        world += s.nproc(r);
-      }
-      const auto zero = s.state.value("zero", Json::object());
-      assignment = EtcdAssignment{.attempt = k,
-                                  .node_rank = my_rank,
-                                  .nnodes = static_cast<int>(members.size()),
-                                  .world_size = world,
-                                  .rank_base = base,
-                                  .master_addr = field<std::string>(zero, "addr", host_of(member_id(members, 0))),
-                                  .master_port = field<int>(zero, "port", 0)};
-      assigned = true;
-      join_timer->cancel();
-      std::exchange(joined, nullptr)(std::nullopt);
-    } else if (joined) {
-      if (phase == "gathering" && join_attempt < k) {
-        join_attempt = k;
-        put_record();
-      } else if (phase != "gathering" && join_attempt <= k && my_rank < 0) {
-        if (options.min_nodes == options.max_nodes) {
-          RemoteVerdict v;
-          v.cause = fmt::format("the job already has its {} nodes (it runs attempt {})", options.max_nodes, k);
-          return std::exchange(joined, nullptr)(v);
-        }
-        join_attempt = k + 1;  // the next attempt; our record makes this one re-form if there is room
-        put_record();
-      }
-    }
+    if (joined && on_joining_side(s)) return;
     // Our attempt ended elsewhere: stop the ranks.
     if (assigned && over_attempt < assignment.attempt && ended_attempt < assignment.attempt &&
-        (k > assignment.attempt || (k == assignment.attempt && phase == "ending"))) {
+        (k > assignment.attempt || (k == assignment.attempt && phase == Phase::ending))) {
       ended_attempt = assignment.attempt;
       const std::string cause = k == assignment.attempt ? field<std::string>(s.state, "cause", "another node failed")
                                                         : field<std::string>(s.state["verdict"], "cause", "the job moved on");
@@ -567,7 +403,34 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       v.next_attempt = k;
       std::exchange(verdict, nullptr)(v);
     }
-    if (proposer) propose(s);
+    if (office) office->propose(s);
+  }
+
+  // This node waits to be assigned: whether the state assigns it, or asks it to join a later
+  // attempt. True when it is told it cannot join.
+  bool on_joining_side(const Snapshot& s) {
+    const int k = s.attempt();
+    const Phase phase = s.phase();
+    const int my_rank = etcd_rdzv::node_rank_of(s, id);
+    // Assigned: the attempt this node asked for (or a later one) runs with it.
+    if ((phase == Phase::running || phase == Phase::ending) && k >= join_attempt && my_rank >= 0) {
+      assignment = etcd_rdzv::assignment_of(s, static_cast<std::size_t>(my_rank));
+      assigned = true;
+      std::exchange(joined, nullptr)(std::nullopt);
+    } else if (phase == Phase::gathering && join_attempt < k) {
+      join_attempt = k;
+      put_record();
+    } else if (phase != Phase::gathering && join_attempt <= k && my_rank < 0) {
+      if (options.min_nodes == options.max_nodes) {
+        RemoteVerdict v;
+        v.cause = fmt::format("{} (it runs attempt {})", rules::already_full(options.max_nodes), k);
+        std::exchange(joined, nullptr)(v);
+        return true;
+      }
+      join_attempt = k + 1;  // the next attempt; our record makes this one re-form if there is room
+      put_record();
+    }
+    return false;
   }
 
   // A job-wide stall report asked for (state "look"): this node's ranks, as they are now. One
@@ -620,333 +483,6 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
 
   // --- the job's side: the next state, proposed by every node, won by one ---------------------
 
-  std::string name(const Json& members, std::size_t r) const {
-    return fmt::format("node {} ({})", r, host_of(member_id(members, r)));
-  }
-
-  // Failures of the running attempt, in the order they were written: reports first, then
-  // members that vanished without saying their ranks were gone.
-  std::vector<Failure> failures_of(const Snapshot& s) const {
-    std::vector<Failure> out;
-    const Json& members = s.members();
-    for (std::size_t r = 0; r < members.size(); ++r) {
-      const std::string mid = member_id(members, r);
-      const Json* report = nullptr;
-      long long revision = LLONG_MAX;
-      if (const auto o = s.overs.find(mid); o != s.overs.end() && o->second.body.contains("failure")) {
-        report = &o->second.body["failure"];
-        revision = o->second.revision;
-        if (const auto f = s.fails.find(mid); f != s.fails.end()) revision = f->second.revision;
-      } else if (const auto f = s.fails.find(mid); f != s.fails.end()) {
-        report = &f->second.body;
-        revision = f->second.revision;
-      }
-      if (report) {
-        out.push_back(Failure{.revision = revision,
-                              .text = fmt::format("rank {} on {} {}", field<int>(*report, "rank", -1), name(members, r),
-                                                  field<std::string>(*report, "how", "failed")),
-                              .exit_code = field<int>(*report, "exit_code", 1),
-                              .root = field<bool>(*report, "root", false),
-                              .rank = field<int>(*report, "rank", -1)});
-      } else if (!s.nodes.count(mid) && !s.overs.count(mid)) {
-        out.push_back(Failure{.text = lost_text(s, members, r), .exit_code = 1, .root = true});
-      }
-    }
-    std::stable_sort(out.begin(), out.end(), [](const Failure& a, const Failure& b) { return a.revision < b.revision; });
-    return out;
-  }
-
-  std::string lost_text(const Snapshot& s, const Json& members, std::size_t r) const {
-    const std::string mid = member_id(members, r);
-    if (const auto l = s.left.find(mid); l != s.left.end()) return fmt::format("{} left the job: {}", name(members, r), l->second);
-    return fmt::format("{} was lost: its etcd lease expired (no heartbeat for {})", name(members, r),
-                       common::duration_text(options.dead_after));
-  }
-
-  std::vector<const NodeRecord*> waiting(const Snapshot& s, int from) const {
-    std::set<std::string> in;
-    for (const auto& m : s.members()) in.insert(m.is_string() ? m.get<std::string>() : std::string());
-    std::vector<const NodeRecord*> out;
-    for (const auto& [nid, n] : s.nodes)
-      if (n.join >= from && !in.count(nid) && n.join >= 0) out.push_back(&n);
-    return out;
-  }
-
-  void propose(const Snapshot& s) {
-    const int k = s.attempt();
-    const std::string phase = s.phase();
-    Json next = s.state;
-    if (phase == "gathering") {
-      if (gathering_seen != k) {
-        gathering_seen = k;
-        join_timed_out = false;
-        join_timer->expires_after(options.join_timeout);
-        join_timer->async_wait([this, k](auto ec) {
-          if (ec || gathering_seen != k) return;
-          join_timed_out = true;
-          read();
-        });
-      }
-      auto ready = waiting(s, k);
-      const int n = static_cast<int>(ready.size());
-      const bool close = n >= options.max_nodes || (n >= options.min_nodes && last_call_for == k);
-      if (!close) {
-        if (n >= options.min_nodes && last_call_armed != k) {
-          last_call_armed = k;
-          last_call_timer->expires_after(options.last_call);
-          last_call_timer->async_wait([this, k](auto ec) {
-            if (ec) return;
-            last_call_for = k;
-            read();
-          });
-        }
-        if (!join_timed_out) return;
-        std::vector<std::string> hosts;
-        for (const auto* r : ready) hosts.push_back(r->host);
-        next["phase"] = "done";
-        next["verdict"] = Json{{"then", "failure"},
-                               {"cause", fmt::format("the rendezvous timed out after {}: {} of {} nodes joined ({}) "
-                                                     "(etcd at {})",
-                                                     common::duration_text(options.join_timeout), n, options.min_nodes,
-                                                     hosts.empty() ? "none" : fmt::format("{}", fmt::join(hosts, ", ")),
-                                                     tried())},
-                               {"exit_code", 1}};
-        txn(s, next);
-        return;
-      }
-      // Stable ranks while membership stays: last attempt's rank, then host name, then id.
-      std::map<std::string, int> prev;  // the last attempt's members (ids), by node rank
-      for (const auto& m : s.state.value("prev", Json::array()))
-        if (m.is_string()) prev.emplace(m.get<std::string>(), static_cast<int>(prev.size()));
-      auto rank_of = [&](const NodeRecord* r) {
-        const auto it = prev.find(r->id);
-        return it == prev.end() ? INT_MAX : it->second;
-      };
-      std::stable_sort(ready.begin(), ready.end(), [&](const NodeRecord* a, const NodeRecord* b) {
-        return std::make_tuple(rank_of(a), a->host, a->id) < std::make_tuple(rank_of(b), b->host, b->id);
-      });
-      if (static_cast<int>(ready.size()) > options.max_nodes) ready.resize(static_cast<std::size_t>(options.max_nodes));
-      // Every node receives this state: ids only (a node finds its rank there), each node's
-      // nproc once if they are all the same, and node 0's address for MASTER_ADDR.
-      Json members = Json::array();
-      Json nprocs = Json::array();
-      int world = 0;
-      bool same = true;
-      for (const auto* m : ready) {
-        members.push_back(m->id);
-        nprocs.push_back(m->nproc);
-        world += m->nproc;
-        same = same && m->nproc == ready.front()->nproc;
-      }
-      next["phase"] = "running";
-      next["members"] = members;
-      next["nproc"] = same ? Json(ready.empty() ? 1 : ready.front()->nproc) : nprocs;
-      next["zero"] = ready.empty() ? Json::object() : Json{{"addr", ready.front()->addr}, {"port", ready.front()->port}};
-      next.erase("prev");
-      next.erase("cause");
-      next["reform"] = false;
-      if (txn(s, next)) info("attempt {}: {} node{}, world size {}", k, members.size(), members.size() == 1 ? "" : "s", world);
-      return;
-    }
-    const Json& members = s.members();
-    auto live = [&](std::size_t r) { return s.nodes.count(member_id(members, r)) > 0; };
-    auto over = [&](std::size_t r) { return s.overs.count(member_id(members, r)) > 0; };
-    const auto failures = failures_of(s);
-    if (phase == "running") {
-      if (!failures.empty()) {
-        next["phase"] = "ending";
-        next["cause"] = failures.front().text;
-        next["reform"] = false;
-        if (txn(s, next)) info("attempt {}: {}; stopping every node", k, failures.front().text);
-        return;
-      }
-      bool all_over = true;
-      int alive = 0;
-      for (std::size_t r = 0; r < members.size(); ++r) {
-        all_over = all_over && over(r);
-        alive += live(r) ? 1 : 0;
-      }
-      if (all_over) {
-        next["phase"] = "done";
-        next["verdict"] = Json{{"then", "success"}};
-        return txn(s, next), void();
-      }
-      if (propose_stall_report(s, next)) return;
-      const auto arrivals = waiting(s, k);
-      if (options.max_nodes > options.min_nodes && alive < options.max_nodes && !arrivals.empty()) {
-        next["phase"] = "ending";
-        next["cause"] = fmt::format("the node on {} joined", arrivals.front()->host);
-        next["reform"] = true;
-        if (txn(s, next)) info("the node on {} asks to join: ending attempt {} so that the job re-forms with it", arrivals.front()->host, k);
-      }
-      return;
-    }
-    // ending: the verdict, once every member's ranks are gone (or the member is).
-    if (ending_seen != k) {
-      ending_seen = k;
-      stop_passed = false;
-      stop_timer->expires_after(options.grace + std::chrono::seconds(5));
-      stop_timer->async_wait([this, k](auto ec) {
-        if (ec || ending_seen != k) return;
-        stop_passed = true;
-        read();
-      });
-    }
-    std::vector<std::string> departures;
-    int alive = 0;
-    for (std::size_t r = 0; r < members.size(); ++r) {
-      if (!over(r) && live(r) && !stop_passed) return;  // still stopping its ranks
-      if (!live(r) || (!over(r) && stop_passed)) {
-        if (!over(r) && live(r))
-          departures.push_back(fmt::format("{} did not report its ranks stopped within {} of attempt {}'s end",
-                                           name(members, r), common::duration_text(options.grace + std::chrono::seconds(5)), k));
-        else if (!live(r) && over(r))
-          departures.push_back(lost_text(s, members, r));
-        continue;
-      }
-      ++alive;
-    }
-    const int live_count = alive + static_cast<int>(waiting(s, k).size());
-    const bool reform = field<bool>(s.state, "reform", false);
-    const bool failure = !reform && !failures.empty();
-    int restarts_used = field<int>(s.state, "restarts_used", 0);
-    std::string cause = field<std::string>(s.state, "cause", "");
-    int exit_code = 1, rank = -1;
-    bool counted = false;
-    bool restart = false;
-    if (!failure && live_count >= options.min_nodes) {
-      restart = true;
-    } else {
-      if (!failure) {
-        cause = departures.empty() ? std::string("a node left while the job re-formed")
-                                   : fmt::format("while the job re-formed, {}", fmt::join(departures, "; "));
-      } else {
-        auto pick = std::find_if(failures.begin(), failures.end(), [](const Failure& f) { return f.root; });
-        if (pick == failures.end()) pick = failures.begin();
-        cause = pick->text;
-        exit_code = pick->exit_code;
-        rank = pick->rank;
-      }
-      if (restarts_used < options.max_restarts && live_count >= options.min_nodes) {
-        restart = true;
-        counted = true;
-      }
-    }
-    if (restart) {
-      if (counted) ++restarts_used;
-      const int left = options.max_restarts - restarts_used;
-      next = Json{{"attempt", k + 1},
-                  {"phase", "gathering"},
-                  {"restarts_used", restarts_used},
-                  {"prev", s.members()},
-                  {"gathers", field<std::uint64_t>(s.state, "gathers", 0)},
-                  {"verdict",
-                   {{"then", "restart"}, {"attempt", k}, {"next", k + 1}, {"cause", cause}, {"restarts_left", left},
-                    {"counted", counted}, {"rank", rank}}}};
-      const Json drop{{"request_delete_range",
-                       {{"key", base64(key(fmt::format("a/{}/", k)))},
-                        {"range_end", base64(etcd::prefix_end(key(fmt::format("a/{}/", k))))}}}};
-      if (txn(s, next, {drop}))
-        info("attempt {} ended ({}): attempt {} on every node{}", k, cause, k + 1,
-             counted ? fmt::format(", {} restart{} left", left, left == 1 ? "" : "s") : std::string(" (a re-form, not counted)"));
-      return;
-    }
-    if (live_count < options.min_nodes) {
-      if (failure && !departures.empty()) cause += fmt::format("; {}", fmt::join(departures, "; "));
-      cause += fmt::format("; {} node{} left, the job needs {}", live_count, live_count == 1 ? "" : "s", options.min_nodes);
-    } else if (live_count < static_cast<int>(members.size())) {
-      cause += fmt::format("; no restart left (--max-restarts {}): going on without a lost node spends a restart",
-                           options.max_restarts);
-    }
-    next["phase"] = "done";
-    next["verdict"] = Json{{"then", "failure"}, {"cause", cause}, {"exit_code", exit_code}, {"rank", rank},
-                           {"ended_by", std::string(live_count < options.min_nodes ? rendezvous::kEndedByNodes
-                                                                                   : rendezvous::kEndedByRestarts)}};
-    if (txn(s, next)) info("the job failed: {}", cause);
-  }
-
-  // Job-wide stall reports, as the built-in rendezvous makes them (server.cpp): a node whose
-  // rank stalled asks (a/K/stalled/ID); the proposer puts a request in the state ("look"),
-  // every node answers with its ranks' views (a/K/views/ID), and once every live member has,
-  // or kGatherWait has passed, the report goes into the state for every node to print.
-  // Returns true when it proposed a state.
-  bool propose_stall_report(const Snapshot& s, Json next) {
-    if (options.stall_timeout.count() <= 0) return false;
-    const int k = s.attempt();
-    if (stalls_attempt != k) {
-      stalls_attempt = k;
-      stalls_reported.clear();
-    }
-    const auto range = [&](const char* kind) {
-      const std::string from = key(fmt::format("a/{}/{}/", k, kind));
-      return Json{{"request_delete_range", {{"key", base64(from)}, {"range_end", base64(etcd::prefix_end(from))}}}};
-    };
-    const auto look_id = field<std::uint64_t>(s.state.value("look", Json::object()), "id", 0);
-    if (look_id == 0) {
-      if (s.stalls.empty() || Clock::now() < next_gather) return false;
-      const auto id = field<std::uint64_t>(s.state, "gathers", 0) + 1;
-      next["gathers"] = id;
-      next["look"] = Json{{"id", id}, {"attempt", k}};
-      wait_for_views(id);
-      txn(s, next, {range("stalled")});
-      return true;
-    }
-    if (gather_id != look_id) wait_for_views(look_id);  // asked by the proposer before this one
-    const Json& members = s.members();
-    std::vector<detail::RankView> views;
-    std::vector<std::string> silent;
-    const auto now_ns = common::recorder::now_ns();
-    for (std::size_t r = 0; r < members.size(); ++r) {
-      const std::string mid = member_id(members, r);
-      const auto v = s.views.find(mid);
-      if (v != s.views.end() && field<std::uint64_t>(v->second.body, "id", 0) == look_id) {
-        if (!v->second.body.contains("ranks") || !detail::views_from_json(v->second.body["ranks"].dump(), now_ns, views))
-          info("{} sent views of its ranks that are not ours; its ranks are left out", name(members, r));
-      } else {
-        silent.push_back(name(members, r));
-      }
-    }
-    if (!silent.empty() && !gather_due) return false;
-    const auto lines = detail::job_wide_report(std::move(views), now_ns, options.stall_timeout, stalls_reported, silent,
-                                               kGatherWait);
-    next.erase("look");
-    if (lines) next["report"] = Json{{"id", look_id}, {"attempt", k}, {"lines", *lines}};
-    next_gather = Clock::now() + kGatherWait;
-    txn(s, next, {range("views")});
-    return true;
-  }
-
-  void wait_for_views(std::uint64_t id) {
-    gather_id = id;
-    gather_due = false;
-    gather_timer->expires_after(kGatherWait);
-    gather_timer->async_wait([this, id](auto ec) {
-      if (ec || gather_id != id) return;
-      gather_due = true;
-      read();
-    });
-  }
-
-  // Proposes `next` as the state that follows `s`'s (with `more` operations, all or none).
-  // Returns true once sent (whether it wins is learnt by reading again).
-  bool txn(const Snapshot& s, const Json& next, std::vector<Json> more = {}) {
-    Json ops = Json::array({Json{{"request_put", {{"key", base64(key("state"))}, {"value", base64(next.dump())}}}}});
-    for (auto& op : more) ops.push_back(std::move(op));
-    return txn_ops(s, std::move(ops));
-  }
-  bool txn_ops(const Snapshot& s, Json ops) {
-    Json body{{"compare", Json::array({Json{{"key", base64(key("state"))},
-                                            {"target", "MOD"},
-                                            {"mod_revision", std::to_string(s.state_revision)},
-                                            {"result", "EQUAL"}}})},
-              {"success", std::move(ops)}};
-    call("/v3/kv/txn", body, [this](const std::string& error, const Json&) {
-      if (finished) return;
-      if (!error.empty()) return give_up("lost etcd: " + error);
-      read();
-    });
-    return true;
-  }
 };
 
 std::string etcd_first_endpoint(const std::string& endpoints) { return etcd::parse_endpoints(endpoints).front().text(); }
@@ -984,8 +520,7 @@ void EtcdRendezvous::start(boost::asio::io_context& io, Events events) {
   auto& s = *state_;
   s.io = &io;
   s.events = std::move(events);
-  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.finish_timer, &s.gather_timer})
-    *t = std::make_unique<asio::steady_timer>(io);
+  for (auto* t : {&s.beat_timer, &s.finish_timer}) *t = std::make_unique<asio::steady_timer>(io);
   s.client = std::make_shared<etcd::Client>(
       io, etcd::ClientOptions{.endpoints = s.endpoints,
                               .user = s.options.user,
@@ -1043,7 +578,8 @@ void EtcdRendezvous::stalled(int attempt) {
 void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> done) {
   auto& s = *state_;
   s.finished = true;
-  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.gather_timer}) (*t)->cancel();
+  s.beat_timer->cancel();
+  if (s.office) s.office->cancel();
   auto once = std::make_shared<std::function<void()>>(std::move(done));
   auto call = [once] {
     if (auto f = std::exchange(*once, nullptr)) f();
@@ -1079,7 +615,8 @@ void EtcdRendezvous::detach() {
   s.finished = true;
   if (s.client) s.client->close();
   s.client.reset();
-  for (auto* t : {&s.beat_timer, &s.last_call_timer, &s.join_timer, &s.stop_timer, &s.finish_timer, &s.gather_timer}) t->reset();
+  for (auto* t : {&s.beat_timer, &s.finish_timer}) t->reset();
+  s.office.reset();
 }
 
 }  // namespace idist::launchers
