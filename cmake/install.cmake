@@ -40,7 +40,8 @@ if(TARGET idist_torch)
   install(FILES ${PROJECT_BINARY_DIR}/idist-torch.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT torch-dev)
 endif()
 
-# idist-run does no collectives and does not link libidist: nothing to find at run time.
+# idist-run does no collectives; it links libidist for idist::plugin_status alone (--version,
+# --dry-run), and finds it by its RPATH, $ORIGIN/../<libdir> (apps/idist-run/CMakeLists.txt).
 install(TARGETS idist-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 
 # The man page is idist-run --help, formatted by help2man, so the two never disagree.

@@ -5,10 +5,8 @@
 // launchers/config, IDIST_* variables and a --config file) into options and errors into exit
 // codes (2 for bad usage, as with most Unix tools).
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +27,7 @@
 #include "idist/launchers/program.hpp"
 #include "idist/launchers/resources.hpp"
 #include "idist/launchers/supervisor.hpp"
+#include "idist/plugins.hpp"
 
 extern char** environ;
 
@@ -501,110 +500,25 @@ void under_python(Cli& cli) {
   cli.command = std::move(command);
 }
 
-// The loader's message when the plugin at `path` cannot be loaded, else "". Loaded in a child,
-// so that what it brings (MPI's, CUDA's libraries and their constructors) never runs here.
-std::string plugin_load_error(const std::string& path, const std::string& entry) {
-  int fds[2];
-  if (::pipe(fds) != 0) return std::strerror(errno);
-  const pid_t pid = ::fork();
-  if (pid < 0) return std::strerror(errno);
-  if (pid == 0) {
-    ::close(fds[0]);
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    const char* error = handle == nullptr ? ::dlerror() : nullptr;
-    const std::string why = handle == nullptr ? (error != nullptr ? error : "dlopen failed")
-                            : ::dlsym(handle, entry.c_str()) == nullptr ? "has no " + entry + ": not an idist plugin"
-                                                                        : "";
-    if (!why.empty() && ::write(fds[1], why.data(), why.size()) < 0) ::_exit(2);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string why;
-  char buffer[512];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    why.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (why.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) why = "the test load crashed";
-  if (why.starts_with(path + ": ")) why.erase(0, path.size() + 2);
-  return why;
-}
-
-// Where libidist looks for backend plugins (lib/src/backends/plugins.cpp): IDIST_PLUGIN_PATH,
-// then idist/ beside itself, which is <libdir>/idist of this install, or of this build tree
-// when this idist-run is the build's.
-std::vector<std::string> plugin_dirs() {
-  std::vector<std::string> dirs;
-  if (const char* extra = std::getenv("IDIST_PLUGIN_PATH")) {
-    std::string_view rest(extra);
-    while (!rest.empty()) {
-      const auto colon = rest.find(':');
-      if (colon != 0) dirs.emplace_back(rest.substr(0, colon));
-      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
-    }
-  }
-  std::error_code ec;
-  const auto exe_dir = std::filesystem::canonical("/proc/self/exe", ec).parent_path();
-  if (ec) return dirs;
-  if (exe_dir == std::filesystem::weakly_canonical(IDIST_RUN_BUILD_DIR, ec))
-    dirs.emplace_back(IDIST_BUILD_PLUGIN_DIR);
-  else
-    dirs.push_back((exe_dir / IDIST_PLUGIN_DIR_FROM_BINDIR).lexically_normal().string());
-  return dirs;
-}
-
-// A backend's plugin where libidist would find it: its path, and the loader's complaint ("" if
-// it loads); an empty path where there is none.
-struct FoundPlugin {
-  std::string path;
-  std::string why;
-  std::string looked_in;  // the directories, for "not installed"
-};
-
-FoundPlugin find_plugin(std::string_view name) {
-  FoundPlugin out;
-  const std::string file = fmt::format("libidist-backend-{}.so", name);
-  for (const auto& dir : plugin_dirs()) {
-    out.looked_in += (out.looked_in.empty() ? "" : ", ") + dir;
-    std::error_code ec;
-    if (out.path.empty() && std::filesystem::exists(std::filesystem::path(dir) / file, ec))
-      out.path = (std::filesystem::path(dir) / file).string();
-  }
-  if (out.looked_in.empty()) out.looked_in = "(no directory)";
-  if (!out.path.empty()) out.why = plugin_load_error(out.path, fmt::format("idist_backend_plugin_{}", name));
-  return out;
-}
-
 // --version: the backends a rank can use, as they are installed now rather than as built:
-// gloo is in libidist, the others are plugins found and loaded as libidist would.
+// gloo is in libidist, the others are plugins, found and checked by libidist's own loader
+// (idist::plugin_status), in the words init() would use to refuse them.
 std::string version_text() {
   std::string usable = "gloo";
   std::string lines = "\n  gloo: built into libidist";
   for (const std::string_view name : idist::env::kBackendNames) {
     if (name == "gloo") continue;
-    const auto found = find_plugin(name);
-    if (found.path.empty()) {
-      lines += fmt::format("\n  {}: not installed (no libidist-backend-{}.so in {})", name, name, found.looked_in);
-      continue;
-    }
-    if (found.why.empty()) usable += fmt::format(", {}", name);
-    lines += found.why.empty() ? fmt::format("\n  {}: {}", name, found.path)
-                               : fmt::format("\n  {}: {} cannot be loaded: {}", name, found.path, found.why);
+    const auto plugin = idist::plugin_status(name);
+    if (plugin.usable()) usable += fmt::format(", {}", name);
+    lines += fmt::format("\n  {}: {}", name, plugin.usable() ? plugin.path : plugin.error);
   }
   return fmt::format("idist-run {} (backends: {}){}", IDIST_VERSION, usable, lines);
 }
 
 // For --dry-run: whether this host's ranks could load the ucx plugin.
 L::UcxHere ucx_here() {
-  const auto found = find_plugin("ucx");
-  if (found.path.empty()) return {false, "no libidist-backend-ucx.so in " + found.looked_in};
-  if (!found.why.empty()) return {false, found.path + " cannot be loaded: " + found.why};
-  return {true, found.path};
+  const auto plugin = idist::plugin_status("ucx");
+  return {plugin.usable(), plugin.usable() ? plugin.path : plugin.error};
 }
 
 // CLI11's usage line ("idist-run [OPTIONS]") knows nothing of the program that follows; ours

@@ -51,12 +51,15 @@ check "interhost: one host: not used" equals "$(q .interhost.choice "$(plan IDIS
 check "interhost: gloo is certain" equals "$(q .interhost.choice "$(plan IDIST_INTERHOST=gloo "$RUN" "${two_hosts[@]}")")" gloo
 check "interhost: a value that is none of them is shown as refused" test -n \
   "$(q .interhost.choice "$(plan IDIST_INTERHOST=rdma "$RUN" "${two_hosts[@]}")" | grep "^none: IDIST_INTERHOST='rdma' is not auto, ucx or gloo")"
+# idist-run looks where its libidist does: a copy of libidist with an empty idist/ beside it.
 lonely=$(mktemp -d)
-cp "$RUN" "$lonely/idist-run"
+mkdir "$lonely/idist"
+cp -P "$(dirname "$(ldd "$RUN" | awk '/libidist\.so/ {print $3}')")"/libidist.so* "$lonely/"
 check "interhost: no plugin where it looks: gloo, saying why" test -n \
-  "$(q .interhost.choice "$(plan "$lonely/idist-run" "${two_hosts[@]}")" | grep '^gloo: this host cannot run ucx (no libidist-backend-ucx.so in ')"
+  "$(q .interhost.choice "$(plan LD_LIBRARY_PATH="$lonely" "$RUN" "${two_hosts[@]}")" |
+    grep "^gloo: this host cannot run ucx (backend 'ucx' is not installed: no libidist-backend-ucx.so in $lonely/idist")"
 check "interhost: ucx required where it cannot run: every rank would fail, said before they start" test -n \
-  "$(q .interhost.choice "$(plan IDIST_INTERHOST=ucx "$lonely/idist-run" "${two_hosts[@]}")" | grep '^none: ucx is required but this host cannot run it')"
+  "$(q .interhost.choice "$(plan IDIST_INTERHOST=ucx LD_LIBRARY_PATH="$lonely" "$RUN" "${two_hosts[@]}")" | grep '^none: ucx is required but this host cannot run it')"
 rm -rf "$lonely"
 # Binding: by default where every rank gets a cpu of its own and nobody bound idist-run.
 cpus=$(nproc)  # idist-run's mask, as this shell's

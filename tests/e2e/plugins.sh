@@ -71,10 +71,23 @@ cat >"$TMP/old.cpp" <<'CPP'
 struct Old { int abi; const char* version; void* make; void* layout; };
 extern "C" const Old* idist_backend_plugin_mpi() { static Old old{0, "0.0.1", nullptr, nullptr}; return &old; }
 CPP
-if g++ -shared -fPIC "$TMP/old.cpp" -o "$TMP/old/libidist-backend-mpi.so" 2>"$TMP/gcc.log"; then
+if g++ -shared -fPIC "$TMP/old.cpp" -o "$TMP/old/libidist-backend-mpi.so" 2>"$TMP/gcc.log" &&
+  sed 's/_mpi(/_ucx(/' "$TMP/old.cpp" | g++ -shared -fPIC -x c++ - -o "$TMP/old/libidist-backend-ucx.so" 2>>"$TMP/gcc.log"; then
   out=$(IDIST_PLUGIN_PATH=$TMP/old IDIST_BACKEND=mpi timeout 60 "$EX/all_reduce" 2>&1)
   check "a plugin of another idist version is refused, naming both" \
     contains "$out" "libidist-backend-mpi.so was built for idist 0.0.1 (plugin ABI 0), this libidist is"
+  # idist-run asks libidist (idist::plugin_status), so that --version and --dry-run call
+  # unusable what init() refuses, in init()'s words.
+  refusal=$(grep -o "backend 'mpi': .*install matching versions" <<<"$out" | head -1)
+  version=$(IDIST_PLUGIN_PATH=$TMP/old "$RUN" --version 2>&1)
+  check "--version: a plugin of another version is no backend" equals "$(head -1 <<<"$version" | grep -c mpi)" 0 ||
+    echo "$version"
+  check "--version: ... and says why in init()'s words ($refusal)" \
+    bash -c '[ -n "$1" ] && grep -qxF "  mpi: $1" <<<"$2"' _ "$refusal" "$version" || echo "$version"
+  plan=$(IDIST_PLUGIN_PATH=$TMP/old "$RUN" --dry-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --rdzv-id dry -n 1 /bin/true)
+  check "--dry-run: a ucx plugin of another version is not taken between hosts, in init()'s words" \
+    contains "$(jq -r .interhost.choice <<<"$plan")" \
+    "gloo: this host cannot run ucx (backend 'ucx': $TMP/old/libidist-backend-ucx.so was built for idist 0.0.1 (plugin ABI 0)"
 else
   check "g++ builds a stand-in plugin" false
   cat "$TMP/gcc.log"

@@ -60,7 +60,8 @@ echo "not a library" >"$TMP/plugins/libidist-backend-nccl.so"
 out=$(IDIST_PLUGIN_PATH="$TMP/plugins" "$RUN" --version 2>&1)
 check "--version: a plugin that does not load is not a backend" equals "$(count "$(head -1 <<<"$out")" nccl)" 0 ||
   echo "$out"
-check "--version: ... and says why" contains "$out" "nccl: $TMP/plugins/libidist-backend-nccl.so cannot be loaded"
+check "--version: ... and says why, as init() would" \
+  contains "$out" "nccl: backend 'nccl': cannot load $TMP/plugins/libidist-backend-nccl.so: "
 for name in mpi nccl; do
   line=$(grep "^  $name: " <<<"$out")
   check "--version: $name is said installed or not ($line)" eval '[ -n "$line" ]'
