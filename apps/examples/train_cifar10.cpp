@@ -1,6 +1,9 @@
 // The articles' CIFAR-10 training (PyTorch-Ignite's examples/cifar10), in C++: a ResNet-18,
 // ignite's three calls (auto_dataloader, auto_model, auto_optim), per-epoch loss and accuracy
-// computed across ranks, a checkpoint written by rank 0 only, progress as ignite logs it.
+// computed across ranks, progress as ignite logs it, and ignite's Checkpoint handler: the
+// training state saved every epoch by rank 0 (idist::Checkpoint, beside training), and a run
+// started again with the same --checkpoint-dir (by hand, or by idist-run --max-restarts after
+// a rank died) resumes at the last save instead of step 0.
 // The same binary runs unchanged on one process or many:
 //
 //   train_cifar10                                   one process
@@ -8,10 +11,16 @@
 //   idist-run -n 2 train_cifar10                    srun -n 2 train_cifar10 likewise
 //   mpirun -np 2 train_cifar10 --backend mpi
 //   idist-run --nnodes 2 --node-rank K --rdzv-endpoint HOST:PORT -n 1 train_cifar10
+//   idist-run -n 2 --max-restarts 3 train_cifar10 --checkpoint-dir ckpt
+//
+// At its end rank 0 prints "train_cifar10: done steps=N redone=0 resumed_from=S seen=M
+// params=P": S the step it resumed at (0 for a fresh start), M the training samples used by
+// every rank since, P every parameter summed as float64.
 //
 // --data DIR reads CIFAR-10's binary files (data_batch_1.bin ... data_batch_5.bin,
 // test_batch.bin); without it, a synthetic set of the same shapes that can be learned (each
 // class a fixed pattern under noise), the same on every rank.
+#include <idist/checkpoint.hpp>
 #include <idist/launch.hpp>
 #include <idist/torch.hpp>
 #include <torch/torch.h>
@@ -40,6 +49,7 @@ struct Config {
   std::int64_t width = 64;        // 64: ResNet-18; smaller is the same network, narrower
   std::int64_t samples = 2048;    // synthetic training set (a fifth more for validation)
   int log_every = 10;
+  std::int64_t steps = 0;         // 0: as many as the epochs take
 };
 
 // --- data -------------------------------------------------------------------------------------------
@@ -138,8 +148,16 @@ void training(int local_rank, const Config& config) {
       model->parameters(), torch::optim::SGDOptions(config.learning_rate).momentum(0.9).weight_decay(5e-4)));
 
   const auto iterations = train_x.size(0) / static_cast<std::int64_t>(config.batch_size);
+  const auto max_steps = config.steps > 0 ? config.steps : iterations * config.epochs;
+  std::int64_t step = 0, epoch = 0, seen = 0;
+  idist::Checkpoint checkpoint({.dir = config.output});
+  checkpoint.add("model", model).add("optimizer", optimizer).add("train_loader", train_loader);
+  checkpoint.add("step", step).add("epoch", epoch);
+  const auto resumed_from = checkpoint.load_latest().value_or(0);
+  if (resumed_from > 0) log0("Resumed from " + config.output + " at step " + std::to_string(resumed_from));
   double accuracy = 0;
-  for (int epoch = 1; epoch <= config.epochs; ++epoch) {
+  while (epoch < config.epochs && step < max_steps) {
+    ++epoch;
     const auto start = std::chrono::steady_clock::now();
     int iteration = 0;
     for (auto& batch : *train_loader) {
@@ -147,9 +165,11 @@ void training(int local_rank, const Config& config) {
       auto loss = torch::cross_entropy_loss(model(batch.data), batch.target);
       loss.backward();
       optimizer->step();
+      seen += batch.data.size(0);
       if (++iteration % config.log_every == 0 || iteration == iterations)
         log0("Epoch[" + std::to_string(epoch) + "] Iteration[" + std::to_string(iteration) + "/" +
              std::to_string(iterations) + "] Loss: " + fixed(loss.item<double>()));
+      if (++step == max_steps) break;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto [train_loss, train_accuracy] = evaluate(model, train_loader);
@@ -159,17 +179,19 @@ void training(int local_rank, const Config& config) {
          " Avg loss: " + fixed(train_loss) + " (" + fixed(seconds, 1) + " s)");
     log0("Validation Epoch[" + std::to_string(epoch) + "] Avg accuracy: " + fixed(test_accuracy) +
          " Avg loss: " + fixed(test_loss));
-    // Rank 0 writes, the others wait until the file is complete.
-    idist::one_rank_only(
-        [&] {
-          fs::create_directories(config.output);
-          const auto path = fs::path(config.output) / ("checkpoint_" + std::to_string(epoch) + ".pt");
-          torch::save(model, path.string());
-          std::printf("Checkpoint: %s\n", path.c_str());
-        },
-        {.rank = 0, .with_barrier = true});
+    checkpoint.save(step);  // rank 0 writes it beside the next epoch
+    log0("Checkpoint: step " + std::to_string(step) + " to " + config.output);
   }
+  checkpoint.wait();
   log0("Final validation accuracy: " + fixed(accuracy));
+  double params = 0;
+  for (const auto& p : model->parameters()) params += p.to(torch::kDouble).sum().item<double>();
+  const auto all_seen = idist::all_reduce(seen);
+  char line[200];
+  std::snprintf(line, sizeof line, "train_cifar10: done steps=%lld redone=0 resumed_from=%lld seen=%lld params=%.10g",
+                static_cast<long long>(step), static_cast<long long>(resumed_from), static_cast<long long>(all_seen),
+                params);
+  log0(line);
 }
 
 }  // namespace
@@ -178,7 +200,11 @@ int main(int argc, char** argv) {
   Config config;
   CLI::App app("ResNet-18 on CIFAR-10, data-parallel with idist::torch (ignite's cifar10 example)", "train_cifar10");
   app.add_option("--data", config.data, "CIFAR-10's binary files (default: a synthetic set)")->check(CLI::ExistingDirectory);
-  app.add_option("--output-path", config.output, "Where rank 0 writes the checkpoints")->capture_default_str();
+  app.add_option("--checkpoint-dir,--output-path", config.output,
+                 "Where rank 0 saves the training state every epoch, and whence a new run resumes")
+      ->capture_default_str();
+  app.add_option("--steps", config.steps, "Stop after this many steps in all (0: the epochs' steps)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--backend", config.backend, "gloo, mpi or nccl")->capture_default_str();
   app.add_option("--nproc-per-node", config.nproc_per_node, "Ranks to start here, when no launcher started this one")
       ->check(CLI::PositiveNumber);

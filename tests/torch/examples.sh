@@ -3,7 +3,8 @@
 #   train_cifar10 (synthetic CIFAR-shaped set, a narrow ResNet-18) unchanged with no launcher,
 #     --nproc-per-node 2 (idist::Parallel starts the ranks), idist-run -n 2, mpirun -np 2
 #     --backend mpi, two idist-run nodes meeting at --rdzv-endpoint, and srun -n 2 on a real local
-#     SLURM: each learns (validation accuracy above chance), rank 0 alone writes the checkpoints;
+#     SLURM: each learns (validation accuracy above chance), rank 0 alone writes the checkpoints,
+#     and a run given the same --checkpoint-dir resumes at the last save;
 #   dist_mnist on MNIST idx files this test writes (a learnable synthetic set), one epoch.
 # usage: examples.sh IDIST_RUN EXAMPLES_DIR
 source "$(dirname "$0")/../e2e/lib.sh"
@@ -26,8 +27,8 @@ learns() {
   accuracy=$(grep -o "Final validation accuracy: [0-9.]*" <<<"$out" | tail -1 | awk '{print $4}')
   check "$label: learns (final validation accuracy ${accuracy:-none} > 0.2)" \
     eval '[ -n "$accuracy" ] && awk "BEGIN {exit !($accuracy > 0.2)}"' || tail -5 <<<"$out" | sed 's/^/  | /'
-  check "$label: rank 0 alone wrote the 3 checkpoints" \
-    eval '[ "$(count "$out" "Checkpoint: ")" = 3 ] && [ -s "$dir/checkpoint_3.pt" ]'
+  check "$label: rank 0 alone saved 3 times (16 steps an epoch), the newest 2 kept" \
+    eval '[ "$(count "$out" "Checkpoint: ")" = 3 ] && [ "$(ls "$dir" | tr "\n" " ")" = "checkpoint_32.pt checkpoint_48.pt " ]'
 }
 
 out=$("$EX/train_cifar10" "${small[@]}" --output-path one 2>&1)
@@ -40,6 +41,12 @@ check "... 2 ranks" contains "$out" "2 rank(s), backend gloo"
 
 out=$("$RUN" -n 2 "$EX/train_cifar10" "${small[@]}" --output-path run 2>&1)
 learns "idist-run -n 2 train_cifar10" "$out" run
+out=$("$RUN" -n 2 "$EX/train_cifar10" "${small[@]}" --epochs 4 --checkpoint-dir run 2>&1)
+check "train_cifar10 again with the same --checkpoint-dir and a 4th epoch: resumes at step 48" \
+  contains "$out" "train_cifar10: done steps=64 redone=0 resumed_from=48 seen=512 " || tail -3 <<<"$out"
+fresh=$("$RUN" -n 2 "$EX/train_cifar10" "${small[@]}" --epochs 4 --checkpoint-dir fresh 2>&1)
+check "... to the parameters of 4 epochs in one go" equals "$(grep -o 'params=.*' <<<"$out")" \
+  "$(grep -o 'params=.*' <<<"$fresh")"
 
 if command -v mpirun >/dev/null; then
   out=$(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 "$EX/train_cifar10" "${small[@]}" \

@@ -234,28 +234,40 @@ struct AutoDataLoaderOptions {
   std::size_t num_workers = 0;  // for the node: each rank gets ceil(num_workers / ranks per node)
 };
 
+class TorchDistributedSampler;
+namespace detail {
+// Which sampler an auto_dataloader's loader holds (libtorch's loaders do not say), for
+// Checkpoint; nullptr for another loader, or one already destroyed.
+IDIST_API void remember_sampler(const void* loader, const TorchDistributedSampler& sampler);
+IDIST_API std::unique_ptr<TorchDistributedSampler> loader_sampler(const void* loader);
+}  // namespace detail
+
 // A libtorch sampler over idist::DistributedSampler: this rank's disjoint share of the data
 // set, shuffled per epoch from seed + epoch. Each reset() (the data loader's begin(), once per
-// epoch) starts the next epoch, unless set_epoch() chose one.
+// epoch) starts the next epoch, unless set_epoch() chose one or load() restored a position
+// (then the epoch resumes there). Copies share one position: the data loader holds one, and
+// Checkpoint reaches it through the loader (detail::loader_sampler).
 class IDIST_API TorchDistributedSampler final : public torch::data::samplers::Sampler<> {
  public:
   explicit TorchDistributedSampler(const DistributedSamplerOptions& options);
   void set_epoch(std::uint64_t epoch);
-  std::uint64_t epoch() const { return sampler_.epoch(); }
+  std::uint64_t epoch() const;
   // c10::optional: std::optional from libtorch 2.0 on, its own type in 1.13.
   void reset(c10::optional<std::size_t> new_size = c10::nullopt) override;
   c10::optional<std::vector<std::size_t>> next(std::size_t batch_size) override;
+  // The epoch and the samples of it handed out so far. Exact with num_workers = 0; worker
+  // threads read ahead (2 batches each), which a position saved meanwhile counts as read.
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
-  std::size_t size() const { return sampler_.size(); }
+  std::size_t size() const;
+
+  struct State;
 
  private:
-  DistributedSamplerOptions options_;
-  DistributedSampler sampler_;
-  std::vector<std::size_t> indices_;
-  std::size_t position_ = 0;
-  bool started_ = false;     // the first reset() is epoch 0 (or the one set)
-  bool epoch_set_ = false;   // set_epoch() since the last reset()
+  friend void detail::remember_sampler(const void* loader, const TorchDistributedSampler& sampler);
+  friend std::unique_ptr<TorchDistributedSampler> detail::loader_sampler(const void* loader);
+  explicit TorchDistributedSampler(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
 };
 
 namespace detail {
@@ -276,11 +288,13 @@ auto auto_dataloader(Dataset dataset, const AutoDataLoaderOptions& options = {})
                                    .shuffle = options.shuffle,
                                    .seed = options.seed,
                                    .drop_last = options.drop_last});
-  return torch::data::make_data_loader(std::move(dataset), std::move(sampler),
-                                       torch::data::DataLoaderOptions()
-                                           .batch_size(detail::rank_batch_size(options.batch_size))
-                                           .workers(detail::rank_workers(options.num_workers))
-                                           .drop_last(options.drop_last));
+  auto loader = torch::data::make_data_loader(std::move(dataset), sampler,
+                                              torch::data::DataLoaderOptions()
+                                                  .batch_size(detail::rank_batch_size(options.batch_size))
+                                                  .workers(detail::rank_workers(options.num_workers))
+                                                  .drop_last(options.drop_last));
+  detail::remember_sampler(loader.get(), sampler);
+  return loader;
 }
 
 }  // namespace idist
