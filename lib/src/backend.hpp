@@ -184,9 +184,11 @@ struct Layout {
 // contract and the store.
 std::optional<Layout> native_layout(std::string_view name);
 
-// Creates the backend named `name` ("gloo", "mpi", "nccl", or "shm": the ranks of one host) for the world, loading its plugin
+// Creates the backend named `name` ("gloo", "mpi", "nccl") for the world, loading its plugin
 // for all but gloo; throws std::runtime_error for a backend that is unknown or whose plugin or
-// libraries are missing, naming what is.
+// libraries are missing, naming what is. gloo is what make_carrier chooses to carry it
+// (backends/carriers.hpp); a carrier named ("shm", "hierarchical", "ucx": the tests) is made
+// as it is.
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init);
 
 }  // namespace idist::detail

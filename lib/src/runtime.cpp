@@ -15,7 +15,7 @@
 #include <thread>
 #include <utility>
 
-#include "backends/hierarchical/hierarchical_backend.hpp"
+#include "backends/carriers.hpp"
 #include "common/cpus_shared.hpp"
 #include "common/duration.hpp"
 #include "common/wait.hpp"
@@ -290,19 +290,14 @@ void ignore_sigpipe_unless_handled() {
 
 }  // namespace
 
-std::string Runtime::carrier(const std::string& backend, const ErrorSite& site) const {
-  const auto& mode = contract_.intranode;
-  if (mode == "off" || backend != "gloo" || contract_.world_size == 1) {
-    if (mode == "shm" && backend != "gloo")
-      throw Error(site, "IDIST_INTRANODE=shm: shared memory carries the gloo backend, not " + backend +
-                            "; unset IDIST_INTRANODE or choose gloo");
-    return backend;
-  }
-  const std::string carrier(gloo_carrier(hosts_));
-  if (mode == "shm" && carrier == "gloo")
+void Runtime::check_intranode(const std::string& backend, const ErrorSite& site) const {
+  if (contract_.intranode != "shm") return;
+  if (backend != "gloo")
+    throw Error(site, "IDIST_INTRANODE=shm: shared memory carries the gloo backend, not " + backend +
+                          "; unset IDIST_INTRANODE or choose gloo");
+  if (contract_.world_size > 1 && !shared_memory_serves(hosts_, contract_))
     throw Error(site, "IDIST_INTRANODE=shm: no two ranks share a host, so shared memory has nothing to join; unset "
                       "IDIST_INTRANODE (auto) or set it to off");
-  return carrier;
 }
 
 Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
@@ -348,8 +343,8 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     }
     if (contract_.world_size == 1) hosts_ = {0};
     backend_ = backend;
-    const auto impl_name = carrier(backend, site);
-    auto impl = make_backend(impl_name, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
+    check_intranode(backend, site);
+    auto impl = make_backend(backend, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
                                                     contract_.timeout, contract_, hosts_});
     std::vector<int> everyone(static_cast<std::size_t>(contract_.world_size));
     std::iota(everyone.begin(), everyone.end(), 0);

@@ -68,9 +68,10 @@ class Runtime {
   // also brings `settings` (agreed_settings) to rank 0, which refuses the job where they differ.
   void join(std::chrono::steady_clock::time_point deadline, const std::string& settings);
 
-  // What carries `backend` for the world: for gloo, as IDIST_INTRANODE allows, shm where every
-  // rank shares one host and hierarchical where some do (gloo_carrier); else the backend itself.
-  std::string carrier(const std::string& backend, const ErrorSite& site) const;
+  // IDIST_INTRANODE=shm refused where shared memory would carry nothing of the world: under
+  // another backend than gloo, or where no two ranks share a host. (What carries a gloo world
+  // is make_backend's choice: make_carrier, backends/carriers.hpp.)
+  void check_intranode(const std::string& backend, const ErrorSite& site) const;
   // The hosts of `ranks` (world ranks), numbered afresh from 0 in their order.
   std::vector<int> hosts_of(const std::vector<int>& ranks) const;
 

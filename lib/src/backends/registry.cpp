@@ -1,6 +1,6 @@
 // The registry of backends: gloo is built into libidist; the others are plugins
 // (backends/plugins.cpp), loaded on first use, so that libidist itself never needs MPI or
-// CUDA at load time.
+// CUDA at load time. And the one place that chooses what carries a gloo group (carriers.hpp).
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,6 +11,7 @@
 #include "backends/gloo/gloo_backend.hpp"
 #include "backends/hierarchical/hierarchical_backend.hpp"
 #include "backends/shm/shm_backend.hpp"
+#include "backends/carriers.hpp"
 #include "backends/plugins.hpp"
 #include "idist/env_contract.hpp"
 #include "in_step_error.hpp"
@@ -41,38 +42,21 @@ Backend::Completion Backend::send(const void*, std::size_t, int, std::uint32_t) 
 Backend::Completion Backend::recv(void*, std::size_t, int, std::uint32_t) { unsupported("recv"); }
 
 namespace {
+
 void check_known(std::string_view name) {
   if (!env::is_backend_name(name))
     throw std::runtime_error("unknown backend '" + std::string(name) + "' (expected " + env::backend_choices() + ")");
 }
-}  // namespace
 
-// shm and hierarchical are no backends a user names: the runtime puts them under gloo where
-// ranks of a group share a host (IDIST_INTRANODE, gloo_carrier()).
-constexpr std::string_view kShm = "shm";
-constexpr std::string_view kHierarchical = "hierarchical";
-// ucx likewise (IDIST_INTERHOST, interhost_backend()); a plugin, like mpi and nccl.
 constexpr std::string_view kUcx = "ucx";
 
-std::optional<Layout> native_layout(std::string_view name) {
-  if (name == kShm || name == kHierarchical || name == kUcx) return std::nullopt;
-  check_known(name);
-  if (name == "gloo") return std::nullopt;
-  const auto& plugin = load_plugin(name);
-  if (plugin.native_layout == nullptr) return std::nullopt;
-  return plugin.native_layout();
+// Whether every member of a group is on its own host, on two hosts or more.
+bool one_per_host(const std::vector<int>& hosts) {
+  if (hosts.size() < 2) return false;
+  std::vector<int> sorted(hosts);
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
 }
-
-std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init) {
-  if (name == kShm) return make_shm_backend(init);
-  if (name == kHierarchical) return make_hierarchical_backend(init);
-  if (name == kUcx) return load_plugin(kUcx).make(init);
-  check_known(name);
-  if (name == "gloo") return one_per_host(init.hosts) ? make_interhost_backend(init) : make_gloo_backend(init);
-  return load_plugin(name).make(init);
-}
-
-namespace {
 
 // Empty when UCX can run here: its plugin loads and makes a context; else why not.
 std::string ucx_unusable(const env::Contract& contract) {
@@ -87,7 +71,7 @@ std::string ucx_unusable(const env::Contract& contract) {
 
 // IDIST_VERBOSE (idist-run -v sets it for the ranks) asks for the choice in one line from
 // the group's first member.
-void say_choice(const BackendInit& init, const std::string& chosen, const std::string& why) {
+void say_choice(const BackendInit& init, std::string_view chosen, const std::string& why) {
   const std::string name(env::kVerbose);
   const char* verbose = std::getenv(name.c_str());
   bool on = false;
@@ -100,24 +84,20 @@ void say_choice(const BackendInit& init, const std::string& chosen, const std::s
              init.contract.interhost, why.empty() ? "" : "; " + why);
 }
 
-}  // namespace
-
-bool one_per_host(const std::vector<int>& hosts) {
-  if (hosts.size() < 2) return false;
-  std::vector<int> sorted(hosts);
-  std::sort(sorted.begin(), sorted.end());
-  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+// ucx serves a group with one member per host, unless IDIST_INTERHOST says gloo.
+bool ucx_can_serve(const std::vector<int>& hosts, const env::Contract& contract) {
+  return contract.interhost != "gloo" && one_per_host(hosts);
 }
 
-std::string interhost_backend(const BackendInit& init) {
-  const auto& mode = init.contract.interhost;
-  if (mode == "gloo") return "gloo";
+// Whether every member can run UCX: under IDIST_INTERHOST=ucx each must (an error naming why
+// where it cannot); under auto each says through the store, and all follow the answer, so
+// that no two members make different backends.
+bool ucx_agreed(const BackendInit& init) {
   const auto why = ucx_unusable(init.contract);
-  if (mode == "ucx") {
+  if (init.contract.interhost == "ucx") {
     if (!why.empty()) throw std::runtime_error("IDIST_INTERHOST=ucx, but UCX cannot run here: " + why);
-    return std::string(kUcx);
+    return true;
   }
-  // auto: every member says whether it can, through the store, and all follow the answer.
   const auto prefix = init.key_prefix + "interhost/";
   init.store.set(prefix + std::to_string(init.rank), why.empty() ? std::vector<char>{'1'} : std::vector<char>{'0'});
   std::vector<std::string> keys;
@@ -127,15 +107,66 @@ std::string interhost_backend(const BackendInit& init) {
   for (int r = 0; r < init.size && refused.empty(); ++r)
     if (init.store.get(keys[static_cast<std::size_t>(r)]) != std::vector<char>{'1'})
       refused = r == init.rank ? why : member_word(init) + std::to_string(name_of(init, r)) + " cannot run UCX";
-  const std::string chosen = refused.empty() ? std::string(kUcx) : "gloo";
-  say_choice(init, chosen, refused);
-  return chosen;
+  say_choice(init, refused.empty() ? kUcx : "gloo", refused);
+  return refused.empty();
 }
 
-std::unique_ptr<Backend> make_interhost_backend(const BackendInit& init,
-                                                const std::function<std::unique_ptr<Backend>()>& gloo) {
-  if (interhost_backend(init) == kUcx) return load_plugin(kUcx).make(init);
-  return gloo ? gloo() : make_gloo_backend(init);
+bool always(const std::vector<int>&, const env::Contract&) { return true; }
+
+// A carrier of gloo groups (carriers.hpp).
+struct Carrier {
+  std::string_view name;
+  bool (*can_serve)(const std::vector<int>& hosts, const env::Contract& contract);
+  // Collective: whether every member can run it, where can_serve cannot tell from what all
+  // members know alike; nullptr: no need to ask.
+  bool (*agreed)(const BackendInit& init);
+  std::unique_ptr<Backend> (*make)(const BackendInit& init, const GlooMaker& gloo);
+};
+
+// In the order they are preferred; gloo serves any group.
+constexpr Carrier kCarriers[] = {
+    {"shm", shm_can_serve, nullptr, [](const BackendInit& init, const GlooMaker&) { return make_shm_backend(init); }},
+    {"hierarchical", hierarchical_can_serve, nullptr, make_hierarchical_backend},
+    {kUcx, ucx_can_serve, ucx_agreed, [](const BackendInit& init, const GlooMaker&) { return load_plugin(kUcx).make(init); }},
+    {"gloo", always, nullptr,
+     [](const BackendInit& init, const GlooMaker& gloo) { return gloo ? gloo() : make_gloo_backend(init); }},
+};
+
+// The carrier named `name`, for a test that asks for one by name; nullptr if none is.
+const Carrier* carrier_named(std::string_view name) {
+  for (const auto& carrier : kCarriers)
+    if (carrier.name == name) return &carrier;
+  return nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_carrier(const BackendInit& init, const GlooMaker& gloo) {
+  for (const auto& carrier : kCarriers) {
+    if (!carrier.can_serve(init.hosts, init.contract)) continue;
+    if (carrier.agreed != nullptr && !carrier.agreed(init)) continue;
+    return carrier.make(init, gloo);
+  }
+  throw std::logic_error("no carrier serves the group");  // gloo serves any
+}
+
+bool shared_memory_serves(const std::vector<int>& hosts, const env::Contract& contract) {
+  return shm_can_serve(hosts, contract) || hierarchical_can_serve(hosts, contract);
+}
+
+std::optional<Layout> native_layout(std::string_view name) {
+  if (carrier_named(name) != nullptr) return std::nullopt;
+  check_known(name);
+  const auto& plugin = load_plugin(name);
+  if (plugin.native_layout == nullptr) return std::nullopt;
+  return plugin.native_layout();
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendInit& init) {
+  if (name == "gloo") return make_carrier(init);
+  if (const auto* carrier = carrier_named(name)) return carrier->make(init, {});
+  check_known(name);
+  return load_plugin(name).make(init);
 }
 
 }  // namespace idist::detail

@@ -6,7 +6,7 @@
 //             hosts, which a split would only slow down;
 //   local_    shm over the members on this host (absent where a host has one member);
 //   leaders_  one leader per host, the host's lowest rank (absent on the others, and where
-//             there is one host): ucx or gloo, as IDIST_INTERHOST says (interhost_backend);
+//             there is one host): ucx or gloo, as IDIST_INTERHOST says (make_carrier);
 //   own_rail_ where every host has the same number of members, on all but the leaders: the
 //             members with this one's index on every host, the same way (the leaders' rail
 //             is leaders_ itself).
@@ -40,14 +40,12 @@
 
 namespace idist::detail {
 
-std::string_view gloo_carrier(const std::vector<int>& hosts) {
-  if (hosts.empty()) return "gloo";
+bool hierarchical_can_serve(const std::vector<int>& hosts, const env::Contract& contract) {
+  if (contract.intranode == "off" || hosts.size() < 2) return false;
   std::vector<int> distinct(hosts);
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  if (distinct.size() == 1) return "shm";
-  if (distinct.size() == hosts.size()) return "gloo";
-  return "hierarchical";
+  return distinct.size() > 1 && distinct.size() < hosts.size();
 }
 
 namespace {
@@ -82,98 +80,19 @@ class HierarchicalBackend final : public Backend {
     const int host = hosts_[static_cast<std::size_t>(rank_)];
     host_count_ = *std::max_element(hosts_.begin(), hosts_.end()) + 1;
     shared_host_ = host_count_ < size_;
-    std::vector<int> local_names;
-    for (int r = 0; r < size_; ++r) {
-      if (hosts_[static_cast<std::size_t>(r)] != host) continue;
-      if (r == rank_) local_rank_ = static_cast<int>(local_members_.size());
-      local_members_.push_back(r);
-      local_names.push_back(name_of(init, r));
-    }
-    if (local_members_.size() > 1) {
-      local_ = make_shm_backend(BackendInit{local_rank_, static_cast<int>(local_members_.size()), init.store,
-                                            init.key_prefix + "host/" + std::to_string(host) + "/", init.timeout,
-                                            init.contract, std::vector<int>(local_members_.size(), 0), local_names});
-    }
-    // Leaders in host order: leader k is host k's lowest rank.
-    std::vector<int> leaders;
-    std::vector<int> leader_names;
-    for (int h = 0; h < host_count_; ++h) {
-      const auto first = std::find(hosts_.begin(), hosts_.end(), h);
-      if (first == hosts_.end()) throw InStepError("the host map skips host " + std::to_string(h));
-      leaders.push_back(static_cast<int>(first - hosts_.begin()));
-      leader_names.push_back(name_of(init, leaders.back()));
-    }
-    if (host_count_ > 1 && local_rank_ == 0) {
-      std::vector<int> distinct(static_cast<std::size_t>(host_count_));
-      std::iota(distinct.begin(), distinct.end(), 0);
-      const GroupInit group{leaders, BackendInit{host, host_count_, init.store, init.key_prefix + "leaders/",
-                                                 init.timeout, init.contract, distinct, leader_names}};
-      leaders_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
-    }
-    // Only leaders took part in the choice: each tells its host's other members, for
-    // show_config (what a user reads to know which path ran) and for the thresholds below.
-    if (host_count_ > 1) {
-      const auto key = init.key_prefix + "leaders-via/" + std::to_string(host);
-      if (local_rank_ == 0) {
-        const auto name = leaders_->name();
-        init.store.set(key, std::vector<char>(name.begin(), name.end()));
-      }
-      const auto value = local_rank_ == 0 ? std::vector<char>(leaders_->name().begin(), leaders_->name().end())
-                                          : init.store.get(key);
-      leaders_via_.assign(value.begin(), value.end());
-    }
-    // Segments and rails were measured over ucx. Over gloo's TCP they cost more than they save
-    // (2 ranks per fake host, 3 alternating rounds: 1 MiB 3,960 us by rails against 1,197
-    // without, 8 MiB 14,588 in segments against 12,148 without; docs/BENCHMARKS.md), so there
-    // they run only where the variables ask for them.
-    const bool measured = leaders_via_ == "ucx";
-    // A segment count of kPipelineFrom of the largest segment stays within size_t.
-    constexpr auto kLargestSegment = std::numeric_limits<std::size_t>::max() / kPipelineFrom;
-    segment_ = std::min(zero_is_never(init.contract.tuning.hier_segment, measured ? kSegment : 0, kLargestSegment),
-                        kLargestSegment);
-    rails_from_ = zero_is_never(init.contract.tuning.hier_rails_from, measured ? kRailsFrom : 0,
-                                std::numeric_limits<std::size_t>::max());
-    // Rails need every host to have as many members as this one; then member i of each host
-    // (in host order) joins rail i, made after leaders_ as the rail's own collective.
-    const auto per_host = local_members_.size();
-    // Not made where IDIST_HIER_RAILS_FROM=0 turned them off (a group of connections for nothing).
-    bool equal_hosts = host_count_ > 1 && per_host > 1 && rails_from_ != std::numeric_limits<std::size_t>::max();
-    for (int h = 0; h < host_count_ && equal_hosts; ++h)
-      equal_hosts = static_cast<std::size_t>(std::count(hosts_.begin(), hosts_.end(), h)) == per_host;
-    if (equal_hosts && local_rank_ > 0) {
-      std::vector<int> members;
-      std::vector<int> names;
-      for (int h = 0; h < host_count_; ++h) {
-        int seen = 0;
-        for (int r = 0; r < size_; ++r)
-          if (hosts_[static_cast<std::size_t>(r)] == h && seen++ == local_rank_) {
-            members.push_back(r);
-            names.push_back(name_of(init, r));
-            break;
-          }
-      }
-      std::vector<int> distinct(static_cast<std::size_t>(host_count_));
-      std::iota(distinct.begin(), distinct.end(), 0);
-      const GroupInit group{members, BackendInit{host, host_count_, init.store,
-                                                 init.key_prefix + "rails/" + std::to_string(local_rank_) + "/",
-                                                 init.timeout, init.contract, distinct, names}};
-      own_rail_ = make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
-    }
-    rails_ = equal_hosts;
+    make_local(init, host);
+    make_leaders(init, host);
+    set_thresholds(init);
+    make_own_rail(init, host);
   }
 
   std::string_view name() const override { return "hierarchical"; }
   const std::string& leaders_via() const { return leaders_via_; }
 
-  // The same choice as for the world, over the new group's own host map.
+  // The same choice as for the world, over the new group's own host map; its gloo, where one
+  // is made, is a group of flat_.
   std::unique_ptr<Backend> make_group(const GroupInit& group) override {
-    const auto carrier = gloo_carrier(group.init.hosts);
-    if (carrier == "shm") return make_shm_backend(group.init);
-    if (one_per_host(group.init.hosts))
-      return make_interhost_backend(group.init, [&] { return flat_->make_group(group); });
-    auto flat = flat_->make_group(group);
-    if (carrier == "gloo") return flat;
-    return std::make_unique<HierarchicalBackend>(group.init, std::move(flat));
+    return make_carrier(group.init, [&] { return flat_->make_group(group); });
   }
 
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
@@ -409,6 +328,103 @@ class HierarchicalBackend final : public Backend {
     if (failure) std::rethrow_exception(failure);
   }
 
+  // The parts, made in this order on every member (see the top of the file).
+
+  // local_: shm over this host's members, where it has several.
+  void make_local(const BackendInit& init, int host) {
+    std::vector<int> local_names;
+    for (int r = 0; r < size_; ++r) {
+      if (hosts_[static_cast<std::size_t>(r)] != host) continue;
+      if (r == rank_) local_rank_ = static_cast<int>(local_members_.size());
+      local_members_.push_back(r);
+      local_names.push_back(name_of(init, r));
+    }
+    if (local_members_.size() > 1) {
+      local_ = make_shm_backend(BackendInit{local_rank_, static_cast<int>(local_members_.size()), init.store,
+                                            init.key_prefix + "host/" + std::to_string(host) + "/", init.timeout,
+                                            init.contract, std::vector<int>(local_members_.size(), 0), local_names});
+    }
+  }
+
+  // leaders_: one leader per host, among the leaders; what carries them, told to every member.
+  void make_leaders(const BackendInit& init, int host) {
+    // Leaders in host order: leader k is host k's lowest rank.
+    std::vector<int> leaders;
+    std::vector<int> leader_names;
+    for (int h = 0; h < host_count_; ++h) {
+      const auto first = std::find(hosts_.begin(), hosts_.end(), h);
+      if (first == hosts_.end()) throw InStepError("the host map skips host " + std::to_string(h));
+      leaders.push_back(static_cast<int>(first - hosts_.begin()));
+      leader_names.push_back(name_of(init, leaders.back()));
+    }
+    if (host_count_ > 1 && local_rank_ == 0) {
+      std::vector<int> distinct(static_cast<std::size_t>(host_count_));
+      std::iota(distinct.begin(), distinct.end(), 0);
+      const GroupInit group{leaders, BackendInit{host, host_count_, init.store, init.key_prefix + "leaders/",
+                                                 init.timeout, init.contract, distinct, leader_names}};
+      leaders_ = make_carrier(group.init, [&] { return flat_->make_group(group); });
+    }
+    // Only leaders took part in the choice: each tells its host's other members, for
+    // show_config (what a user reads to know which path ran) and for the thresholds below.
+    if (host_count_ > 1) {
+      const auto key = init.key_prefix + "leaders-via/" + std::to_string(host);
+      if (local_rank_ == 0) {
+        const auto name = leaders_->name();
+        init.store.set(key, std::vector<char>(name.begin(), name.end()));
+      }
+      const auto value = local_rank_ == 0 ? std::vector<char>(leaders_->name().begin(), leaders_->name().end())
+                                          : init.store.get(key);
+      leaders_via_.assign(value.begin(), value.end());
+    }
+  }
+
+  // segment_ and rails_from_: as IDIST_HIER_SEGMENT and IDIST_HIER_RAILS_FROM say, else as
+  // measured for what carries the leaders.
+  void set_thresholds(const BackendInit& init) {
+    // Segments and rails were measured over ucx. Over gloo's TCP they cost more than they save
+    // (2 ranks per fake host, 3 alternating rounds: 1 MiB 3,960 us by rails against 1,197
+    // without, 8 MiB 14,588 in segments against 12,148 without; docs/BENCHMARKS.md), so there
+    // they run only where the variables ask for them.
+    const bool measured = leaders_via_ == "ucx";
+    // A segment count of kPipelineFrom of the largest segment stays within size_t.
+    constexpr auto kLargestSegment = std::numeric_limits<std::size_t>::max() / kPipelineFrom;
+    segment_ = std::min(zero_is_never(init.contract.tuning.hier_segment, measured ? kSegment : 0, kLargestSegment),
+                        kLargestSegment);
+    rails_from_ = zero_is_never(init.contract.tuning.hier_rails_from, measured ? kRailsFrom : 0,
+                                std::numeric_limits<std::size_t>::max());
+  }
+
+  // own_rail_: member i of each host (in host order) on rail i, where hosts are equal.
+  void make_own_rail(const BackendInit& init, int host) {
+    // Rails need every host to have as many members as this one; then member i of each host
+    // (in host order) joins rail i, made after leaders_ as the rail's own collective.
+    const auto per_host = local_members_.size();
+    // Not made where IDIST_HIER_RAILS_FROM=0 turned them off (a group of connections for nothing).
+    bool equal_hosts = host_count_ > 1 && per_host > 1 && rails_from_ != std::numeric_limits<std::size_t>::max();
+    for (int h = 0; h < host_count_ && equal_hosts; ++h)
+      equal_hosts = static_cast<std::size_t>(std::count(hosts_.begin(), hosts_.end(), h)) == per_host;
+    if (equal_hosts && local_rank_ > 0) {
+      std::vector<int> members;
+      std::vector<int> names;
+      for (int h = 0; h < host_count_; ++h) {
+        int seen = 0;
+        for (int r = 0; r < size_; ++r)
+          if (hosts_[static_cast<std::size_t>(r)] == h && seen++ == local_rank_) {
+            members.push_back(r);
+            names.push_back(name_of(init, r));
+            break;
+          }
+      }
+      std::vector<int> distinct(static_cast<std::size_t>(host_count_));
+      std::iota(distinct.begin(), distinct.end(), 0);
+      const GroupInit group{members, BackendInit{host, host_count_, init.store,
+                                                 init.key_prefix + "rails/" + std::to_string(local_rank_) + "/",
+                                                 init.timeout, init.contract, distinct, names}};
+      own_rail_ = make_carrier(group.init, [&] { return flat_->make_group(group); });
+    }
+    rails_ = equal_hosts;
+  }
+
   bool same_host(int r) const {
     return local_ && hosts_[static_cast<std::size_t>(r)] == hosts_[static_cast<std::size_t>(rank_)];
   }
@@ -446,10 +462,10 @@ std::string leaders_transport(const Backend& backend) {
   return h != nullptr ? h->leaders_via() : std::string();
 }
 
-std::unique_ptr<Backend> make_hierarchical_backend(const BackendInit& init) {
+std::unique_ptr<Backend> make_hierarchical_backend(const BackendInit& init, const GlooMaker& flat) {
   if (init.hosts.size() != static_cast<std::size_t>(init.size))
     throw InStepError("the hierarchical backend needs every member's host");
-  return std::make_unique<HierarchicalBackend>(init, make_gloo_backend(init));
+  return std::make_unique<HierarchicalBackend>(init, flat ? flat() : make_gloo_backend(init));
 }
 
 }  // namespace idist::detail
