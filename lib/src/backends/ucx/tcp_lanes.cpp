@@ -70,129 +70,158 @@ int connect_to(const std::string& host, const std::string& port, Clock::time_poi
   return fd;
 }
 
+// Our listener and what we publish of it: "ADDRESS PORT NONCE", or empty for none (no
+// address given, or none could be bound). The listener is closed with this.
+struct Offer {
+  int listener = -1;
+  std::uint64_t nonce = 0;
+  std::string text;
+  Offer() = default;
+  Offer(const Offer&) = delete;
+  Offer& operator=(const Offer&) = delete;
+  ~Offer() {
+    if (listener >= 0) ::close(listener);
+  }
+};
+
+void listen_on(const std::string& address, Offer& offer) {
+  if (address.empty()) return;
+  int& listener = offer.listener;
+  const auto tried = common::try_addresses(address, "0", SOCK_STREAM, [&](const addrinfo& a, std::string& reason) {
+    listener = ::socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listener >= 0 && ::bind(listener, a.ai_addr, a.ai_addrlen) == 0 && ::listen(listener, SOMAXCONN) == 0)
+      return true;
+    reason = error_text(errno);
+    if (listener >= 0) ::close(listener);
+    listener = -1;
+    return false;
+  });
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (!tried.ok || ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &len) != 0) return;
+  const auto port = bound.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
+                                               : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  try {
+    std::random_device device;
+    offer.nonce = (std::uint64_t{device()} << 32) | device();
+  } catch (const std::exception&) {  // no entropy source: the nonce only turns strays away
+    offer.nonce = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<std::uint64_t>(::getpid());
+  }
+  offer.text = address + " " + std::to_string(port) + " " + std::to_string(offer.nonce);
+}
+
+// Every peer's offer (ours at `rank`, empty), as each published it by the deadline.
+std::vector<std::string> read_offers(Store& store, const std::string& prefix, int rank, int size,
+                                     Clock::time_point deadline, const std::function<std::string(int)>& who) {
+  std::vector<std::string> offers(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const auto value =
+        read_published(store, prefix, r, deadline, who(r), "did not say in time whether it takes TCP lanes");
+    offers[static_cast<std::size_t>(r)].assign(value.begin(), value.end());
+  }
+  return offers;
+}
+
+// A connection to the peer that made `theirs` ("ADDRESS PORT NONCE"), which has been told who
+// we are; throws naming the peer where none can be made.
+int dial(const std::string& theirs, int rank, Clock::time_point deadline, const std::string& peer) {
+  // No field holds a space (an IPv6 address has none either).
+  const auto first = theirs.find(' '), second = theirs.rfind(' ');
+  const std::string host = theirs.substr(0, first), port = theirs.substr(first + 1, second - first - 1);
+  std::string why;
+  const int fd = connect_to(host, port, deadline, why);
+  const Hello hello{std::strtoull(theirs.c_str() + second + 1, nullptr, 10), static_cast<std::uint32_t>(rank), kMagic};
+  if (fd < 0 || !move_all(fd, reinterpret_cast<char*>(const_cast<Hello*>(&hello)), sizeof(hello), true, deadline)) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("ucx: cannot open a TCP lane to " + peer + " at " + host + ":" + port + " (" +
+                             (why.empty() ? "the hello was not taken" : why) +
+                             "); IDIST_UCX_TCP_FROM=off carries everything over UCX");
+  }
+  return fd;
+}
+
+// Takes the connections of the `expected` higher ranks that `wanted` into fds, turning strays
+// away, by the deadline.
+void accept_lanes(const Offer& offer, int rank, int expected, std::vector<int>& fds,
+                  const std::function<bool(int)>& wanted, Clock::time_point deadline,
+                  const std::function<std::string(int)>& who) {
+  const int size = static_cast<int>(fds.size());
+  while (expected > 0) {
+    if (!common::wait_fd(offer.listener, POLLIN, deadline)) {
+      std::string missing;
+      for (int r = rank + 1; r < size; ++r)
+        if (wanted(r) && fds[static_cast<std::size_t>(r)] < 0) missing += (missing.empty() ? "" : ", ") + who(r);
+      throw TimeoutFailure("ucx: no TCP lane from " + missing +
+                           " within the deadline: stopped, or its connection blocked between the hosts? "
+                           "IDIST_UCX_TCP_FROM=off carries everything over UCX");
+    }
+    const int fd = ::accept4(offer.listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
+      throw std::runtime_error("ucx: cannot take a TCP lane's connection (accept: " + error_text(errno) +
+                               "): raise the open files limit (ulimit -n), or IDIST_UCX_TCP_FROM=off "
+                               "carries everything over UCX");
+    }
+    Hello hello{};
+    // A stray or wrong connection is closed and forgotten: only ours count.
+    if (!move_all(fd, reinterpret_cast<char*>(&hello), sizeof(hello), false,
+                  std::min(deadline, Clock::now() + std::chrono::seconds(1))) ||
+        hello.magic != kMagic || hello.nonce != offer.nonce || hello.rank <= static_cast<std::uint32_t>(rank) ||
+        hello.rank >= static_cast<std::uint32_t>(size) || fds[hello.rank] >= 0) {
+      ::close(fd);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fds[hello.rank] = fd;
+    --expected;
+  }
+}
+
 }  // namespace
+
+std::vector<char> read_published(Store& store, const std::string& prefix, int r, Clock::time_point deadline,
+                                 const std::string& who, const std::string& late) {
+  const auto key = prefix + std::to_string(r);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  try {
+    store.wait({key}, std::max(std::chrono::milliseconds(1), left));
+  } catch (const TimeoutFailure&) {
+    throw TimeoutFailure("ucx: " + who + " " + late + ": stopped, or never reached this group's creation?");
+  }
+  return store.get(key);
+}
 
 std::size_t tcp_lanes_from(const env::Contract& contract) {
   return contract.tuning.ucx_tcp_from.value_or(64 * 1024);
 }
 
+// The higher rank of a pair connects, the lower accepts.
 TcpLanes::TcpLanes(Store& store, const std::string& prefix, int rank, int size,
                    const std::string& address,
                    const std::function<bool(int)>& apart, Clock::time_point deadline,
                    const std::function<std::string(int)>& who)
     : fds_(static_cast<std::size_t>(size), -1), lanes_(static_cast<std::size_t>(size)) {
-  // Our offer: "FROM ADDRESS PORT NONCE", or empty for none.
-  int listener = -1;
-  std::uint64_t nonce = 0;
-  std::string offer;
-  if (!address.empty()) {
-    const auto tried = common::try_addresses(address, "0", SOCK_STREAM, [&](const addrinfo& a, std::string& reason) {
-      listener = ::socket(a.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (listener >= 0 && ::bind(listener, a.ai_addr, a.ai_addrlen) == 0 && ::listen(listener, SOMAXCONN) == 0)
-        return true;
-      reason = error_text(errno);
-      if (listener >= 0) ::close(listener);
-      listener = -1;
-      return false;
-    });
-    sockaddr_storage bound{};
-    socklen_t len = sizeof(bound);
-    if (tried.ok && ::getsockname(listener, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
-      const auto port = bound.ss_family == AF_INET ? ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port)
-                                                   : ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
-      try {
-        std::random_device device;
-        nonce = (std::uint64_t{device()} << 32) | device();
-      } catch (const std::exception&) {  // no entropy source: the nonce only turns strays away
-        nonce = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<std::uint64_t>(::getpid());
-      }
-      offer = address + " " + std::to_string(port) + " " + std::to_string(nonce);
-    }
-  }
-  const auto cleanup = [&] {
-    if (listener >= 0) ::close(listener);
+  Offer offer;
+  listen_on(address, offer);
+  try {
+    store.set(prefix + std::to_string(rank), std::vector<char>(offer.text.begin(), offer.text.end()));
+    const auto offers = read_offers(store, prefix, rank, size, deadline, who);
+    // A lane to r where both offer one and r is on another host.
+    const auto wanted = [&](int r) {
+      return !offer.text.empty() && !offers[static_cast<std::size_t>(r)].empty() && apart(r);
+    };
+    for (int r = 0; r < rank; ++r)
+      if (wanted(r)) fds_[static_cast<std::size_t>(r)] = dial(offers[static_cast<std::size_t>(r)], rank, deadline, who(r));
+    int expected = 0;
+    for (int r = rank + 1; r < size; ++r) expected += wanted(r) ? 1 : 0;
+    accept_lanes(offer, rank, expected, fds_, wanted, deadline, who);
+  } catch (...) {
     for (auto& fd : fds_)
       if (fd >= 0) ::close(fd), fd = -1;
-  };
-  try {
-    store.set(prefix + std::to_string(rank), std::vector<char>(offer.begin(), offer.end()));
-
-    // Every peer's offer; the higher rank of a pair connects, the lower
-    // accepts.
-    std::vector<std::string> offers(static_cast<std::size_t>(size));
-    int expected = 0;
-    for (int r = 0; r < size; ++r) {
-      if (r == rank) continue;
-      const auto key = prefix + std::to_string(r);
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      try {
-        store.wait({key}, std::max(std::chrono::milliseconds(1), left));
-      } catch (const TimeoutFailure&) {
-        throw TimeoutFailure("ucx: " + who(r) +
-                             " did not say in time whether it takes TCP lanes: "
-                             "stopped, or never "
-                             "reached this group's creation?");
-      }
-      const auto value = store.get(key);
-      offers[static_cast<std::size_t>(r)].assign(value.begin(), value.end());
-      const auto& theirs = offers[static_cast<std::size_t>(r)];
-      if (offer.empty() || theirs.empty() || !apart(r)) continue;
-      if (r > rank) ++expected;
-    }
-    for (int r = 0; r < rank && !offer.empty(); ++r) {
-      const auto& theirs = offers[static_cast<std::size_t>(r)];
-      if (theirs.empty() || !apart(r)) continue;
-      // "ADDRESS PORT NONCE": no field holds a space (an IPv6 address has none either).
-      const auto first = theirs.find(' '), second = theirs.rfind(' ');
-      const std::string host = theirs.substr(0, first), port = theirs.substr(first + 1, second - first - 1);
-      std::string why;
-      const int fd = connect_to(host, port, deadline, why);
-      const Hello hello{std::strtoull(theirs.c_str() + second + 1, nullptr, 10), static_cast<std::uint32_t>(rank),
-                        kMagic};
-      if (fd < 0 || !move_all(fd, reinterpret_cast<char*>(const_cast<Hello*>(&hello)), sizeof(hello), true, deadline)) {
-        if (fd >= 0) ::close(fd);
-        throw std::runtime_error("ucx: cannot open a TCP lane to " + who(r) + " at " + host + ":" + port + " (" +
-                                 (why.empty() ? "the hello was not taken" : why) +
-                                 "); IDIST_UCX_TCP_FROM=off carries everything over UCX");
-      }
-      fds_[static_cast<std::size_t>(r)] = fd;
-    }
-    while (expected > 0) {
-      if (!common::wait_fd(listener, POLLIN, deadline)) {
-        std::string missing;
-        for (int r = rank + 1; r < size; ++r)
-          if (!offers[static_cast<std::size_t>(r)].empty() && apart(r) && fds_[static_cast<std::size_t>(r)] < 0)
-            missing += (missing.empty() ? "" : ", ") + who(r);
-        throw TimeoutFailure("ucx: no TCP lane from " + missing +
-                             " within the deadline: stopped, or its connection blocked between the hosts? "
-                             "IDIST_UCX_TCP_FROM=off carries everything over UCX");
-      }
-      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
-        throw std::runtime_error("ucx: cannot take a TCP lane's connection (accept: " + error_text(errno) +
-                                 "): raise the open files limit (ulimit -n), or IDIST_UCX_TCP_FROM=off "
-                                 "carries everything over UCX");
-      }
-      Hello hello{};
-      // A stray or wrong connection is closed and forgotten: only ours count.
-      if (!move_all(fd, reinterpret_cast<char*>(&hello), sizeof(hello), false,
-                    std::min(deadline, Clock::now() + std::chrono::seconds(1))) ||
-          hello.magic != kMagic || hello.nonce != nonce || hello.rank <= static_cast<std::uint32_t>(rank) ||
-          hello.rank >= static_cast<std::uint32_t>(size) || fds_[hello.rank] >= 0) {
-        ::close(fd);
-        continue;
-      }
-      const int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      fds_[hello.rank] = fd;
-      --expected;
-    }
-  } catch (...) {
-    cleanup();
     throw;
   }
-  if (listener >= 0) ::close(listener);
 }
 
 TcpLanes::~TcpLanes() {

@@ -96,6 +96,12 @@ class TcpLanes {
   std::vector<Lane> lanes_;
 };
 
+// What member `r` published under prefix + r, waited for until the deadline; else a
+// TimeoutFailure: "ucx: <who> <late>: stopped, or never reached this group's creation?".
+std::vector<char> read_published(Store& store, const std::string& prefix, int r,
+                                 std::chrono::steady_clock::time_point deadline, const std::string& who,
+                                 const std::string& late);
+
 // Bytes from which collectives' messages to another host take a lane:
 // IDIST_UCX_TCP_FROM, "off" (kNoLanes) for never; unset, the measured default
 // (docs/BENCHMARKS.md).
