@@ -329,35 +329,19 @@ auto join_timeout_from_env() {
   return join_timeout;
 }
 
-// A job over several nodes: this node's agent of the rendezvous.
-std::shared_ptr<L::NodeAgent> node_agent(const Cli& cli, const L::LaunchPlan& plan) {
-  const auto join_timeout = join_timeout_from_env();
-  auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout, milliseconds(cli.grace_seconds));
+// A job over several nodes: this node's part of its rendezvous (--rdzv-backend c10d or etcd).
+std::shared_ptr<L::Coordinator> rendezvous(const Cli& cli, const L::LaunchPlan& plan) {
+  auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout_from_env(), milliseconds(cli.grace_seconds));
   ro.stall_timeout = milliseconds(cli.stall_seconds);
-  checked(cli, "rdzv_conf", [&] { config::parse_rdzv_conf(cli.rdzv_conf, ro); });
-  return std::make_shared<L::NodeAgent>(ro);
-}
-
-// A job over several nodes on etcd (--rdzv-backend etcd): this node's part of it.
-std::shared_ptr<L::EtcdRendezvous> etcd_rendezvous(const Cli& cli, const L::LaunchPlan& plan) {
-  const auto join_timeout = join_timeout_from_env();
-  auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout, milliseconds(cli.grace_seconds));
+  if (!etcd_backend(cli.rdzv_backend)) {
+    checked(cli, "rdzv_conf", [&] { config::parse_rdzv_conf(cli.rdzv_conf, ro); });
+    return L::make_coordinator(ro, nullptr);
+  }
   L::EtcdRendezvousOptions eo;
   checked(cli, "rdzv_conf", [&] { config::parse_rdzv_conf(cli.rdzv_conf, ro, &eo); });
   eo.endpoints = *cli.rdzv_endpoint;
   if (cli.rdzv_id) eo.job_id = *cli.rdzv_id;
-  eo.token = ro.token;
-  eo.min_nodes = ro.min_nodes;
-  eo.max_nodes = ro.max_nodes;
-  eo.nproc = ro.nproc;
-  eo.max_restarts = ro.max_restarts;
-  eo.last_call = ro.last_call;
-  eo.heartbeat = ro.heartbeat;
-  eo.dead_after = ro.dead_after;
-  eo.join_timeout = ro.join_timeout;
-  eo.grace = ro.grace;
-  eo.stall_timeout = milliseconds(cli.stall_seconds);
-  return std::make_shared<L::EtcdRendezvous>(eo);
+  return L::make_coordinator(ro, &eo);
 }
 
 L::UcxHere ucx_here();
@@ -382,42 +366,26 @@ int run(const Cli& cli) {
   spdlog::info("{}", plan.binding);
   for (std::size_t local = 0; local < plan.cpu_shares.size(); ++local)
     spdlog::info("local rank {} on cpu(s) {}", local, L::cpu_list(plan.cpu_shares[local]));
-  std::shared_ptr<L::NodeAgent> agent;
-  std::shared_ptr<L::EtcdRendezvous> on_etcd;
-  if (plan.rendezvous && etcd_backend(cli.rdzv_backend)) {
+  std::shared_ptr<L::Coordinator> coordinator;
+  if (plan.rendezvous) {
     try {
-      on_etcd = etcd_rendezvous(cli, plan);
+      coordinator = rendezvous(cli, plan);
     } catch (const UsageError&) {
       throw;
-    } catch (const std::exception& e) {
+    } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());  // names the option: --rdzv-endpoint, or --rdzv-conf's TLS files
-    }
-    supervise.coordinator = on_etcd;
-  } else if (plan.rendezvous) {
-    try {
-      agent = node_agent(cli, plan);
-    } catch (const UsageError&) {
-      throw;
     } catch (const std::exception& e) {
-      spdlog::error("{}", e.what());
+      spdlog::error("{}", e.what());  // node 0 cannot listen at the endpoint
       return 1;
     }
-    supervise.coordinator = agent;
+    supervise.coordinator = coordinator;
   }
   const L::MakeAttempt make_attempt = [&](int restart_count) {
     L::follow_binding(plan, *binding);  // restarts included
     if (const auto note = binding->take_note(); !note.empty()) spdlog::info("{}", note);
     binding->watch();
-    if (on_etcd) {
-      const auto& a = on_etcd->assignment();
-      L::apply_assignment(plan, a.attempt, a.node_rank, a.nnodes, a.world_size, a.rank_base, a.master_port);
-      plan.job.master_addr = a.master_addr;
-      spdlog::info("attempt {}: node {} of {}, ranks {} to {} of {}, MASTER_ADDR={} MASTER_PORT={}", a.attempt,
-                   a.node_rank, a.nnodes, a.rank_base, a.rank_base + plan.local_count - 1, a.world_size,
-                   plan.job.master_addr, a.master_port);
-    }
-    if (agent) {
-      const auto& a = agent->assignment();
+    if (coordinator) {
+      const auto& a = coordinator->assignment();
       L::apply_assignment(plan, a);
       spdlog::info("attempt {}: node {} of {}, ranks {} to {} of {}, MASTER_ADDR={} MASTER_PORT={}", a.attempt,
                    a.node_rank, a.nnodes, a.rank_base, a.rank_base + plan.local_count - 1, a.world_size,

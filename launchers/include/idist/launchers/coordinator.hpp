@@ -11,6 +11,7 @@
 // another node ended the attempt, the rendezvous is lost, a job-wide stall report.
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,17 @@ struct RemoteVerdict {
   End ended_by = End::other;
 };
 
+// What the rendezvous gave this node for its current attempt, whichever rendezvous it is.
+struct Assignment {
+  int attempt = 0;
+  int node_rank = 0;
+  int nnodes = 1;
+  int world_size = 1;
+  int rank_base = 0;        // the global rank of this node's local rank 0
+  std::string master_addr;  // rank 0's host; empty: the plan's (the built-in rendezvous' endpoint)
+  int master_port = 0;
+};
+
 // How the attempts of a job spread over nodes are decided together (rendezvous.hpp). The
 // supervisor calls it on its event loop, and every callback comes back on that loop.
 class Coordinator {
@@ -65,6 +77,12 @@ class Coordinator {
   // attempt then starting is attempt(): a node that joins a running job starts at its count.
   virtual void join(int attempt, std::function<void(const std::optional<RemoteVerdict>& ended)> joined) = 0;
   virtual int attempt() const = 0;
+  // This node's part in the attempt join() started (node rank, world size, rank 0's address);
+  // a coordinator that assigns nothing (a test's) answers a job of one node.
+  virtual const Assignment& assignment() const {
+    static const Assignment none;
+    return none;
+  }
   virtual void failed(int attempt, const LocalFailure& failure) = 0;
   // Every local rank of the attempt is gone; `verdict` once every node's are.
   virtual void over(int attempt, const std::optional<LocalFailure>& failure,
@@ -79,5 +97,14 @@ class Coordinator {
   // The event loop is about to go: let go of everything bound to it.
   virtual void detach() = 0;
 };
+
+struct RendezvousOptions;      // rendezvous.hpp
+struct EtcdRendezvousOptions;  // etcd_rendezvous.hpp
+
+// This node's part of the job's rendezvous, the one factory of both: on etcd when `etcd` is
+// given (its fields that both share are taken from `options`), else the built-in one. Throws
+// std::invalid_argument for options that cannot work (naming them), std::runtime_error when
+// node 0 cannot listen at the endpoint.
+std::shared_ptr<Coordinator> make_coordinator(const RendezvousOptions& options, const EtcdRendezvousOptions* etcd);
 
 }  // namespace idist::launchers

@@ -38,17 +38,6 @@ struct EtcdRendezvousOptions {
   std::chrono::milliseconds stall_timeout{0};  // --stall-timeout: job-wide stall reports (0: none)
 };
 
-// What the etcd rendezvous gave this node for its current attempt.
-struct EtcdAssignment {
-  int attempt = 0;
-  int node_rank = 0;
-  int nnodes = 1;
-  int world_size = 1;
-  int rank_base = 0;
-  std::string master_addr;  // the host of node 0 of this attempt: rank 0 runs there
-  int master_port = 0;
-};
-
 // The first of etcd's endpoints ("h1:2379,h2:2379"), as HOST:PORT; throws std::invalid_argument
 // naming one that is not HOST:PORT.
 std::string etcd_first_endpoint(const std::string& endpoints);
@@ -62,7 +51,8 @@ class EtcdRendezvous final : public Coordinator {
   EtcdRendezvous(const EtcdRendezvous&) = delete;
   EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
 
-  const EtcdAssignment& assignment() const;
+  // Its master_addr is always set: the host of the attempt's node 0, where rank 0 runs.
+  const Assignment& assignment() const override;
 
   void start(boost::asio::io_context& io, Events events) override;
   void join(int attempt, std::function<void(const std::optional<RemoteVerdict>& ended)> joined) override;

@@ -57,16 +57,6 @@ struct RendezvousOptions {
   std::chrono::milliseconds stall_timeout{0};      // --stall-timeout: node 0's, for job-wide stall reports
 };
 
-// What the rendezvous gave this node for the current attempt.
-struct Assignment {
-  int attempt = 0;
-  int node_rank = 0;
-  int nnodes = 1;
-  int world_size = 1;
-  int rank_base = 0;  // the global rank of this node's local rank 0
-  int master_port = 0;
-};
-
 // The agent side (and, on node 0, the host). Construct before supervise(): it decides at once
 // whether it hosts (it binds the endpoint, so that two agents on one host cannot both host).
 class NodeAgent final : public Coordinator {
@@ -78,7 +68,7 @@ class NodeAgent final : public Coordinator {
   NodeAgent& operator=(const NodeAgent&) = delete;
 
   bool hosting() const;
-  const Assignment& assignment() const;
+  const Assignment& assignment() const override;
 
   void start(boost::asio::io_context& io, Events events) override;
   void join(int attempt, std::function<void(const std::optional<RemoteVerdict>& ended)> joined) override;
@@ -103,6 +93,7 @@ RendezvousOptions rendezvous_options(const LaunchPlan& plan, int max_restarts, s
 // The assignment into the plan, before attempt_of makes the attempt's processes.
 inline void apply_assignment(LaunchPlan& plan, const Assignment& a) {
   apply_assignment(plan, a.attempt, a.node_rank, a.nnodes, a.world_size, a.rank_base, a.master_port);
+  if (!a.master_addr.empty()) plan.job.master_addr = a.master_addr;
 }
 
 }  // namespace idist::launchers

@@ -88,7 +88,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   Clock::time_point renewed = Clock::now();
   Clock::time_point last_tick = Clock::now();  // of the heartbeat loop: a gap past the lease is a freeze
   bool renewing = false;
-  EtcdAssignment assignment;
+  Assignment assignment;
   bool assigned = false;
   int join_attempt = -1;  // in our record: the attempt we ask to be in; -1: none
   int over_attempt = -1;  // the attempt whose verdict `verdict` waits for
@@ -514,7 +514,7 @@ EtcdRendezvous::~EtcdRendezvous() {
   if (state_->client) state_->client->close();
 }
 
-const EtcdAssignment& EtcdRendezvous::assignment() const { return state_->assignment; }
+const Assignment& EtcdRendezvous::assignment() const { return state_->assignment; }
 
 void EtcdRendezvous::start(boost::asio::io_context& io, Events events) {
   auto& s = *state_;

@@ -108,14 +108,14 @@ int node_rank_of(const Snapshot& s, const std::string& id) {
   return -1;
 }
 
-EtcdAssignment assignment_of(const Snapshot& s, std::size_t r) {
+Assignment assignment_of(const Snapshot& s, std::size_t r) {
   int base = 0, world = 0;
   for (std::size_t m = 0; m < s.members().size(); ++m) {
     if (m < r) base += s.nproc(m);
     world += s.nproc(m);
   }
   const auto zero = s.state.value("zero", Json::object());
-  return EtcdAssignment{.attempt = s.attempt(),
+  return Assignment{.attempt = s.attempt(),
                         .node_rank = static_cast<int>(r),
                         .nnodes = static_cast<int>(s.members().size()),
                         .world_size = world,

@@ -80,7 +80,7 @@ std::string lost_text(const Snapshot& s, std::size_t r, const std::string& dead_
 
 // This node's part in the attempt the state runs, as node rank `r`; -1: none.
 int node_rank_of(const Snapshot& s, const std::string& id);
-EtcdAssignment assignment_of(const Snapshot& s, std::size_t r);
+Assignment assignment_of(const Snapshot& s, std::size_t r);
 
 rules::State rules_state(const Snapshot& s, const ProposerView& view);
 
