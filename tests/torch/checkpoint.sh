@@ -36,6 +36,20 @@ for transport in shm off; do
 done
 unset IDIST_INTRANODE
 
+# Resumed at another world size (an elastic job that lost or gained ranks): the place in the
+# epoch is kept as samples of all ranks together. 12 per global batch: 2 ranks 6 each, 5 ranks
+# shares of 3, 3, 2, 2, 2 (weighed by auto_model): the same global batches, so the parameters
+# of the 2-rank run never killed, to float32's rounding of another reduction order.
+dir="$TMP/resized"
+"$RUN" -n 2 "$CHECK" train "$dir" 30 4 14 >/dev/null 2>&1
+out=$("$RUN" -n 5 "$CHECK" train "$dir" 30 4 2>&1)
+echo "$out" | grep done
+check "killed on 2 ranks at step 14, resumed on 5: at step 12" equals "$(field "$out" resumed_from)" 12
+check "... the samples of steps 13-30 once" equals "$(field "$out" seen)" 216
+whole=$(field "$("$RUN" -n 2 "$CHECK" train "$TMP/whole-resized" 30 4 2>&1)" params)
+check "... the parameters of the 2-rank run never killed (1e-6)" awk -v a="$(field "$out" params)" -v b="$whole" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-6 * (b < 0 ? -b : b)) }'
+
 # A damaged newest checkpoint (a crash cannot leave one, a disk can) is skipped, saying so.
 dir="$TMP/killed-shm-2"
 printf 'not a checkpoint' >"$dir/checkpoint_32.pt"

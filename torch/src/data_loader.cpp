@@ -2,29 +2,68 @@
 // of the batch size and the workers among the ranks.
 #include <torch/serialize/archive.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
 
+#include "batch_weight.hpp"
 #include "idist/torch.hpp"
 #include "torch_errors.hpp"
 
 namespace idist {
+namespace {
+
+// Shares of a global batch the world size does not divide: rank r takes `share` samples at
+// `offset` of each global batch (the first global % world ranks one more: numpy's array_split).
+struct Shares {
+  std::size_t global = 0;  // 0: the world size divides the batch; DistributedSampler's split
+  std::size_t share = 0;
+  std::size_t offset = 0;
+};
+
+Shares shares_of(std::size_t global_batch, int rank, int world) {
+  const auto w = static_cast<std::size_t>(world), r = static_cast<std::size_t>(rank);
+  if (global_batch == 0 || world < 2 || global_batch % w == 0) return {};
+  const auto base = global_batch / w, extra = global_batch % w;
+  return {global_batch, base + (r < extra ? 1 : 0), r * base + std::min(r, extra)};
+}
+
+// This rank's indices for an epoch, in shares: the permutation padded from its start to whole
+// global batches (or cut, with drop_last), then this rank's slice of each.
+std::vector<std::size_t> shared_indices(const DistributedSamplerOptions& o, const Shares& s, std::uint64_t epoch) {
+  auto order = o.shuffle ? permutation(o.dataset_size, o.seed + epoch) : std::vector<std::size_t>();
+  if (!o.shuffle)
+    for (std::size_t i = 0; i < o.dataset_size; ++i) order.push_back(i);
+  if (order.empty()) return {};
+  const auto batches = o.drop_last ? order.size() / s.global : (order.size() + s.global - 1) / s.global;
+  std::vector<std::size_t> mine;
+  mine.reserve(batches * s.share);
+  for (std::size_t b = 0; b < batches; ++b)
+    for (std::size_t i = 0; i < s.share; ++i) mine.push_back(order[(b * s.global + s.offset + i) % order.size()]);
+  return mine;
+}
+
+}  // namespace
 
 struct TorchDistributedSampler::State {
-  explicit State(const DistributedSamplerOptions& o) : options(o), sampler(o) {}
+  State(const DistributedSamplerOptions& o, Shares s) : options(o), sampler(o), shares(s) {}
   DistributedSamplerOptions options;
   DistributedSampler sampler;
+  Shares shares;
   std::vector<std::size_t> indices;
   std::size_t position = 0;
   bool started = false;                    // the first reset() is epoch 0 (or the one set)
   bool epoch_set = false;                  // set_epoch() or load() since the last reset()
   std::optional<std::size_t> resume_at;    // load(): where the next reset() resumes
   std::mutex mu;                           // the loader's thread and Checkpoint's
+  std::uint64_t global_position() const;
+  std::size_t local_position(std::uint64_t global) const;
 };
 
-TorchDistributedSampler::TorchDistributedSampler(const DistributedSamplerOptions& options)
-    : state_(std::make_shared<State>(options)) {}
+TorchDistributedSampler::TorchDistributedSampler(const DistributedSamplerOptions& options, std::size_t global_batch)
+    : state_(std::make_shared<State>(options, shares_of(global_batch, options.rank.value_or(get_rank()),
+                                                         options.num_replicas.value_or(get_world_size())))) {}
 
 void TorchDistributedSampler::set_epoch(std::uint64_t epoch) {
   std::lock_guard lock(state_->mu);
@@ -40,6 +79,7 @@ std::uint64_t TorchDistributedSampler::epoch() const {
 
 std::size_t TorchDistributedSampler::size() const {
   std::lock_guard lock(state_->mu);
+  if (state_->shares.global != 0) return shared_indices(state_->options, state_->shares, 0).size();
   return state_->sampler.size();
 }
 
@@ -56,7 +96,7 @@ void TorchDistributedSampler::reset(c10::optional<std::size_t> new_size) {
   if (s.started && !s.epoch_set) s.sampler.set_epoch(s.sampler.epoch() + 1);
   s.started = true;
   s.epoch_set = false;
-  s.indices = s.sampler.indices();
+  s.indices = s.shares.global != 0 ? shared_indices(s.options, s.shares, s.sampler.epoch()) : s.sampler.indices();
   s.position = std::min(s.resume_at.value_or(0), s.indices.size());
   s.resume_at.reset();
 }
@@ -65,6 +105,12 @@ c10::optional<std::vector<std::size_t>> TorchDistributedSampler::next(std::size_
   auto& s = *state_;
   std::lock_guard lock(s.mu);
   if (s.position >= s.indices.size()) return c10::nullopt;
+  // auto_model weighs this rank's gradients by its share of the batch it is about to train on.
+  detail::set_batch_weight(s.shares.global == 0 ? 1.0
+                                                : static_cast<double>(s.shares.share) *
+                                                      static_cast<double>(s.sampler.num_replicas()) /
+                                                      static_cast<double>(s.shares.global));
+  if (s.shares.global != 0) batch_size = s.shares.share;
   const auto end = std::min(s.indices.size(), s.position + batch_size);
   std::vector<std::size_t> batch(s.indices.begin() + static_cast<std::ptrdiff_t>(s.position),
                                  s.indices.begin() + static_cast<std::ptrdiff_t>(end));
@@ -72,25 +118,38 @@ c10::optional<std::vector<std::size_t>> TorchDistributedSampler::next(std::size_
   return batch;
 }
 
+// The place in an epoch is kept as samples of the permutation used by all ranks together, which
+// a job restarted at another world size maps to its own ranks: rank r's p samples are p x world
+// of the permutation (DistributedSampler's interleaved split), or p / share global batches.
+std::uint64_t TorchDistributedSampler::State::global_position() const {
+  if (shares.global != 0) return position / shares.share * shares.global;
+  return position * static_cast<std::uint64_t>(sampler.num_replicas());
+}
+
+std::size_t TorchDistributedSampler::State::local_position(std::uint64_t global) const {
+  if (shares.global != 0) return global / shares.global * shares.share;
+  return global / static_cast<std::uint64_t>(sampler.num_replicas());
+}
+
 void TorchDistributedSampler::save(torch::serialize::OutputArchive& archive) const {
   std::lock_guard lock(state_->mu);
   // An epoch read to its end resumes at the next one's start.
   const bool done = state_->started && state_->position >= state_->indices.size();
   const auto epoch = state_->sampler.epoch() + (done ? 1 : 0);
-  const auto position = done ? 0 : state_->position;
+  const auto global = done ? 0 : state_->global_position();
   archive.write("epoch", torch::tensor(static_cast<std::int64_t>(epoch)), /*is_buffer=*/true);
-  archive.write("position", torch::tensor(static_cast<std::int64_t>(position)), /*is_buffer=*/true);
+  archive.write("global_position", torch::tensor(static_cast<std::int64_t>(global)), /*is_buffer=*/true);
 }
 
 void TorchDistributedSampler::load(torch::serialize::InputArchive& archive) {
   auto epoch = torch::empty(1, torch::kInt64);
-  auto position = torch::empty(1, torch::kInt64);
+  auto global = torch::empty(1, torch::kInt64);
   archive.read("epoch", epoch, /*is_buffer=*/true);
-  archive.read("position", position, /*is_buffer=*/true);
+  archive.read("global_position", global, /*is_buffer=*/true);
   std::lock_guard lock(state_->mu);
   state_->sampler.set_epoch(static_cast<std::uint64_t>(epoch.item<std::int64_t>()));
   state_->epoch_set = true;  // the next reset() (the loader's begin()) resumes this epoch, there
-  state_->resume_at = static_cast<std::size_t>(position.item<std::int64_t>());
+  state_->resume_at = state_->local_position(static_cast<std::uint64_t>(global.item<std::int64_t>()));
 }
 
 namespace detail {
@@ -98,12 +157,20 @@ namespace detail {
 std::size_t rank_batch_size(std::size_t global_batch) {
   const auto n = static_cast<std::size_t>(get_world_size());
   if (global_batch == 0) refuse("auto_dataloader", "batch_size is 0");
-  if (global_batch % n != 0)
-    refuse("auto_dataloader", "batch_size " + std::to_string(global_batch) + " is not divisible by the world size " +
-                                  std::to_string(n) + ": each rank loads batch_size / world size samples, so pass a "
-                                  "multiple of it (e.g. " + std::to_string((global_batch / n + 1) * n) + ")");
-  return global_batch / n;
+  if (global_batch < n)
+    refuse("auto_dataloader", "batch_size " + std::to_string(global_batch) + " is smaller than the world size " +
+                                  std::to_string(n) + ": each rank loads a share of the batch, so pass at least " +
+                                  std::to_string(n));
+  if (global_batch % n == 0) return global_batch / n;
+  return shares_of(global_batch, get_rank(), get_world_size()).share;
 }
+
+namespace {
+std::atomic<double> weight{1.0};
+}  // namespace
+
+void set_batch_weight(double w) { weight.store(w, std::memory_order_relaxed); }
+double batch_weight() { return weight.load(std::memory_order_relaxed); }
 
 namespace {
 std::mutex samplers_mu;

@@ -28,6 +28,7 @@
 #include <unordered_set>
 
 #include "idist/torch.hpp"
+#include "batch_weight.hpp"
 #include "replica_check.hpp"
 #include "torch_errors.hpp"
 
@@ -339,6 +340,9 @@ class Reducer {
   void launch(std::size_t index, bool unused = false) {
     auto& b = buckets_[index];
     b.flag.fill_(unused ? 1 : 0);
+    // A share of a batch the world size does not divide (batch_weight.hpp); the flag only
+    // needs to stay non-zero.
+    if (const double weight = detail::batch_weight(); weight != 1.0) b.flat.mul_(weight);
     b.work = idist::iall_reduce(b.flat, {.op = ReduceOp::AVG});
     stats_.bucket_started[index] = seconds(Clock::now() - started_);
   }

@@ -227,7 +227,11 @@ std::shared_ptr<O> auto_optim(std::shared_ptr<O> optimizer) {
 // --- auto_dataloader ------------------------------------------------------------------------------
 
 struct AutoDataLoaderOptions {
-  std::size_t batch_size = 1;  // the global batch: each rank loads batch_size / world size
+  // The global batch: each rank loads batch_size / world size, or, where the world size does
+  // not divide it, a share of each global batch (the first batch_size % world size ranks one
+  // more), auto_model weighting each rank's gradient by its share so that the average is the
+  // global batch's (an elastic job keeps its batch when its world grows from 2 to 3).
+  std::size_t batch_size = 1;
   bool shuffle = true;         // a new order every epoch, the same on every rank
   bool drop_last = false;      // else the last shard is padded with samples from the start
   std::uint64_t seed = 0;
@@ -249,7 +253,10 @@ IDIST_API std::unique_ptr<TorchDistributedSampler> loader_sampler(const void* lo
 // Checkpoint reaches it through the loader (detail::loader_sampler).
 class IDIST_API TorchDistributedSampler final : public torch::data::samplers::Sampler<> {
  public:
-  explicit TorchDistributedSampler(const DistributedSamplerOptions& options);
+  // With global_batch, a world size that does not divide it: this rank's share of each global
+  // batch of the permutation (padded from its start to whole global batches, or cut with
+  // drop_last), whatever batch size the loader asks for.
+  explicit TorchDistributedSampler(const DistributedSamplerOptions& options, std::size_t global_batch = 0);
   void set_epoch(std::uint64_t epoch);
   std::uint64_t epoch() const;
   // c10::optional: std::optional from libtorch 2.0 on, its own type in 1.13.
@@ -271,7 +278,8 @@ class IDIST_API TorchDistributedSampler final : public torch::data::samplers::Sa
 };
 
 namespace detail {
-// The rank's batch size and workers, after the checks (indivisible batch: idist::Error).
+// The rank's batch size (its share of the global batch) and workers, after the checks (a batch
+// smaller than the world: idist::Error).
 IDIST_API std::size_t rank_batch_size(std::size_t global_batch);
 IDIST_API std::size_t rank_workers(std::size_t num_workers);
 }  // namespace detail
@@ -284,10 +292,9 @@ template <class Dataset>
 auto auto_dataloader(Dataset dataset, const AutoDataLoaderOptions& options = {}) {
   const auto size = dataset.size();
   if (!size) throw Error({get_rank(), get_world_size(), "auto_dataloader", backend()}, "the data set has no size()");
-  TorchDistributedSampler sampler({.dataset_size = *size,
-                                   .shuffle = options.shuffle,
-                                   .seed = options.seed,
-                                   .drop_last = options.drop_last});
+  TorchDistributedSampler sampler(
+      {.dataset_size = *size, .shuffle = options.shuffle, .seed = options.seed, .drop_last = options.drop_last},
+      options.batch_size);
   auto loader = torch::data::make_data_loader(std::move(dataset), sampler,
                                               torch::data::DataLoaderOptions()
                                                   .batch_size(detail::rank_batch_size(options.batch_size))
