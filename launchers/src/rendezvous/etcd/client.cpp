@@ -555,6 +555,40 @@ bool Client::watching(const std::shared_ptr<Watcher>& w) const {
   return std::any_of(watchers_.begin(), watchers_.end(), [&](const auto& x) { return x.second == w; });
 }
 
+namespace {
+
+// A watch answer's revision (its header's), or 0.
+long long revision_of(const Json& result) {
+  try {
+    if (result.contains("header") && result["header"].contains("revision"))
+      return std::stoll(result["header"]["revision"].get<std::string>());
+  } catch (const std::exception&) {
+  }
+  return 0;
+}
+
+// A watch answer's events, each with its key, whether it was deleted, its value and revision.
+std::vector<Client::Event> events_of(const Json& result, long long revision) {
+  std::vector<Client::Event> keys;
+  for (const auto& e : result["events"]) {
+    if (!e.is_object() || !e.contains("kv") || !e["kv"].contains("key")) continue;
+    const auto& kv = e["kv"];
+    Client::Event event{.key = unbase64(kv["key"].get<std::string>()),
+                        .deleted = e.value("type", "") == "DELETE",
+                        .value = kv.contains("value") && kv["value"].is_string() ? unbase64(kv["value"].get<std::string>())
+                                                                                 : std::string(),
+                        .mod_revision = revision};
+    try {
+      if (kv.contains("mod_revision")) event.mod_revision = std::stoll(kv["mod_revision"].get<std::string>());
+    } catch (const std::exception&) {
+    }
+    keys.push_back(std::move(event));
+  }
+  return keys;
+}
+
+}  // namespace
+
 // The stream: the gateway answers a watch with chunks, each holding JSON lines {"result":
 // {...events}}; each event is handed on with its key, value and revision.
 void Client::start_watch(const std::shared_ptr<Watcher>& w) {
@@ -576,33 +610,12 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
       at = nl + 1;
       if (!j.is_object() || !j.contains("result")) continue;
       const auto& r = j["result"];
-      long long revision = 0;
-      try {
-        if (r.contains("header") && r["header"].contains("revision"))
-          revision = std::stoll(r["header"]["revision"].get<std::string>());
-      } catch (const std::exception&) {
-      }
+      const long long revision = revision_of(r);
       const bool events = r.contains("events") && r["events"].is_array() && !r["events"].empty();
       if (revision > 0 && events) w->next_revision = std::max(w->next_revision, revision + 1);
       auto self = weak.lock();
       if (!events || !self || self->closed_ || !w->on_events) continue;
-      std::vector<Client::Event> keys;
-      for (const auto& e : r["events"]) {
-        if (!e.is_object() || !e.contains("kv") || !e["kv"].contains("key")) continue;
-        const auto& kv = e["kv"];
-        Client::Event event{.key = unbase64(kv["key"].get<std::string>()),
-                            .deleted = e.value("type", "") == "DELETE",
-                            .value = kv.contains("value") && kv["value"].is_string()
-                                         ? unbase64(kv["value"].get<std::string>())
-                                         : std::string(),
-                            .mod_revision = revision};
-        try {
-          if (kv.contains("mod_revision")) event.mod_revision = std::stoll(kv["mod_revision"].get<std::string>());
-        } catch (const std::exception&) {
-        }
-        keys.push_back(std::move(event));
-      }
-      w->on_events(keys);
+      w->on_events(events_of(r, revision));
     }
     st->pending.erase(0, at);
     st->scanned = st->pending.size();
