@@ -164,6 +164,48 @@ std::vector<int> Runtime::hosts_of(const std::vector<int>& ranks) const {
   return out;
 }
 
+namespace {
+
+// A rank other than 0 at the join: rank 0's verdict, by `until`. The table of hosts where
+// everyone came with the same settings; else throws what rank 0 found, having acknowledged it.
+std::vector<int> join_verdict(Store& store, const std::string& prefix, const env::Contract& c,
+                              Clock::time_point until, const std::string& waited) {
+  const std::string result_key = prefix + "result";
+  try {
+    store.wait({result_key}, remaining(until));
+  } catch (const TimeoutFailure&) {
+    throw TimeoutFailure(waited + "rank 0 never reported who was missing");
+  }
+  const auto verdict = store.get(result_key);
+  if (verdict.empty()) return decode_hosts(store.get(prefix + "hosts"), c.world_size);
+  store.set(prefix + "ack/" + std::to_string(c.rank), {});
+  // A verdict that starts with kRefused: everyone came, but not with the same settings.
+  if (verdict.front() == kRefused) throw std::runtime_error(std::string(verdict.begin() + 1, verdict.end()));
+  throw TimeoutFailure(waited + std::string(verdict.begin(), verdict.end()));
+}
+
+// Rank 0, its join timed out: the timed-out connection is closed; a fresh one to our own
+// server finds out who came, tells them, and gives them a moment to read it before the store
+// goes away with us. Returns what it told them.
+std::string tell_who_is_missing(const env::Contract& c, const std::string& prefix,
+                                const std::vector<std::string>& rank_keys) {
+  TcpStore probe(TcpStoreOptions{c.master_addr, c.master_port, c.job_token, std::chrono::seconds(2)});
+  const auto ranks = check_all(probe, rank_keys);
+  const auto verdict = describe_missing(ranks, check_all(probe, numbered_keys(prefix + "node/", c.nnodes)));
+  probe.set(prefix + "result", {verdict.begin(), verdict.end()});
+  std::vector<std::string> acks;
+  for (int r = 1; r < c.world_size; ++r)
+    if (ranks[static_cast<std::size_t>(r)]) acks.push_back(prefix + "ack/" + std::to_string(r));
+  try {
+    wait_all(probe, acks, Clock::now() + std::chrono::seconds(2));
+  } catch (const std::exception&) {
+    // They had their chance; rank 0's own error is what matters now.
+  }
+  return verdict;
+}
+
+}  // namespace
+
 void Runtime::join(Clock::time_point deadline, const std::string& settings) {
   const std::string prefix = std::string(kWorldPrefix) + "joined/";
   const std::string result_key = prefix + "result";
@@ -180,20 +222,8 @@ void Runtime::join(Clock::time_point deadline, const std::string& settings) {
 
   if (c.rank != 0) {
     // Only rank 0 waits for everyone (N keys, not N^2); the others wait for its verdict.
-    try {
-      store_->wait({result_key}, remaining(deadline + kMargin));
-    } catch (const TimeoutFailure&) {
-      throw TimeoutFailure(waited + "rank 0 never reported who was missing");
-    }
-    const auto verdict = store_->get(result_key);
-    if (verdict.empty()) {
-      hosts_ = decode_hosts(store_->get(hosts_key), c.world_size);
-      return;
-    }
-    store_->set(prefix + "ack/" + std::to_string(c.rank), {});
-    // A verdict that starts with kRefused: everyone came, but not with the same settings.
-    if (verdict.front() == kRefused) throw std::runtime_error(std::string(verdict.begin() + 1, verdict.end()));
-    throw TimeoutFailure(waited + std::string(verdict.begin(), verdict.end()));
+    hosts_ = join_verdict(*store_, prefix, c, deadline + kMargin, waited);
+    return;
   }
 
   const auto rank_keys = numbered_keys(prefix + "rank/", c.world_size);
@@ -227,20 +257,7 @@ void Runtime::join(Clock::time_point deadline, const std::string& settings) {
   } catch (const TimeoutFailure& e) {
     std::string verdict;
     try {
-      // The timed-out connection is closed; a fresh one to our own server finds out who came,
-      // tells them, and gives them a moment to read it before the store goes away with us.
-      TcpStore probe(TcpStoreOptions{c.master_addr, c.master_port, c.job_token, std::chrono::seconds(2)});
-      const auto ranks = check_all(probe, rank_keys);
-      verdict = describe_missing(ranks, check_all(probe, numbered_keys(prefix + "node/", c.nnodes)));
-      probe.set(result_key, {verdict.begin(), verdict.end()});
-      std::vector<std::string> acks;
-      for (int r = 1; r < c.world_size; ++r)
-        if (ranks[static_cast<std::size_t>(r)]) acks.push_back(prefix + "ack/" + std::to_string(r));
-      try {
-        wait_all(probe, acks, Clock::now() + std::chrono::seconds(2));
-      } catch (const std::exception&) {
-        // They had their chance; rank 0's own error is what matters now.
-      }
+      verdict = tell_who_is_missing(c, prefix, rank_keys);
     } catch (const std::exception&) {
       throw TimeoutFailure(waited + e.what());
     }
