@@ -98,13 +98,16 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   std::function<void(const RemoteVerdict&)> verdict;
   std::optional<RemoteVerdict> early_verdict;
   int ended_attempt = -1;
-  bool finished = false;
-  bool final_verdict = false;
-  bool gave_up = false;
+  // Where this node stands in the job, only ever forward: it takes part (joins, runs, waits for
+  // verdicts), it has read the job's final verdict, it gave up on the rendezvous (etcd lost, its
+  // lease gone, the job's keys gone), or it has finished (finish(), detach(): nothing is done
+  // after).
+  enum class Standing { taking_part, verdict_read, gave_up, finished };
+  Standing standing = Standing::taking_part;
+  bool finished() const { return standing == Standing::finished; }
   bool first_read = true;
   bool reading = false;
   bool dirty = false;  // a read was asked for while one was on its way
-  bool proposer = false;  // holds the proposer's key: it proposes the next state (propose())
   long long proposer_since = 0;  // the revision at which the proposer of this node's time took its place
   bool campaigning = false;
   bool watching_all = false;
@@ -113,7 +116,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // Job-wide stall reports: the newest request answered (state "look") and report shown.
   std::uint64_t look_answered = 0, report_seen = 0;
   std::unique_ptr<asio::steady_timer> beat_timer, finish_timer;
-  std::unique_ptr<etcd_rdzv::Proposer> office;  // while this node proposes
+  // Set once this node holds the proposer's key: it proposes the job's next states from then on.
+  std::unique_ptr<etcd_rdzv::Proposer> office;
 
   std::string key(const std::string& rest) const { return prefix + rest; }
   std::string tried() const { return etcd::endpoints_text(endpoints); }
@@ -141,7 +145,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // A leased put (the proposer learns of it through its watch; nobody else needs to).
   void put(const std::string& k, const Json& value, std::function<void()> then = nullptr) {
     call("/v3/kv/put", put_op(k, value)["request_put"], [this, then](const std::string& error, const Json&) {
-      if (finished && then) return then();
+      if (finished() && then) return then();
       if (!error.empty()) return give_up("lost etcd: " + error);
       if (then) then();
     });
@@ -168,10 +172,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
                 {"success", Json::array({record_op(), put_op(key("proposer"), Json(id)), read_state})},
                 {"failure", Json::array({record_op(), read_state, read_proposer})}};
       call("/v3/kv/txn", body, [this](const std::string& error, const Json& j) {
-        if (finished) return;
+        if (finished()) return;
         if (!error.empty()) return give_up(fmt::format("cannot start the rendezvous on etcd: {}", error));
         const long long revision = j.contains("header") ? as_ll(j["header"], "revision") : 0;
-        proposer = field<bool>(j, "succeeded", false);
+        const bool won = field<bool>(j, "succeeded", false);
         Snapshot s;
         s.revision = revision;
         for (const auto& r : j.value("responses", Json::array())) {
@@ -182,10 +186,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
           if (k == key("proposer")) proposer_since = as_ll(kvs[0], "create_revision");
           if (k == key("state")) fill_state(s, unbase64(field<std::string>(kvs[0], "value", "")), as_ll(kvs[0], "mod_revision"));
         }
-        if (proposer) proposer_since = revision;
+        if (won) proposer_since = revision;
         last_tick = Clock::now();
         beat();
-        if (proposer) return take_office(revision);
+        if (won) return take_office(revision);
         // The state and the proposer's key, which sit side by side: one watch, with values, so
         // that a change costs each node one message and no read.
         client->watch(key("proposer"), key("state") + std::string(1, '\0'), revision + 1, on_narrow_events());
@@ -196,12 +200,11 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
 
   // This node proposes from now on: it watches the whole job and reads it at every change.
   void take_office(long long revision) {
-    proposer = true;
     if (!office) {
       etcd_rdzv::Proposer::Io out{
           .txn = [this](Json body) {
             call("/v3/kv/txn", std::move(body), [this](const std::string& error, const Json&) {
-              if (finished) return;
+              if (finished()) return;
               if (!error.empty()) return give_up("lost etcd: " + error);
               read();
             });
@@ -231,9 +234,9 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     std::weak_ptr<State> weak = shared_from_this();
     return [weak](const std::vector<etcd::Client::Event>& events) {
       auto self = weak.lock();
-      if (!self || self->finished) return;
+      if (!self || self->finished()) return;
       for (const auto& e : events) {
-        if (self->proposer) return self->read();
+        if (self->office) return self->read();
         if (e.key == self->key("proposer") && e.deleted) {
           self->campaign();
         } else if (e.key == self->key("state") && !e.deleted) {
@@ -247,12 +250,12 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   }
 
   void campaign() {
-    if (campaigning || proposer || finished || lease == 0) return;
+    if (campaigning || office || finished() || lease == 0) return;
     campaigning = true;
     Json body{{"compare", nobody_proposes()}, {"success", Json::array({put_op(key("proposer"), Json(id))})}};
     call("/v3/kv/txn", body, [this](const std::string& error, const Json& j) {
       campaigning = false;
-      if (finished) return;
+      if (finished()) return;
       if (!error.empty()) return give_up("lost etcd: " + error);
       if (!field<bool>(j, "succeeded", false)) return;  // another node won: its put comes by the watch
       const long long revision = j.contains("header") ? as_ll(j["header"], "revision") : 0;
@@ -280,7 +283,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   Json record_op() const { return put_op(key("node/" + id), record()); }
 
   void put_record() {
-    if (lease == 0 || finished) return;
+    if (lease == 0 || finished()) return;
     put(key("node/" + id), record());
   }
 
@@ -289,7 +292,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // read the state once per node_timeout, in case their watch went quiet without breaking
   // (a member cut off from the others is found by the renewal, which then moves the watch).
   void beat() {
-    if (finished) return;
+    if (finished()) return;
     // The loop itself stood still past the lease (SIGSTOP, a suspended machine): this node's
     // own doing, not etcd's, whatever etcd did meanwhile.
     const auto now = Clock::now();
@@ -307,7 +310,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
                                                                               options.heartbeat - Clock::now());
       call("/v3/lease/keepalive", Json{{"ID", std::to_string(lease)}}, [this](const std::string& error, const Json& j) {
         renewing = false;
-        if (finished) return;
+        if (finished()) return;
         if (!error.empty()) return;  // the next beat() decides whether the silence is too long
         const Json& r = j.contains("result") ? j["result"] : j;
         if (as_ll(r, "TTL") <= 0) return give_up(lease_lost_text());
@@ -315,7 +318,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       }, std::max(left, options.heartbeat));
     }
     const auto every = std::max<long long>(1, options.dead_after / std::max(options.heartbeat, std::chrono::milliseconds(1)));
-    if (proposer || ++beats % every == 0) read();
+    if (office || ++beats % every == 0) read();
     beat_timer->expires_after(options.heartbeat);
     beat_timer->async_wait([this](auto ec) {
       if (!ec) beat();
@@ -343,17 +346,17 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // state alone, which is all their side needs (a thousand nodes reading a thousand keys at
   // every change would cost a million).
   void read() {
-    if (finished || lease == 0) return;
+    if (finished() || lease == 0) return;
     if (reading) {
       dirty = true;
       return;
     }
     reading = true;
-    Json range = proposer ? Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}}
+    Json range = office ? Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}}
                           : Json{{"key", base64(key("state"))}};
     call("/v3/kv/range", range, [this](const std::string& error, const Json& j) {
       reading = false;
-      if (finished) return;
+      if (finished()) return;
       if (!error.empty()) return give_up("lost etcd: " + error);
       decide(etcd_rdzv::snapshot_of(j, prefix));
       if (std::exchange(dirty, false)) read();
@@ -371,7 +374,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   }
 
   void decide(const Snapshot& s) {
-    if (finished || gave_up) return;
+    if (standing >= Standing::gave_up) return;
     // A read answered after a newer event (or the other way round): the newer one stands.
     if (s.revision < seen_revision) return;
     seen_revision = s.revision;
@@ -380,10 +383,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     const Phase phase = s.phase();
     // A job that ended before this proposer took its place and left its state behind: the
     // proposer clears it (below); until then it is nobody's verdict.
-    if (!proposer && phase == Phase::done && s.state_revision > 0 && s.state_revision < proposer_since) return;
-    if (std::exchange(first_read, false) && proposer && office->clear_leftover(s, id)) return;
+    if (!office && phase == Phase::done && s.state_revision > 0 && s.state_revision < proposer_since) return;
+    if (std::exchange(first_read, false) && office && office->clear_leftover(s, id)) return;
     if (phase == Phase::done) {
-      final_verdict = true;
+      standing = Standing::verdict_read;
       return deliver(rendezvous::verdict_of(s.state["verdict"]));
     }
     if (joined && on_joining_side(s)) return;
@@ -470,8 +473,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   }
 
   void give_up(const std::string& why) {
-    if (finished || gave_up) return;
-    gave_up = true;
+    if (standing >= Standing::gave_up) return;
+    standing = Standing::gave_up;
     beat_timer->cancel();
     RemoteVerdict v;
     v.cause = why;
@@ -553,7 +556,7 @@ void EtcdRendezvous::join(int attempt, std::function<void(const std::optional<Re
 
 void EtcdRendezvous::failed(int attempt, const LocalFailure& failure) {
   auto& s = *state_;
-  if (s.lease == 0 || s.finished) return;
+  if (s.lease == 0 || s.finished()) return;
   s.put(s.key(fmt::format("a/{}/fail/{}", attempt, s.id)), failure_json(failure));
 }
 
@@ -570,14 +573,15 @@ void EtcdRendezvous::over(int attempt, const std::optional<LocalFailure>& failur
 
 void EtcdRendezvous::stalled(int attempt) {
   auto& s = *state_;
-  if (s.lease == 0 || s.finished || !s.assigned || attempt != s.assignment.attempt || s.options.stall_timeout.count() <= 0)
+  if (s.lease == 0 || s.finished() || !s.assigned || attempt != s.assignment.attempt || s.options.stall_timeout.count() <= 0)
     return;
   s.put(s.key(fmt::format("a/{}/stalled/{}", attempt, s.id)), Json::object());
 }
 
 void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> done) {
   auto& s = *state_;
-  s.finished = true;
+  const State::Standing was = std::exchange(s.standing, State::Standing::finished);
+  const bool final_verdict = was == State::Standing::verdict_read;
   s.beat_timer->cancel();
   if (s.office) s.office->cancel();
   auto once = std::make_shared<std::function<void()>>(std::move(done));
@@ -589,11 +593,11 @@ void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> do
     if (!ec) call();
   });
   // Lost etcd (or our lease): a goodbye would only wait out kFinishWait for an answer.
-  if (s.lease == 0 || s.gave_up) return call();
+  if (s.lease == 0 || was == State::Standing::gave_up) return call();
   // Our keys go with our lease; the last node out takes the job's prefix with it.
-  auto cleanup = [&s, call] {
-    s.call("/v3/lease/revoke", Json{{"ID", std::to_string(s.lease)}}, [&s, call](const std::string&, const Json&) {
-      if (!s.final_verdict) return call();
+  auto cleanup = [&s, call, final_verdict] {
+    s.call("/v3/lease/revoke", Json{{"ID", std::to_string(s.lease)}}, [&s, call, final_verdict](const std::string&, const Json&) {
+      if (!final_verdict) return call();
       const std::string nodes = s.key("node/");
       s.call("/v3/kv/range", Json{{"key", base64(nodes)}, {"range_end", base64(etcd::prefix_end(nodes))}, {"count_only", true}},
              [&s, call](const std::string& error, const Json& j) {
@@ -604,7 +608,7 @@ void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> do
              });
     });
   };
-  if (s.final_verdict) return cleanup();
+  if (final_verdict) return cleanup();
   // Leaving before the job's verdict: the others name why, rather than a lease that expired.
   s.call("/v3/kv/put", Json{{"key", base64(s.key("left/" + s.id))}, {"value", base64(Json(outcome).dump())}},
          [cleanup](const std::string&, const Json&) { cleanup(); });
@@ -612,7 +616,7 @@ void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> do
 
 void EtcdRendezvous::detach() {
   auto& s = *state_;
-  s.finished = true;
+  s.standing = State::Standing::finished;
   if (s.client) s.client->close();
   s.client.reset();
   for (auto* t : {&s.beat_timer, &s.finish_timer}) t->reset();
