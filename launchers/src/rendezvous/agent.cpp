@@ -374,18 +374,10 @@ void NodeAgent::join(int attempt, std::function<void(const std::optional<RemoteV
   });
 }
 
-namespace {
-Json failure_json(const LocalFailure& f) {
-  Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
-  if (f.lost_peer) j["lost_peer"] = *f.lost_peer;
-  return j;
-}
-}  // namespace
-
 void NodeAgent::failed(int attempt, const LocalFailure& failure) {
   auto& s = *state_;
   if (!s.connection || s.connection->closed()) return;
-  Json message = failure_json(failure);
+  Json message = rendezvous::failure_json(failure);
   message["t"] = "fail";
   message["attempt"] = attempt;
   s.connection->send(message);
@@ -397,7 +389,7 @@ void NodeAgent::over(int attempt, const std::optional<LocalFailure>& failure,
   if (s.early_verdict) return verdict(*std::exchange(s.early_verdict, std::nullopt));
   s.verdict = std::move(verdict);
   Json message{{"t", "over"}, {"attempt", attempt}};
-  if (failure) message["failure"] = failure_json(*failure);
+  if (failure) message["failure"] = rendezvous::failure_json(*failure);
   if (s.connection && !s.connection->closed()) s.connection->send(message);
 }
 

@@ -54,17 +54,6 @@ struct Node {
 };
 using NodePtr = std::shared_ptr<Node>;
 
-rules::Failure failure_from(const Node& node, const Json& m) {
-  rules::Failure f;
-  f.node_rank = node.node_rank;
-  f.rank = field<int>(m, "rank", -1);
-  f.how = field<std::string>(m, "how", "failed");
-  f.exit_code = field<int>(m, "exit_code", 1);
-  f.root = field<bool>(m, "root", false);
-  if (m.contains("lost_peer") && m["lost_peer"].is_number_integer()) f.lost_peer = m["lost_peer"].get<int>();
-  return f;
-}
-
 }  // namespace
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
@@ -291,13 +280,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   void on_fail(const NodePtr& node, const Json& m) {
-    if (of_this_attempt(*node, m)) apply(rules::Fail{failure_from(*node, m)});
+    if (of_this_attempt(*node, m)) apply(rules::Fail{failure_of(m, node->node_rank)});
   }
 
   void on_over(const NodePtr& node, const Json& m) {
     if (!of_this_attempt(*node, m)) return;
     rules::Over over{.node_rank = node->node_rank, .failure = {}};
-    if (const auto f = m.find("failure"); f != m.end() && f->is_object()) over.failure = failure_from(*node, *f);
+    if (const auto f = m.find("failure"); f != m.end() && f->is_object()) over.failure = failure_of(*f, node->node_rank);
     apply(over);
   }
 

@@ -164,6 +164,24 @@ T field(const Json& message, const char* name, T fallback) {
 using rules::kEndedByNodes;
 using rules::kEndedByRestarts;
 
+// A failure as a node reports it (its "fail", its "over"'s final word; on etcd a/K/fail/ID), and
+// as the rules read it: about node rank `node_rank`.
+inline Json failure_json(const LocalFailure& f) {
+  Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
+  if (f.lost_peer) j["lost_peer"] = *f.lost_peer;
+  return j;
+}
+inline rules::Failure failure_of(const Json& m, int node_rank) {
+  rules::Failure f;
+  f.node_rank = node_rank;
+  f.rank = field<int>(m, "rank", -1);
+  f.how = field<std::string>(m, "how", "failed");
+  f.exit_code = field<int>(m, "exit_code", 1);
+  f.root = field<bool>(m, "root", false);
+  if (m.contains("lost_peer") && m["lost_peer"].is_number_integer()) f.lost_peer = m["lost_peer"].get<int>();
+  return f;
+}
+
 // A verdict of the rules as both rendezvous write it: the built-in one's "verdict" message (with
 // its "t"), and the etcd one's state; verdict_of() reads either.
 inline Json verdict_json(const rules::Verdict& v) {

@@ -60,12 +60,6 @@ constexpr std::string_view kLocalAddr = "--rdzv-conf local_addr";
 // How long finish() may take to say goodbye (its lease revoked, the keys cleaned up).
 constexpr auto kFinishWait = std::chrono::seconds(2);
 
-Json failure_json(const LocalFailure& f) {
-  Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
-  if (f.lost_peer) j["lost_peer"] = *f.lost_peer;
-  return j;
-}
-
 std::string node_id() {
   std::random_device random;
   return fmt::format("{}-{}-{:08x}", common::host_name("localhost"), ::getpid(), random());
@@ -557,7 +551,7 @@ void EtcdRendezvous::join(int attempt, std::function<void(const std::optional<Re
 void EtcdRendezvous::failed(int attempt, const LocalFailure& failure) {
   auto& s = *state_;
   if (s.lease == 0 || s.finished()) return;
-  s.put(s.key(fmt::format("a/{}/fail/{}", attempt, s.id)), failure_json(failure));
+  s.put(s.key(fmt::format("a/{}/fail/{}", attempt, s.id)), rendezvous::failure_json(failure));
 }
 
 void EtcdRendezvous::over(int attempt, const std::optional<LocalFailure>& failure,
@@ -567,7 +561,7 @@ void EtcdRendezvous::over(int attempt, const std::optional<LocalFailure>& failur
   s.verdict = std::move(verdict);
   s.over_attempt = attempt;
   Json body = Json::object();
-  if (failure) body["failure"] = failure_json(*failure);
+  if (failure) body["failure"] = rendezvous::failure_json(*failure);
   s.put(s.key(fmt::format("a/{}/over/{}", attempt, s.id)), body);
 }
 

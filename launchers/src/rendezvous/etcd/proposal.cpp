@@ -126,17 +126,6 @@ Assignment assignment_of(const Snapshot& s, std::size_t r) {
 
 namespace {
 
-rules::Failure failure_of(const Json& report, std::size_t r) {
-  rules::Failure f;
-  f.node_rank = static_cast<int>(r);
-  f.rank = field<int>(report, "rank", -1);
-  f.how = field<std::string>(report, "how", "failed");
-  f.exit_code = field<int>(report, "exit_code", 1);
-  f.root = field<bool>(report, "root", false);
-  if (report.contains("lost_peer") && report["lost_peer"].is_number_integer()) f.lost_peer = report["lost_peer"].get<int>();
-  return f;
-}
-
 // Failures of the running attempt, in the order they were written (a member's "over" says its
 // final word, in the place of its "fail"): reports first, then members that vanished without
 // saying their ranks were gone.
@@ -148,9 +137,9 @@ std::vector<rules::Failure> failures(const Snapshot& s, const ProposerView& view
     const auto fail = s.fails.find(id);
     if (over != s.overs.end() && over->second.body.contains("failure")) {
       const long long revision = fail != s.fails.end() ? fail->second.revision : over->second.revision;
-      out.emplace_back(revision, failure_of(over->second.body["failure"], r));
+      out.emplace_back(revision, rendezvous::failure_of(over->second.body["failure"], static_cast<int>(r)));
     } else if (fail != s.fails.end()) {
-      out.emplace_back(fail->second.revision, failure_of(fail->second.body, r));
+      out.emplace_back(fail->second.revision, rendezvous::failure_of(fail->second.body, static_cast<int>(r)));
     } else if (!s.nodes.count(id) && over == s.overs.end()) {
       rules::Failure f;
       f.node_rank = static_cast<int>(r);
