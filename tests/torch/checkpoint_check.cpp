@@ -18,28 +18,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "small_task.hpp"
+
 namespace {
 
-struct Net : torch::nn::Module {
-  Net(int in, int hidden, int out)
-      : fc1(register_module("fc1", torch::nn::Linear(in, hidden))),
-        fc2(register_module("fc2", torch::nn::Linear(hidden, out))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
-  torch::nn::Linear fc1, fc2;
-};
-
-struct Data : torch::data::datasets::Dataset<Data> {
-  torch::Tensor x, y;
-  Data() {
-    auto g = torch::make_generator<at::CPUGeneratorImpl>(7);
-    x = torch::randn({96, 8}, g);
-    y = torch::randn({96, 4}, g);
-  }
-  torch::data::Example<> get(std::size_t i) override {
-    return {x[static_cast<std::int64_t>(i)], y[static_cast<std::int64_t>(i)]};
-  }
-  c10::optional<std::size_t> size() const override { return 96; }
-};
+using small_task::Data;
+using small_task::Net;
 
 double parameter_sum(torch::nn::Module& model) {
   double sum = 0;
@@ -51,7 +35,7 @@ int train(const std::string& dir, std::int64_t steps, std::int64_t every, std::i
   torch::manual_seed(0);
   auto model = idist::auto_model(std::make_shared<Net>(8, 32, 4));
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  auto loader = idist::auto_dataloader(Data().map(torch::data::transforms::Stack<>()), {.batch_size = 12, .seed = 3});
+  auto loader = idist::auto_dataloader(Data(96, 7).map(torch::data::transforms::Stack<>()), {.batch_size = 12, .seed = 3});
   std::int64_t step = 0;
   idist::Checkpoint checkpoint({.dir = dir, .keep = 2});
   checkpoint.add("model", model).add("optimizer", optimizer).add("loader", loader).add("step", step);

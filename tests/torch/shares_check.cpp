@@ -11,28 +11,10 @@
 #include <cstdio>
 #include <string>
 
-namespace {
+#include "small_task.hpp"
 
-struct Net : torch::nn::Module {
-  Net() : fc1(register_module("fc1", torch::nn::Linear(8, 32))), fc2(register_module("fc2", torch::nn::Linear(32, 4))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
-  torch::nn::Linear fc1, fc2;
-};
-
-struct Data : torch::data::datasets::Dataset<Data> {
-  torch::Tensor x, y;
-  Data() {
-    auto g = torch::make_generator<at::CPUGeneratorImpl>(11);
-    x = torch::randn({200, 8}, g);
-    y = torch::randn({200, 4}, g);
-  }
-  torch::data::Example<> get(std::size_t i) override {
-    return {x[static_cast<std::int64_t>(i)], y[static_cast<std::int64_t>(i)]};
-  }
-  c10::optional<std::size_t> size() const override { return 200; }
-};
-
-}  // namespace
+using small_task::Data;
+using small_task::Net;
 
 int main(int argc, char** argv) try {
   if (argc != 3) {
@@ -43,10 +25,10 @@ int main(int argc, char** argv) try {
   const auto batch = static_cast<std::size_t>(std::stoll(argv[2]));
   idist::init();
   torch::manual_seed(0);
-  auto model = idist::auto_model(std::make_shared<Net>());
+  auto model = idist::auto_model(std::make_shared<Net>(8, 32, 4));
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.5));
   // drop_last: one process's last batch of an epoch is short, the shares' is padded.
-  auto loader = idist::auto_dataloader(Data().map(torch::data::transforms::Stack<>()),
+  auto loader = idist::auto_dataloader(Data(200, 11).map(torch::data::transforms::Stack<>()),
                                        {.batch_size = batch, .drop_last = true, .seed = 5});
   long long step = 0, share = 0;
   double loss_sum = 0;
