@@ -340,7 +340,11 @@ int ranks_on_this_host() {
 }
 
 int usage_error(std::string_view program, std::string_view message) {
-  std::cerr << program << ": error: " << one_line(std::string(message)) << " (see --help)\n";
+  // One write: std::cerr writes each piece apart, and the ranks of a job that share the
+  // launcher's pipe (mpirun's) would interleave the pieces of their lines.
+  const auto line = fmt::format("{}: error: {} (see --help)\n", program, one_line(std::string(message)));
+  std::cerr.flush();
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, line.data(), line.size());
   return 2;
 }
 

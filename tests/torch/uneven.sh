@@ -65,8 +65,12 @@ cases() {
   if [ "$transport" != mpi ]; then
     check "$transport, $n ranks, uneven data: the job ends within 5 s" awk -v e="$elapsed" 'BEGIN { exit !(e < 5) }'
   fi
-  check "$transport, $n ranks, uneven data: ... at most 3 s longer than a job refused at wrap" \
-    awk -v e="$elapsed" -v b="$baseline" 'BEGIN { exit !(e - b < 3) }'
+  # Against the wall clock, a wait of IDIST_TIMEOUT's order (300 s) is what this catches; the
+  # 5 s leave room for mpirun's start and stop on a loaded machine (3.03 s over the baseline
+  # was seen in CI with a build beside it). The precise bound is in-program: "within 2 s of
+  # the wrap", below.
+  check "$transport, $n ranks, uneven data: ... at most 5 s longer than a job refused at wrap" \
+    awk -v e="$elapsed" -v b="$baseline" 'BEGIN { exit !(e - b < 5) }'
   check "$transport, $n ranks, uneven data: no rank ends ok" equals "$(count "$out" ": ok")" 0 || sed 's/^/  | /' <<<"$out" | head -8
   # The last rank has the fewest batches (6 of 2 ranks, 5 of 3) and leaves first.
   local steps=$((8 - n))
