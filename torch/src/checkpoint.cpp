@@ -79,36 +79,39 @@ void read_module(InputArchive& archive, torch::nn::Module& module, const std::st
   }
 }
 
+// Calls f on each tensor of an optimizer state of a kind we know (the accessors return
+// references); false, calling nothing, for another kind.
+template <class F>
+bool each_tensor(torch::optim::OptimizerParamState& state, F&& f) {
+  using namespace torch::optim;
+  if (auto* s = dynamic_cast<SGDParamState*>(&state)) {
+    f(s->momentum_buffer());
+  } else if (auto* a = dynamic_cast<AdamParamState*>(&state)) {
+    f(a->exp_avg()), f(a->exp_avg_sq()), f(a->max_exp_avg_sq());
+  } else if (auto* w = dynamic_cast<AdamWParamState*>(&state)) {
+    f(w->exp_avg()), f(w->exp_avg_sq()), f(w->max_exp_avg_sq());
+  } else if (auto* g = dynamic_cast<AdagradParamState*>(&state)) {
+    f(g->sum());
+  } else if (auto* r = dynamic_cast<RMSpropParamState*>(&state)) {
+    f(r->square_avg()), f(r->momentum_buffer()), f(r->grad_avg());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool known_state(torch::optim::Optimizer& optimizer) {
+  return std::all_of(optimizer.state().begin(), optimizer.state().end(),
+                     [](auto& entry) { return each_tensor(*entry.second, [](torch::Tensor&) {}); });
+}
+
 // Gives the live optimizer clones of its state's tensors (see the header); its states are of
 // the kinds known_state() knows.
 void detach_state(torch::optim::Optimizer& optimizer) {
-  const auto fresh = [](const torch::Tensor& t) { return t.defined() ? t.clone() : t; };
-  for (auto& entry : optimizer.state()) {
-    auto* state = entry.second.get();
-    if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(state)) {
-      s->momentum_buffer(fresh(s->momentum_buffer()));
-    } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(state)) {
-      a->exp_avg(fresh(a->exp_avg())).exp_avg_sq(fresh(a->exp_avg_sq())).max_exp_avg_sq(fresh(a->max_exp_avg_sq()));
-    } else if (auto* w = dynamic_cast<torch::optim::AdamWParamState*>(state)) {
-      w->exp_avg(fresh(w->exp_avg())).exp_avg_sq(fresh(w->exp_avg_sq())).max_exp_avg_sq(fresh(w->max_exp_avg_sq()));
-    } else if (auto* g = dynamic_cast<torch::optim::AdagradParamState*>(state)) {
-      g->sum(fresh(g->sum()));
-    } else if (auto* r = dynamic_cast<torch::optim::RMSpropParamState*>(state)) {
-      r->square_avg(fresh(r->square_avg())).momentum_buffer(fresh(r->momentum_buffer())).grad_avg(fresh(r->grad_avg()));
-    }
-  }
-}
-
-bool known_state(const torch::optim::Optimizer& optimizer) {
-  for (const auto& entry : optimizer.state()) {
-    const auto* s = entry.second.get();
-    if (!dynamic_cast<const torch::optim::SGDParamState*>(s) && !dynamic_cast<const torch::optim::AdamParamState*>(s) &&
-        !dynamic_cast<const torch::optim::AdamWParamState*>(s) &&
-        !dynamic_cast<const torch::optim::AdagradParamState*>(s) &&
-        !dynamic_cast<const torch::optim::RMSpropParamState*>(s))
-      return false;
-  }
-  return true;
+  for (auto& entry : optimizer.state())
+    each_tensor(*entry.second, [](torch::Tensor& t) {
+      if (t.defined()) t = t.clone();
+    });
 }
 
 void write_optimizer(OutputArchive& archive, const std::string& name, torch::optim::Optimizer& optimizer) {
