@@ -585,18 +585,18 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
         Clock::now() + timeout, kStorePolicy);
     std::vector<std::string> parts;
     auto arrived_or_left = present;
-    if (const auto left = those_that_left(*reader, members, arrived_or_left); !left.empty()) {
-      parts.push_back(left);
-      std::vector<int> leavers;
-      for (std::size_t g = 0; g < present.size(); ++g)
-        if (!present[g] && arrived_or_left[g]) leavers.push_back(members[g]);
-      tell_leavers(*reader, leavers, fmt::format("monitored_barrier #{}", monitored_barriers_[prefix] - 1));
-    }
+    if (const auto left = those_that_left(*reader, members, arrived_or_left); !left.empty()) parts.push_back(left);
     if (count_missing(arrived_or_left) > 0)
       parts.push_back(
           fmt::format("{} did not arrive within {}", global_list(members, arrived_or_left), duration_text(timeout)));
     const auto verdict = fmt::format("{}", fmt::join(parts, "; "));
     reader->set(result_key, std::vector<char>(verdict.begin(), verdict.end()));
+    // The members read the verdict at once; then the leavers are told (tell_leavers may wait
+    // for one to read its key, on the rank that hosts the store).
+    std::vector<int> leavers;
+    for (std::size_t g = 0; g < present.size(); ++g)
+      if (!present[g] && arrived_or_left[g]) leavers.push_back(members[g]);
+    tell_leavers(*reader, leavers, fmt::format("monitored_barrier #{}", monitored_barriers_[prefix] - 1));
     if (!verdict.empty()) throw TimeoutFailure(verdict);
   } catch (const TimeoutFailure& e) {
     throw TimeoutError(site, e.what());
