@@ -1,5 +1,5 @@
-// The whole reduction and rooted-collective grid, threads as ranks, on the backend ranks.hpp
-// is told to use (ctest runs it over gloo, shm and hierarchical on three host maps):
+// The whole reduction and rooted-collective grid, threads as ranks, over every backend
+// configuration (configurations.hpp: gloo, shm, hierarchical on three host maps, ucx):
 // all_reduce, reduce to every root and reduce_scatter, for every dtype (16-bit floats
 // included) x every op (bitwise on integers) x counts from 1 to past a shm half (rounds, and
 // the split reduction); gather and scatter from every root. Expected values come from the
@@ -125,15 +125,19 @@ void rooted(ProcessGroup& group, test::Failures& failures) {
 }  // namespace
 
 TEST_CASE("reductions: every dtype x op x count, all_reduce, reduce to every root, reduce_scatter") {
-  for (int size : {2, 3, 4}) {
-    CAPTURE(size);
-    test::run_ranks(size, reductions, std::chrono::seconds(120));
-  }
+  test::for_each_backend([](const test::Config& config) {
+    for (int size : {2, 3, 4}) {
+      CAPTURE(size);
+      test::run_ranks(config, size, reductions, std::chrono::seconds(120));
+    }
+  });
 }
 
 TEST_CASE("gather and scatter from every root, past a shared-memory half") {
-  for (int size : {2, 3, 4}) {
-    CAPTURE(size);
-    test::run_ranks(size, rooted);
-  }
+  test::for_each_backend([](const test::Config& config) {
+    for (int size : {2, 3, 4}) {
+      CAPTURE(size);
+      test::run_ranks(config, size, rooted);
+    }
+  });
 }
