@@ -1,4 +1,4 @@
-// idist-run's reading of the ranks' flight recorders (launchers/src/stall_report.hpp), on
+// idist-run's reading of the ranks' flight recorders (launchers/src/stall/stall_report.hpp), on
 // recorders written by hand: what a mismatch line and a stall report say, and when.
 #include <doctest/doctest.h>
 
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "idist/types.hpp"
-#include "stall_report.hpp"
+#include "stall/stall_report.hpp"
 
 using namespace idist::launchers::detail;
 namespace rec = idist::common::recorder;

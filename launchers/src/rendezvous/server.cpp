@@ -13,7 +13,7 @@
 #include "idist/common/duration.hpp"
 #include "idist/common/flight_recorder.hpp"
 #include "rules.hpp"
-#include "stall_report.hpp"
+#include "stall/stall_report.hpp"
 
 // The rules (rules.hpp) decide; this file keeps the sockets, the wire and the timers: it turns
 // messages, closed connections and timers into the rules' events, and their actions into

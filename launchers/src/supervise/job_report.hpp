@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "console.hpp"
 #include "idist/launchers/supervisor.hpp"
+#include "output/console.hpp"
+#include "output/run_summary.hpp"
 #include "rank_process.hpp"
-#include "run_summary.hpp"
 
 namespace idist::launchers::supervision {
 

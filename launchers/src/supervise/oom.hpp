@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "run_summary.hpp"
+#include "output/run_summary.hpp"
 
 namespace idist::launchers::supervision {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "idist/launchers/coordinator.hpp"
-#include "run_summary.hpp"
+#include "output/run_summary.hpp"
 
 namespace idist::launchers::supervision {
 

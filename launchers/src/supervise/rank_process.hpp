@@ -18,12 +18,12 @@
 #include <utility>
 #include <vector>
 
-#include "console.hpp"
 #include "idist/common/flight_recorder.hpp"
 #include "idist/launchers/supervisor.hpp"
-#include "rank_output.hpp"
-#include "run_summary.hpp"
-#include "stall_report.hpp"
+#include "output/console.hpp"
+#include "output/rank_output.hpp"
+#include "output/run_summary.hpp"
+#include "stall/stall_report.hpp"
 
 namespace idist::launchers::supervision {
 

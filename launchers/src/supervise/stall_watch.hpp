@@ -17,7 +17,7 @@
 
 #include "idist/launchers/supervisor.hpp"
 #include "rank_process.hpp"
-#include "stall_report.hpp"
+#include "stall/stall_report.hpp"
 
 namespace idist::launchers::supervision {
 

@@ -18,16 +18,16 @@
 #include <memory>
 #include <optional>
 
-#include "console.hpp"
 #include "idist/common/duration.hpp"
 #include "idist/common/host.hpp"
 #include "job_report.hpp"
 #include "oom.hpp"
+#include "output/console.hpp"
+#include "output/run_summary.hpp"
 #include "phase.hpp"
 #include "policy.hpp"
 #include "process_tree.hpp"
 #include "rank_process.hpp"
-#include "run_summary.hpp"
 #include "signal_list.hpp"
 #include "stall_watch.hpp"
 #include "status_socket.hpp"

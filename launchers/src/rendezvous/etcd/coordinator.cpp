@@ -34,7 +34,7 @@
 #include "proposal.hpp"
 #include "proposer.hpp"
 #include "rendezvous/wire.hpp"
-#include "stall_report.hpp"
+#include "stall/stall_report.hpp"
 #include "idist/common/duration.hpp"
 #include "idist/common/hash.hpp"
 #include "idist/common/host.hpp"

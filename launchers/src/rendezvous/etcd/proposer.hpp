@@ -13,7 +13,7 @@
 
 #include "idist/launchers/etcd_rendezvous.hpp"
 #include "proposal.hpp"
-#include "stall_report.hpp"
+#include "stall/stall_report.hpp"
 
 namespace idist::launchers::etcd_rdzv {
 

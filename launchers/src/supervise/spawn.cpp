@@ -18,8 +18,8 @@
 #include <system_error>
 #include <vector>
 
-#include "console.hpp"
 #include "idist/launchers/program.hpp"
+#include "output/console.hpp"
 #include "process_tree.hpp"
 
 namespace idist::launchers::detail {

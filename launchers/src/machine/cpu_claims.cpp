@@ -17,8 +17,8 @@
 #include "idist/common/cpus_shared.hpp"
 #include "idist/launchers/resources.hpp"
 #include "parse_whole.hpp"
-#include "process_tree.hpp"
-#include "spawn.hpp"
+#include "supervise/process_tree.hpp"
+#include "supervise/spawn.hpp"
 
 namespace idist::launchers {
 namespace {
