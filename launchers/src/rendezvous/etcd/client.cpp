@@ -539,16 +539,27 @@ void Client::follow(std::size_t member) {
   }
 }
 
-void Client::watch(const std::string& key, const std::string& range_end, long long start_revision,
-                   OnEvents on_events) {
+int Client::watch(const std::string& key, const std::string& range_end, long long start_revision,
+                  OnEvents on_events) {
   auto w = std::make_shared<Watcher>(io_);
   w->key = key;
   w->range_end = range_end;
   w->next_revision = start_revision;
   w->on_events = std::move(on_events);
   w->member = current_;
-  watchers_[next_watch_++] = w;
+  const int id = next_watch_++;
+  watchers_[id] = w;
   start_watch(w);
+  return id;
+}
+
+void Client::unwatch(int id) {
+  const auto it = watchers_.find(id);
+  if (it == watchers_.end()) return;
+  auto w = it->second;
+  watchers_.erase(it);  // first: the closed stream's handlers then find it unwatched
+  w->retry.cancel();
+  if (w->current) w->current->connection.close();
 }
 
 bool Client::watching(const std::shared_ptr<Watcher>& w) const {
@@ -614,7 +625,10 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
       const bool events = r.contains("events") && r["events"].is_array() && !r["events"].empty();
       if (revision > 0 && events) w->next_revision = std::max(w->next_revision, revision + 1);
       auto self = weak.lock();
-      if (!events || !self || self->closed_ || !w->on_events) continue;
+      // Unwatched, perhaps by the handler of an event earlier in this very chunk: nothing more.
+      const bool unwatched = self && std::none_of(self->watchers_.begin(), self->watchers_.end(),
+                                                  [w](const auto& x) { return x.second.get() == w; });
+      if (!events || !self || self->closed_ || unwatched || !w->on_events) continue;
       w->on_events(events_of(r, revision));
     }
     st->pending.erase(0, at);

@@ -86,8 +86,11 @@ class Client : public std::enable_shared_from_this<Client> {
   void call(const std::string& path, Json body, std::chrono::milliseconds deadline, Reply reply);
 
   // Watches [key, range_end) from `start_revision`, across members: a stream that breaks is
-  // opened again on the next member, from the revision after the last one seen.
-  void watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events);
+  // opened again on the next member, from the revision after the last one seen. Returns the
+  // watch's id for unwatch().
+  int watch(const std::string& key, const std::string& range_end, long long start_revision, OnEvents on_events);
+  // Ends that watch (its stream closed): no event of it comes after. An id not watched: nothing.
+  void unwatch(int id);
 
   // This host's address on its connection to etcd: where the other nodes, which reach the same
   // etcd, most likely reach this one. Empty until a call succeeded.
