@@ -23,9 +23,12 @@
 #include "idist/launchers/exec.hpp"
 #include "idist/launchers/plan.hpp"
 #include "idist/launchers/etcd_rendezvous.hpp"
+#include "idist/launchers/logging.hpp"
 #include "idist/launchers/rendezvous.hpp"
 #include "idist/launchers/program.hpp"
 #include "idist/launchers/resources.hpp"
+#include "idist/launchers/signals.hpp"
+#include "idist/launchers/status.hpp"
 #include "idist/launchers/supervisor.hpp"
 #include "idist/plugins.hpp"
 

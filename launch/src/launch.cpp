@@ -17,6 +17,7 @@
 #include "idist/env_contract.hpp"
 #include "idist/launchers/config.hpp"
 #include "idist/launchers/detect.hpp"
+#include "idist/launchers/logging.hpp"
 #include "idist/launchers/plan.hpp"
 #include "idist/launchers/program.hpp"
 #include "idist/launchers/rendezvous.hpp"

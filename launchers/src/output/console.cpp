@@ -21,7 +21,7 @@
 #include <optional>
 #include <vector>
 
-#include "idist/launchers/supervisor.hpp"
+#include "idist/launchers/logging.hpp"
 
 namespace idist::launchers {
 namespace detail {

@@ -5,7 +5,7 @@
 #include <cctype>
 #include <stdexcept>
 
-#include "idist/launchers/supervisor.hpp"
+#include "idist/launchers/signals.hpp"
 #include "signal_list.hpp"
 
 namespace idist::launchers {

@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "idist/launchers/supervisor.hpp"
+#include "idist/launchers/process_spec.hpp"
 
 namespace idist::launchers::detail {
 

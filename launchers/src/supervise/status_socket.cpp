@@ -1,5 +1,7 @@
 #include "status_socket.hpp"
 
+#include "idist/launchers/status.hpp"
+
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -28,8 +28,8 @@
 #include "idist/launchers/cpu_claims.hpp"
 #include "idist/launchers/detect.hpp"
 #include "idist/launchers/ports.hpp"
+#include "idist/launchers/process_spec.hpp"
 #include "idist/launchers/resources.hpp"
-#include "idist/launchers/supervisor.hpp"
 
 namespace idist::launchers {
 

@@ -39,7 +39,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "idist/launchers/coordinator.hpp"
@@ -110,19 +109,5 @@ JobResult supervise_job(const MakeAttempt& make_attempt, const SuperviseOptions&
 // Every process below this one, zombies included: what supervise() would reap and stop as left
 // behind by the ranks. A caller with processes of its own checks this first (idist::spawn).
 std::vector<pid_t> processes_below_us();
-
-// idist-run's own messages: spdlog's default logger, "<name>: message" on stderr. While
-// supervise() runs they take the ranks' stderr lines' way (queued in order with them, never
-// blocking on a stalled console); before and after, they are written at once.
-void setup_logging(const std::string& name, bool verbose);
-
-// `idist-run --status [PID]`: asks a running idist-run of this user on this host (the only one,
-// or the one with that pid) where its ranks are, and prints its answer on stdout, or one line
-// on stderr saying why there is none; returns idist-run's exit code (1: no answer, 2: which?).
-int print_status(std::optional<pid_t> pid);
-
-// Parses "USR1,USR2" (with or without SIG, any case; "none" for no signal) into signal
-// numbers; throws std::invalid_argument naming the bad entry and the choices.
-std::vector<int> parse_signal_list(std::string_view text);
 
 }  // namespace idist::launchers
