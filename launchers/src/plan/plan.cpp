@@ -48,15 +48,10 @@ std::string rdzv_run_id(const std::string& rdzv_id) {
   return "rdzv-" + std::string(hex, 12);
 }
 
-// One node of a job without a scheduler: plain `-n K` (N = 1) or torchrun's static rendezvous.
-LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
+// The command line of one node without a scheduler, checked before anything is planned.
+void check_static_options(const LaunchOptions& o, int nnodes, int min_nodes, int node_rank, int k) {
   if (o.node_rank && !o.nnodes) throw UsageError("--node-rank needs --nnodes (the number of nodes in the job)");
   if (o.rdzv_endpoint && !o.nnodes) throw UsageError("--rdzv-endpoint needs --nnodes (N, or MIN:MAX)");
-  const int nnodes = o.nnodes.value_or(1);
-  const int min_nodes = o.min_nodes.value_or(nnodes);
-  const bool several = nnodes > 1 || o.rdzv_endpoint;
-  const int node_rank = o.node_rank.value_or(0);
-  const int k = o.nproc_per_node.value_or(1);
   if (node_rank >= nnodes)
     throw UsageError("--node-rank " + std::to_string(node_rank) + " is not below --nnodes " + std::to_string(nnodes));
   if (o.node_rank && min_nodes < nnodes)
@@ -69,50 +64,39 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
   if (static_cast<long long>(nnodes) * k > kMaxRanks)
     throw UsageError("--nnodes " + std::to_string(nnodes) + " x --nproc-per-node " + std::to_string(k) +
                      " ranks is more than idist handles");
+}
 
-  LaunchPlan plan;
-  plan.mode = Mode::spawn;
-  plan.local_count = k;
-  plan.command = o.command;
-  auto& job = plan.job;
-  job.launcher = "spawn";
-  job.backend = o.backend;
-  job.world_size = nnodes * k;
-  job.nnodes = nnodes;
-  job.node_rank = node_rank;
-  job.local_world_size = k;
-  job.rank = node_rank * k;
-  job.local_rank = 0;
-  job.master_addr = o.master_addr.value_or("127.0.0.1");
-  if (several) {
-    RendezvousPlan r;
-    r.min_nodes = min_nodes;
-    r.max_nodes = nnodes;
-    r.node_rank = o.node_rank;
-    if (o.rdzv_endpoint) {
-      const auto& e = *o.rdzv_endpoint;
-      const auto colon = e.rfind(':');
-      r.host = colon == std::string::npos ? e : e.substr(0, colon);
-      r.port = kDefaultRendezvousPort;
-      if (colon != std::string::npos) {
-        const auto digits = e.substr(colon + 1);
-        int port = 0;
-        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-        if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || port < 1 || port > 65535)
-          throw UsageError("--rdzv-endpoint '" + e + "': the port is not a number from 1 to 65535 (HOST[:PORT])");
-        r.port = port;
-      }
-      if (r.host.empty()) throw UsageError("--rdzv-endpoint '" + e + "': no host (HOST[:PORT])");
-    } else {
-      r.host = *o.master_addr;
-      r.port = o.master_port.value_or(kDefaultMasterPort);
-    }
-    job.master_addr = r.host;
-    plan.rendezvous = r;
+// Where the nodes meet: --rdzv-endpoint HOST[:PORT], else --master-addr and its port.
+RendezvousPlan rendezvous_plan(const LaunchOptions& o, int nnodes, int min_nodes) {
+  RendezvousPlan r;
+  r.min_nodes = min_nodes;
+  r.max_nodes = nnodes;
+  r.node_rank = o.node_rank;
+  if (!o.rdzv_endpoint) {
+    r.host = *o.master_addr;
+    r.port = o.master_port.value_or(kDefaultMasterPort);
+    return r;
   }
-  const std::string k_from = o.nproc_per_node ? "--nproc-per-node" : "default (1 process)";
+  const auto& e = *o.rdzv_endpoint;
+  const auto colon = e.rfind(':');
+  r.host = colon == std::string::npos ? e : e.substr(0, colon);
+  r.port = kDefaultRendezvousPort;
+  if (colon != std::string::npos) {
+    const auto digits = e.substr(colon + 1);
+    int port = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || port < 1 || port > 65535)
+      throw UsageError("--rdzv-endpoint '" + e + "': the port is not a number from 1 to 65535 (HOST[:PORT])");
+    r.port = port;
+  }
+  if (r.host.empty()) throw UsageError("--rdzv-endpoint '" + e + "': no host (HOST[:PORT])");
+  return r;
+}
+
+// Rank 0's port on one node without a scheduler, and where it came from.
+void static_master_port(const LaunchOptions& o, int nnodes, bool several, LaunchPlan& plan) {
+  auto& job = plan.job;
   auto& from = plan.provenance;
-  from["master_addr"] = o.master_addr ? "--master-addr" : "default (127.0.0.1: one node)";
   if (several) {
     job.master_port = 0;
     from["master_port"] = "a free port on node 0, new for every attempt (the rendezvous tells every node)";
@@ -130,6 +114,64 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
     job.master_port = kDefaultMasterPort;
     from["master_port"] = "default (29500, as torchrun)";
   }
+}
+
+// A job over several nodes without a scheduler: its identity, and where every rank's place
+// comes from (the rendezvous).
+void static_nodes_identity(const LaunchOptions& o, const env::Lookup& env, int nnodes, int min_nodes,
+                           LaunchPlan& plan) {
+  auto& job = plan.job;
+  auto& from = plan.provenance;
+  from["rank"] = "the ranks of the nodes below this one (the rendezvous) + local index";
+  from["world_size"] = "the ranks of every node in the attempt (the rendezvous)";
+  from["node_rank"] = o.node_rank ? "--node-rank" : "the rendezvous (node 0 hosts it; the others by host name)";
+  from["nnodes"] = min_nodes < nnodes ? "--nnodes MIN:MAX: the nodes in the attempt (the rendezvous)" : "--nnodes";
+  from["master_addr"] = o.rdzv_endpoint ? "--rdzv-endpoint (node 0 hosts the rendezvous and rank 0)" : "--master-addr";
+  // Every node must agree on these without talking first. Without a shared secret, rank 0's
+  // store would take orders from any process that reaches it, so one is required.
+  const auto token = env(env::kJobToken);
+  if ((!token || token->empty()) && !o.rdzv_id)
+    throw UsageError("--nnodes " + std::to_string(nnodes) +
+                     " without a scheduler needs the job's identity on every node, so that no other process can "
+                     "join or end it: pass --rdzv-id ID (the same random id on every node, e.g. $(openssl rand -hex "
+                     "8)) or export IDIST_JOB_TOKEN");
+  job.job_token = token && !token->empty() ? *token : *o.rdzv_id;
+  job.run_id = env(env::kRunId).value_or(
+      o.rdzv_id ? rdzv_run_id(*o.rdzv_id) : "static-" + job.master_addr + "-" + std::to_string(plan.rendezvous->port));
+  plan.rendezvous->token = job.job_token;
+}
+
+// One node of a job without a scheduler: plain `-n K` (N = 1) or torchrun's static rendezvous.
+LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
+  const int nnodes = o.nnodes.value_or(1);
+  const int min_nodes = o.min_nodes.value_or(nnodes);
+  const bool several = nnodes > 1 || o.rdzv_endpoint;
+  const int node_rank = o.node_rank.value_or(0);
+  const int k = o.nproc_per_node.value_or(1);
+  check_static_options(o, nnodes, min_nodes, node_rank, k);
+
+  LaunchPlan plan;
+  plan.mode = Mode::spawn;
+  plan.local_count = k;
+  plan.command = o.command;
+  auto& job = plan.job;
+  job.launcher = "spawn";
+  job.backend = o.backend;
+  job.world_size = nnodes * k;
+  job.nnodes = nnodes;
+  job.node_rank = node_rank;
+  job.local_world_size = k;
+  job.rank = node_rank * k;
+  job.local_rank = 0;
+  job.master_addr = o.master_addr.value_or("127.0.0.1");
+  if (several) {
+    plan.rendezvous = rendezvous_plan(o, nnodes, min_nodes);
+    job.master_addr = plan.rendezvous->host;
+  }
+  const std::string k_from = o.nproc_per_node ? "--nproc-per-node" : "default (1 process)";
+  auto& from = plan.provenance;
+  from["master_addr"] = o.master_addr ? "--master-addr" : "default (127.0.0.1: one node)";
+  static_master_port(o, nnodes, several, plan);
 
   if (!several) {
     from["rank"] = "local index (0 to " + std::to_string(k - 1) + ")";
@@ -139,24 +181,7 @@ LaunchPlan static_plan(const LaunchOptions& o, const env::Lookup& env) {
     job.run_id = o.rdzv_id ? rdzv_run_id(*o.rdzv_id) : random_token(6);
     job.job_token = random_token();
   } else {
-    from["rank"] = "the ranks of the nodes below this one (the rendezvous) + local index";
-    from["world_size"] = "the ranks of every node in the attempt (the rendezvous)";
-    from["node_rank"] = o.node_rank ? "--node-rank" : "the rendezvous (node 0 hosts it; the others by host name)";
-    from["nnodes"] = min_nodes < nnodes ? "--nnodes MIN:MAX: the nodes in the attempt (the rendezvous)" : "--nnodes";
-    from["master_addr"] = o.rdzv_endpoint ? "--rdzv-endpoint (node 0 hosts the rendezvous and rank 0)" : "--master-addr";
-    // Every node must agree on these without talking first. Without a shared secret, rank 0's
-    // store would take orders from any process that reaches it, so one is required.
-    const auto token = env(env::kJobToken);
-    if ((!token || token->empty()) && !o.rdzv_id)
-      throw UsageError("--nnodes " + std::to_string(nnodes) +
-                       " without a scheduler needs the job's identity on every node, so that no other process can "
-                       "join or end it: pass --rdzv-id ID (the same random id on every node, e.g. $(openssl rand -hex "
-                       "8)) or export IDIST_JOB_TOKEN");
-    job.job_token = token && !token->empty() ? *token : *o.rdzv_id;
-    job.run_id = env(env::kRunId).value_or(
-        o.rdzv_id ? rdzv_run_id(*o.rdzv_id)
-                  : "static-" + job.master_addr + "-" + std::to_string(plan.rendezvous->port));
-    plan.rendezvous->token = job.job_token;
+    static_nodes_identity(o, env, nnodes, min_nodes, plan);
   }
   from["local_rank"] = "local index (0 to " + std::to_string(k - 1) + ")";
   from["local_world_size"] = k_from;
@@ -172,73 +197,70 @@ std::string kubernetes_hint(const Detected& d) {
          " --node-rank $" + d.rank.from + " --master-addr $MASTER_ADDR --master-port $MASTER_PORT";
 }
 
-// Inside an outer launcher: become its task (exec) or spawn -n ranks as its node.
-LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Lookup& env) {
-  LaunchPlan plan;
-  plan.detected_by = d.source;
-  plan.command = o.command;
+// One task per rank: the launcher's rank is ours.
+void exec_ranks(const Detected& d, LaunchPlan& plan) {
   auto& job = plan.job;
   auto& from = plan.provenance;
-  job.launcher = d.launcher;
-  job.backend = o.backend;
-  job.nnodes = d.nnodes.value;
-  job.node_rank = d.node_rank.value;
-  from["nnodes"] = d.nnodes.from;
-  from["node_rank"] = d.node_rank.from;
+  plan.mode = Mode::exec;
+  plan.local_count = 1;
+  job.rank = d.rank.value;
+  job.world_size = d.world_size.value;
+  job.local_rank = d.local_rank.value;
+  job.local_world_size = d.local_world_size.value;
+  from["rank"] = d.rank.from;
+  from["world_size"] = d.world_size.from;
+  from["local_rank"] = d.local_rank.from;
+  from["local_world_size"] = d.local_world_size.from;
+}
 
-  const int k = o.nproc_per_node.value_or(1);
-  if (k == 1) {
-    plan.mode = Mode::exec;
-    plan.local_count = 1;
-    job.rank = d.rank.value;
-    job.world_size = d.world_size.value;
-    job.local_rank = d.local_rank.value;
-    job.local_world_size = d.local_world_size.value;
-    from["rank"] = d.rank.from;
-    from["world_size"] = d.world_size.from;
-    from["local_rank"] = d.local_rank.from;
-    from["local_world_size"] = d.local_world_size.from;
-  } else {
-    // Judged on the busiest node, not this one, so that every task of an uneven job refuses
-    // alike instead of some starting and then waiting for the others until the timeout.
-    int most_tasks = d.local_world_size.value;
-    std::string most_from = describe(d.local_world_size);
-    if (!d.tasks_per_node.empty()) {
-      most_tasks = *std::max_element(d.tasks_per_node.begin(), d.tasks_per_node.end());
-      most_from = "tasks per node " + join_counts(d.tasks_per_node);
-    }
-    if (most_tasks > 1 && !o.force_spawn)
-      throw UsageError(d.source + " runs up to " + count_text(most_tasks, "task") + " on a node (" + most_from +
-                       ") and each asks for -n " + std::to_string(k) + ": " +
-                       std::to_string(static_cast<long long>(most_tasks) * k) + " ranks on that node; start one task per node (srun --ntasks-per-node=1, "
-                       "mpirun --map-by ppr:1:node), or drop -n to run one rank per task; --force-spawn starts them anyway" +
-                       (d.one_node_assumed ? kubernetes_hint(d) : std::string()));
-    if (static_cast<long long>(d.world_size.value) * k > kMaxRanks)
-      throw UsageError(describe(d.world_size) + " tasks x --nproc-per-node " + std::to_string(k) +
-                       " ranks is more than idist handles (" + std::to_string(kMaxRanks) + ")");
-    plan.mode = Mode::spawn;
-    plan.local_count = k;
-    // Node-major: the tasks on earlier nodes come first, where the launcher says how many there are.
-    int tasks_before = d.rank.value;
-    std::string before_from = d.rank.from;
-    if (!d.tasks_per_node.empty()) {
-      const auto node = static_cast<std::size_t>(d.node_rank.value);
-      tasks_before = static_cast<int>(std::accumulate(d.tasks_per_node.begin(),
-                                                      d.tasks_per_node.begin() + static_cast<long>(node), 0LL)) +
-                     d.local_rank.value;
-      before_from = "tasks on earlier nodes + " + d.local_rank.from;
-    }
-    job.rank = tasks_before * k;
-    job.world_size = d.world_size.value * k;
-    job.local_rank = d.local_rank.value * k;
-    job.local_world_size = d.local_world_size.value * k;
-    from["rank"] = "(" + before_from + ") x --nproc-per-node + local index";
-    from["world_size"] = d.world_size.from + " x --nproc-per-node";
-    from["local_rank"] = d.local_world_size.value == 1 ? "local index" : d.local_rank.from + " x --nproc-per-node + local index";
-    from["local_world_size"] = d.local_world_size.value == 1 ? "--nproc-per-node" : d.local_world_size.from + " x --nproc-per-node";
+// -n K under an outer launcher: K ranks for each of its tasks, refused where a node runs
+// several tasks (unless --force-spawn).
+void spawn_ranks(const LaunchOptions& o, const Detected& d, int k, LaunchPlan& plan) {
+  auto& job = plan.job;
+  auto& from = plan.provenance;
+  // Judged on the busiest node, not this one, so that every task of an uneven job refuses
+  // alike instead of some starting and then waiting for the others until the timeout.
+  int most_tasks = d.local_world_size.value;
+  std::string most_from = describe(d.local_world_size);
+  if (!d.tasks_per_node.empty()) {
+    most_tasks = *std::max_element(d.tasks_per_node.begin(), d.tasks_per_node.end());
+    most_from = "tasks per node " + join_counts(d.tasks_per_node);
   }
+  if (most_tasks > 1 && !o.force_spawn)
+    throw UsageError(d.source + " runs up to " + count_text(most_tasks, "task") + " on a node (" + most_from +
+                     ") and each asks for -n " + std::to_string(k) + ": " +
+                     std::to_string(static_cast<long long>(most_tasks) * k) + " ranks on that node; start one task per node (srun --ntasks-per-node=1, "
+                     "mpirun --map-by ppr:1:node), or drop -n to run one rank per task; --force-spawn starts them anyway" +
+                     (d.one_node_assumed ? kubernetes_hint(d) : std::string()));
+  if (static_cast<long long>(d.world_size.value) * k > kMaxRanks)
+    throw UsageError(describe(d.world_size) + " tasks x --nproc-per-node " + std::to_string(k) +
+                     " ranks is more than idist handles (" + std::to_string(kMaxRanks) + ")");
+  plan.mode = Mode::spawn;
+  plan.local_count = k;
+  // Node-major: the tasks on earlier nodes come first, where the launcher says how many there are.
+  int tasks_before = d.rank.value;
+  std::string before_from = d.rank.from;
+  if (!d.tasks_per_node.empty()) {
+    const auto node = static_cast<std::size_t>(d.node_rank.value);
+    tasks_before = static_cast<int>(std::accumulate(d.tasks_per_node.begin(),
+                                                    d.tasks_per_node.begin() + static_cast<long>(node), 0LL)) +
+                   d.local_rank.value;
+    before_from = "tasks on earlier nodes + " + d.local_rank.from;
+  }
+  job.rank = tasks_before * k;
+  job.world_size = d.world_size.value * k;
+  job.local_rank = d.local_rank.value * k;
+  job.local_world_size = d.local_world_size.value * k;
+  from["rank"] = "(" + before_from + ") x --nproc-per-node + local index";
+  from["world_size"] = d.world_size.from + " x --nproc-per-node";
+  from["local_rank"] = d.local_world_size.value == 1 ? "local index" : d.local_rank.from + " x --nproc-per-node + local index";
+  from["local_world_size"] = d.local_world_size.value == 1 ? "--nproc-per-node" : d.local_world_size.from + " x --nproc-per-node";
+}
 
-  // Where rank 0 runs: what the user says, else what the launcher says, else here when every rank is.
+// Where rank 0 runs: what the user says, else what the launcher says, else here when every rank is.
+void outer_master_addr(const LaunchOptions& o, const Detected& d, LaunchPlan& plan) {
+  auto& job = plan.job;
+  auto& from = plan.provenance;
   if (o.master_addr) {
     job.master_addr = *o.master_addr;
     from["master_addr"] = "--master-addr";
@@ -254,7 +276,12 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
                      std::to_string(d.local_world_size.value) +
                      ") and does not say where rank 0 runs: pass --master-addr with rank 0's host");
   }
+}
 
+// Rank 0's port: given, or derived from the job's identity, or free here for a job of one task.
+void outer_master_port(const LaunchOptions& o, const Detected& d, const env::Lookup& env, LaunchPlan& plan) {
+  auto& job = plan.job;
+  auto& from = plan.provenance;
   if (o.master_port) {
     job.master_port = *o.master_port;
     from["master_port"] = "--master-port";
@@ -283,8 +310,11 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
                      "), so rank 0's port cannot be derived and two jobs on one host would meet: pass --master-port "
                      "PORT or --rdzv-id ID, the same on every task and unique to this job");
   }
+}
 
-  // Every rank must agree on these without talking first, so they come from the job's identity.
+// Every rank must agree on these without talking first, so they come from the job's identity.
+void outer_identity(const LaunchOptions& o, const Detected& d, const env::Lookup& env, LaunchPlan& plan) {
+  auto& job = plan.job;
   if (o.rdzv_id)
     job.run_id = rdzv_run_id(*o.rdzv_id);
   else if (!d.run_id.empty())
@@ -307,6 +337,29 @@ LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Look
     plan.notes.push_back("IDIST_JOB_TOKEN is not set: rank 0's store accepts any client that reaches it; export a "
                          "secret to the job (the same for every task) to require it");
   }
+}
+
+// Inside an outer launcher: become its task (exec) or spawn -n ranks as its node.
+LaunchPlan outer_plan(const LaunchOptions& o, const Detected& d, const env::Lookup& env) {
+  LaunchPlan plan;
+  plan.detected_by = d.source;
+  plan.command = o.command;
+  auto& job = plan.job;
+  job.launcher = d.launcher;
+  job.backend = o.backend;
+  job.nnodes = d.nnodes.value;
+  job.node_rank = d.node_rank.value;
+  plan.provenance["nnodes"] = d.nnodes.from;
+  plan.provenance["node_rank"] = d.node_rank.from;
+
+  const int k = o.nproc_per_node.value_or(1);
+  if (k == 1)
+    exec_ranks(d, plan);
+  else
+    spawn_ranks(o, d, k, plan);
+  outer_master_addr(o, d, plan);
+  outer_master_port(o, d, env, plan);
+  outer_identity(o, d, env, plan);
   plan.hosts = d.hosts.empty() ? std::vector<std::string>{this_host()} : d.hosts;
   return plan;
 }

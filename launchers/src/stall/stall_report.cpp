@@ -1,5 +1,7 @@
 #include "stall_report.hpp"
 
+#include "call_words.hpp"
+
 #include "idist/common/duration.hpp"
 #include "idist/types.hpp"
 
@@ -28,45 +30,7 @@ namespace idist::launchers::detail {
 namespace {
 
 namespace rec = common::recorder;
-
-constexpr std::array<const char*, 8> kDTypeNames = {"int8",    "uint8",    "int32",   "int64",
-                                                    "float16", "bfloat16", "float32", "float64"};
-
-std::string dtype_name(std::uint8_t d) { return d < kDTypeNames.size() ? kDTypeNames[d] : "dtype " + std::to_string(d); }
-
-// idist::to_string(ReduceOp)'s names: that function is libidist's, which idist-run does not
-// link (it starts ranks, it runs no collective); the assert keeps the two from parting.
-constexpr std::array<const char*, 8> kReduceNames = {"SUM", "PRODUCT", "MIN", "MAX", "AND", "OR", "XOR", "AVG"};
-static_assert(kReduceNames.size() == static_cast<std::size_t>(ReduceOp::AVG) + 1, "a name for every ReduceOp");
-
-std::string reduce_name(std::uint8_t r) { return r < kReduceNames.size() ? kReduceNames[r] : "op " + std::to_string(r); }
-
-std::string group_name(std::int32_t g) { return g < 0 ? "world" : "new_group #" + std::to_string(g); }
-
-std::string seconds(std::int64_t ns) { return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9); }
-
-// Its arguments: "float32, 2 elements, root 0", "float32 MAX, 2 elements"; "" for a barrier.
-// SUM, the default, is named only with `with_sum` (ranks that differ in the op).
-std::string details(const Recorded& r, bool with_sum = false) {
-  if (r.op == "barrier") return "";
-  // All ones: a count told at run time (an all_gather of each rank's own part, a broadcast
-  // whose size goes first).
-  std::string out = dtype_name(r.dtype);
-  if ((r.reduce != 0 || with_sum) && r.op.find("reduce") != std::string::npos) out += " " + reduce_name(r.reduce);
-  out += r.count != ~std::uint64_t{0} ? fmt::format(", {} element{}", r.count, r.count == 1 ? "" : "s")
-         : r.op == "all_gather"       ? ", each rank's own count"
-                                      : ", its count sent first";
-  if (r.root >= 0) out += fmt::format(", root {}", r.root);
-  return out;
-}
-
-// What a call was: "all_reduce (float32, 2 elements)", "barrier".
-std::string what(const Recorded& r, bool with_sum = false) {
-  const auto d = details(r, with_sum);
-  return d.empty() ? r.op : r.op + " (" + d + ")";
-}
-
-bool collective(const Recorded& s) { return s.kind == rec::Kind::collective; }
+using namespace call_words;
 
 // A send or recv the rank is blocked in: isend and irecv stay open while the rank goes on
 // with its own work, so an open one says nothing of where the rank is.
@@ -145,14 +109,6 @@ std::optional<StallReport> p2p_stall(const std::vector<RankView>& ranks, std::in
     return report;
   }
   return std::nullopt;
-}
-
-bool same_call(const Recorded& a, const Recorded& b) {
-  return a.op == b.op && a.dtype == b.dtype && a.count == b.count && a.root == b.root && a.reduce == b.reduce;
-}
-
-std::string list(const std::vector<int>& ranks) {
-  return fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", fmt::join(ranks, ", "));
 }
 
 // The process states of some ranks, each as "state: sleeping" or "exited with code 3": one
@@ -257,10 +213,10 @@ std::string process_state(pid_t pid) {
   }
 }
 
-std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
-                                        std::chrono::milliseconds stall, CallKeys& reported) {
-  const auto stall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(stall).count();
-  // The collective waited in longest, by any running rank.
+namespace {
+
+// The collective waited in longest by any running rank, at least `stall_ns`; nullptr if none.
+const Recorded* longest_waited(const std::vector<RankView>& ranks, std::int64_t now_ns, std::int64_t stall_ns) {
   const Recorded* oldest = nullptr;
   for (const auto& r : ranks) {
     if (!r.running) continue;
@@ -272,11 +228,40 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
             s.seq < oldest->seq)))
         oldest = &s;
   }
-  if (oldest == nullptr) return p2p_stall(ranks, now_ns, stall_ns, reported);
-  const Recorded ref = *oldest;
-  if (!reported.insert({ref.epoch, ref.group, ref.seq}).second) return std::nullopt;
+  return oldest;
+}
 
-  StallReport report;
+// One rank's records of the stalled call's group.
+struct InGroup {
+  const Recorded* at = nullptr;     // its call with this number in the group
+  const Recorded* last = nullptr;   // its latest call in the group
+  const Recorded* done = nullptr;   // its latest completed call in the group
+  bool member = false;  // of ref's group, by the groups it recorded (a rank that never called into it)
+  const Recorded* entry = nullptr;  // a shared-ring group's latest call, kept beside the ring
+};
+
+InGroup in_group(const RankView& r, const Recorded& ref) {
+  InGroup g;
+  for (const auto& s : r.slots) {
+    if (s.group != ref.group || s.epoch != ref.epoch) continue;
+    if (s.kind == rec::Kind::member) {
+      g.member = true;
+      if (s.has_call) g.entry = &s;
+    }
+    if (!collective(s)) continue;
+    if (s.seq == ref.seq) g.at = &s;
+    if (g.last == nullptr || s.seq > g.last->seq) g.last = &s;
+    if (s.state == rec::State::completed && (g.done == nullptr || s.seq > g.done->seq)) g.done = &s;
+  }
+  // Its latest call in a shared ring, pushed out by other calls: it has ended (a call still
+  // open stays in the ring), so it is the last one completed.
+  if (g.entry != nullptr && g.entry->seq != ref.seq && (g.last == nullptr || g.entry->seq > g.last->seq))
+    g.last = g.done = g.entry;
+  return g;
+}
+
+// What the ranks say of the stalled call, gathered rank by rank.
+struct Survey {
   std::vector<int> waiting;
   std::vector<std::pair<int, std::string>> waiting_states;
   std::vector<std::pair<int, pid_t>> waiting_pids;
@@ -287,129 +272,143 @@ std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std:
   bool completed_by_some = false;
   // Of those, the ones waiting in the group's next call, by that call: "all_reduce #8".
   std::vector<std::pair<std::string, std::vector<std::pair<int, std::string>>>> waiting_next;
-  auto suspect = [&](const RankView& r) {
-    if (report.suspect < 0) report.suspect = r.rank;
-    if (r.running && report.to_inspect.size() < 2) report.to_inspect.push_back({r.rank, r.pid});
-  };
-  for (const auto& r : ranks) {
-    const Recorded* at = nullptr;     // its call with this number in the group
-    const Recorded* last = nullptr;   // its latest call in the group
-    const Recorded* done = nullptr;   // its latest completed call in the group
-    bool member = false;  // of ref's group, by the groups it recorded (a rank that never called into it)
-    const Recorded* entry = nullptr;  // a shared-ring group's latest call, kept beside the ring
-    for (const auto& s : r.slots) {
-      if (s.group != ref.group || s.epoch != ref.epoch) continue;
-      if (s.kind == rec::Kind::member) {
-        member = true;
-        if (s.has_call) entry = &s;
-      }
-      if (!collective(s)) continue;
-      if (s.seq == ref.seq) at = &s;
-      if (last == nullptr || s.seq > last->seq) last = &s;
-      if (s.state == rec::State::completed && (done == nullptr || s.seq > done->seq)) done = &s;
-    }
-    // Its latest call in a shared ring, pushed out by other calls: it has ended (a call still
-    // open stays in the ring), so it is the last one completed.
-    if (entry != nullptr && entry->seq != ref.seq && (last == nullptr || entry->seq > last->seq)) last = done = entry;
-    // Sub-groups: a rank that never called into the group is taken for a non-member.
-    if (ref.group >= 0 && last == nullptr && !member) continue;
-    const std::string process = r.running ? "state: " + state_of(r) : r.ended;
-    if (at == nullptr && entry != nullptr && entry->seq == ref.seq) {
-      // Entered, and pushed out of the ring since: so it has left it (an open call stays).
-      others.push_back(fmt::format("rank {} has left it ({} #{}; its record since pushed out by later calls; {})",
-                                   r.rank, entry->op, ref.seq, process));
-      completed_by_some = true;
-      continue;
-    }
-    if (at != nullptr && same_call(*at, ref) && at->state == rec::State::entered && r.running) {
-      waiting.push_back(r.rank);
-      waiting_states.push_back({r.rank, process});
-      waiting_pids.push_back({r.rank, r.pid});
-      longest = std::max(longest, now_ns - at->entered_ns);
-      continue;
-    }
-    suspect(r);
-    if (at != nullptr && !same_call(*at, ref)) {
-      others.push_back(fmt::format("rank {} called {} as #{} instead: the ranks' calls do not match", r.rank, what(*at),
-                                   ref.seq));
-      continue;
-    }
-    if (at != nullptr && at->state == rec::State::completed) {
-      completed_by_some = true;
-      if (r.running && last != nullptr && last->seq > ref.seq && collective(*last) && last->state == rec::State::entered) {
-        const auto next = fmt::format("{} #{}", last->op, last->seq);
-        auto same = std::find_if(waiting_next.begin(), waiting_next.end(), [&](const auto& w) { return w.first == next; });
-        if (same == waiting_next.end()) same = waiting_next.insert(waiting_next.end(), {next, {}});
-        same->second.push_back({r.rank, process});
-        continue;
-      }
-      others.push_back(fmt::format("rank {} completed it ({})", r.rank, process));
-      continue;
-    }
-    if (at != nullptr) {
-      others.push_back(fmt::format("rank {} {} in it ({})", r.rank, at->state == rec::State::failed ? "failed" : "entered it but", process));
-      continue;
-    }
-    const std::string before =
-        done != nullptr ? fmt::format("last completed: {} #{}", done->op, done->seq)
-                        : std::string("no collective completed in this group yet");
-    if (last != nullptr && last->seq > ref.seq) {
-      others.push_back(fmt::format("rank {} is past it, at {} #{} ({}; {})", r.rank, last->op, last->seq, before, process));
-    } else {
-      // Held in a send or recv of its own: that is where it is.
-      const Recorded* newest = newest_of(r);
-      if (newest != nullptr && blocked_in_p2p(*newest))
-        others.push_back(fmt::format("rank {} never entered it: it waits in {} ({}; {})", r.rank, call_text(*newest),
-                                     before, process));
-      else
-        others.push_back(fmt::format("rank {} never entered it ({}; {})", r.rank, before, process));
-    }
+};
+
+void suspect(StallReport& report, const RankView& r) {
+  if (report.suspect < 0) report.suspect = r.rank;
+  if (r.running && report.to_inspect.size() < 2) report.to_inspect.push_back({r.rank, r.pid});
+}
+
+// A rank with no record of the stalled call: past it, or short of it (and where it waits).
+std::string absent_line(const RankView& r, const Recorded& ref, const InGroup& g, const std::string& process) {
+  const std::string before = g.done != nullptr ? fmt::format("last completed: {} #{}", g.done->op, g.done->seq)
+                                               : std::string("no collective completed in this group yet");
+  if (g.last != nullptr && g.last->seq > ref.seq)
+    return fmt::format("rank {} is past it, at {} #{} ({}; {})", r.rank, g.last->op, g.last->seq, before, process);
+  // Held in a send or recv of its own: that is where it is.
+  const Recorded* newest = newest_of(r);
+  if (newest != nullptr && blocked_in_p2p(*newest))
+    return fmt::format("rank {} never entered it: it waits in {} ({}; {})", r.rank, call_text(*newest), before,
+                       process);
+  return fmt::format("rank {} never entered it ({}; {})", r.rank, before, process);
+}
+
+// Where one rank stands toward the stalled call `ref`, added to `survey`.
+void survey_rank(const RankView& r, const Recorded& ref, std::int64_t now_ns, StallReport& report, Survey& survey) {
+  const InGroup g = in_group(r, ref);
+  // Sub-groups: a rank that never called into the group is taken for a non-member.
+  if (ref.group >= 0 && g.last == nullptr && !g.member) return;
+  const std::string process = r.running ? "state: " + state_of(r) : r.ended;
+  if (g.at == nullptr && g.entry != nullptr && g.entry->seq == ref.seq) {
+    // Entered, and pushed out of the ring since: so it has left it (an open call stays).
+    survey.others.push_back(fmt::format(
+        "rank {} has left it ({} #{}; its record since pushed out by later calls; {})", r.rank, g.entry->op, ref.seq,
+        process));
+    survey.completed_by_some = true;
+    return;
   }
-  // Waiting in a call that others completed: the waiting ranks are the ones to look at (a
-  // stopped one, one stuck in D state), whatever else the others say.
-  const bool frozen = completed_by_some && !waiting.empty();
-  if (frozen) {
-    for (auto it = waiting_next.rbegin(); it != waiting_next.rend(); ++it) {
-      std::vector<int> who;
-      for (const auto& [rank, process] : it->second) who.push_back(rank);
-      others.insert(others.begin(), fmt::format("{} wait{} for it in {} ({} completed #{}; {})", list(who),
-                                                who.size() == 1 ? "s" : "", it->first, who.size() == 1 ? "it" : "they",
-                                                ref.seq, states_of(it->second)));
-    }
-    report.suspect = waiting.front();
-    auto inspect = std::move(report.to_inspect);
-    report.to_inspect.clear();
-    for (const auto& w : waiting_pids)
-      if (report.to_inspect.size() < 2) report.to_inspect.push_back(w);
-    for (const auto& i : inspect)
-      if (report.to_inspect.size() < 2) report.to_inspect.push_back(i);
+  if (g.at != nullptr && same_call(*g.at, ref) && g.at->state == rec::State::entered && r.running) {
+    survey.waiting.push_back(r.rank);
+    survey.waiting_states.push_back({r.rank, process});
+    survey.waiting_pids.push_back({r.rank, r.pid});
+    survey.longest = std::max(survey.longest, now_ns - g.at->entered_ns);
+    return;
+  }
+  suspect(report, r);
+  if (g.at == nullptr) {
+    survey.others.push_back(absent_line(r, ref, g, process));
+  } else if (!same_call(*g.at, ref)) {
+    survey.others.push_back(fmt::format("rank {} called {} as #{} instead: the ranks' calls do not match", r.rank,
+                                        what(*g.at), ref.seq));
+  } else if (g.at->state != rec::State::completed) {
+    survey.others.push_back(fmt::format("rank {} {} in it ({})", r.rank,
+                                        g.at->state == rec::State::failed ? "failed" : "entered it but", process));
   } else {
-    for (const auto& [next, who] : waiting_next)
-      for (const auto& [rank, process] : who) others.push_back(fmt::format("rank {} completed it ({})", rank, process));
+    survey.completed_by_some = true;
+    const Recorded* last = g.last;
+    if (r.running && last != nullptr && last->seq > ref.seq && collective(*last) && last->state == rec::State::entered) {
+      const auto next = fmt::format("{} #{}", last->op, last->seq);
+      auto& w = survey.waiting_next;
+      auto same = std::find_if(w.begin(), w.end(), [&](const auto& n) { return n.first == next; });
+      if (same == w.end()) same = w.insert(w.end(), {next, {}});
+      same->second.push_back({r.rank, process});
+    } else {
+      survey.others.push_back(fmt::format("rank {} completed it ({})", r.rank, process));
+    }
   }
+}
+
+// Waiting in a call that others completed: the waiting ranks are the ones to look at (a
+// stopped one, one stuck in D state), whatever else the others say.
+void point_at_waiting(Survey& survey, const Recorded& ref, StallReport& report) {
+  for (auto it = survey.waiting_next.rbegin(); it != survey.waiting_next.rend(); ++it) {
+    std::vector<int> who;
+    for (const auto& [rank, process] : it->second) who.push_back(rank);
+    survey.others.insert(survey.others.begin(),
+                         fmt::format("{} wait{} for it in {} ({} completed #{}; {})", list(who),
+                                     who.size() == 1 ? "s" : "", it->first, who.size() == 1 ? "it" : "they", ref.seq,
+                                     states_of(it->second)));
+  }
+  report.suspect = survey.waiting.front();
+  auto inspect = std::move(report.to_inspect);
+  report.to_inspect.clear();
+  for (const auto& w : survey.waiting_pids)
+    if (report.to_inspect.size() < 2) report.to_inspect.push_back(w);
+  for (const auto& i : inspect)
+    if (report.to_inspect.size() < 2) report.to_inspect.push_back(i);
+}
+
+// The report's words: the call, who waits, and a line per rank that is not waiting.
+void write_lines(const std::vector<RankView>& ranks, const Recorded& ref, const Survey& survey, bool frozen,
+                 StallReport& report) {
   auto& lines = report.lines;
   const auto d = details(ref);
   std::string head = fmt::format("stall: {} #{} on group {}{}: {} waiting {}", ref.op, ref.seq, group_name(ref.group),
-                                 d.empty() ? "" : " (" + d + ")", list(waiting), seconds(longest));
-  if (frozen) head += " (" + states_of(waiting_states) + ")";
+                                 d.empty() ? "" : " (" + d + ")", list(survey.waiting), seconds(survey.longest));
+  if (frozen) head += " (" + states_of(survey.waiting_states) + ")";
+  const auto& others = survey.others;
   if (others.empty()) {
     head += "; every rank here entered it, so the backend or the network holds it (a cut link, a rank on another "
             "node that never came)";
     lines.push_back(std::move(head));
     // Every rank here waits: the first of them stands for the call.
     for (const auto& r : ranks)
-      if (r.running && std::find(waiting.begin(), waiting.end(), r.rank) != waiting.end()) {
-        suspect(r);
+      if (r.running && std::find(survey.waiting.begin(), survey.waiting.end(), r.rank) != survey.waiting.end()) {
+        suspect(report, r);
         break;
       }
-  } else {
-    lines.push_back(head + "; " + others.front());
-    // A line per rank that is not waiting, up to a screenful: the report goes to every node.
-    constexpr std::size_t kMostLines = 16;
-    for (std::size_t i = 1; i < others.size() && i <= kMostLines; ++i) lines.push_back("stall: ... " + others[i]);
-    if (others.size() > kMostLines + 1)
-      lines.push_back(fmt::format("stall: ... and {} more ranks not waiting in it", others.size() - kMostLines - 1));
+    return;
   }
+  lines.push_back(head + "; " + others.front());
+  // A line per rank that is not waiting, up to a screenful: the report goes to every node.
+  constexpr std::size_t kMostLines = 16;
+  for (std::size_t i = 1; i < others.size() && i <= kMostLines; ++i) lines.push_back("stall: ... " + others[i]);
+  if (others.size() > kMostLines + 1)
+    lines.push_back(fmt::format("stall: ... and {} more ranks not waiting in it", others.size() - kMostLines - 1));
+}
+
+}  // namespace
+
+std::optional<StallReport> stall_report(const std::vector<RankView>& ranks, std::int64_t now_ns,
+                                        std::chrono::milliseconds stall, CallKeys& reported) {
+  const auto stall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(stall).count();
+  const Recorded* oldest = longest_waited(ranks, now_ns, stall_ns);
+  if (oldest == nullptr) return p2p_stall(ranks, now_ns, stall_ns, reported);
+  const Recorded ref = *oldest;
+  if (!reported.insert({ref.epoch, ref.group, ref.seq}).second) return std::nullopt;
+
+  StallReport report;
+  Survey survey;
+  for (const auto& r : ranks) survey_rank(r, ref, now_ns, report, survey);
+  const bool frozen = survey.completed_by_some && !survey.waiting.empty();
+  if (frozen) {
+    point_at_waiting(survey, ref, report);
+  } else {
+    for (const auto& [next, who] : survey.waiting_next)
+      for (const auto& [rank, process] : who)
+        survey.others.push_back(fmt::format("rank {} completed it ({})", rank, process));
+  }
+  write_lines(ranks, ref, survey, frozen, report);
   return report;
 }
 
@@ -561,115 +560,6 @@ std::vector<std::string> status_table(const std::vector<RankView>& ranks, std::i
   for (const auto& [r, where] : rows)
     lines.push_back(fmt::format("{:>5} {:>8}  {:<{}}  {}", r->rank, r->pid, where, width,
                                 r->running ? state_of(*r) : r->ended));
-  return lines;
-}
-
-// A group whose mismatch has been said: its calls' histories differ from then on.
-constexpr std::uint64_t kGroupSaid = ~std::uint64_t{0};
-
-// What every mismatch line ends with.
-constexpr std::string_view kWrongResults =
-    "(a call that did not raise returned wrong results: shared memory raises where it would read such data, gloo "
-    "over TCP and mpi do with IDIST_DEBUG=1)";
-
-std::vector<std::string> mismatch_report(const std::vector<RankView>& ranks, CallKeys& reported,
-                                         HeldMismatches* held, bool running) {
-  // (epoch, group, number) -> the calls made at it, and by whom.
-  std::map<std::tuple<std::uint32_t, std::int32_t, std::uint64_t>, std::vector<std::pair<const Recorded*, int>>> at;
-  for (const auto& r : ranks)
-    for (const auto& s : r.slots)
-      if (collective(s)) at[{s.epoch, s.group, s.seq}].push_back({&s, r.rank});
-  // A shared-ring group's latest call, kept apart from the ring: compared by history alone, so
-  // that a mismatch other calls pushed out of the ring is still seen at the job's end.
-  for (const auto& r : ranks)
-    for (const auto& s : r.slots)
-      if (s.kind == rec::Kind::member && s.has_call) {
-        auto& calls = at[{s.epoch, s.group, s.seq}];
-        const bool recorded = std::any_of(calls.begin(), calls.end(), [&](const auto& c) { return c.second == r.rank; });
-        if (!recorded) calls.push_back({&s, r.rank});
-      }
-  // Each group's ranks, by the records they have of it.
-  std::map<std::pair<std::uint32_t, std::int32_t>, std::set<int>> members;
-  for (const auto& r : ranks)
-    for (const auto& s : r.slots)
-      if (collective(s) || s.kind == rec::Kind::member) members[{s.epoch, s.group}].insert(r.rank);
-  std::vector<std::string> lines;
-  auto said = [&](const std::tuple<std::uint32_t, std::int32_t, std::uint64_t>& key, std::string line) {
-    reported.insert(key);
-    reported.insert({std::get<0>(key), std::get<1>(key), kGroupSaid});
-    lines.push_back(std::move(line));
-  };
-  for (const auto& [key, calls] : at) {
-    const auto [epoch, group, seq] = key;
-    if (reported.count({epoch, group, seq}) != 0) continue;
-    // Not every rank of the group here yet: on the next read (once).
-    const auto& all = members[{epoch, group}];
-    const bool everyone = std::all_of(all.begin(), all.end(), [&](int rank) {
-      return std::any_of(calls.begin(), calls.end(), [&](const auto& c) { return c.second == rank; });
-    });
-    // Said now, or held until the next read when some rank of the group has yet to reach it
-    // (then said as it is then, or as it was, if the call has left the recorders since).
-    const auto say = [&, &key = key](std::string line) {
-      if (running && held != nullptr && !everyone && held->emplace(key, line).second) return;
-      if (held != nullptr) held->erase(key);
-      said(key, std::move(line));
-    };
-    // The calls, each with its ranks, in the order first seen.
-    std::vector<std::pair<const Recorded*, std::vector<int>>> kinds;
-    for (const auto& [call, rank] : calls) {
-      if (!collective(*call)) continue;  // a member's latest call: its history only
-      auto same = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return same_call(*k.first, *call); });
-      if (same == kinds.end()) {
-        kinds.push_back({call, {rank}});
-      } else if (std::find(same->second.begin(), same->second.end(), rank) == same->second.end()) {
-        same->second.push_back(rank);
-      }
-    }
-    if (kinds.size() < 2) {
-      // The same call here, but not the same calls before it: a mismatch whose call has left
-      // the recorder (the ranks went on for a whole ring since). Said once per group.
-      if (reported.count({epoch, group, kGroupSaid}) != 0) continue;
-      std::vector<std::pair<std::uint64_t, std::vector<int>>> histories;
-      for (const auto& [call, rank] : calls) {
-        auto same = std::find_if(histories.begin(), histories.end(), [&](const auto& h) { return h.first == call->history; });
-        if (same == histories.end()) same = histories.insert(histories.end(), {call->history, {}});
-        if (std::find(same->second.begin(), same->second.end(), rank) == same->second.end()) same->second.push_back(rank);
-      }
-      if (histories.size() < 2) continue;
-      std::vector<std::string> sides;
-      for (auto& [history, who] : histories) {
-        std::sort(who.begin(), who.end());
-        sides.push_back(list(who));
-      }
-      const auto seen = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return collective(*c.first); });
-      say(fmt::format("mismatch: collective #{} on group {}: {}the ranks' calls up to it did not match ({}), and the "
-                      "call that differed has left the recorder {}",
-                      seq, group_name(group),
-                      seen == calls.end() ? "" : "every rank called " + what(*seen->first) + ", but ",
-                      fmt::join(sides, " against "), kWrongResults));
-      continue;
-    }
-    std::vector<std::string> parts;
-    const bool ops_differ = std::any_of(kinds.begin(), kinds.end(),
-                                        [&](const auto& k) { return k.first->reduce != kinds.front().first->reduce; });
-    for (auto& [call, who] : kinds) {
-      std::sort(who.begin(), who.end());
-      parts.push_back(fmt::format("{} called {}", list(who), what(*call, ops_differ)));
-    }
-    say(fmt::format("mismatch: collective #{} on group {}: {}; the ranks' calls must match {}", seq, group_name(group),
-                    fmt::join(parts, ", "), kWrongResults));
-  }
-  // Held at an earlier read, and gone from the recorders since: as it was then.
-  if (held != nullptr) {
-    for (auto it = held->begin(); it != held->end();) {
-      if (at.count(it->first) != 0) {
-        ++it;
-        continue;
-      }
-      if (reported.count(it->first) == 0) said(it->first, it->second);
-      it = held->erase(it);
-    }
-  }
   return lines;
 }
 
