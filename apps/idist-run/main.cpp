@@ -209,6 +209,11 @@ L::LaunchOptions launch_options(const Cli& cli) {
   options.rdzv_endpoint = cli.rdzv_endpoint;
   bool ignore_node_rank = false;
   if (checked(cli, "rdzv_backend", [&] { return etcd_backend(cli.rdzv_backend); })) {
+    try {
+      L::require_etcd_built();
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
     if (!cli.rdzv_endpoint) throw UsageError("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...]: etcd's members");
     // A PyTorchJob's Master replica (operator v1.7+) has PET_NODE_RANK, which torchrun's etcd
     // rendezvous ignores: so does ours.

@@ -9,6 +9,21 @@
 
 namespace idist::launchers {
 
+#ifndef IDIST_WITH_ETCD
+void require_etcd_built() {
+  throw std::invalid_argument(
+      "--rdzv-backend etcd: this idist-run was built without the etcd rendezvous (cmake -DIDIST_WITH_ETCD=OFF, as "
+      "scripts/demo.sh builds it); use the build of scripts/test.sh or the package, or the built-in rendezvous "
+      "(--rdzv-backend c10d)");
+}
+
+std::string etcd_first_endpoint(const std::string&) {
+  require_etcd_built();
+  return {};
+}
+#else
+void require_etcd_built() {}
+
 namespace {
 
 // etcd's options take what both rendezvous share from the built-in one's (the plan, the budget,
@@ -29,9 +44,14 @@ EtcdRendezvousOptions etcd_options(const RendezvousOptions& o, EtcdRendezvousOpt
 }
 
 }  // namespace
+#endif
 
 std::shared_ptr<Coordinator> make_coordinator(const RendezvousOptions& options, const EtcdRendezvousOptions* etcd) {
   if (!etcd) return std::make_shared<NodeAgent>(options);
+#ifndef IDIST_WITH_ETCD
+  require_etcd_built();
+  return nullptr;
+#else
   try {
     return std::make_shared<EtcdRendezvous>(etcd_options(options, *etcd));
   } catch (const std::invalid_argument&) {
@@ -41,6 +61,7 @@ std::shared_ptr<Coordinator> make_coordinator(const RendezvousOptions& options, 
     // cannot bind, TLS files): named as such.
     throw std::invalid_argument(e.what());
   }
+#endif
 }
 
 }  // namespace idist::launchers

@@ -42,6 +42,10 @@ struct EtcdRendezvousOptions {
 // naming one that is not HOST:PORT.
 std::string etcd_first_endpoint(const std::string& endpoints);
 
+// Throws std::invalid_argument, in words for the user, where idist-run was built without the etcd
+// rendezvous (cmake -DIDIST_WITH_ETCD=OFF, as scripts/demo.sh builds it).
+void require_etcd_built();
+
 class EtcdRendezvous final : public Coordinator {
  public:
   // Throws std::invalid_argument for endpoints that are not HOST:PORT, and TLS files that
