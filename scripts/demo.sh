@@ -18,8 +18,9 @@ install_missing demo "${DEMO_PACKAGES[@]}"
 # and at -O0 it is mostly the parsing of Asio, spdlog and json, which a unity build does once
 # per batch of files (CPU time 170 s against 385 s file by file; -O0 was 153 s of wall time
 # where -O2 took 218 and -O2 -g 292). The tour and scripts/test.sh build everything, optimized,
-# into build/.
-cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O0 -DCMAKE_UNITY_BUILD=ON \
+# into build/. In one unity file, a struct of a header's class holding a type of a .cpp's
+# anonymous namespace draws GCC's -Wsubobject-linkage, which file by file it does not: silenced.
+cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=None "-DCMAKE_CXX_FLAGS=-O0 -Wno-subobject-linkage" -DCMAKE_UNITY_BUILD=ON \
   -DIDIST_BUILD_TESTS=OFF -DIDIST_WITH_MPI=OFF -DIDIST_WITH_UCX=OFF -DIDIST_WITH_TORCH=OFF \
   -DIDIST_WITH_ETCD=OFF >/dev/null
 cmake --build build-demo -j "$(nproc)" --target idist-run all_reduce all_reduce_spawn
