@@ -194,7 +194,7 @@ fi
 
 if wants frozen; then
   # The proposer's idist-run frozen (SIGSTOP: a node that stops answering without dying) in a
-  # 2:3 job with a restart left: its lease lapses, another node takes the proposer's key, and
+  # 2:3 job with a restart left: its lease lapses, the next candidate proposes in its place, and
   # the two others re-form and finish; the frozen one, resumed, finds its lease gone and
   # fails in one line rather than rejoin as if nothing happened.
   conf=(--max-restarts 1 --rdzv-conf heartbeat=0.5,node_timeout=2,last_call_timeout=0.5)
@@ -202,8 +202,9 @@ if wants frozen; then
   node b 2:3 frozen "${conf[@]}" -- 40 50 13; b=$NODE_PID
   node c 2:3 frozen "${conf[@]}" -- 40 50 13; c=$NODE_PID
   for n in a b c; do wait_for_lines "$DIR/$n.out" "attempt 0: node" 1; done
-  # The proposer's key holds its id, HOST-PID-RANDOM: the pid of its idist-run.
-  proposer=$(ctl get "/idist/rdzv/etcd-test-$$-frozen/proposer" --print-value-only | tr -d '"')
+  # The proposer: the first candidate of the election, valued its id, HOST-PID-RANDOM: the pid of its idist-run.
+  proposer=$(ctl get --prefix "/idist/rdzv/etcd-test-$$-frozen/election/" --sort-by=CREATE --order=ASCEND --limit=1 \
+    --print-value-only | tr -d '"')
   agent=$(echo "$proposer" | awk -F- '{print $(NF-1)}')
   frozen=none
   for n in a b c; do eval "[ \"\$(agent_of \$$n)\" = \"$agent\" ] && frozen=$n"; done
@@ -220,7 +221,7 @@ if wants frozen; then
   check "proposer's idist-run frozen: the two others ($others) exit 0" equals "$(rc_of $1) $(rc_of $2)" "0 0" ||
     tail -n 8 "$DIR/$1.out" "$DIR/$2.out"
   check "... re-formed as 2 nodes within node_timeout and 3 s (took $formed ms)" test "$formed" -lt 5000
-  check "... another node took the proposer's key" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "proposes the job's next states now")" 1
+  check "... the next candidate took the proposer's place" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "proposes the job's next states now")" 1
   check "... their 4 ranks of attempt 1 have right sums" equals "$(cat "$DIR/$1.out" "$DIR/$2.out" | grep -c "^job 13 rank [0-3]/4 .* attempt 1 sum .* right$")" 4
   check "the frozen node, resumed, exits non-zero (got $(rc_of $frozen))" test "$(rc_of $frozen)" != 0 -a "$(rc_of $frozen)" != none
   # Its own freeze, measured by its heartbeat loop, not etcd's fault.

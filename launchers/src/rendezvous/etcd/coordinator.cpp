@@ -1,19 +1,19 @@
 // The rendezvous on etcd. No process hosts it: the job's state lives in etcd, and one node,
-// the proposer (whichever holds the key `proposer`, taken by a transaction that holds only
-// while nobody has it), applies the rules of both rendezvous (rendezvous/rules.hpp) to it,
-// proposing each next state by a transaction that holds only if the state is still the one it
-// read (compare-and-swap on its mod_revision), so that a proposer that lost its place (a stale
-// read, a successor already at work) cannot win. Losing any node therefore loses nothing but
-// that node: its lease expires, etcd deletes its keys, and, were it the proposer, the others
-// see its key go and race for it; one wins and goes on from the state as it stands.
+// the proposer (the first candidate of an election held as etcd's own, election.hpp), applies
+// the rules of both rendezvous (rendezvous/rules.hpp) to it, proposing each next state by a
+// transaction that holds only if the state is still the one it read (compare-and-swap on its
+// mod_revision), so that a proposer that lost its place (a stale read, a successor already at
+// work) cannot win. Losing any node therefore loses nothing but that node: its lease expires,
+// etcd deletes its keys, and, were it the proposer, the next candidate in line, and it alone,
+// sees its key go and goes on from the state as it stands.
 //
 // The keys, under PREFIX = --rdzv-conf prefix (default /idist/rdzv/) + the job's id + "/", are
 // listed in proposal.hpp, which reads them into the rules' state (rendezvous/rules.hpp).
 //
-// What scales to a thousand nodes: a node that does not propose holds one watch, on
-// [proposer, state] (side by side), and decides from the values the events carry, so a
-// change costs each node one message and no read; it reads the state itself only once per
-// node_timeout. The state names members by id alone (a node finds itself there), so that
+// What scales to a thousand nodes: a node that does not propose watches the state, and decides
+// from the values the events carry, so a change costs each node one message and no read, and
+// its predecessor's candidate key, which wakes it alone; it reads the state itself only once
+// per node_timeout. The state names members by id alone (a node finds itself there), so that
 // its copy to every node stays small. Only the proposer watches and reads the whole prefix.
 // Each node's lease (TTL = node_timeout) is renewed at every heartbeat, on a kept connection.
 // Attempt K's rank 0 runs on its node 0, whose address (the one it reaches etcd from, or
@@ -31,6 +31,7 @@
 #include <tuple>
 
 #include "client.hpp"
+#include "election.hpp"
 #include "proposal.hpp"
 #include "proposer.hpp"
 #include "rendezvous/wire.hpp"
@@ -81,8 +82,12 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   std::chrono::seconds lease_ttl{2};
   Clock::time_point renewed = Clock::now();
   Clock::time_point last_tick = Clock::now();  // of the heartbeat loop: a gap past the lease is a freeze
+  // A renewal on its way: I/O in flight, in any standing (beat() waits for its answer rather
+  // than send another), hence no standing of its own.
   bool renewing = false;
   Assignment assignment;
+  // Whether this node has had its part in an attempt: a fact of its past that still counts once
+  // it read the verdict or gave up (keys_gone, deliver), hence not one of the standings.
   bool assigned = false;
   int join_attempt = -1;  // in our record: the attempt we ask to be in; -1: none
   int over_attempt = -1;  // the attempt whose verdict `verdict` waits for
@@ -92,25 +97,28 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   std::function<void(const RemoteVerdict&)> verdict;
   std::optional<RemoteVerdict> early_verdict;
   int ended_attempt = -1;
-  // Where this node stands in the job, only ever forward: it takes part (joins, runs, waits for
-  // verdicts), it has read the job's final verdict, it gave up on the rendezvous (etcd lost, its
-  // lease gone, the job's keys gone), or it has finished (finish(), detach(): nothing is done
-  // after).
-  enum class Standing { taking_part, verdict_read, gave_up, finished };
-  Standing standing = Standing::taking_part;
+  // Where this node stands in the job, only ever forward: it has not yet decided on any read
+  // of the job (the one at which a proposer clears what a finished job left), it takes part
+  // (joins, runs, waits for verdicts), it has read the job's final verdict, it gave up on the
+  // rendezvous (etcd lost, its lease gone, the job's keys gone), or it has finished (finish(),
+  // detach(): nothing is done after).
+  enum class Standing { starting, taking_part, verdict_read, gave_up, finished };
+  Standing standing = Standing::starting;
   bool finished() const { return standing == Standing::finished; }
-  bool first_read = true;
-  bool reading = false;
-  bool dirty = false;  // a read was asked for while one was on its way
-  long long proposer_since = 0;  // the revision at which the proposer of this node's time took its place
-  bool campaigning = false;
-  bool watching_all = false;
+  // Reads of the job: none on its way, one, or one and another asked for meanwhile (made when
+  // the first is answered). I/O in flight, in any standing.
+  enum class Reading { idle, once, again };
+  Reading reading = Reading::idle;
+  long long proposer_since = 0;  // the create revision of the proposer's candidate key, as first read
   long long seen_revision = 0;  // of the newest snapshot decided on: an older one is stale
   long long beats = 0;
   // Job-wide stall reports: the newest request answered (state "look") and report shown.
   std::uint64_t look_answered = 0, report_seen = 0;
   std::unique_ptr<asio::steady_timer> beat_timer, finish_timer;
-  // Set once this node holds the proposer's key: it proposes the job's next states from then on.
+  // This node's place in the proposer election (after `client`: gone before it).
+  std::unique_ptr<etcd_rdzv::Election> election;
+  int state_watch = -1;  // the state's watch, until this node proposes (it then watches the whole job)
+  // Set once this node is the first candidate: it proposes the job's next states from then on.
   std::unique_ptr<etcd_rdzv::Proposer> office;
 
   std::string key(const std::string& rest) const { return prefix + rest; }
@@ -145,13 +153,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     });
   }
 
-  // The compare of a transaction that holds while nobody proposes (the proposer's key absent).
-  Json nobody_proposes() const {
-    return Json::array({Json{{"key", base64(key("proposer"))}, {"target", "CREATE"}, {"create_revision", "0"}, {"result", "EQUAL"}}});
-  }
-
-  // The lease, then one transaction: this node's record put, the proposer's place taken if it
-  // is free, and the state read, all at one revision, from which the watch starts.
+  // The lease, then one transaction: this node's record put, its candidate key put, and the
+  // state and its place in the election read, all at one revision, from which the watches start.
   void start() {
     const long long ttl = std::max<long long>(2, (options.dead_after.count() + 999) / 1000);
     call("/v3/lease/grant", Json{{"TTL", std::to_string(ttl)}}, [this, ttl](const std::string& error, const Json& j) {
@@ -160,58 +163,86 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       lease_ttl = std::chrono::seconds(ttl);
       renewed = Clock::now();
       if (options.local_addr.empty()) options.local_addr = client->local_address();
-      const Json read_state{{"request_range", {{"key", base64(key("state"))}}}};
-      const Json read_proposer{{"request_range", {{"key", base64(key("proposer"))}}}};
-      Json body{{"compare", nobody_proposes()},
-                {"success", Json::array({record_op(), put_op(key("proposer"), Json(id)), read_state})},
-                {"failure", Json::array({record_op(), read_state, read_proposer})}};
-      call("/v3/kv/txn", body, [this](const std::string& error, const Json& j) {
+      election = make_election();
+      Json ops = Json::array({record_op(), Json{{"request_range", {{"key", base64(key("state"))}}}}});
+      for (auto& op : election->campaign_ops(lease, id)) ops.push_back(std::move(op));
+      call("/v3/kv/txn", Json{{"compare", Json::array()}, {"success", std::move(ops)}}, [this](const std::string& error, const Json& j) {
         if (finished()) return;
         if (!error.empty()) return give_up(fmt::format("cannot start the rendezvous on etcd: {}", error));
         const long long revision = j.contains("header") ? as_ll(j["header"], "revision") : 0;
-        const bool won = field<bool>(j, "succeeded", false);
         Snapshot s;
         s.revision = revision;
         for (const auto& r : j.value("responses", Json::array())) {
           if (!r.contains("response_range")) continue;
-          const auto& kvs = r["response_range"].value("kvs", Json::array());
-          if (kvs.empty()) continue;
-          const std::string k = unbase64(field<std::string>(kvs[0], "key", ""));
-          if (k == key("proposer")) proposer_since = as_ll(kvs[0], "create_revision");
-          if (k == key("state")) fill_state(s, unbase64(field<std::string>(kvs[0], "value", "")), as_ll(kvs[0], "mod_revision"));
+          for (const auto& kv : r["response_range"].value("kvs", Json::array()))
+            if (unbase64(field<std::string>(kv, "key", "")) == key("state"))
+              fill_state(s, unbase64(field<std::string>(kv, "value", "")), as_ll(kv, "mod_revision"));
         }
-        if (won) proposer_since = revision;
         last_tick = Clock::now();
         beat();
-        if (won) return take_office(revision);
-        // The state and the proposer's key, which sit side by side: one watch, with values, so
-        // that a change costs each node one message and no read.
-        client->watch(key("proposer"), key("state") + std::string(1, '\0'), revision + 1, on_narrow_events());
+        proposer_since = election->begin(j, revision).leader_since;  // the first in line: take_office() ran
+        if (office) return;
+        // The state, with values, so that a change costs each node one message and no read.
+        state_watch = client->watch(key("state"), "", revision + 1, on_state_events());
         decide(s);
       });
     });
   }
 
+  std::unique_ptr<etcd_rdzv::Election> make_election() {
+    etcd_rdzv::Election::Io io{
+        .call = [this](const std::string& path, Json body, etcd_rdzv::Election::Reply reply) {
+          call(path, std::move(body), std::move(reply));
+        },
+        .watch = [this](const std::string& k, long long from, std::function<void(bool)> on_event) {
+          if (!client) return -1;
+          return client->watch(k, "", from, [on_event](const std::vector<etcd::Client::Event>& events) {
+            for (const auto& e : events) on_event(e.deleted);
+          });
+        },
+        .unwatch = [this](int w) {
+          if (client) client->unwatch(w);
+        },
+        .elected = [this](long long revision, bool waited) {
+          if (standing >= Standing::gave_up) return;
+          if (waited) info("this node proposes the job's next states now (the node that did is gone)");
+          take_office(revision);
+        },
+        .absent = [this] { election_absent(); },
+        .failed = [this](const std::string& error) {
+          // The lease gone: said as what it is (frozen, or heartbeats lost), as the renewal would.
+          if (error.find("lease not found") != std::string::npos) return give_up(lease_lost_text());
+          give_up("lost etcd: " + error);
+        }};
+    return std::make_unique<etcd_rdzv::Election>(prefix, std::move(io));
+  }
+
+  // This node's candidate key is gone, its lease perhaps not: the job's keys deleted (a read
+  // says so now) or its lease lost (the renewal says so). Meanwhile it queues again, last.
+  void election_absent() {
+    if (standing >= Standing::gave_up) return;
+    read();
+    election->rejoin(lease, id);
+  }
+
   // This node proposes from now on: it watches the whole job and reads it at every change.
   void take_office(long long revision) {
-    if (!office) {
-      etcd_rdzv::Proposer::Io out{
-          .txn = [this](Json body) {
-            call("/v3/kv/txn", std::move(body), [this](const std::string& error, const Json&) {
-              if (finished()) return;
-              if (!error.empty()) return give_up("lost etcd: " + error);
-              read();
-            });
-          },
-          .read = [this] { read(); },
-          .info = [this](const std::string& line) { info("{}", line); },
-          .etcd = tried()};
-      office = std::make_unique<etcd_rdzv::Proposer>(*io, options, prefix, std::move(out));
-    }
-    if (!watching_all) {
-      watching_all = true;
-      client->watch(prefix, etcd::prefix_end(prefix), revision + 1, on_events());
-    }
+    if (office) return read();
+    etcd_rdzv::Proposer::Io out{
+        .txn = [this](Json body) {
+          call("/v3/kv/txn", std::move(body), [this](const std::string& error, const Json&) {
+            if (finished()) return;
+            if (!error.empty()) return give_up("lost etcd: " + error);
+            read();
+          });
+        },
+        .read = [this] { read(); },
+        .info = [this](const std::string& line) { info("{}", line); },
+        .etcd = tried()};
+    office = std::make_unique<etcd_rdzv::Proposer>(*io, options, prefix, std::move(out));
+    // The whole job's watch sees the state too.
+    if (state_watch >= 0) client->unwatch(std::exchange(state_watch, -1));
+    client->watch(prefix, etcd::prefix_end(prefix), revision + 1, on_events());
     read();
   }
 
@@ -222,41 +253,21 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     };
   }
 
-  // A node that does not propose: the state as each event carries it; the proposer's key gone
-  // (its node lost, or finished): a race for its place, which one node wins.
-  etcd::Client::OnEvents on_narrow_events() {
+  // A node that does not propose: the state as each event carries it.
+  etcd::Client::OnEvents on_state_events() {
     std::weak_ptr<State> weak = shared_from_this();
     return [weak](const std::vector<etcd::Client::Event>& events) {
       auto self = weak.lock();
       if (!self || self->finished()) return;
       for (const auto& e : events) {
         if (self->office) return self->read();
-        if (e.key == self->key("proposer") && e.deleted) {
-          self->campaign();
-        } else if (e.key == self->key("state") && !e.deleted) {
-          Snapshot s;
-          s.revision = e.mod_revision;
-          self->fill_state(s, e.value, e.mod_revision);
-          self->decide(s);
-        }
+        if (e.deleted) continue;
+        Snapshot s;
+        s.revision = e.mod_revision;
+        self->fill_state(s, e.value, e.mod_revision);
+        self->decide(s);
       }
     };
-  }
-
-  void campaign() {
-    if (campaigning || office || finished() || lease == 0) return;
-    campaigning = true;
-    Json body{{"compare", nobody_proposes()}, {"success", Json::array({put_op(key("proposer"), Json(id))})}};
-    call("/v3/kv/txn", body, [this](const std::string& error, const Json& j) {
-      campaigning = false;
-      if (finished()) return;
-      if (!error.empty()) return give_up("lost etcd: " + error);
-      if (!field<bool>(j, "succeeded", false)) return;  // another node won: its put comes by the watch
-      const long long revision = j.contains("header") ? as_ll(j["header"], "revision") : 0;
-      proposer_since = revision;
-      info("this node proposes the job's next states now (the node that did is gone)");
-      take_office(revision);
-    });
   }
 
   void fill_state(Snapshot& s, const std::string& text, long long revision) const {
@@ -341,19 +352,19 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // every change would cost a million).
   void read() {
     if (finished() || lease == 0) return;
-    if (reading) {
-      dirty = true;
+    if (reading != Reading::idle) {
+      reading = Reading::again;
       return;
     }
-    reading = true;
+    reading = Reading::once;
     Json range = office ? Json{{"key", base64(prefix)}, {"range_end", base64(etcd::prefix_end(prefix))}}
                           : Json{{"key", base64(key("state"))}};
     call("/v3/kv/range", range, [this](const std::string& error, const Json& j) {
-      reading = false;
+      const bool again = std::exchange(reading, Reading::idle) == Reading::again;
       if (finished()) return;
       if (!error.empty()) return give_up("lost etcd: " + error);
       decide(etcd_rdzv::snapshot_of(j, prefix));
-      if (std::exchange(dirty, false)) read();
+      if (again) read();
     });
   }
 
@@ -378,7 +389,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     // A job that ended before this proposer took its place and left its state behind: the
     // proposer clears it (below); until then it is nobody's verdict.
     if (!office && phase == Phase::done && s.state_revision > 0 && s.state_revision < proposer_since) return;
-    if (std::exchange(first_read, false) && office && office->clear_leftover(s, id)) return;
+    if (standing == Standing::starting) {
+      standing = Standing::taking_part;
+      if (office && office->clear_leftover(s, id)) return;
+    }
     if (phase == Phase::done) {
       standing = Standing::verdict_read;
       return deliver(rendezvous::verdict_of(s.state["verdict"]));
@@ -470,6 +484,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     if (standing >= Standing::gave_up) return;
     standing = Standing::gave_up;
     beat_timer->cancel();
+    if (election) election->stop();
     RemoteVerdict v;
     v.cause = why;
     if (joined) return std::exchange(joined, nullptr)(v);
@@ -477,8 +492,6 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     if (!early_verdict) early_verdict = v;
     if (events.lost) events.lost(why);
   }
-
-  // --- the job's side: the next state, proposed by every node, won by one ---------------------
 
 };
 
@@ -578,6 +591,7 @@ void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> do
   const bool final_verdict = was == State::Standing::verdict_read;
   s.beat_timer->cancel();
   if (s.office) s.office->cancel();
+  if (s.election) s.election->stop();  // its key goes with the lease: the next in line wakes
   auto once = std::make_shared<std::function<void()>>(std::move(done));
   auto call = [once] {
     if (auto f = std::exchange(*once, nullptr)) f();
@@ -611,6 +625,7 @@ void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> do
 void EtcdRendezvous::detach() {
   auto& s = *state_;
   s.standing = State::Standing::finished;
+  if (s.election) s.election->stop();
   if (s.client) s.client->close();
   s.client.reset();
   for (auto* t : {&s.beat_timer, &s.finish_timer}) t->reset();

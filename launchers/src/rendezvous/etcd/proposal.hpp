@@ -9,7 +9,8 @@
 //                          members: [ID...] (node rank = index), nproc: N or [N...],
 //                          zero: {addr, port} (rank 0's store), cause, reform, verdict (the
 //                          last one), prev: the last attempt's members, gathers, look, report}
-//   proposer              (lease) the proposer's ID
+//   election/LEASE        (lease) a candidate to propose, valued its node's ID: the one created
+//                          first proposes (election.hpp)
 //   node/ID               (lease) {host, addr, nproc, join, port}: alive, and asks to be in
 //                          attempt `join` or later
 //   a/K/fail/ID           (lease) a rank of attempt K failed on node ID first
