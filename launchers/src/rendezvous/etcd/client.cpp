@@ -568,14 +568,13 @@ bool Client::watching(const std::shared_ptr<Watcher>& w) const {
 
 namespace {
 
-// A watch answer's revision (its header's), or 0.
-long long revision_of(const Json& result) {
+// The decimal text at j[key] (the gateway writes etcd's int64s so), or `otherwise`.
+long long number_at(const Json& j, const char* key, long long otherwise) {
   try {
-    if (result.contains("header") && result["header"].contains("revision"))
-      return std::stoll(result["header"]["revision"].get<std::string>());
+    return j.is_object() && j.contains(key) ? std::stoll(j[key].get<std::string>()) : otherwise;
   } catch (const std::exception&) {
+    return otherwise;
   }
-  return 0;
 }
 
 // A watch answer's events, each with its key, whether it was deleted, its value and revision.
@@ -588,20 +587,62 @@ std::vector<Client::Event> events_of(const Json& result, long long revision) {
                         .deleted = e.value("type", "") == "DELETE",
                         .value = kv.contains("value") && kv["value"].is_string() ? unbase64(kv["value"].get<std::string>())
                                                                                  : std::string(),
-                        .mod_revision = revision};
-    try {
-      if (kv.contains("mod_revision")) event.mod_revision = std::stoll(kv["mod_revision"].get<std::string>());
-    } catch (const std::exception&) {
-    }
+                        .mod_revision = number_at(kv, "mod_revision", revision)};
     keys.push_back(std::move(event));
   }
   return keys;
 }
 
+// Connected, the request sent, then the answer read as it comes (its chunks go to the parser's
+// on_chunk) until it breaks: `broken` with why. No timeout once the request is sent: a watch
+// is silent while nothing changes.
+void run_stream(const std::shared_ptr<WatchStream>& st, const tcp::resolver::results_type& results, const Endpoint& e,
+                std::chrono::milliseconds timeout, std::function<void(const std::string&)> broken) {
+  st->connection.tcp().expires_after(timeout);
+  st->connection.open(results, e, [st, broken](beast::error_code ec) {
+    if (ec) return broken(error_message(ec));
+    st->connection.with([st, broken](auto& stream) {
+      http::async_write(stream, st->request, [st, broken, &stream](auto ec, std::size_t) {
+        if (ec) return broken(ec.message());
+        st->connection.tcp().expires_never();
+        http::async_read_header(stream, st->buffer, st->parser, [st, broken, &stream](auto ec, std::size_t) {
+          if (ec) return broken(ec.message());
+          auto more = std::make_shared<std::function<void()>>();
+          *more = [st, broken, more, &stream] {
+            http::async_read_some(stream, st->buffer, st->parser, [st, broken, more](auto ec, std::size_t) {
+              if (ec || st->parser.is_done()) {
+                *more = nullptr;  // the cycle through the handler
+                return broken(ec ? ec.message() : "the stream ended");
+              }
+              (*more)();
+            });
+          };
+          (*more)();
+        });
+      });
+    });
+  });
+}
+
 }  // namespace
 
-// The stream: the gateway answers a watch with chunks, each holding JSON lines {"result":
-// {...events}}; each event is handed on with its key, value and revision.
+// One line of a watch stream, {"result": {...events}}: the revision to resume from, and the
+// events handed on with their keys, values and revisions.
+void Client::on_watch_line(Watcher& w, const Json& j) {
+  if (!j.is_object() || !j.contains("result")) return;
+  const auto& r = j["result"];
+  const long long revision = r.contains("header") ? number_at(r["header"], "revision", 0) : 0;
+  const bool events = r.contains("events") && r["events"].is_array() && !r["events"].empty();
+  if (revision > 0 && events) w.next_revision = std::max(w.next_revision, revision + 1);
+  // Unwatched, perhaps by the handler of an event earlier in this very chunk: nothing more.
+  const bool unwatched =
+      std::none_of(watchers_.begin(), watchers_.end(), [&w](const auto& x) { return x.second.get() == &w; });
+  if (!events || closed_ || unwatched || !w.on_events) return;
+  w.on_events(events_of(r, revision));
+}
+
+// The stream: the gateway answers a watch with chunks, each holding JSON lines; a stream that
+// breaks is opened again, on the next member.
 void Client::start_watch(const std::shared_ptr<Watcher>& w) {
   if (closed_ || !watching(w)) return;
   const std::size_t member = w->member % options_.endpoints.size();
@@ -619,17 +660,7 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
       const Json j = Json::parse(st->pending.begin() + static_cast<std::ptrdiff_t>(at),
                                  st->pending.begin() + static_cast<std::ptrdiff_t>(nl), nullptr, false);
       at = nl + 1;
-      if (!j.is_object() || !j.contains("result")) continue;
-      const auto& r = j["result"];
-      const long long revision = revision_of(r);
-      const bool events = r.contains("events") && r["events"].is_array() && !r["events"].empty();
-      if (revision > 0 && events) w->next_revision = std::max(w->next_revision, revision + 1);
-      auto self = weak.lock();
-      // Unwatched, perhaps by the handler of an event earlier in this very chunk: nothing more.
-      const bool unwatched = self && std::none_of(self->watchers_.begin(), self->watchers_.end(),
-                                                  [w](const auto& x) { return x.second.get() == w; });
-      if (!events || !self || self->closed_ || unwatched || !w->on_events) continue;
-      w->on_events(events_of(r, revision));
+      if (auto self = weak.lock()) self->on_watch_line(*w, j);
     }
     st->pending.erase(0, at);
     st->scanned = st->pending.size();
@@ -659,30 +690,7 @@ void Client::start_watch(const std::shared_ptr<Watcher>& w) {
   beast::error_code ec;
   const auto results = resolver.resolve(e.host, e.port, ec);
   if (ec) return broken(ec.message());
-  st->connection.tcp().expires_after(options_.try_timeout);
-  st->connection.open(results, e, [st, broken](beast::error_code ec) {
-    if (ec) return broken(error_message(ec));
-    st->connection.with([st, broken](auto& stream) {
-      http::async_write(stream, st->request, [st, broken, &stream](auto ec, std::size_t) {
-        if (ec) return broken(ec.message());
-        st->connection.tcp().expires_never();
-        http::async_read_header(stream, st->buffer, st->parser, [st, broken, &stream](auto ec, std::size_t) {
-          if (ec) return broken(ec.message());
-          auto more = std::make_shared<std::function<void()>>();
-          *more = [st, broken, more, &stream] {
-            http::async_read_some(stream, st->buffer, st->parser, [st, broken, more](auto ec, std::size_t) {
-              if (ec || st->parser.is_done()) {
-                *more = nullptr;  // the cycle through the handler
-                return broken(ec ? ec.message() : "the stream ended");
-              }
-              (*more)();
-            });
-          };
-          (*more)();
-        });
-      });
-    });
-  });
+  run_stream(st, results, e, options_.try_timeout, broken);
 }
 
 }  // namespace idist::launchers::etcd

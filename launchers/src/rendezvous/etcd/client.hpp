@@ -109,6 +109,7 @@ class Client : public std::enable_shared_from_this<Client> {
             std::function<void(const std::string& error, int status, const std::string& body)> done,
             bool fresh = false);
   void start_watch(const std::shared_ptr<Watcher>& w);
+  void on_watch_line(Watcher& w, const Json& line);
   void follow(std::size_t member);
   std::size_t next_member(std::size_t from) const;  // after `from`, the first not shunned
   bool shunned(std::size_t member) const;
