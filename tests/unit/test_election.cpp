@@ -120,6 +120,8 @@ namespace {
 struct FakeEtcd {
   long long revision = 1;
   std::map<std::string, long long> created;  // key -> create revision
+  std::map<std::string, std::string> values;
+  std::map<std::string, long long> modified;  // key -> mod revision
   struct Watch {
     std::string key;
     std::function<void(bool)> on_event;
@@ -131,7 +133,8 @@ struct FakeEtcd {
 
   Json range(const Json& r) const {
     const std::string from = etcd::unbase64(r["key"].get<std::string>());
-    const std::string to = etcd::unbase64(r["range_end"].get<std::string>());
+    // No range_end: the one key.
+    const std::string to = r.contains("range_end") ? etcd::unbase64(r["range_end"].get<std::string>()) : from + '\0';
     const long long max_create = r.contains("max_create_revision") ? std::stoll(r["max_create_revision"].get<std::string>()) : 0;
     std::vector<Candidate> in;
     for (const auto& [k, c] : created)
@@ -143,7 +146,11 @@ struct FakeEtcd {
     const auto limit = static_cast<std::size_t>(std::stoll(r.value("limit", std::string("0"))));
     if (limit > 0 && in.size() > limit) in.resize(limit);
     Json kvs = Json::array();
-    for (const auto& c : in) kvs.push_back({{"key", etcd::base64(c.key)}, {"create_revision", std::to_string(c.create_revision)}});
+    for (const auto& c : in)
+      kvs.push_back({{"key", etcd::base64(c.key)},
+                     {"create_revision", std::to_string(c.create_revision)},
+                     {"mod_revision", std::to_string(modified.count(c.key) ? modified.at(c.key) : c.create_revision)},
+                     {"value", etcd::base64(values.count(c.key) ? values.at(c.key) : "")}});
     return Json{{"kvs", kvs}};
   }
 
@@ -152,12 +159,21 @@ struct FakeEtcd {
     const Json header{{"revision", std::to_string(revision)}};
     if (path == "/v3/kv/range") return reply("", Json{{"header", header}, {"kvs", range(body)["kvs"]}});
     ++revision;
+    // Compares: a key's create revision 0 (the key absent), as the election's.
+    bool succeeded = true;
+    for (const auto& c : body.value("compare", Json::array()))
+      succeeded = succeeded && created.count(etcd::unbase64(c["key"].get<std::string>())) == 0;
     Json responses = Json::array();
-    for (const auto& op : body["success"]) {
-      if (op.contains("request_put")) created.try_emplace(etcd::unbase64(op["request_put"]["key"].get<std::string>()), revision);
+    for (const auto& op : body[succeeded ? "success" : "failure"]) {
+      if (op.contains("request_put")) {
+        const std::string k = etcd::unbase64(op["request_put"]["key"].get<std::string>());
+        created.try_emplace(k, revision);
+        values[k] = etcd::unbase64(op["request_put"]["value"].get<std::string>());
+        modified[k] = revision;
+      }
       if (op.contains("request_range")) responses.push_back({{"response_range", range(op["request_range"])}});
     }
-    reply("", Json{{"header", {{"revision", std::to_string(revision)}}}, {"responses", responses}});
+    reply("", Json{{"header", {{"revision", std::to_string(revision)}}}, {"succeeded", succeeded}, {"responses", responses}});
   }
 
   void erase(const std::string& key) {
@@ -198,9 +214,9 @@ std::unique_ptr<Node> candidate(FakeEtcd& etcd, long long lease) {
       .absent = [n] { n->absent = true; },
       .failed = [](const std::string&) {}};
   node->election = std::make_unique<etcd_rdzv::Election>(kJob, std::move(io));
-  Json body{{"compare", Json::array()}, {"success", node->election->campaign_ops(lease, "node-" + std::to_string(lease))}};
+  const Json body = node->election->campaign(lease, "node-" + std::to_string(lease), Json::array());
   etcd.call("/v3/kv/txn", body, [&](const std::string&, const Json& j) {
-    node->election->begin(j, std::stoll(j["header"]["revision"].get<std::string>()));
+    node->election->begin(j, nullptr);
   });
   return node;
 }
@@ -251,4 +267,37 @@ TEST_CASE("election on a fake etcd: its own key gone (its lease lost): absent at
   etcd.erase(kElection + "3");
   CHECK(b->elected == 1);
   CHECK(b->waited);
+}
+
+TEST_CASE("election: the first transaction reads no range of candidates (etcd would sort them all in its apply loop)") {
+  FakeEtcd etcd;
+  auto a = candidate(etcd, 1);
+  const Json body = a->election->campaign(1, "node-1", Json::array());
+  for (const char* branch : {"success", "failure"})
+    for (const auto& op : body[branch])
+      if (op.contains("request_range")) CHECK_FALSE(op["request_range"].contains("range_end"));
+}
+
+TEST_CASE("election on a fake etcd: 8 candidates placed by their transaction alone, the queue read by the first") {
+  FakeEtcd etcd;
+  std::vector<std::unique_ptr<Node>> nodes;
+  nodes.push_back(candidate(etcd, 1));
+  const int calls = etcd.calls;
+  for (long long lease = 2; lease <= 8; ++lease) nodes.push_back(candidate(etcd, lease));
+  CHECK(etcd.calls == calls + 7);  // each: its transaction, and no read
+  CHECK(nodes[0]->elected == 1);
+  etcd.erase(kElection + "1");
+  CHECK(nodes[1]->elected == 1);
+}
+
+TEST_CASE("election on a fake etcd: a first transaction applied twice (a retry): placed by its key's first create revision") {
+  FakeEtcd etcd;
+  etcd.created[kElection + "1"] = ++etcd.revision;  // the try that timed out, applied all the same
+  auto b = candidate(etcd, 2);
+  auto c = candidate(etcd, 3);
+  auto a = candidate(etcd, 1);  // the retry: its key is older than b's and c's
+  CHECK_FALSE(a->absent);
+  CHECK(a->elected == 1);
+  CHECK(b->elected == 0);
+  CHECK(etcd.watches.size() == 2);
 }

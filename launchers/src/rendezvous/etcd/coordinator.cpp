@@ -110,6 +110,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   enum class Reading { idle, once, again };
   Reading reading = Reading::idle;
   long long proposer_since = 0;  // the create revision of the proposer's candidate key, as first read
+  bool since_read = false;  // proposer_since read, not only bounded by this node's own place
   long long seen_revision = 0;  // of the newest snapshot decided on: an older one is stale
   long long beats = 0;
   // Job-wide stall reports: the newest request answered (state "look") and report shown.
@@ -154,7 +155,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   }
 
   // The lease, then one transaction: this node's record put, its candidate key put, and the
-  // state and its place in the election read, all at one revision, from which the watches start.
+  // state read, at one revision, from which the state's watch starts; then its place in the
+  // election, read (election.hpp).
   void start() {
     const long long ttl = std::max<long long>(2, (options.dead_after.count() + 999) / 1000);
     call("/v3/lease/grant", Json{{"TTL", std::to_string(ttl)}}, [this, ttl](const std::string& error, const Json& j) {
@@ -164,9 +166,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       renewed = Clock::now();
       if (options.local_addr.empty()) options.local_addr = client->local_address();
       election = make_election();
-      Json ops = Json::array({record_op(), Json{{"request_range", {{"key", base64(key("state"))}}}}});
-      for (auto& op : election->campaign_ops(lease, id)) ops.push_back(std::move(op));
-      call("/v3/kv/txn", Json{{"compare", Json::array()}, {"success", std::move(ops)}}, [this](const std::string& error, const Json& j) {
+      const Json also = Json::array({record_op(), Json{{"request_range", {{"key", base64(key("state"))}}}}});
+      call("/v3/kv/txn", election->campaign(lease, id, also), [this](const std::string& error, const Json& j) {
         if (finished()) return;
         if (!error.empty()) return give_up(fmt::format("cannot start the rendezvous on etcd: {}", error));
         const long long revision = j.contains("header") ? as_ll(j["header"], "revision") : 0;
@@ -180,11 +181,18 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
         }
         last_tick = Clock::now();
         beat();
-        proposer_since = election->begin(j, revision).leader_since;  // the first in line: take_office() ran
-        if (office) return;
-        // The state, with values, so that a change costs each node one message and no read.
-        state_watch = client->watch(key("state"), "", revision + 1, on_state_events());
-        decide(s);
+        // Its place in the queue, from this answer (its predecessor named there) or else a read
+        // of the queue: the state waits for it, which says from when on a finished job's state
+        // is this one's (proposer_since).
+        election->begin(j, [this, s](const etcd_rdzv::Place& place) {
+          // Unread (0): its own place bounds it, until a finished job's state makes it matter.
+          proposer_since = place.leader_since > 0 ? place.leader_since : election->own_revision();
+          since_read = place.leader_since > 0;
+          if (office || standing >= Standing::gave_up) return;  // the first in line: take_office() ran
+          // The state, with values, so that a change costs each node one message and no read.
+          state_watch = client->watch(key("state"), "", s.revision + 1, on_state_events());
+          decide(s);
+        });
       });
     });
   }
@@ -388,7 +396,16 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     const Phase phase = s.phase();
     // A job that ended before this proposer took its place and left its state behind: the
     // proposer clears it (below); until then it is nobody's verdict.
-    if (!office && phase == Phase::done && s.state_revision > 0 && s.state_revision < proposer_since) return;
+    if (!office && phase == Phase::done && s.state_revision > 0 && s.state_revision < proposer_since) {
+      // Only bounded by this node's own place: the first candidate's, read once, says; then
+      // the state read again (a newer one may have come meanwhile, and been put off as well).
+      if (!std::exchange(since_read, true) && election)
+        election->leader_since([this](long long since) {
+          if (since > 0) proposer_since = since;
+          read();
+        });
+      return;
+    }
     if (standing == Standing::starting) {
       standing = Standing::taking_part;
       if (office && office->clear_leftover(s, id)) return;

@@ -6,7 +6,10 @@
 // last before its own) and looks again when that key is deleted. Why not a race for one key:
 // when the proposer went, every node woke and sent a transaction that all but one lost; here
 // only the next in line wakes, whatever the number of nodes. A candidate whose predecessor left
-// while others stay before it simply waits on the one before that.
+// while others stay before it simply waits on the one before that. Unlike etcd's, a node learns
+// its predecessor in its first transaction, from election_last (the key queued last, renamed
+// there), and reads the queue (every candidate: etcd sorts before it limits) only where that
+// does not say, or after a predecessor went.
 //
 // Where a node stands (place_of) is a pure function of the candidates as a read returned them,
 // tested without etcd (tests/unit/test_election.cpp); Election does the reads and the watch.
@@ -66,11 +69,18 @@ class Election {
   Election(const Election&) = delete;
   Election& operator=(const Election&) = delete;
 
-  // Ops for the node's first transaction: its candidate key (value `id`, under `lease`), and
-  // the reads that place it at that revision (itself and its predecessor, the leader).
-  Json campaign_ops(long long lease, const std::string& id);
-  // That transaction's answer, at `revision`: the place taken, and the wait begun.
-  Place begin(const Json& answer, long long revision);
+  // The node's first transaction (`also`: its other ops, in either branch): its candidate key
+  // (value `id`, under `lease`) put, its predecessor read; or, its key there already (a retry),
+  // that key read, for its create revision. No range over the candidates: see begin().
+  Json campaign(long long lease, const std::string& id, const Json& also);
+  // That transaction's answer: its predecessor watched from its creation or, where none is
+  // named, the queue read; then `placed` with the place taken (after elected() or absent(), if
+  // either), the wait begun. leader_since is 0 but where the queue was read.
+  using Placed = std::function<void(const Place& place)>;
+  void begin(const Json& answer, Placed placed);
+  // The first candidate's create revision, read (a range over every candidate: when needed).
+  void leader_since(std::function<void(long long)> then);
+  long long own_revision() const { return own_revision_; }
   // The candidate key put again, as the last in line (after absent()).
   void rejoin(long long lease, const std::string& id);
   void stop();  // no more watching, nor any callback
@@ -82,10 +92,13 @@ class Election {
   enum class Stage { queued, waiting, checking, leading, absent, stopped };
   Json put_op(long long lease, const std::string& id) const;
   Json place_read(long long up_to) const;
+  Json first_read() const;
+  void locate(Placed placed);
   void settle(const Place& place, long long revision);
   void check_again();
 
   std::string prefix_;  // election/ under the job's prefix
+  std::string last_;    // election_last: the key of the candidate that queued last (under its lease)
   std::string own_;
   long long own_revision_ = 0;
   Io io_;

@@ -11,6 +11,7 @@
 //                          last one), prev: the last attempt's members, gathers, look, report}
 //   election/LEASE        (lease) a candidate to propose, valued its node's ID: the one created
 //                          first proposes (election.hpp)
+//   election_last         (lease) the candidate key queued last: the next one's predecessor
 //   node/ID               (lease) {host, addr, nproc, join, port}: alive, and asks to be in
 //                          attempt `join` or later
 //   a/K/fail/ID           (lease) a rank of attempt K failed on node ID first
