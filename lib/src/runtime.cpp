@@ -506,6 +506,10 @@ std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::ve
       other_call.push_back(who);
     }
   }
+  // Those that left say so in the store (finalize's note): read before saying we are done
+  // reading, since rank 0 may close the store as soon as everyone is.
+  auto arrived_or_left = present;
+  const auto left = count_missing(present) > 0 ? those_that_left(*store, members, arrived_or_left) : std::string();
   // Rank 0 hosts the store and may exit as soon as it raises: it first lets the others that
   // came finish reading, as join() does.
   store->set(base + "read/" + std::to_string(me), {});
@@ -530,9 +534,7 @@ std::string Runtime::who_did_not_arrive(const std::string& prefix, const std::ve
   if (!behind.empty())
     parts.push_back(fmt::format("others timed out in an earlier call ({})", fmt::join(behind, ", ")));
   if (count_missing(present) > 0) {
-    // Those that left say so in the store (finalize's note): name what they did.
-    auto arrived_or_left = present;
-    if (const auto left = those_that_left(*store, members, arrived_or_left); !left.empty()) parts.push_back(left);
+    if (!left.empty()) parts.push_back(left);
     if (count_missing(arrived_or_left) > 0)
       parts.push_back(fmt::format("{} did not arrive at it (no word from them within {}s of the timeout)",
                                   global_list(members, arrived_or_left), kWindow.count()));
