@@ -27,13 +27,18 @@ class IDIST_API InStepError : public std::runtime_error {
 // `member` is the group rank, -1 where the transport cannot tell which. ProcessGroup asks the
 // runtime what that peer said as it left (finalize's note in the store), so the error names
 // what happened ("rank 1 called finalize() after 6 steps ...") rather than a lost socket.
+// `seen`: the group rank whose connection closed here, where the transport knows it but not
+// whether that peer is the one that left (gloo: a neighbour that raised closes its socket too).
 class IDIST_API PeerLostFailure : public std::runtime_error {
  public:
-  PeerLostFailure(int member, const std::string& what) : std::runtime_error(what), member_(member) {}
+  PeerLostFailure(int member, const std::string& what, int seen = -1)
+      : std::runtime_error(what), member_(member), seen_(seen) {}
   int member() const { return member_; }
+  int seen() const { return seen_; }
 
  private:
   int member_;
+  int seen_;
 };
 
 }  // namespace idist::detail

@@ -36,7 +36,7 @@ ProcessGroup::~ProcessGroup() {
 }
 
 template <class Where, class F>
-void ProcessGroup::run(Health& health, Where&& where, F&& f) {
+void ProcessGroup::run(Health& health, const std::vector<int>& members, Where&& where, F&& f) {
   if (health.failed.load(std::memory_order_acquire)) {
     std::lock_guard lock(health.mu);
     throw Error(where(), "unusable after an earlier failure: " + health.broken);
@@ -53,6 +53,11 @@ void ProcessGroup::run(Health& health, Where&& where, F&& f) {
   } catch (const TimeoutFailure& e) {
     mark_broken(e.what());
     throw TimeoutError(where(), e.what());
+  } catch (const PeerLostFailure& e) {
+    mark_broken(e.what());
+    const int peer = e.member() >= 0 ? e.member() : e.seen();
+    const bool known = peer >= 0 && (members.empty() || static_cast<std::size_t>(peer) < members.size());
+    throw PeerLostError(where(), e.what(), !known ? -1 : members.empty() ? peer : members[static_cast<std::size_t>(peer)]);
   } catch (const InStepError& e) {
     // An argument check that every rank made alike (or a receive of the wrong size, which the
     // backend drained): the connections are still in step, so the group stays usable.
@@ -220,7 +225,7 @@ void ProcessGroup::run_body(const Call& call) {
         // The transport's own words stand.
       }
       if (why.empty()) throw;
-      throw std::runtime_error(why);
+      throw PeerLostFailure(e.member(), why, e.seen());
     }
   });
   ok = true;
@@ -572,8 +577,9 @@ Work ProcessGroup::start(std::string_view op, Backend::Completion completion, P2
   // can be asked without disturbing it (a short wait on a Gloo buffer that times out breaks
   // the whole context).
   auto where = site(op);
-  auto done = std::async(std::launch::async, [health = health_, where, completion = std::move(completion), record]() mutable {
-                record.around([&] { run(*health, [&] { return where; }, completion); });
+  auto done = std::async(std::launch::async, [health = health_, members = options_.members, where,
+                                              completion = std::move(completion), record]() mutable {
+                record.around([&] { run(*health, members, [&] { return where; }, completion); });
               }).share();
   return track(std::move(done), std::move(where));
 }

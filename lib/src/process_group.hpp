@@ -52,6 +52,8 @@ struct ProcessGroupOptions {
   // members that left said as they did (finalize's note in the store), or empty when none
   // left that way (a crash, a kill) or the runtime cannot tell.
   std::function<std::string(int member, std::string_view op, std::uint64_t number)> explain_departure = {};
+  // The world rank of each group rank (empty: the group is the world).
+  std::vector<int> members = {};
   // In the flight recorder: -1 the world, else new_group's number (last: set by name).
   std::int32_t group_id = -1;
   std::uint32_t epoch = 0;  // the runtime's number: collectives are numbered afresh by each init()
@@ -178,11 +180,12 @@ class ProcessGroup {
   // the group refuses further calls.
   // `where()` makes the error site, only when there is an error to report: on the path every
   // call takes, building one (strings) cost more than a shared-memory all_reduce of 8 bytes.
+  // `members`: the world rank of each group rank (empty: the world), to name a lost peer.
   template <class Where, class F>
-  static void run(Health& health, Where&& where, F&& f);
+  static void run(Health& health, const std::vector<int>& members, Where&& where, F&& f);
   template <class F>
   void run(std::string_view op, F&& f) {
-    run(*health_, [&] { return site(op); }, std::forward<F>(f));
+    run(*health_, options_.members, [&] { return site(op); }, std::forward<F>(f));
   }
   bool alone() const { return options_.size == 1 && backend_->traits().skip_group_of_one; }
   void execute(const Call& call);   // blocking: after the async ones, on this thread

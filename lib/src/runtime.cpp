@@ -422,6 +422,7 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
   ProcessGroupOptions o{rank, size, ErrorSite{contract_.rank, contract_.world_size, "", backend_},
                         std::move(description), contract_.debug};
   o.epoch = static_cast<std::uint32_t>(id_);
+  if (prefix != kWorldPrefix) o.members = members;
   if (rendezvous_) {
     o.explain_departure = [this, members, rank, world = prefix == kWorldPrefix](int member, std::string_view op,
                                                                                  std::uint64_t number) {

@@ -87,4 +87,7 @@ std::string format(const ErrorSite& s, const std::string& detail) {
 Error::Error(ErrorSite site, const std::string& detail)
     : std::runtime_error(format(site, detail)), site_(std::move(site)), detail_(detail) {}
 
+PeerLostError::PeerLostError(ErrorSite site, const std::string& detail, int lost_rank)
+    : Error(std::move(site), detail), lost_rank_(lost_rank) {}
+
 }  // namespace idist

@@ -66,6 +66,10 @@ int main(int argc, char** argv) try {
   std::fflush(stdout);
   idist::finalize();
   return wrong == 0 ? 0 : 3;
+} catch (const idist::PeerLostError& e) {
+  // The type a program that recovers catches, and the rank it names (tests/e2e/peer_death.sh).
+  std::fprintf(stderr, "%s\njob_sum: PeerLostError lost_rank=%d\n", e.what(), e.lost_rank());
+  return 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());
   return 1;

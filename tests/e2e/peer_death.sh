@@ -29,7 +29,7 @@ pid_of_rank() {
 # still running when the kill lands.
 kill_runs() {
   local label=$1 rounds=$2
-  local runs=8 sigpipe=0 named=0 unnamed=0 wrong_rank=0 zero_exit=0 i victim value job pid
+  local runs=8 sigpipe=0 named=0 unnamed=0 wrong_rank=0 zero_exit=0 typed=0 i victim value job pid
   for i in $(seq $runs); do
     victim=$((i % 3))
     value=$((500 + i))
@@ -49,6 +49,7 @@ kill_runs() {
         *"connection to a peer lost"*) unnamed=$((unnamed + 1)) ;;
       esac
     done < <(grep -o "\[idist rank [0-9]/3\] all_reduce(gloo): connection to [a-z0-9 ]* lost" "$TMP/out")
+    typed=$((typed + $(grep -c "job_sum: PeerLostError lost_rank=$victim\$" "$TMP/out")))
   done
   echo "  $label: $runs jobs with a rank killed mid-run: survivors killed by SIGPIPE in $sigpipe; survivor errors naming the dead rank: $named, another (already failed) rank: $wrong_rank, only an address: $unnamed"
   check "$label, kill -9 of a rank: no survivor dies of SIGPIPE ($sigpipe of $runs jobs)" equals $sigpipe 0
@@ -57,6 +58,9 @@ kill_runs() {
   [ "$label" = "shared memory" ] ||
     check "$label, kill -9 of a rank: survivors' errors name the dead rank ($named named)" test $named -gt 0
   check "$label, kill -9 of a rank: no survivor's error names only an address ($unnamed do)" equals $unnamed 0
+  # The error's type and lost_rank() say the same as its words, for a program that recovers.
+  check "$label, kill -9 of a rank: each error naming the dead rank is a PeerLostError with its rank ($typed of $named)" \
+    test $typed -ge $named
 }
 IDIST_INTRANODE=off kill_runs "gloo over TCP" 100000
 kill_runs "shared memory" 50000000
@@ -66,7 +70,7 @@ kill_runs "shared memory" 50000000
 # the dead rank. Under idist-run they often cannot: a dead peer over shared memory is known
 # from its exit, the very moment idist-run learns it and stops them (over TCP the peer's
 # sockets close a little earlier, while it is still exiting).
-runs=8 named=0 late=0
+runs=8 named=0 late=0 typed=0
 for i in $(seq $runs); do
   victim=$((i % 3))
   port=$(random_port)
@@ -84,11 +88,13 @@ for i in $(seq $runs); do
     [ $(($(now_ms) - start)) -gt 1000 ] && late=$((late + 1))
     grep -q "all_reduce(gloo): connection to rank $victim lost: it exited while this rank waited for it in all_reduce (shared memory)" "$TMP/r$r" &&
       named=$((named + 1))
+    grep -q "^job_sum: PeerLostError lost_rank=$victim\$" "$TMP/r$r" && typed=$((typed + 1))
   done
 done
 echo "  shared memory, ranks by hand: $runs jobs with a rank killed mid-run: $named of $((2 * runs)) survivors name it, $late took over 1 s"
 check "shared memory, ranks by hand, kill -9 of a rank: every survivor fails naming it ($named of $((2 * runs)))" equals $named $((2 * runs))
 check "... within a second ($late late)" equals $late 0
+check "... each a PeerLostError whose lost_rank() is the dead rank ($typed of $((2 * runs)))" equals $typed $((2 * runs))
 
 # Start-up: rank 2 stopped after DELAY s, for delays across joining, connecting and computing.
 T=2

@@ -42,10 +42,12 @@ using detail::verify_replicas;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // A failure inside auto_model's own collectives, named as the user knows them: "auto_model
-// bucket 0 (fc2.weight, fc2.bias, ...): <why>", kept a TimeoutError where it was one.
+// bucket 0 (fc2.weight, fc2.bias, ...): <why>", kept a TimeoutError or a PeerLostError where
+// it was one.
 [[noreturn]] void rethrow_in(const Error& e, const std::string& what) {
   const auto detail = what + ": " + e.detail();
   if (dynamic_cast<const TimeoutError*>(&e) != nullptr) throw TimeoutError(e.site(), detail);
+  if (const auto* lost = dynamic_cast<const PeerLostError*>(&e)) throw PeerLostError(e.site(), detail, lost->lost_rank());
   throw Error(e.site(), detail);
 }
 

@@ -21,10 +21,12 @@
 //  - TimeoutError from a collective: peers did not arrive within IDIST_TIMEOUT. The
 //    connections are in an unknown state: the group is unusable. (Work::wait(timeout)'s
 //    TimeoutError is the caller's own deadline: the operation goes on.)
-//  - any other Error from inside a collective (a connection lost, a peer that died): the group
-//    is unusable, and every later call on it raises "unusable after an earlier failure: ...".
+//  - any other Error from inside a collective: the group is unusable, and every later call on
+//    it raises "unusable after an earlier failure: ...". PeerLostError is this kind where a
+//    peer is gone (it died, was killed, or left the group), naming it.
 // Inside the library the first kind is detail::InStepError (lib/src/in_step_error.hpp), the
-// second detail::TimeoutFailure, and any other exception is the third: no std type carries
+// second detail::TimeoutFailure, detail::PeerLostFailure the third's PeerLostError, and any
+// other exception is the third: no std type carries
 // the distinction, so a std::invalid_argument from deep inside counts as a broken group.
 // env::ContractError (env_contract.hpp), the parse error the launcher shares with the
 // library, reaches a program as Error from init() ("init: bad environment: ...").
@@ -57,6 +59,21 @@ class IDIST_API Error : public std::runtime_error {
  private:
   ErrorSite site_;
   std::string detail_;
+};
+
+// A peer this rank waited for inside a collective is gone: its process exited or was killed,
+// its connection closed, or it left the group (finalize) without making the call. The group is
+// unusable after it, as after any failure inside a collective (see above). lost_rank() is the
+// world rank of that peer: the one that left where the runtime knows (finalize's note, the
+// shared-memory and mpi transports), else the one whose connection closed here (over gloo's
+// TCP a survivor may see a neighbour's socket close first), -1 where nothing says which.
+class IDIST_API PeerLostError : public Error {
+ public:
+  PeerLostError(ErrorSite site, const std::string& detail, int lost_rank);
+  int lost_rank() const noexcept { return lost_rank_; }
+
+ private:
+  int lost_rank_;
 };
 
 // A peer or the store did not answer within the timeout (IDIST_TIMEOUT). After a timeout

@@ -485,16 +485,18 @@ class GlooBackend final : public Backend {
       const std::string what = e.what();
       const bool connecting = what.find("Connect timeout") != std::string::npos;
       std::string who = "a peer";
+      int seen = -1;
       if (names != nullptr)
         for (const auto& [address, peer] : names->by_address)
-          if (what.find(address) != std::string::npos) who = names->word + std::to_string(peer);
+          if (what.find(address) != std::string::npos) who = names->word + std::to_string(peer), seen = peer;
       // Not found (a gloo whose keys look otherwise, IPv6): "a peer", and the launcher's
       // summary names who died.
       if (connecting)
         throw std::runtime_error(who + " did not complete its connection in time: stopped, or unreachable from here? (gloo: " +
                                  what + ")");
       // Which member, the runtime finds out from what each said as it left (-1: any).
-      throw PeerLostFailure(-1, "connection to " + who + " lost: did it exit, crash or call finalize()? (gloo: " + what + ")");
+      throw PeerLostFailure(-1, "connection to " + who + " lost: did it exit, crash or call finalize()? (gloo: " + what + ")",
+                            seen);
     }
   }
   template <class F>
