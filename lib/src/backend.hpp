@@ -140,6 +140,13 @@ class IDIST_API Backend {
   // for the whole timeout. gloo has nothing to do: a pending transfer fails when the peer's
   // connection closes.
   virtual void cancel_transfers() {}
+  // Ends this rank's part in the group at once, from any thread, with a call in flight or not:
+  // every wait here (a collective, a pending transfer) raises PeerLostFailure naming `why`,
+  // and so do the peers' waits on this rank (its connections close or its abort shows in
+  // shared memory), so that one survivor's abort frees every survivor of a lost peer. After
+  // it the group is only destroyed. Live recovery's first step (docs/ARCHITECTURE.md); the
+  // transports that cannot (mpi, nccl, ucx) keep this no-op, and recovery refuses them.
+  virtual void abort(const std::string& why) noexcept { (void)why; }
 
  protected:
   // Throws InStepError "the X backend does not support OP": every rank reaches the same

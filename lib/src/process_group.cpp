@@ -68,6 +68,15 @@ void ProcessGroup::run(Health& health, const std::vector<int>& members, Where&& 
   }
 }
 
+void ProcessGroup::abort(const std::string& why) {
+  {
+    std::lock_guard lock(health_->mu);
+    if (health_->broken.empty()) health_->broken = "aborted: " + why;
+    health_->failed.store(true, std::memory_order_release);
+  }
+  backend_->abort(why);
+}
+
 // --- argument checks, on the caller's thread, before anything is sent -----------------------
 
 void ProcessGroup::check_root(std::string_view op, std::string_view role, int root) const {

@@ -120,6 +120,11 @@ class ProcessGroup {
   std::unique_ptr<ProcessGroup> make_group(const std::vector<int>& members, BackendInit init,
                                            ProcessGroupOptions options);
 
+  // Ends this rank's part in the group, from any thread, with calls in flight or not
+  // (Backend::abort): they raise PeerLostError, the peers' waits on this rank end too, and
+  // every later call raises "unusable after an earlier failure: aborted: <why>".
+  void abort(const std::string& why);
+
   // An error site for `op` with this group's rank, world size and backend.
   ErrorSite site(std::string_view op) const;
 

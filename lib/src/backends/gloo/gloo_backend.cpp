@@ -2,6 +2,7 @@
 #include "backends/gloo/enforce.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -23,14 +24,18 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
@@ -260,7 +265,7 @@ class GlooBackend final : public Backend {
     const auto name_peers = [&] {
       peer_names_ = std::make_shared<const PeerNames>(
           PeerNames{named(init, peer_ranks(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size)),
-                    member_word(init)});
+                    member_word(init), aborted_});
     };
     try {
       context_->connectFullMesh(prefixed, device_->device());
@@ -303,6 +308,26 @@ class GlooBackend final : public Backend {
   }
 
   std::string_view name() const override { return "gloo"; }
+
+  // Gloo fails what waits on a pair, on both sides, when the pair's socket reaches its end:
+  // what a dead peer's exit does. abort() does the same to this group's sockets with
+  // shutdown(2), leaving them open and registered, so that gloo's own loop sees the end and
+  // closes the pairs (gloo's call for it, tcp::Pair::signalExceptionExternal, is protected,
+  // and Pair::close would leave this side's waits to their timeout). Waits here then raise
+  // the abort's words (guard_with).
+  void abort(const std::string& why) noexcept override {
+    try {
+      {
+        std::lock_guard lock(aborted_->mu);
+        if (aborted_->set.load()) return;
+        aborted_->why = why;
+        aborted_->set.store(true, std::memory_order_release);
+      }
+      if (peer_names_) shut_down_sockets_to(*peer_names_);
+    } catch (...) {
+      // Out of memory: the peers' waits on this rank end at their timeout.
+    }
+  }
 
   std::unique_ptr<Backend> make_group(const GroupInit& group) override {
     return std::make_unique<GlooBackend>(group.init, device_);
@@ -470,16 +495,51 @@ class GlooBackend final : public Backend {
   // gloo::Exception: catch std::exception and sort out timeouts by their text.
   // A connection error names the peer's address ("Connection closed by peer
   // [127.0.0.1]:20904"); the rank behind it is what a user can act on.
+  // Set by abort(): every wait here then ends in its words. Shared with completions.
+  struct Aborted {
+    std::mutex mu;
+    std::string why;
+    std::atomic<bool> set{false};
+  };
   struct PeerNames {
     std::vector<std::pair<std::string, int>> by_address;  // gloo's address of each peer -> its group rank
     std::string word;                                      // "rank " or "group rank "
+    std::shared_ptr<Aborted> aborted;
   };
+  // This process's sockets whose far end is one of `names`' addresses: this group's
+  // connections, whichever side connected (every group has ports of its own).
+  static void shut_down_sockets_to(const PeerNames& names) {
+    std::set<std::string> peers;
+    for (const auto& [address, peer] : names.by_address) peers.insert(address);
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (dir == nullptr) return;
+    while (const dirent* entry = ::readdir(dir)) {
+      char* end = nullptr;
+      const long fd = std::strtol(entry->d_name, &end, 10);
+      struct stat st {};
+      if (end == entry->d_name || *end != '\0' || ::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode))
+        continue;
+      sockaddr_storage far{};
+      socklen_t length = sizeof(far);
+      if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&far), &length) != 0 ||
+          (far.ss_family != AF_INET && far.ss_family != AF_INET6))
+        continue;
+      // Written by gloo's Address::str(), as the names were.
+      if (peers.contains(gloo::transport::tcp::Address(reinterpret_cast<const sockaddr*>(&far), length).str()))
+        ::shutdown(static_cast<int>(fd), SHUT_RDWR);
+    }
+    ::closedir(dir);
+  }
 
   template <class F>
   static void guard_with(const PeerNames* names, F&& f) {
     try {
       f();
     } catch (const gloo::IoException& e) {
+      if (names != nullptr && names->aborted && names->aborted->set.load(std::memory_order_acquire)) {
+        std::lock_guard lock(names->aborted->mu);
+        throw PeerLostFailure(-1, "this rank aborted the group: " + names->aborted->why);
+      }
       if (std::strstr(e.what(), "Timed out") != nullptr || std::strstr(e.what(), "timed out") != nullptr)
         throw TimeoutFailure(e.what());
       const std::string what = e.what();
@@ -602,6 +662,7 @@ class GlooBackend final : public Backend {
 
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TcpDevice> device_;
+  std::shared_ptr<Aborted> aborted_ = std::make_shared<Aborted>();
   std::shared_ptr<const PeerNames> peer_names_;  // shared with completions, which may outlive us
   std::shared_ptr<gloo::rendezvous::Context> context_;
 };

@@ -179,6 +179,10 @@ class HierarchicalBackend final : public Backend {
     if (local_) local_->cancel_transfers();
     if (flat_) flat_->cancel_transfers();
   }
+  void abort(const std::string& why) noexcept override {
+    for (auto* inner : {flat_.get(), local_.get(), leaders_.get(), own_rail_.get()})
+      if (inner != nullptr) inner->abort(why);
+  }
 
  private:
   // The inner backends share this call's deadline while it lasts.

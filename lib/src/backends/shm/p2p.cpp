@@ -95,6 +95,14 @@ void Mailboxes::give_up(int r, const std::string& what, bool timeout) const {
   throw TimeoutFailure(timed_out(what, options_.timeout, "no progress from " + peer(r)));
 }
 
+void Mailboxes::check_aborted() const {
+  const int by = segment_->aborted_by();
+  if (by < 0) return;
+  throw PeerLostFailure(-1, by == options_.rank ? "this rank aborted the group: " + segment_->abort_reason()
+                                                : peer(by) + " aborted the group while this rank waited for a transfer "
+                                                             "(shared memory)");
+}
+
 // One word, not one per ring: the n^2 rings' pages stay untouched where never used. The
 // peers' waits look at it between their naps.
 void Mailboxes::close() { closed(options_.rank).store(1, std::memory_order_release); }
@@ -115,6 +123,7 @@ void Mailboxes::write(Ring& ring, const char* data, std::size_t bytes, int dst, 
     const std::uint32_t used = tail - ring.head.value.load(std::memory_order_acquire);
     if (used == size) {
       wait_for(ring.head, options_.policy, [&](std::uint32_t head) { return tail - head < size; }, [&] {
+        check_aborted();
         if (segment_->exited(dst) && tail - ring.head.value.load(std::memory_order_acquire) == size)
           give_up(dst, "while sending to it", false);
         if (Clock::now() > deadline) give_up(dst, "send to " + peer(dst) + " (the receiver did not take the message)", true);
@@ -141,6 +150,7 @@ void Mailboxes::read(Ring& ring, char* out, std::size_t bytes, int src, Clock::t
     const std::uint32_t ready = ring.tail.value.load(std::memory_order_acquire) - head;
     if (ready == 0) {
       wait_for(ring.tail, options_.policy, [&](std::uint32_t tail) { return tail != head; }, [&] {
+        check_aborted();
         // Looked at again after the exit: what it wrote before exiting is still to be read.
         if (segment_->exited(src) && ring.tail.value.load(std::memory_order_acquire) == head)
           give_up(src, "before sending all it was to send", false);

@@ -80,6 +80,7 @@ class Mailboxes : public std::enable_shared_from_this<Mailboxes> {
   void complete_recv(char* data, std::size_t bytes, int src, std::uint32_t tag, std::uint64_t ticket);
   static void forget_if_idle(Inbox& box, std::uint32_t tag);
   [[noreturn]] void give_up(int peer, const std::string& what, bool timeout) const;
+  void check_aborted() const;  // Segment::abort: PeerLostFailure
   std::atomic<std::uint32_t>& closed(int r) const;
   bool nobody_sends(int src, Ring& r) const;
   bool nobody_reads(int dst, Ring& r) const;

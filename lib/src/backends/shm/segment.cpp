@@ -40,6 +40,7 @@ struct Segment::Header {
   std::uint32_t members;
   Word attached;  // members attached so far
   Word departed;  // members that have left (depart): while 0, departed() reads nothing else
+  Word aborted;   // 1 + the member that aborted the group first (abort), 0 while none has
   // Then the members' pids (pids()), then their departure words (departures()).
 };
 
@@ -145,6 +146,27 @@ void Segment::depart(int me) {
   post_add(header().departed, 1);
   if (words_)
     for (auto* w : words_()) wake_now(*w);
+}
+
+void Segment::abort(int me, const std::string& why) {
+  if (base_ == nullptr) return;
+  {
+    std::lock_guard lock(abort_mu_);
+    if (abort_reason_.empty()) abort_reason_ = why;
+  }
+  std::uint32_t none = 0;
+  header().aborted.value.compare_exchange_strong(none, static_cast<std::uint32_t>(me) + 1, std::memory_order_acq_rel);
+  if (words_)
+    for (auto* w : words_()) wake_now(*w);
+}
+
+int Segment::aborted_by() const {
+  return static_cast<int>(header().aborted.value.load(std::memory_order_acquire)) - 1;
+}
+
+std::string Segment::abort_reason() const {
+  std::lock_guard lock(abort_mu_);
+  return abort_reason_;
 }
 
 bool Segment::departed(int r) const {

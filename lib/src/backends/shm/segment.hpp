@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +54,12 @@ class Segment {
   void depart(int me);
   // Whether member r has left (depart). A plain read of one shared word while nobody has.
   bool departed(int r) const;
+  // Backend::abort: every member's waits end now (the sleepers are woken) and ask
+  // aborted_by() between their naps: the member that aborted the group first, or -1.
+  // `why` stays in this process, for its own waits' words (abort_reason()).
+  void abort(int me, const std::string& why);
+  int aborted_by() const;
+  std::string abort_reason() const;
 
   // Wakes every sleeper on the words `words()` names as soon as a member exits, so that a wait
   // on a dead peer ends now rather than at its next nap (a launcher stops the survivors within
@@ -82,7 +89,9 @@ class Segment {
   // Members the watcher saw exit: while none did, exited() needs no system call, so waits can
   // ask before every sleep. Shared with the watcher, which may outlive us (see ~Segment).
   std::shared_ptr<std::atomic<int>> exits_seen_;
-  std::function<std::vector<Word*>()> words_;  // what the watcher wakes, for depart() too
+  std::function<std::vector<Word*>()> words_;  // what the watcher wakes, for depart() and abort() too
+  mutable std::mutex abort_mu_;
+  std::string abort_reason_;
   std::size_t members_ = 0;
 };
 

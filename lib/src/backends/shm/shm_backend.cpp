@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/shm/call_note.hpp"
 #include "backends/shm/p2p.hpp"
 #include "backends/shm/segment.hpp"
 #include "backends/shm/sync.hpp"
@@ -62,7 +63,10 @@
 namespace idist::detail {
 namespace {
 
+using shm::CallNote;
 using shm::Clock;
+using shm::kOpNames;
+using shm::Op;
 using shm::Word;
 
 constexpr std::size_t KiB = 1024;
@@ -100,57 +104,6 @@ constexpr std::size_t kBoxNoteBytes = 16;  // CallNote::Words, first in line 0
 // 264: 8 B to 256 B all_reduce, where the halves' two transfers showed (docs/BENCHMARKS.md;
 // with 3 lines, 256 B took 0.19 us against Open MPI's 0.17, with 5 0.165-0.185 against 0.180-0.201).
 constexpr std::size_t kBoxBytes = kBoxLines * sizeof(BoxLine::bytes) - kBoxNoteBytes;
-
-enum class Op : std::uint8_t { barrier, broadcast, all_gather, gather, all_gather_v, scatter, all_reduce, reduce, reduce_scatter };
-constexpr const char* kOpNames[] = {"barrier", "broadcast",  "all_gather", "gather",        "all_gather_v",
-                                    "scatter", "all_reduce", "reduce",     "reduce_scatter"};
-
-// A call as its step notes carry it: two words (Word::note), equal on every member for the
-// same call.
-struct CallNote {
-  Op op = Op::barrier;
-  std::uint64_t bytes = 0;  // the call's size argument: per rank, or all of all_gather_v
-  int root = -1;
-  int dtype = -1;  // reductions only
-  int reduce_op = -1;
-  std::uint64_t number = 0;  // the member's calls on this group so far (its low 24 bits)
-
-  using Words = std::array<std::uint64_t, 2>;
-  Words words() const {
-    return {bytes, static_cast<std::uint64_t>(op) | static_cast<std::uint64_t>(static_cast<std::uint8_t>(dtype)) << 8 |
-                       static_cast<std::uint64_t>(static_cast<std::uint8_t>(reduce_op)) << 16 |
-                       static_cast<std::uint64_t>(static_cast<std::uint16_t>(root)) << 24 |
-                       (number & 0xffffff) << 40};
-  }
-  static CallNote from(const Words& w) {
-    CallNote c;
-    c.bytes = w[0];
-    c.op = static_cast<Op>(w[1] & 0xff);
-    c.dtype = static_cast<std::int8_t>((w[1] >> 8) & 0xff);
-    c.reduce_op = static_cast<std::int8_t>((w[1] >> 16) & 0xff);
-    c.root = static_cast<std::int16_t>((w[1] >> 24) & 0xffff);
-    c.number = w[1] >> 40;
-    return c;
-  }
-  // "all_reduce (float32 SUM, 8 bytes)", and " as its call #5" with `numbered`; `shown_root`:
-  // the root as the user knows it.
-  std::string text(int shown_root, bool numbered) const {
-    const auto o = static_cast<std::size_t>(op);
-    std::string out = o < std::size(kOpNames) ? kOpNames[o] : "an unknown call";
-    std::vector<std::string> parts;
-    if (dtype >= 0)
-      parts.push_back(std::string(to_string(static_cast<DType>(dtype))) + " " +
-                      std::string(to_string(static_cast<ReduceOp>(reduce_op))));
-    if (op != Op::barrier) parts.push_back(std::to_string(bytes) + " bytes");
-    if (root >= 0) parts.push_back("root " + std::to_string(shown_root));
-    if (!parts.empty()) {
-      out += " (";
-      for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
-      out += ")";
-    }
-    return numbered ? out + " as its call #" + std::to_string(number) + " here" : out;
-  }
-};
 
 class ShmBackend final : public Backend {
  public:
@@ -317,6 +270,13 @@ class ShmBackend final : public Backend {
   void cancel_transfers() override {
     mailboxes_->close();
     if (finalizing()) segment_->depart(rank_);
+  }
+  void abort(const std::string& why) noexcept override {
+    try {
+      segment_->abort(rank_, why);
+    } catch (...) {
+      // Out of memory for the words: the peers' waits end at their timeout.
+    }
   }
 
  private:
@@ -490,6 +450,10 @@ class ShmBackend final : public Backend {
                                     op_ + " (shared memory): the ranks ran different numbers of steps (uneven data? see "
                                           "idist::join)");
     };
+    if (const int by = segment_->aborted_by(); by >= 0) [[unlikely]]
+      throw PeerLostFailure(-1, by == rank_ ? "this rank aborted the group: " + segment_->abort_reason()
+                                            : word_ + std::to_string(name(by)) + " aborted the group while this rank waited in " +
+                                                  op_ + " (shared memory)");
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || (only >= 0 && r != only)) continue;
       // A rank at this very step in another call: the calls do not match (the step would
