@@ -281,6 +281,7 @@ L::SuperviseOptions supervise_options(const Cli& cli) {
   supervise.tag_output = cli.tag_output;
   supervise.grace = milliseconds(cli.grace_seconds);
   supervise.stall_timeout = milliseconds(cli.stall_seconds);
+  supervise.heartbeat_timeout = milliseconds(cli.heartbeat_seconds);
   supervise.stall_action = cli.stall_action == "kill" ? L::SuperviseOptions::StallAction::kill
                                                       : L::SuperviseOptions::StallAction::report;
   supervise.status_socket = true;
@@ -537,6 +538,7 @@ void add_check(CLI::Option* option, const config::Setting& setting) {
     case config::Check::backend: option->check(one_of(idist::env::kBackendNames)); return;
     case config::Check::grace: option->check(seconds_from_zero(3600)); return;
     case config::Check::stall_timeout: option->check(seconds_from_zero(1e6)); return;
+    case config::Check::heartbeat_timeout: option->check(seconds_from_zero(3600)); return;
     case config::Check::stall_action: option->check(CLI::IsMember({"report", "kill"})); return;
     case config::Check::restarts: option->check(CLI::Range(0, 10000)); return;
   }

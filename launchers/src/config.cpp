@@ -309,6 +309,7 @@ std::string_view wanted(const Setting& setting) {
       {"timeout", "a number of seconds"},
       {"grace", "a number of seconds"},
       {"stall_timeout", "a number of seconds"},
+      {"heartbeat_timeout", "a number of seconds"},
   };
   const auto it = kWants.find(setting.key);
   return it != kWants.end() ? it->second : type_words(setting.type);

@@ -101,6 +101,11 @@ rec::Segment* segment() {
 
 }  // namespace
 
+common::recorder::Segment* launcher_segment() {
+  auto* s = segment();
+  return s == &private_segment ? nullptr : s;
+}
+
 RecorderRing RecorderRing::own(std::uint32_t epoch, std::int32_t group) {
   auto* s = segment();
   if (s == nullptr) return {};

@@ -16,6 +16,10 @@
 
 namespace idist::detail {
 
+// idist-run's memory for this rank's recorder (IDIST_RECORDER_FD), or null where there is
+// none (a rank started without idist-run, or IDIST_FLIGHT_RECORDER=0): where a heartbeat goes.
+common::recorder::Segment* launcher_segment();
+
 // A writer's ring: its own when one was free (its calls must then come one at a time, as a
 // group's collectives do), else the shared ring 0. Empty with IDIST_FLIGHT_RECORDER=0.
 class RecorderRing {

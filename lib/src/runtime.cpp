@@ -19,6 +19,7 @@
 #include "common/cpus_shared.hpp"
 #include "common/duration.hpp"
 #include "common/wait.hpp"
+#include "recorder.hpp"
 #include "idist/common/host.hpp"
 #include "store/memory_store.hpp"
 #include "store_keys.hpp"
@@ -321,6 +322,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     : contract_(contract), id_(next_runtime_id()) {
   ignore_sigpipe_unless_handled();
   follow_cpus_shared(contract_);
+  if (options.recovery) heartbeat_ = std::make_unique<Heartbeat>(launcher_segment());
   // One deadline for the whole rendezvous: reaching the store and everyone joining.
   const auto deadline = Clock::now() + contract_.timeout;
   const std::string backend = choose_backend(contract_, options);

@@ -11,6 +11,7 @@
 
 #include "idist/env_contract.hpp"
 #include "idist/idist.hpp"
+#include "heartbeat.hpp"
 #include "process_group.hpp"
 #include "store/store.hpp"
 #include "store/tcp_store_server.hpp"
@@ -106,6 +107,7 @@ class Runtime {
 
   env::Contract contract_;
   std::uint64_t id_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // InitOptions::recovery: beats from init to the end
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
   std::unique_ptr<Store> store_;
   std::unique_ptr<ProcessGroup> world_;

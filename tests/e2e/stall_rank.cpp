@@ -29,13 +29,16 @@
 //                                           or spin, unequal between ranks: up to 3 s of waiting in
 //                                           the collective after it), then all_reduce, broadcast,
 //                                           a ring of send/recv and a barrier
-// Every rank prints its pid first ("rank R pid P"), so that a test can signal it.
+// Every rank prints its pid first ("rank R pid P"), so that a test can signal it. With
+// STALL_RANK_RECOVERY set, the ranks init with InitOptions::recovery (a heartbeat idist-run
+// watches: heartbeat.sh).
 #include <idist/idist.hpp>
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <span>
@@ -67,7 +70,7 @@ int main(int argc, char** argv) try {
     return 2;
   }
   const std::string mode = argv[1];
-  idist::init();
+  idist::init(idist::InitOptions{.recovery = std::getenv("STALL_RANK_RECOVERY") != nullptr});
   const int rank = idist::get_rank();
   std::printf("rank %d pid %d\n", rank, static_cast<int>(::getpid()));
   std::fflush(stdout);

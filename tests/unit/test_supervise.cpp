@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "idist/launchers/supervisor.hpp"
+#include "heartbeat_watch.hpp"
 #include "oom.hpp"
 #include "phase.hpp"
 #include "policy.hpp"
@@ -137,6 +138,12 @@ TEST_CASE("the job's outcome: exit code and words for each way it ends") {
     CHECK(o.exit_code == 137);
     CHECK(o.outcome == "rank 1 was killed by SIGKILL (the kernel's OOM killer: out of memory)");
   }
+  SUBCASE("a rank stopped as frozen says so") {
+    last.ranks[1] = ended(1, killed(SIGKILL));
+    last.ranks[1].frozen_for = std::chrono::milliseconds(3140);
+    last.first_failure = 1;
+    CHECK(decide_outcome(f, "").outcome == "rank 1 was killed by SIGKILL (idist-run stopped it: frozen, no heartbeat for 3.1s)");
+  }
   SUBCASE("timeout, interruption, a rank that could not start, a stall kill") {
     f.stop = Stop::timed_out;
     f.timeout = 1500ms;
@@ -169,6 +176,17 @@ TEST_CASE("the job's outcome: exit code and words for each way it ends") {
     f.coordination_error = "lost the rendezvous";
     CHECK(decide_outcome(f, "").outcome == "lost the rendezvous");
   }
+}
+
+TEST_CASE("frozen: a heartbeat older than the timeout, never a rank that beats none") {
+  using idist::launchers::supervision::frozen_for;
+  constexpr std::int64_t s = 1'000'000'000;
+  CHECK_FALSE(frozen_for(0, 100 * s, 3000ms));           // beats no heartbeat
+  CHECK_FALSE(frozen_for(97 * s, 100 * s, 3000ms));      // exactly the timeout: not yet
+  CHECK_FALSE(frozen_for(90 * s, 100 * s, 0ms));         // --heartbeat-timeout 0: never
+  const auto silent = frozen_for(96 * s, 100 * s, 3000ms);
+  REQUIRE(silent);
+  CHECK(silent->count() == doctest::Approx(4.0));
 }
 
 TEST_CASE("the phase table") {

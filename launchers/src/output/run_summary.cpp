@@ -6,6 +6,8 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "idist/common/duration.hpp"
+
 namespace idist::launchers::detail {
 
 std::string signal_name(int sig) {
@@ -22,6 +24,9 @@ std::string describe(int status) {
 
 std::string describe(const RankRecord& rank) {
   if (!rank.status) return "is still running";
+  if (rank.frozen_for)
+    return describe(*rank.status) + " (idist-run stopped it: frozen, no heartbeat for " +
+           common::measured_duration_text(*rank.frozen_for) + ")";
   return describe(*rank.status) + (rank.oom_killed ? " (the kernel's OOM killer: out of memory)" : "");
 }
 
@@ -65,6 +70,7 @@ json rank_json(const RankRecord& r, const std::string& host, bool first_failure)
   out["signal"] = signaled ? json(signal_name(WTERMSIG(*r.status))) : json(nullptr);
   out["core_dumped"] = signaled && WCOREDUMP(*r.status);
   out["oom_killed"] = r.oom_killed;
+  out["frozen_s"] = r.frozen_for ? json(r.frozen_for->count()) : json(nullptr);
   out["start"] = iso8601(r.start);
   out["end"] = r.status ? json(iso8601(r.end)) : json(nullptr);
   out["collateral"] = r.collateral;

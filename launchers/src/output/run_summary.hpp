@@ -21,6 +21,8 @@ struct RankRecord {
   std::optional<int> status;  // wait status once reaped
   bool collateral = false;    // stopped by us, not failed on its own
   bool oom_killed = false;    // its SIGKILL came from the kernel's OOM killer (oom.hpp)
+  // Its heartbeat stopped this long before idist-run stopped it (heartbeat_watch.hpp).
+  std::optional<std::chrono::duration<double>> frozen_for;
   WallClock::time_point start, end;
   std::uint64_t out_log_lost = 0, err_log_lost = 0;  // bytes its --log-dir files could not take
 };

@@ -62,6 +62,8 @@ class RecorderMemory {
   // The rank's calls, each dated by when we first saw the recorder as it is now (the rank
   // reads no clock).
   std::vector<detail::Recorded> read();
+  // The rank's last heartbeat (recorder::Segment::beat_ns): 0 where it beats none.
+  std::int64_t beat_ns() const { return segment_->beat_ns.load(std::memory_order_acquire); }
 
  private:
   RecorderMemory(int fd, common::recorder::Segment* segment) : fd_(fd), segment_(segment) {}

@@ -29,6 +29,7 @@
 #include "process_tree.hpp"
 #include "rank_process.hpp"
 #include "signal_list.hpp"
+#include "heartbeat_watch.hpp"
 #include "stall_watch.hpp"
 #include "status_socket.hpp"
 #include "timings.hpp"
@@ -70,6 +71,8 @@ class Supervisor {
     if (options_.stall_timeout.count() > 0 || options_.status_socket)
       watch_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
                    [this](detail::StallReport report) { on_stall(std::move(report)); });
+    beats_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
+                 [this](Rank& r, auto silent) { stop_frozen(r, silent, options_.heartbeat_timeout); });
     if (options_.status_socket)
       status_ = std::make_unique<detail::StatusServer>(io_, [this] { return watch_.status_text(started()); });
     if (auto& c = options_.coordinator)
@@ -579,6 +582,7 @@ class Supervisor {
     child_signal_.cancel(ignored);
     forward_signals_.cancel(ignored);
     watch_.stop();
+    beats_.stop();
     status_.reset();  // its pending accept would keep the event loop going
     conclude();
     finish_timer_.expires_after(kFinishBound);
@@ -639,6 +643,7 @@ class Supervisor {
   detail::Console console_{io_};  // before the attempts: their output goes to it
   ProcessContext procs_{io_, console_, options_.tag_output, [this] { maybe_finish(); }};
   StallWatch watch_{io_, options_, host_};
+  HeartbeatWatch beats_{io_, options_.heartbeat_timeout};
   JobReport report_{options_, host_, console_};
   OomWatch oom_;
   asio::signal_set child_signal_{io_, SIGCHLD};

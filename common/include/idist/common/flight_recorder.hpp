@@ -21,7 +21,7 @@
 
 namespace idist::common::recorder {
 
-inline constexpr std::uint64_t kMagic = 0x3352434552445349ull;  // "ISDRECR3" in memory
+inline constexpr std::uint64_t kMagic = 0x3452434552445349ull;  // "ISDRECR4" in memory
 inline constexpr std::uint32_t kSlots = 64;                      // per ring
 inline constexpr std::uint32_t kRings = 8;                       // ring 0 shared, 7 for groups
 inline constexpr std::uint32_t kGroups = 64;                     // Segment::groups
@@ -127,6 +127,11 @@ struct Segment {
   // ended (killed mid-call, then the rank's script went on) is no wait.
   std::atomic<std::uint64_t> life_pids[kLives] = {};
   alignas(64) std::atomic<std::uint64_t> order{0};  // see Slot::order
+  // Live recovery's heartbeat (issue 46): a rank that opted in (InitOptions::recovery) stamps
+  // now_ns() here every kBeatEvery, from a thread of its own, and clears it when it stops on
+  // purpose; idist-run stops a rank whose stamp is older than --heartbeat-timeout (frozen:
+  // SIGSTOP, or a process the machine no longer runs). 0: no heartbeat to watch.
+  alignas(64) std::atomic<std::int64_t> beat_ns{0};
   Ring rings[kRings];
   GroupEntry groups[kGroups];
 };
@@ -149,6 +154,8 @@ inline std::uint64_t entered(const Segment& s) {
   for (const auto& ring : s.rings) n += ring.next.load(std::memory_order_acquire);
   return n;
 }
+
+inline constexpr std::int64_t kBeatEvery = 100'000'000;  // ns
 
 // The reader's clock: coarse (a few ms) and cheap, which is all a stall needs.
 inline std::int64_t now_ns() {

@@ -54,6 +54,7 @@ struct Options {
   bool tag_output = false;
   double grace_seconds = 5;
   double stall_seconds = 60;
+  double heartbeat_seconds = 3;
   std::string stall_action = "report";
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
@@ -73,7 +74,7 @@ using Target = std::variant<bool Options::*, int Options::*, double Options::*, 
 
 // What the command line checks of a value beyond its type, as it parses it (idist-run turns
 // each into a CLI11 check); the rest idist-run checks once every source has been read.
-enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts };
+enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts, heartbeat_timeout };
 
 // One option of idist-run, declared once: its spellings, help, default (the Options member's
 // initializer) and where its value goes. idist-run's command line, --help and its man page,
@@ -154,6 +155,10 @@ inline constexpr Setting kSettings[] = {
      "After a stall report: report (and keep waiting) or kill (end the attempt as a failure: restarts apply, exit "
      "1)",
      &Options::stall_action, Check::stall_action, true},
+    {"heartbeat_timeout", "--heartbeat-timeout", "IDIST_HEARTBEAT_TIMEOUT", Type::number, "",
+     "Seconds a rank that beats a heartbeat (idist::InitOptions::recovery) may go without one before idist-run "
+     "stops it as frozen (SIGKILL) and says so (0: never)",
+     &Options::heartbeat_seconds, Check::heartbeat_timeout, true},
     {"timeout", "--timeout", "IDIST_JOB_TIMEOUT", Type::number, "",
      "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 (variable: "
      "IDIST_JOB_TIMEOUT; IDIST_TIMEOUT is each collective's)",

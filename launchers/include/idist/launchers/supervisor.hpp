@@ -62,6 +62,9 @@ struct SuperviseOptions {
   std::shared_ptr<Coordinator> coordinator;
   // A rank waiting in one collective this long gets a stall report (stall_report.hpp); 0: none.
   std::chrono::milliseconds stall_timeout{0};
+  // A rank that beats a heartbeat (InitOptions::recovery) and has not for this long is frozen:
+  // stopped with SIGKILL and named (heartbeat_watch.hpp); 0: never.
+  std::chrono::milliseconds heartbeat_timeout{0};
   // After a stall report: keep waiting (report), or end the attempt as a failure of the rank
   // the report points at (kill; the restarts apply, and the job exits kStallExit).
   enum class StallAction { report, kill };
