@@ -161,12 +161,17 @@ double parse_timeout(const std::string& text) {
 
 // --grace, --stall-timeout: seconds from 0 (none, or off) to `max`; a positive value under a
 // millisecond would be 0 to the timers (and turn the stall reports off without a word).
-CLI::Validator seconds_from_zero(double max) {
+// --heartbeat-timeout: 0 (off), or at least `least`: the ranks beat 10 times a second.
+CLI::Validator seconds_from_zero(double max, double least = 0.001) {
   return CLI::Validator(
-      [max](std::string& text) -> std::string {
+      [max, least](std::string& text) -> std::string {
         try {
           const double value = config::parse_seconds(text, {.min = 0, .min_exclusive = false, .max = max});
-          if (value > 0 && value < 0.001) return text + " is under a millisecond: give 0, or at least 0.001";
+          if (value > 0 && value < least && least == 0.001)
+            return text + " is under a millisecond: give 0, or at least 0.001";
+          if (value > 0 && value < least)
+            return text + " is under " + std::to_string(static_cast<int>(least)) +
+                   " s (the ranks beat 10 times a second): give 0, or at least " + std::to_string(static_cast<int>(least));
         } catch (const UsageError& e) {
           return e.what();
         }
@@ -538,7 +543,7 @@ void add_check(CLI::Option* option, const config::Setting& setting) {
     case config::Check::backend: option->check(one_of(idist::env::kBackendNames)); return;
     case config::Check::grace: option->check(seconds_from_zero(3600)); return;
     case config::Check::stall_timeout: option->check(seconds_from_zero(1e6)); return;
-    case config::Check::heartbeat_timeout: option->check(seconds_from_zero(3600)); return;
+    case config::Check::heartbeat_timeout: option->check(seconds_from_zero(3600, 1)); return;
     case config::Check::stall_action: option->check(CLI::IsMember({"report", "kill"})); return;
     case config::Check::restarts: option->check(CLI::Range(0, 10000)); return;
   }

@@ -145,7 +145,7 @@ class IDIST_API Backend {
   // and so do the peers' waits on this rank (its connections close or its abort shows in
   // shared memory), so that one survivor's abort frees every survivor of a lost peer. After
   // it the group is only destroyed. Live recovery's first step (docs/ARCHITECTURE.md); the
-  // transports that cannot (mpi, nccl, ucx) keep this no-op, and recovery refuses them.
+  // transports that cannot (mpi, nccl, ucx) keep this no-op (recovery is to refuse them).
   virtual void abort(const std::string& why) noexcept { (void)why; }
 
  protected:

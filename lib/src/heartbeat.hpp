@@ -5,7 +5,10 @@
 // long computation beats on; one under SIGSTOP, or not run by its machine, does not, and
 // idist-run stops it after --heartbeat-timeout (supervise/heartbeat_watch.hpp).
 
+#include <sys/types.h>
+
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -26,10 +29,11 @@ class Heartbeat {
 
  private:
   common::recorder::Segment* segment_;
+  pid_t owner_;  // the process whose thread beats
   std::mutex mu_;
   std::condition_variable stop_asked_;
   bool stop_ = false;
-  std::thread thread_;
+  std::unique_ptr<std::thread> thread_;
 };
 
 }  // namespace idist::detail

@@ -41,4 +41,11 @@ class IDIST_API PeerLostFailure : public std::runtime_error {
   int seen_;
 };
 
+// A wait ended by this rank's own abort (Backend::abort): no peer left, so nothing to ask the
+// store about who did.
+class IDIST_API AbortedFailure : public PeerLostFailure {
+ public:
+  using PeerLostFailure::PeerLostFailure;
+};
+
 }  // namespace idist::detail

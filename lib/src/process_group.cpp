@@ -226,7 +226,7 @@ void ProcessGroup::run_body(const Call& call) {
       }
       throw TimeoutFailure(why.empty() ? std::string(e.what()) : std::string(e.what()) + "; " + why);
     } catch (const PeerLostFailure& e) {
-      if (!options_.explain_departure) throw;
+      if (!options_.explain_departure || dynamic_cast<const AbortedFailure*>(&e) != nullptr) throw;
       std::string why;
       try {
         why = options_.explain_departure(e.member(), call.signature.name(), number);

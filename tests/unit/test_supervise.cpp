@@ -178,15 +178,24 @@ TEST_CASE("the job's outcome: exit code and words for each way it ends") {
   }
 }
 
-TEST_CASE("frozen: a heartbeat older than the timeout, never a rank that beats none") {
+TEST_CASE("frozen: a stamp that has not moved for the timeout, by the watcher's clock") {
+  using idist::launchers::supervision::BeatSeen;
   using idist::launchers::supervision::frozen_for;
   constexpr std::int64_t s = 1'000'000'000;
-  CHECK_FALSE(frozen_for(0, 100 * s, 3000ms));           // beats no heartbeat
-  CHECK_FALSE(frozen_for(97 * s, 100 * s, 3000ms));      // exactly the timeout: not yet
-  CHECK_FALSE(frozen_for(90 * s, 100 * s, 0ms));         // --heartbeat-timeout 0: never
-  const auto silent = frozen_for(96 * s, 100 * s, 3000ms);
+  BeatSeen seen;
+  CHECK_FALSE(frozen_for(seen, 0, 10 * s, 3000ms));   // beats no heartbeat
+  CHECK_FALSE(frozen_for(seen, 5, 20 * s, 3000ms));   // a first stamp: silence counts from now
+  CHECK_FALSE(frozen_for(seen, 5, 23 * s, 3000ms));   // exactly the timeout: not yet
+  CHECK_FALSE(frozen_for(seen, 6, 24 * s, 3000ms));   // it moved: counted afresh
+  CHECK_FALSE(frozen_for(seen, 6, 26 * s, 3000ms));
+  const auto silent = frozen_for(seen, 6, 28 * s, 3000ms);
   REQUIRE(silent);
   CHECK(silent->count() == doctest::Approx(4.0));
+  CHECK_FALSE(frozen_for(seen, 6, 99 * s, 0ms));      // --heartbeat-timeout 0: never
+  // A stamp far in the past or the future (another clock) means nothing: only its moving does.
+  BeatSeen other;
+  CHECK_FALSE(frozen_for(other, -1000 * s, 50 * s, 1000ms));
+  CHECK_FALSE(frozen_for(other, -1000 * s, 50 * s + s / 2, 1000ms));
 }
 
 TEST_CASE("the phase table") {

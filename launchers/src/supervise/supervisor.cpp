@@ -72,7 +72,7 @@ class Supervisor {
       watch_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
                    [this](detail::StallReport report) { on_stall(std::move(report)); });
     beats_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
-                 [this](Rank& r, auto silent) { stop_frozen(r, silent, options_.heartbeat_timeout); });
+                 [this](Rank& r, pid_t pid, auto silent) { stop_frozen(r, pid, silent, options_.heartbeat_timeout); });
     if (options_.status_socket)
       status_ = std::make_unique<detail::StatusServer>(io_, [this] { return watch_.status_text(started()); });
     if (auto& c = options_.coordinator)

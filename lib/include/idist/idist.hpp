@@ -93,10 +93,10 @@ struct InitOptions {
   // written for GPUs can be smoke-tested on CPU.
   std::string backend = "gloo";
   // Live recovery's opt-in (issue 46; its first part): this rank beats a heartbeat that
-  // idist-run watches, so that a frozen rank (SIGSTOP, a machine that stopped running it) is
-  // stopped and named within --heartbeat-timeout instead of leaving its peers waiting for
-  // IDIST_TIMEOUT. Survivors re-forming in place builds on it (not yet: today the attempt
-  // ends as after any failure, and --max-restarts starts it again).
+  // idist-run watches, so that a frozen rank (SIGSTOP, a process not scheduled; not one under
+  // a debugger) is stopped and named within --heartbeat-timeout instead of leaving its peers
+  // waiting for IDIST_TIMEOUT. Survivors re-forming in place builds on it (not yet: today the
+  // attempt ends as after any failure, and --max-restarts starts it again).
   bool recovery = false;
 };
 

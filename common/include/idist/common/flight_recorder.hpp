@@ -128,10 +128,12 @@ struct Segment {
   std::atomic<std::uint64_t> life_pids[kLives] = {};
   alignas(64) std::atomic<std::uint64_t> order{0};  // see Slot::order
   // Live recovery's heartbeat (issue 46): a rank that opted in (InitOptions::recovery) stamps
-  // now_ns() here every kBeatEvery, from a thread of its own, and clears it when it stops on
-  // purpose; idist-run stops a rank whose stamp is older than --heartbeat-timeout (frozen:
-  // SIGSTOP, or a process the machine no longer runs). 0: no heartbeat to watch.
+  // now_ns() here every kBeatEvery, from a thread of its own, beat_pid the process that beats;
+  // both are cleared when it stops on purpose and by every new process that maps the segment.
+  // idist-run stops a rank whose stamp has not moved for --heartbeat-timeout, by its own clock
+  // (frozen: SIGSTOP, a process not scheduled). 0: no heartbeat to watch.
   alignas(64) std::atomic<std::int64_t> beat_ns{0};
+  std::atomic<std::int32_t> beat_pid{0};
   Ring rings[kRings];
   GroupEntry groups[kGroups];
 };

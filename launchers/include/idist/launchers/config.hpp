@@ -157,7 +157,7 @@ inline constexpr Setting kSettings[] = {
      &Options::stall_action, Check::stall_action, true},
     {"heartbeat_timeout", "--heartbeat-timeout", "IDIST_HEARTBEAT_TIMEOUT", Type::number, "",
      "Seconds a rank that beats a heartbeat (idist::InitOptions::recovery) may go without one before idist-run "
-     "stops it as frozen (SIGKILL) and says so (0: never)",
+     "stops it as frozen (SIGKILL) and says so (0: never; else at least 1)",
      &Options::heartbeat_seconds, Check::heartbeat_timeout, true},
     {"timeout", "--timeout", "IDIST_JOB_TIMEOUT", Type::number, "",
      "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 (variable: "

@@ -274,6 +274,7 @@ class GlooBackend final : public Backend {
       guard("init", [] { throw; });
     }
     name_peers();
+    ends_ = socket_ends(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size);
     auto accepted = named(init, accepted_peers(adapter.got(), init.key_prefix + "gloo/", init.rank, init.size));
     if (!accepted.empty()) {
       auto names = *peer_names_;
@@ -316,14 +317,18 @@ class GlooBackend final : public Backend {
   // and Pair::close would leave this side's waits to their timeout). Waits here then raise
   // the abort's words (guard_with).
   void abort(const std::string& why) noexcept override {
-    try {
-      {
-        std::lock_guard lock(aborted_->mu);
-        if (aborted_->set.load()) return;
+    {
+      std::lock_guard lock(aborted_->mu);
+      if (aborted_->set.load()) return;
+      try {
         aborted_->why = why;
-        aborted_->set.store(true, std::memory_order_release);
+      } catch (...) {
+        // Out of memory: the waits here end without the words.
       }
-      if (peer_names_) shut_down_sockets_to(*peer_names_);
+      aborted_->set.store(true, std::memory_order_release);
+    }
+    try {
+      shut_down_sockets(ends_);
     } catch (...) {
       // Out of memory: the peers' waits on this rank end at their timeout.
     }
@@ -506,26 +511,51 @@ class GlooBackend final : public Backend {
     std::string word;                                      // "rank " or "group rank "
     std::shared_ptr<Aborted> aborted;
   };
-  // This process's sockets whose far end is one of `names`' addresses: this group's
-  // connections, whichever side connected (every group has ports of its own).
-  static void shut_down_sockets_to(const PeerNames& names) {
-    std::set<std::string> peers;
-    for (const auto& [address, peer] : names.by_address) peers.insert(address);
+  // Every pair of this group listens on an address of its own (gloo's connectFullMesh), the
+  // peers' listening addresses for their pairs with us and ours for theirs, as the store holds
+  // them: a socket of this process is this group's when its far end is one of the peers'
+  // (we connected) or its near end one of ours (we accepted). Never by the far end of an
+  // accepted connection: a peer's outgoing port may be another connection's too.
+  struct SocketEnds {
+    std::set<std::string> ours, theirs;
+  };
+  static SocketEnds socket_ends(const std::map<std::string, std::vector<char>>& got, const std::string& prefix, int rank,
+                                int size) {
+    SocketEnds ends;
+    for (const auto& [address, peer] : peer_ranks(got, prefix, rank, size)) ends.theirs.insert(address);
+    const auto own = got.find(prefix + std::to_string(rank));
+    if (size < 2 || own == got.end() || own->second.size() % static_cast<std::size_t>(size - 1) != 0) return ends;
+    const auto one = own->second.size() / static_cast<std::size_t>(size - 1);
+    for (std::size_t at = 0; at + one <= own->second.size(); at += one) {
+      try {
+        const auto begin = own->second.begin() + static_cast<long>(at);
+        ends.ours.insert(gloo::transport::tcp::Address(std::vector<char>(begin, begin + static_cast<long>(one))).str());
+      } catch (const std::exception&) {
+        // Another gloo's layout: this side's accepted sockets are left to their peers.
+      }
+    }
+    return ends;
+  }
+  static void shut_down_sockets(const SocketEnds& ends) {
     DIR* dir = ::opendir("/proc/self/fd");
     if (dir == nullptr) return;
+    // Written by gloo's Address::str(), as the store's addresses were.
+    const auto text = [](const sockaddr_storage& a, socklen_t length) {
+      return gloo::transport::tcp::Address(reinterpret_cast<const sockaddr*>(&a), length).str();
+    };
     while (const dirent* entry = ::readdir(dir)) {
       char* end = nullptr;
       const long fd = std::strtol(entry->d_name, &end, 10);
       struct stat st {};
       if (end == entry->d_name || *end != '\0' || ::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode))
         continue;
-      sockaddr_storage far{};
-      socklen_t length = sizeof(far);
-      if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&far), &length) != 0 ||
+      sockaddr_storage near{}, far{};
+      socklen_t near_length = sizeof(near), far_length = sizeof(far);
+      if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&near), &near_length) != 0 ||
+          ::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&far), &far_length) != 0 ||
           (far.ss_family != AF_INET && far.ss_family != AF_INET6))
         continue;
-      // Written by gloo's Address::str(), as the names were.
-      if (peers.contains(gloo::transport::tcp::Address(reinterpret_cast<const sockaddr*>(&far), length).str()))
+      if (ends.theirs.contains(text(far, far_length)) || ends.ours.contains(text(near, near_length)))
         ::shutdown(static_cast<int>(fd), SHUT_RDWR);
     }
     ::closedir(dir);
@@ -538,7 +568,7 @@ class GlooBackend final : public Backend {
     } catch (const gloo::IoException& e) {
       if (names != nullptr && names->aborted && names->aborted->set.load(std::memory_order_acquire)) {
         std::lock_guard lock(names->aborted->mu);
-        throw PeerLostFailure(-1, "this rank aborted the group: " + names->aborted->why);
+        throw AbortedFailure(-1, "this rank aborted the group: " + names->aborted->why);
       }
       if (std::strstr(e.what(), "Timed out") != nullptr || std::strstr(e.what(), "timed out") != nullptr)
         throw TimeoutFailure(e.what());
@@ -663,6 +693,7 @@ class GlooBackend final : public Backend {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TcpDevice> device_;
   std::shared_ptr<Aborted> aborted_ = std::make_shared<Aborted>();
+  SocketEnds ends_;  // this group's sockets, for abort()
   std::shared_ptr<const PeerNames> peer_names_;  // shared with completions, which may outlive us
   std::shared_ptr<gloo::rendezvous::Context> context_;
 };

@@ -98,9 +98,8 @@ void Mailboxes::give_up(int r, const std::string& what, bool timeout) const {
 void Mailboxes::check_aborted() const {
   const int by = segment_->aborted_by();
   if (by < 0) return;
-  throw PeerLostFailure(-1, by == options_.rank ? "this rank aborted the group: " + segment_->abort_reason()
-                                                : peer(by) + " aborted the group while this rank waited for a transfer "
-                                                             "(shared memory)");
+  if (by == options_.rank) throw AbortedFailure(-1, "this rank aborted the group: " + segment_->abort_reason());
+  throw PeerLostFailure(-1, peer(by) + " aborted the group while this rank waited for a transfer (shared memory)", by);
 }
 
 // One word, not one per ring: the n^2 rings' pages stay untouched where never used. The

@@ -152,7 +152,11 @@ void Segment::abort(int me, const std::string& why) {
   if (base_ == nullptr) return;
   {
     std::lock_guard lock(abort_mu_);
-    if (abort_reason_.empty()) abort_reason_ = why;
+    try {
+      if (abort_reason_.empty()) abort_reason_ = why;
+    } catch (...) {
+      // Out of memory: this rank's waits end without the words.
+    }
   }
   std::uint32_t none = 0;
   header().aborted.value.compare_exchange_strong(none, static_cast<std::uint32_t>(me) + 1, std::memory_order_acq_rel);

@@ -450,10 +450,12 @@ class ShmBackend final : public Backend {
                                     op_ + " (shared memory): the ranks ran different numbers of steps (uneven data? see "
                                           "idist::join)");
     };
-    if (const int by = segment_->aborted_by(); by >= 0) [[unlikely]]
-      throw PeerLostFailure(-1, by == rank_ ? "this rank aborted the group: " + segment_->abort_reason()
-                                            : word_ + std::to_string(name(by)) + " aborted the group while this rank waited in " +
-                                                  op_ + " (shared memory)");
+    if (const int by = segment_->aborted_by(); by == rank_) [[unlikely]]
+      throw AbortedFailure(-1, "this rank aborted the group: " + segment_->abort_reason());
+    else if (by >= 0) [[unlikely]]
+      throw PeerLostFailure(-1, word_ + std::to_string(name(by)) + " aborted the group while this rank waited in " + op_ +
+                                    " (shared memory)",
+                            by);
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || (only >= 0 && r != only)) continue;
       // A rank at this very step in another call: the calls do not match (the step would
