@@ -11,9 +11,11 @@ trap 'pkill -9 -f "rdzv-id rdzv-strangers-$$" 2>/dev/null; rm -rf "$DIR"' EXIT
 port=$(random_port)
 FLOOD=300
 
-# Node 0 waits 4 s for a second node that never comes with the right id.
+# Node 0 waits 12 s for a second node that never comes with the right id: long enough for the
+# flood and node 1 to reach it on a loaded machine (with 4 s, a CI run's flood took longer,
+# node 0 gave up first, and node 1 found nobody to refuse it).
 (timeout 60 "$RUN" --nnodes 2 --rdzv-endpoint "127.0.0.1:$port" --rdzv-id "rdzv-strangers-$$" -n 1 \
-   --rdzv-conf join_timeout=4 /bin/true >"$DIR/a.out" 2>&1
+   --rdzv-conf join_timeout=12 /bin/true >"$DIR/a.out" 2>&1
  echo $? >"$DIR/a.rc") &
 node_a=$!
 wait_listening "$port"
