@@ -63,7 +63,10 @@ cases() {
   echo "# $transport, $n ranks, uneven data without join: exit $rc after ${elapsed}s (a job refused at wrap: ${baseline}s)"
   check "$transport, $n ranks, uneven data: the job fails" test "$rc" -ne 0
   if [ "$transport" != mpi ]; then
-    check "$transport, $n ranks, uneven data: the job ends within 5 s" awk -v e="$elapsed" 'BEGIN { exit !(e < 5) }'
+    # Unless the machine is so loaded that a job refused at wrap already takes longer (10 s
+    # was seen in a CI run with other tests beside it): then no longer than that job and 1 s.
+    check "$transport, $n ranks, uneven data: the job ends within 5 s (or the refused job's ${baseline}s + 1 s)" \
+      awk -v e="$elapsed" -v b="$baseline" 'BEGIN { exit !(e < 5 || e < b + 1) }'
   fi
   # Against the wall clock, a wait of IDIST_TIMEOUT's order (300 s) is what this catches; the
   # 5 s leave room for mpirun's start and stop on a loaded machine (3.03 s over the baseline

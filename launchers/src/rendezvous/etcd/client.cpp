@@ -54,6 +54,7 @@ struct Connection {
       secure->set_verify_callback(boost::asio::ssl::host_name_verification(host));
       secure->async_handshake(boost::asio::ssl::stream_base::client, [this, host, done = std::move(done)](auto ec) mutable {
         if (ec) tls_refusal = verify_failure(ec, host);
+        handshaken = !ec;
         done(ec);
       });
     });
@@ -74,6 +75,7 @@ struct Connection {
   std::unique_ptr<boost::beast::ssl_stream<boost::beast::tcp_stream>> secure;
   std::string local;  // this host's address on it
   std::string tls_refusal;  // the handshake failed on the member's certificate: why
+  bool handshaken = false;  // TLS's handshake done (secure only)
 };
 
 namespace {
@@ -174,7 +176,11 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
     if (ec.category() == asio::error::get_ssl_category()) {
       why = tls_failure(ec, connection->tls_refusal);
       status = kAnswered;
-    } else if (ec == asio::ssl::error::stream_truncated && !reused) {
+    } else if ((ec == asio::ssl::error::stream_truncated ||
+                (ec == asio::error::connection_reset && connection->secure && !connection->handshaken)) &&
+               !reused) {
+      // A plain HTTP server answers a ClientHello with a 400 and closes: the close, or a reset
+      // where the hello was still unread, whichever reaches us first.
       why = "TLS failed: the member closed the connection during the handshake (a plain HTTP server? give http://)";
       status = kAnswered;
     } else if (ec == http::error::end_of_stream && !reused) {
