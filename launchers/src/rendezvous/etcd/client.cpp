@@ -176,11 +176,9 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
     if (ec.category() == asio::error::get_ssl_category()) {
       why = tls_failure(ec, connection->tls_refusal);
       status = kAnswered;
-    } else if ((ec == asio::ssl::error::stream_truncated ||
-                (ec == asio::error::connection_reset && connection->secure && !connection->handshaken)) &&
-               !reused) {
-      // A plain HTTP server answers a ClientHello with a 400 and closes: the close, or a reset
-      // where the hello was still unread, whichever reaches us first.
+    } else if (!reused && (ec == asio::ssl::error::stream_truncated ||
+                           (ec == asio::error::connection_reset && connection->secure && !connection->handshaken))) {
+      // A plain server's 400 and close: the close, or a reset where the hello was still unread.
       why = "TLS failed: the member closed the connection during the handshake (a plain HTTP server? give http://)";
       status = kAnswered;
     } else if (ec == http::error::end_of_stream && !reused) {

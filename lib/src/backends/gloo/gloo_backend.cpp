@@ -2,7 +2,6 @@
 #include "backends/gloo/enforce.hpp"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -24,7 +23,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,13 +33,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "backends/gloo/gloo_store.hpp"
+#include "backends/gloo/sockets.hpp"
 #include "common/scratch.hpp"
 #include "idist/common/addresses.hpp"
 #include "in_step_error.hpp"
@@ -310,12 +308,8 @@ class GlooBackend final : public Backend {
 
   std::string_view name() const override { return "gloo"; }
 
-  // Gloo fails what waits on a pair, on both sides, when the pair's socket reaches its end:
-  // what a dead peer's exit does. abort() does the same to this group's sockets with
-  // shutdown(2), leaving them open and registered, so that gloo's own loop sees the end and
-  // closes the pairs (gloo's call for it, tcp::Pair::signalExceptionExternal, is protected,
-  // and Pair::close would leave this side's waits to their timeout). Waits here then raise
-  // the abort's words (guard_with).
+  // The group's sockets shut down (sockets.hpp); waits here then raise the abort's words
+  // (guard_with).
   void abort(const std::string& why) noexcept override {
     {
       std::lock_guard lock(aborted_->mu);
@@ -328,7 +322,7 @@ class GlooBackend final : public Backend {
       aborted_->set.store(true, std::memory_order_release);
     }
     try {
-      shut_down_sockets(ends_);
+      gloo_sockets::shut_down_sockets(ends_);
     } catch (...) {
       // Out of memory: the peers' waits on this rank end at their timeout.
     }
@@ -511,17 +505,10 @@ class GlooBackend final : public Backend {
     std::string word;                                      // "rank " or "group rank "
     std::shared_ptr<Aborted> aborted;
   };
-  // Every pair of this group listens on an address of its own (gloo's connectFullMesh), the
-  // peers' listening addresses for their pairs with us and ours for theirs, as the store holds
-  // them: a socket of this process is this group's when its far end is one of the peers'
-  // (we connected) or its near end one of ours (we accepted). Never by the far end of an
-  // accepted connection: a peer's outgoing port may be another connection's too.
-  struct SocketEnds {
-    std::set<std::string> ours, theirs;
-  };
-  static SocketEnds socket_ends(const std::map<std::string, std::vector<char>>& got, const std::string& prefix, int rank,
-                                int size) {
-    SocketEnds ends;
+  // This group's listening addresses, as the store holds them (sockets.hpp).
+  static gloo_sockets::SocketEnds socket_ends(const std::map<std::string, std::vector<char>>& got,
+                                              const std::string& prefix, int rank, int size) {
+    gloo_sockets::SocketEnds ends;
     for (const auto& [address, peer] : peer_ranks(got, prefix, rank, size)) ends.theirs.insert(address);
     const auto own = got.find(prefix + std::to_string(rank));
     if (size < 2 || own == got.end() || own->second.size() % static_cast<std::size_t>(size - 1) != 0) return ends;
@@ -535,30 +522,6 @@ class GlooBackend final : public Backend {
       }
     }
     return ends;
-  }
-  static void shut_down_sockets(const SocketEnds& ends) {
-    DIR* dir = ::opendir("/proc/self/fd");
-    if (dir == nullptr) return;
-    // Written by gloo's Address::str(), as the store's addresses were.
-    const auto text = [](const sockaddr_storage& a, socklen_t length) {
-      return gloo::transport::tcp::Address(reinterpret_cast<const sockaddr*>(&a), length).str();
-    };
-    while (const dirent* entry = ::readdir(dir)) {
-      char* end = nullptr;
-      const long fd = std::strtol(entry->d_name, &end, 10);
-      struct stat st {};
-      if (end == entry->d_name || *end != '\0' || ::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode))
-        continue;
-      sockaddr_storage near{}, far{};
-      socklen_t near_length = sizeof(near), far_length = sizeof(far);
-      if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&near), &near_length) != 0 ||
-          ::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&far), &far_length) != 0 ||
-          (far.ss_family != AF_INET && far.ss_family != AF_INET6))
-        continue;
-      if (ends.theirs.contains(text(far, far_length)) || ends.ours.contains(text(near, near_length)))
-        ::shutdown(static_cast<int>(fd), SHUT_RDWR);
-    }
-    ::closedir(dir);
   }
 
   template <class F>
@@ -693,7 +656,7 @@ class GlooBackend final : public Backend {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TcpDevice> device_;
   std::shared_ptr<Aborted> aborted_ = std::make_shared<Aborted>();
-  SocketEnds ends_;  // this group's sockets, for abort()
+  gloo_sockets::SocketEnds ends_;  // this group's sockets, for abort()
   std::shared_ptr<const PeerNames> peer_names_;  // shared with completions, which may outlive us
   std::shared_ptr<gloo::rendezvous::Context> context_;
 };
