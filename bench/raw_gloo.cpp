@@ -42,7 +42,7 @@
 #include "harness.hpp"
 #include "store/memory_store.hpp"
 #include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include "idist_store/server.hpp"
 
 namespace bench = idist::bench;
 using bench::Collective;

@@ -306,6 +306,7 @@ std::string_view wanted(const Setting& setting) {
       {"launcher", "a launcher kind (see --help)"},
       {"backend", "a backend (gloo, mpi or nccl)"},
       {"stall_action", "report or kill"},
+      {"recovery", "auto or off"},
       {"timeout", "a number of seconds"},
       {"grace", "a number of seconds"},
       {"stall_timeout", "a number of seconds"},

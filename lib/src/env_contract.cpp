@@ -132,6 +132,17 @@ Contract read_contract(const Lookup& lookup) {
   }
   if (auto v = env.get_int(kCpusSharedFd, 0, std::numeric_limits<int>::max())) c.cpus_shared_fd = *v;
   if (auto v = env.get_int(kRestartCount, 0, std::numeric_limits<int>::max())) c.restart_count = *v;
+  if (auto v = env.get(kRecoveryStore); v && !v->empty()) {
+    const auto colon = v->rfind(':');
+    int port = 0;
+    const char* end = v->data() + v->size();
+    const auto [ptr, ec] = colon == std::string::npos ? std::from_chars(end, end, port)
+                                                      : std::from_chars(v->data() + colon + 1, end, port);
+    if (colon == std::string::npos || colon == 0 || ec != std::errc() || ptr != end || port < 1 || port > 65535)
+      fail(kRecoveryStore, *v, "expected HOST:PORT (idist-run sets it)");
+    c.recovery_host = v->substr(0, colon);
+    c.recovery_port = port;
+  }
   // Empty counts as unset, as a shell's `IDIST_HIER_SEGMENT= prog` means.
   auto bytes = [&](std::string_view name, std::optional<std::size_t>& out, bool takes_off) {
     const auto v = env.get(name);

@@ -226,7 +226,11 @@ void ProcessGroup::run_body(const Call& call) {
       }
       throw TimeoutFailure(why.empty() ? std::string(e.what()) : std::string(e.what()) + "; " + why);
     } catch (const PeerLostFailure& e) {
-      if (!options_.explain_departure || dynamic_cast<const AbortedFailure*>(&e) != nullptr) throw;
+      const bool own_abort = dynamic_cast<const AbortedFailure*>(&e) != nullptr;
+      // Before the departure is looked up in the store: a survivor waiting on this rank is
+      // freed now, not after the lookup (which may wait for a store that went with rank 0).
+      if (options_.on_peer_lost && !own_abort) options_.on_peer_lost();
+      if (!options_.explain_departure || own_abort) throw;
       std::string why;
       try {
         why = options_.explain_departure(e.member(), call.signature.name(), number);

@@ -52,6 +52,10 @@ struct ProcessGroupOptions {
   // members that left said as they did (finalize's note in the store), or empty when none
   // left that way (a crash, a kill) or the runtime cannot tell.
   std::function<std::string(int member, std::string_view op, std::uint64_t number)> explain_departure = {};
+  // Live recovery: called on the thread that found a peer lost (not for this rank's own
+  // abort), before the error is raised, so that the runtime aborts every group of the
+  // generation and no survivor is left waiting on this rank (the cascade, runtime_reform.cpp).
+  std::function<void()> on_peer_lost = {};
   // The world rank of each group rank (empty: the group is the world).
   std::vector<int> members = {};
   // In the flight recorder: -1 the world, else new_group's number (last: set by name).
@@ -190,7 +194,14 @@ class ProcessGroup {
   static void run(Health& health, const std::vector<int>& members, Where&& where, F&& f);
   template <class F>
   void run(std::string_view op, F&& f) {
-    run(*health_, options_.members, [&] { return site(op); }, std::forward<F>(f));
+    try {
+      run(*health_, options_.members, [&] { return site(op); }, std::forward<F>(f));
+    } catch (const PeerLostError&) {
+      // Sends and receives too (collectives did it in run_body, before the departure lookup);
+      // a second call is a no-op.
+      if (options_.on_peer_lost) options_.on_peer_lost();
+      throw;
+    }
   }
   bool alone() const { return options_.size == 1 && backend_->traits().skip_group_of_one; }
   void execute(const Call& call);   // blocking: after the async ones, on this thread

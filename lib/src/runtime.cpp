@@ -22,6 +22,7 @@
 #include "recorder.hpp"
 #include "idist/common/host.hpp"
 #include "store/memory_store.hpp"
+#include "store/prefix_store.hpp"
 #include "store_keys.hpp"
 #include "store/tcp_store.hpp"
 
@@ -266,14 +267,10 @@ void Runtime::join(Clock::time_point deadline, const std::string& settings) {
   }
 }
 
-namespace {
-
 std::uint64_t next_runtime_id() {
-  static std::uint64_t last = 0;
+  static std::atomic<std::uint64_t> last = 0;
   return ++last;
 }
-
-}  // namespace
 
 void Runtime::adopt(const Layout& layout, const ErrorSite& site) {
   auto& c = contract_;
@@ -327,7 +324,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
   const auto deadline = Clock::now() + contract_.timeout;
   const std::string backend = choose_backend(contract_, options);
   ErrorSite site{contract_.rank, contract_.world_size, "init", backend};
-  try {
+  raised_at(site, [&] {
     std::optional<Layout> native;
     try {
       native = native_layout(backend);
@@ -363,19 +360,20 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     if (contract_.world_size == 1) hosts_ = {0};
     backend_ = backend;
     check_intranode(backend, site);
-    auto impl = make_backend(backend, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
-                                                    contract_.timeout, contract_, hosts_});
-    std::vector<int> everyone(static_cast<std::size_t>(contract_.world_size));
-    std::iota(everyone.begin(), everyone.end(), 0);
-    world_ = std::make_unique<ProcessGroup>(
-        std::move(impl), group_options(contract_.rank, contract_.world_size, "world", kWorldPrefix, everyone));
-  } catch (const Error&) {
-    throw;
-  } catch (const TimeoutFailure& e) {
-    throw TimeoutError(site, e.what());
-  } catch (const std::exception& e) {
-    throw Error(site, e.what());
-  }
+    recovery_ = options.recovery;
+    origins_.resize(static_cast<std::size_t>(contract_.world_size));
+    std::iota(origins_.begin(), origins_.end(), 0);
+    connect_world();
+  });
+}
+
+void Runtime::connect_world() {
+  auto impl = make_backend(backend_, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
+                                                 contract_.timeout, contract_, hosts_});
+  std::vector<int> everyone(static_cast<std::size_t>(contract_.world_size));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  world_ = std::make_unique<ProcessGroup>(
+      std::move(impl), group_options(contract_.rank, contract_.world_size, "world", kWorldPrefix, everyone));
 }
 
 Runtime::~Runtime() {
@@ -425,6 +423,8 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
                         std::move(description), contract_.debug};
   o.epoch = static_cast<std::uint32_t>(id_);
   if (prefix != kWorldPrefix) o.members = members;
+  if (recovery_ && !contract_.recovery_host.empty())
+    o.on_peer_lost = [this, generation = generation_] { abort_generation(generation, "a peer was lost"); };
   if (rendezvous_) {
     o.explain_departure = [this, members, rank, world = prefix == kWorldPrefix](int member, std::string_view op,
                                                                                  std::uint64_t number) {
@@ -439,6 +439,11 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
 }
 
 std::unique_ptr<Store> Runtime::probe(std::chrono::milliseconds patience) const {
+  if (generation_ > 0)  // the world's keys are in idist-run's store now, under the generation's prefix
+    return std::make_unique<PrefixStore>(
+        std::make_shared<TcpStore>(
+            TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, patience}),
+        generation_prefix(generation_));
   return std::make_unique<TcpStore>(
       TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, patience});
 }
@@ -560,7 +565,7 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
   const std::string prefix = state == nullptr ? std::string(kWorldPrefix) : fmt::format("idist/group/{}/", state->id);
   const auto base = fmt::format("{}monitored_barrier/{}/", prefix, monitored_barriers_[prefix]++);
   const std::string result_key = base + "result";
-  try {
+  raised_at(site, [&] {
     store_->set(base + std::to_string(group.rank()), {});
     if (group.rank() != 0) {
       // Rank 0 decides; its verdict comes a moment after its own deadline.
@@ -603,13 +608,7 @@ void Runtime::monitored_barrier(const GroupState* state, std::chrono::millisecon
       if (!present[g] && arrived_or_left[g]) leavers.push_back(members[g]);
     tell_leavers(*reader, leavers, fmt::format("monitored_barrier #{}", monitored_barriers_[prefix] - 1));
     if (!verdict.empty()) throw TimeoutFailure(verdict);
-  } catch (const TimeoutFailure& e) {
-    throw TimeoutError(site, e.what());
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw Error(site, e.what());
-  }
+  });
 }
 
 Runtime& runtime(std::string_view op) {

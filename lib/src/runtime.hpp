@@ -1,5 +1,6 @@
 #pragma once
-// What init() builds: the contract it read, the store (served by rank 0), and the world group.
+// What init() builds: the contract it read, the store (served by rank 0), and the world group;
+// and what reform() builds again after a loss (runtime_reform.cpp).
 // The library's one piece of global mutable state is the default Runtime (runtime.cpp).
 
 #include <atomic>
@@ -14,7 +15,7 @@
 #include "heartbeat.hpp"
 #include "process_group.hpp"
 #include "store/store.hpp"
-#include "store/tcp_store_server.hpp"
+#include "idist_store/server.hpp"
 
 namespace idist::detail {
 
@@ -60,6 +61,9 @@ class Runtime {
   // this rank never called (the ranks ran different numbers of steps).
   void finalize();
 
+  // idist::reform() (runtime_reform.cpp): the survivors of a lost rank go on as a new world.
+  ReformResult reform();
+
   // idist::mark_step(): counted, so that a rank that leaves says how far it got.
   void mark_step() { steps_.fetch_add(1, std::memory_order_relaxed); }
 
@@ -102,6 +106,16 @@ class Runtime {
   std::string wait_for_the_others();
   ProcessGroupOptions group_options(int rank, int size, std::string description, std::string prefix,
                                     std::vector<int> members);
+  // The world group over store_, as the contract and hosts_ say now (init, and each re-form).
+  void connect_world();
+  // Live recovery: every group of this generation ends its waits (Backend::abort), here and on
+  // the peers that wait on this rank. Once per generation: `generation` is the one the caller's
+  // group belongs to.
+  void abort_generation(std::uint64_t generation, const std::string& why);
+  // reform()'s parts: idist-run's word on who goes on (world ranks of generation 0, in the new
+  // order), and this rank's new place taken from it.
+  std::vector<int> next_generation_members(const ErrorSite& site);
+  std::vector<int> adopt_generation(const std::vector<int>& members, int me);
   // A fresh connection to the store, for a moment: the main one may be busy or timed out.
   std::unique_ptr<Store> probe(std::chrono::milliseconds patience = std::chrono::seconds(2)) const;
 
@@ -119,7 +133,32 @@ class Runtime {
   std::vector<int> hosts_;  // hosts_[rank]: which host each rank runs on (join()); empty under MPI
   std::atomic<std::uint64_t> steps_{0};  // mark_step()
   std::uint64_t world_calls_ = 0;         // the world's collectives, kept as it is torn down
+  // Live recovery (runtime_reform.cpp).
+  bool recovery_ = false;             // InitOptions::recovery
+  std::uint64_t generation_ = 0;      // 0 until the first re-form
+  std::vector<int> origins_;          // origins_[rank]: that rank's rank in generation 0
+  std::shared_ptr<Store> generation_store_;  // idist-run's (IDIST_RECOVERY_STORE), from the first re-form
+  std::atomic<std::uint64_t> aborted_generation_{~std::uint64_t{0}};
 };
+
+// Runs `f`, raising what it throws as the API's errors at `site` (read as it throws): an
+// idist::Error as it is, a TimeoutFailure as TimeoutError, anything else as Error.
+template <class F>
+decltype(auto) raised_at(const ErrorSite& site, F&& f) {
+  try {
+    return f();
+  } catch (const Error&) {
+    throw;
+  } catch (const TimeoutFailure& e) {
+    throw TimeoutError(site, e.what());
+  } catch (const std::exception& e) {
+    throw Error(site, e.what());
+  }
+}
+
+// A number for each runtime, and each generation of one (reform()): groups die with it, and
+// the flight recorder numbers calls afresh under it.
+std::uint64_t next_runtime_id();
 
 // The default runtime; throws idist::Error naming `op` when init() has not run.
 Runtime& runtime(std::string_view op);

@@ -138,9 +138,10 @@ void Runtime::tell_leavers(Store& store, const std::vector<int>& leavers, const 
 
 std::string Runtime::wait_for_the_others() {
   const auto mine = key("abandoned", contract_.rank);
-  if (contract_.rank != 0) {
+  if (contract_.rank != 0 && generation_ == 0) {
     // Set only where a peer was left waiting: otherwise the wait ends when rank 0 closes the
-    // store, everyone having come (or, failing that, after the timeout).
+    // store, everyone having come (or, failing that, after the timeout). After a re-form the
+    // store is idist-run's, which no rank closes: every rank watches as rank 0 does.
     const auto text = store_->get(mine);
     return std::string(text.begin(), text.end());
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@ namespace idist::detail::store_keys {
 using Clock = std::chrono::steady_clock;
 
 inline constexpr const char* kWorldPrefix = "idist/world/";
+
+// Live recovery, in the store idist-run hosts (env::generation_key): the prefix under which
+// generation g's world keeps its keys.
+inline std::string generation_prefix(std::uint64_t g) { return "idist/g" + std::to_string(g) + "/"; }
 
 // The store takes at most wire::kMaxKeys keys per request; a world can have more ranks.
 inline constexpr std::size_t kKeysPerRequest = 1 << 16;

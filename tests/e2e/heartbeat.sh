@@ -7,11 +7,8 @@
 # usage: heartbeat.sh IDIST_RUN STALL_RANK
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
-DIR=$(mktemp -d /tmp/idist-heartbeat.XXXXXX)
-# A copy of our own, so that the clean-up can never touch another test's ranks.
-cp "$(realpath "$2")" "$DIR/stall_rank"
-STALL=$DIR/stall_rank
-trap 'pkill -CONT -f "^$STALL " 2>/dev/null; pkill -9 -f "^$STALL " 2>/dev/null; rm -rf "$DIR"' EXIT
+private_copy stall_rank "$2"
+STALL=$PROG
 
 # start_job OUT ARGS...: idist-run in the background; waits for rank 1's pid line.
 start_job() {

@@ -180,6 +180,16 @@ on_host() {
   ip netns exec "${NS_HOST[i]}" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
 }
 
+# private_copy NAME PROGRAM: a temporary $DIR holding a copy of PROGRAM of this test's own, as
+# $DIR/NAME (in $PROG), so that the clean-up at exit, which kills whatever runs from it
+# (stopped processes too), can never touch the processes of a test running beside this one.
+private_copy() {
+  DIR=$(mktemp -d "/tmp/idist-$1.XXXXXX")
+  PROG=$DIR/$1
+  cp "$(realpath "$2")" "$PROG"
+  trap 'pkill -CONT -f "^$PROG " 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; rm -rf "$DIR"' EXIT
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]

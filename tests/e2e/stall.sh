@@ -6,12 +6,8 @@
 # usage: stall.sh IDIST_RUN EXAMPLES_DIR JOB_SUM STALL_RANK
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
-DIR=$(mktemp -d /tmp/idist-stall.XXXXXX)
-# A copy of our own, so that the clean-up below (and a test looking for its ranks) can never
-# touch the ranks of another test running beside this one (e2e.stall_healthy runs stall_rank).
-cp "$(realpath "$4")" "$DIR/stall_rank"
-STALL=$DIR/stall_rank
-trap 'pkill -CONT -f "^$STALL " 2>/dev/null; pkill -9 -f "^$STALL " 2>/dev/null; rm -rf "$DIR"' EXIT
+private_copy stall_rank "$4"
+STALL=$PROG
 # gdb attaches where this environment lets a process trace another (Yama, containers without
 # CAP_SYS_PTRACE may not): tried first on a process of our own.
 sleep 30 &

@@ -20,7 +20,7 @@
 
 #include "log.hpp"
 #include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include "idist_store/server.hpp"
 #include "store/wire.hpp"
 
 using namespace idist::detail;

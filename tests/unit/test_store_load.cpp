@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "store/tcp_store.hpp"
-#include "store/tcp_store_server.hpp"
+#include "idist_store/server.hpp"
 
 using namespace idist::detail;
 using namespace std::chrono_literals;

@@ -102,6 +102,7 @@ std::string summary_json(const RunRecord& run) {
     if (!a.ended_by.empty()) attempt["ended_by"] = a.ended_by;
     if (!a.stall.empty()) attempt["stall"] = a.stall;
     if (a.stalled_rank) attempt["stalled_rank"] = *a.stalled_rank;
+    if (!a.reforms.empty()) attempt["reforms"] = a.reforms;
     attempt["ranks"] = json::array();
     for (std::size_t i = 0; i < a.ranks.size(); ++i)
       if (a.ranks[i].pid > 0) attempt["ranks"].push_back(rank_json(a.ranks[i], run.host, a.first_failure == i));

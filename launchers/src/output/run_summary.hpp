@@ -41,6 +41,9 @@ struct AttemptRecord {
   std::vector<std::string> stall;
   // --stall-action kill ended it: the rank its report pointed at.
   std::optional<int> stalled_rank;
+  // Live recovery: each loss the survivors went on from, in one line ("rank 2 was killed by
+  // SIGKILL at 1.2 s; world 4 -> 3"). Not failures: the attempt goes on.
+  std::vector<std::string> reforms;
 };
 
 // Output the console did not show (it stalled, or its reader went away).

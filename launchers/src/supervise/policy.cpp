@@ -123,6 +123,12 @@ Outcome decide_outcome(const OutcomeFacts& f, const std::string& stopped) {
   } else {
     o.outcome = "succeeded";
     o.warning = success_warning(f);
+    // Live recovery: the job went on without a rank, which the last line must not hide.
+    if (!last.reforms.empty()) {
+      o.outcome = fmt::format("succeeded after {} re-form{} ({})", last.reforms.size(),
+                              last.reforms.size() == 1 ? "" : "s", fmt::join(last.reforms, "; "));
+      if (o.warning.empty()) o.warning = o.outcome;
+    }
   }
   return o;
 }

@@ -28,6 +28,7 @@
 #include "policy.hpp"
 #include "process_tree.hpp"
 #include "rank_process.hpp"
+#include "recovery.hpp"
 #include "signal_list.hpp"
 #include "heartbeat_watch.hpp"
 #include "stall_watch.hpp"
@@ -144,6 +145,7 @@ class Supervisor {
       spdlog::error("cannot start attempt {}: {}", index, e.what());
       stop_ = Stop::spawn_error;
     }
+    recovery_.offer(a.attempt);
     a.record.master_port = a.attempt.master_port;
     a.record.node_rank = a.attempt.node_rank;
     a.record.ranks.resize(a.attempt.processes.size());
@@ -218,9 +220,11 @@ class Supervisor {
       // it may be the cause that node's failure answers (a peer that lost its connection to
       // it), and the rendezvous can only follow that blame to it if it hears of it.
       if (phase_ == Phase::stopping && !(a.ended_remotely && !rank.record->collateral)) return;
-      a.record.first_failure = index;
+      if (phase_ == Phase::running && recovery_.take_loss(a, rank, blame == Blame::root_cause)) return;
+      const auto loss = blame == Blame::consequence ? recovery_.recent_loss(a) : std::nullopt;
+      a.record.first_failure = loss.value_or(index);
       if (options_.coordinator) options_.coordinator->failed(a.record.index, local_failure(rank));
-      if (blame == Blame::root_cause) return teardown(SIGTERM);
+      if (blame == Blame::root_cause || loss) return teardown(SIGTERM);
       // A non-zero exit may be a survivor's answer to a peer that is still on its way out: a
       // rank in exit() closes its connections in static destructors, then runs the rest of
       // them. Stopped now, that peer would count as collateral and its own exit code be lost,
@@ -644,6 +648,7 @@ class Supervisor {
   ProcessContext procs_{io_, console_, options_.tag_output, [this] { maybe_finish(); }};
   StallWatch watch_{io_, options_, host_};
   HeartbeatWatch beats_{io_, options_.heartbeat_timeout};
+  LiveRecovery recovery_{io_, options_.recovery && !options_.coordinator};
   JobReport report_{options_, host_, console_};
   OomWatch oom_;
   asio::signal_set child_signal_{io_, SIGCHLD};

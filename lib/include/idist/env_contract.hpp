@@ -46,6 +46,12 @@ inline constexpr std::string_view kVerbose = "IDIST_VERBOSE";
 // The descriptor of the rank's flight recorder (idist/common/flight_recorder.hpp), which its
 // idist-run made and reads; the library writes there when it is set, else in memory of its own.
 inline constexpr std::string_view kRecorderFd = "IDIST_RECORDER_FD";
+// Live recovery (issue 46): host:port of the store idist-run hosts for the job's generations,
+// where a rank that lost a peer (idist::reform) hears which ranks go on. Unset: no recovery.
+inline constexpr std::string_view kRecoveryStore = "IDIST_RECOVERY_STORE";
+// There, idist-run announces generation g (1 after the first loss) at this key, as
+// "members=0,2,3": the generation-0 ranks that go on, in their new order.
+inline std::string generation_key(unsigned long long g) { return "idist/recovery/" + std::to_string(g); }
 // 0: nothing is recorded (to measure what recording costs); 1, the default: always on.
 inline constexpr std::string_view kFlightRecorder = "IDIST_FLIGHT_RECORDER";
 // Whether the rank's cpus are shared with other busy processes, so that its waits yield the
@@ -103,6 +109,8 @@ struct Contract {
   std::string cpus_shared = "auto";  // IDIST_CPUS_SHARED: "auto", "1" or "0"
   int cpus_shared_fd = -1;           // IDIST_CPUS_SHARED_FD; -1: no notice
   bool store_bind_all = false;
+  std::string recovery_host;  // IDIST_RECOVERY_STORE; empty: idist-run offers no recovery
+  int recovery_port = 0;
   // The thresholds above (kUcxRingFrom, ...), as given; std::nullopt where unset. Both ends of
   // a message follow them, so init() refuses a job whose ranks see different values.
   struct Tuning {

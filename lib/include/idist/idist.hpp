@@ -92,11 +92,12 @@ struct InitOptions {
   // set by `idist-run --backend`, overrides it (with a one-line notice) so that a program
   // written for GPUs can be smoke-tested on CPU.
   std::string backend = "gloo";
-  // Live recovery's opt-in (issue 46; its first part): this rank beats a heartbeat that
-  // idist-run watches, so that a frozen rank (SIGSTOP, a process not scheduled; not one under
-  // a debugger) is stopped and named within --heartbeat-timeout instead of leaving its peers
-  // waiting for IDIST_TIMEOUT. Survivors re-forming in place builds on it (not yet: today the
-  // attempt ends as after any failure, and --max-restarts starts it again).
+  // Live recovery's opt-in (docs/RECOVERY.md). This rank beats a heartbeat that idist-run
+  // watches, so that a frozen rank (SIGSTOP, a process not scheduled; not one under a
+  // debugger) is stopped and named within --heartbeat-timeout, and when a rank is lost the
+  // survivors keep their processes: a collective raises PeerLostError on every survivor, and
+  // reform() connects them as the world that goes on. Without idist-run (or with
+  // --recovery off) the loss ends the attempt as it does for any program.
   bool recovery = false;
 };
 
@@ -111,6 +112,25 @@ IDIST_API void init(const InitOptions& options = {});
 // (the ranks ran different numbers of steps) makes that peer's call fail at once, naming it,
 // and raises Error here too: neither ends as if all went well.
 IDIST_API void finalize();
+
+// What reform() made of this rank: its place in the world that goes on.
+struct ReformResult {
+  std::uint64_t generation = 0;  // 1 after the job's first re-form, 2 after its second
+  int old_rank = -1;             // this rank before the re-form
+  int rank = -1;                 // and after it (get_rank() says it too)
+  int world_size = 0;            // after it (get_world_size())
+  std::vector<int> lost;         // the ranks of the old world that are gone, in its numbering
+};
+
+// Live recovery (InitOptions::recovery, under idist-run's spawn mode): after a collective
+// raised PeerLostError, each survivor calls reform() and goes on in the same process. It ends
+// what is left of this world's collectives here, waits (within IDIST_TIMEOUT) for idist-run to
+// say which ranks go on, and connects them as a new world, renumbered 0..n-1 in their old
+// order, through a store idist-run hosts: the loss of rank 0 costs nothing more. Groups made by
+// new_group() before it are gone (make them again). A rank that idist-run left out (it froze,
+// was given up, and then ran on) is fenced: it prints one line and exits 75 without returning.
+// Throws Error where no recovery is offered (no InitOptions::recovery, or no idist-run).
+IDIST_API ReformResult reform();
 // Marks the end of a training step (auto_model marks its own, at each backward's end), so that
 // a rank that leaves early is named with the steps it ran ("rank 1 called finalize() after 6
 // steps"). Cheap: one relaxed add.

@@ -55,6 +55,7 @@ struct Options {
   double grace_seconds = 5;
   double stall_seconds = 60;
   double heartbeat_seconds = 3;
+  std::string recovery = "auto";
   std::string stall_action = "report";
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
@@ -74,7 +75,7 @@ using Target = std::variant<bool Options::*, int Options::*, double Options::*, 
 
 // What the command line checks of a value beyond its type, as it parses it (idist-run turns
 // each into a CLI11 check); the rest idist-run checks once every source has been read.
-enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts, heartbeat_timeout };
+enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts, heartbeat_timeout, recovery };
 
 // One option of idist-run, declared once: its spellings, help, default (the Options member's
 // initializer) and where its value goes. idist-run's command line, --help and its man page,
@@ -159,6 +160,11 @@ inline constexpr Setting kSettings[] = {
      "Seconds a rank that beats a heartbeat (idist::InitOptions::recovery) may go without one before idist-run "
      "stops it as frozen (SIGKILL) and says so (0: never; else at least 1)",
      &Options::heartbeat_seconds, Check::heartbeat_timeout, true},
+    {"recovery", "--recovery", "IDIST_RECOVERY", Type::string, "",
+     "auto: when a rank is lost (killed, crashed, frozen) and every other rank opted in (InitOptions::recovery), "
+     "the survivors go on in their processes (idist::reform) instead of the attempt ending; off: never (spawn mode "
+     "on one node)",
+     &Options::recovery, Check::recovery, true},
     {"timeout", "--timeout", "IDIST_JOB_TIMEOUT", Type::number, "",
      "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 (variable: "
      "IDIST_JOB_TIMEOUT; IDIST_TIMEOUT is each collective's)",

@@ -65,6 +65,10 @@ struct SuperviseOptions {
   // A rank that beats a heartbeat (InitOptions::recovery) and has not for this long is frozen:
   // stopped with SIGKILL and named (heartbeat_watch.hpp); 0: never.
   std::chrono::milliseconds heartbeat_timeout{0};
+  // Live recovery (--recovery auto; supervise/recovery.hpp): a lost rank whose peers all opted
+  // in (InitOptions::recovery) is re-formed around, not the end of the attempt. One node only
+  // (no coordinator) for now.
+  bool recovery = false;
   // After a stall report: keep waiting (report), or end the attempt as a failure of the rank
   // the report points at (kill; the restarts apply, and the job exits kStallExit).
   enum class StallAction { report, kill };

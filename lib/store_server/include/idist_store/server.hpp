@@ -1,5 +1,6 @@
 #pragma once
-// The store server rank 0 hosts at MASTER_ADDR:MASTER_PORT, on a thread of its own.
+// The store server rank 0 hosts at MASTER_ADDR:MASTER_PORT, on a thread of its own; idist-run
+// hosts one too, for live recovery's generations (launchers/src/supervise/recovery.hpp).
 //
 // Any host that can reach the port can connect, so the server assumes nothing of a client:
 // every client must present the job token first (when the job has one); frames, keys per
@@ -11,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace idist::detail {
 
@@ -39,6 +41,10 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   int port() const;
+  // Stores `value` at `key` as a client's set would, waking the clients that wait for it:
+  // for the process that hosts the store (idist-run announcing a generation). Throws
+  // std::runtime_error when the store is full.
+  void set(const std::string& key, std::vector<char> value);
   // The address the server listens on (tests check that it is not the wildcard).
   std::string listen_address() const;
 

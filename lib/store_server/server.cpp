@@ -1,4 +1,4 @@
-#include "store/tcp_store_server.hpp"
+#include "idist_store/server.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -10,6 +10,7 @@
 #include <boost/asio.hpp>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <list>
 #include <optional>
 #include <set>
@@ -597,6 +598,20 @@ TcpStoreServer::~TcpStoreServer() {
   // once and must be refused, not greeted by this dying store. finalize() relies on it.
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
+}
+
+void TcpStoreServer::set(const std::string& key, std::vector<char> value) {
+  // Shared with the io thread, which may outlive a wait that gave up (a stopped server).
+  auto stored = std::make_shared<std::promise<const char*>>();
+  auto done = stored->get_future();
+  asio::post(impl_->io, [impl = impl_.get(), key, value = std::move(value), stored]() mutable {
+    const char* refused = impl->state.put(key, std::move(value));
+    if (refused == nullptr) impl->state.key_set(key);
+    stored->set_value(refused);
+  });
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+    throw std::runtime_error("cannot store " + key + ": the store's thread does not answer");
+  if (const char* refused = done.get()) throw std::runtime_error("cannot store " + key + ": " + refused);
 }
 
 int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }

@@ -1,0 +1,123 @@
+#include "recovery.hpp"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "idist/env_contract.hpp"
+#include "idist_store/server.hpp"
+
+namespace idist::launchers::supervision {
+
+namespace {
+
+// Losses this close together make one generation: a node's ranks killed together, a kill
+// that takes a rank's child too. Short beside a step; the survivors already wait in reform().
+constexpr auto kReformSettle = std::chrono::milliseconds(50);
+// A survivor failing this soon after a loss failed of it (see recent_loss).
+constexpr auto kConsequenceWindow = std::chrono::seconds(2);
+
+std::string job_token(const Attempt& attempt) {
+  const std::string tag = std::string(env::kJobToken) + "=";
+  if (attempt.processes.empty()) return "";
+  for (const auto& e : attempt.processes.front().env)
+    if (e.rfind(tag, 0) == 0) return e.substr(tag.size());
+  return "";
+}
+
+}  // namespace
+
+std::string why_not_reform(const RecoveryFacts& f) {
+  if (!f.offered) return "recovery is not offered (--recovery off, several nodes, or no generation store)";
+  if (!f.lost) return "the rank failed on its own (a non-zero exit is the program's verdict, not a loss)";
+  if (f.survivors == 0) return "no rank is left";
+  if (f.opted_in < f.survivors)
+    return fmt::format("{} of the {} ranks left did not opt in (idist::InitOptions::recovery)", f.survivors - f.opted_in,
+                       f.survivors);
+  return "";
+}
+
+LiveRecovery::LiveRecovery(asio::io_context& io, bool wanted) : wanted_(wanted), settle_(io) {}
+
+LiveRecovery::~LiveRecovery() = default;
+
+void LiveRecovery::offer(Attempt& attempt) {
+  if (!wanted_) return;
+  if (!store_) {
+    try {
+      store_ = std::make_unique<idist::detail::TcpStoreServer>(
+          idist::detail::StoreServerOptions{.host = "127.0.0.1", .port = 0, .token = job_token(attempt)});
+    } catch (const std::exception& e) {
+      spdlog::warn("live recovery is off for this job: cannot start its store ({})", e.what());
+      wanted_ = false;
+      return;
+    }
+  }
+  const auto address = fmt::format("{}={}:{}", env::kRecoveryStore, store_->listen_address(), store_->port());
+  for (auto& p : attempt.processes) p.env.push_back(address);
+  // Each attempt's ranks start at generation 0 again, in a store whose keys they never read.
+  generation_ = 0;
+  world_ = static_cast<int>(attempt.processes.size());
+  pending_.clear();
+  lost_.clear();
+  attempt_ = nullptr;
+  settle_.cancel();
+}
+
+bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) {
+  RecoveryFacts facts{.offered = wanted_ && store_ != nullptr, .lost = root_cause};
+  for (const auto& r : attempt.ranks) {
+    if (&r == &rank || !r.running()) continue;
+    ++facts.survivors;
+    if (r.recorder && r.recorder->beat_pid() != 0) ++facts.opted_in;
+  }
+  if (const auto why = why_not_reform(facts); !why.empty()) {
+    if (facts.offered && !lost_.empty()) spdlog::info("the job cannot re-form again: {}", why);
+    return false;
+  }
+  if (attempt_ != &attempt) generation_ = 0;
+  attempt_ = &attempt;
+  lost_.push_back(&rank);
+  last_loss_ = std::chrono::steady_clock::now();
+  pending_.push_back(fmt::format("rank {} {}", rank.spec->rank, detail::describe(*rank.record)));
+  spdlog::warn("rank {} (pid {}) {}: live recovery: the {} other rank{} opted in, and may re-form without it",
+               rank.spec->rank, rank.record->pid, detail::describe(*rank.record), facts.survivors,
+               facts.survivors == 1 ? "" : "s");
+  settle_.expires_after(kReformSettle);
+  settle_.async_wait([this, &attempt](auto ec) {
+    if (!ec && attempt_ == &attempt) announce(attempt);
+  });
+  return true;
+}
+
+std::optional<std::size_t> LiveRecovery::recent_loss(const LiveAttempt& attempt) const {
+  if (attempt_ != &attempt || lost_.empty() || std::chrono::steady_clock::now() - last_loss_ > kConsequenceWindow)
+    return std::nullopt;
+  return static_cast<std::size_t>(lost_.back() - attempt.ranks.data());
+}
+
+void LiveRecovery::announce(LiveAttempt& attempt) {
+  std::vector<int> members;
+  for (const auto& r : attempt.ranks)
+    if (r.running() && std::find(lost_.begin(), lost_.end(), &r) == lost_.end()) members.push_back(r.spec->rank);
+  if (members.empty()) return;
+  ++generation_;
+  try {
+    const auto text = fmt::format("members={}", fmt::join(members, ","));
+    store_->set(env::generation_key(generation_), {text.begin(), text.end()});
+  } catch (const std::exception& e) {
+    // The survivors wait in vain, and their IDIST_TIMEOUT ends it: say why now.
+    spdlog::error("live recovery: cannot announce generation {}: {}", generation_, e.what());
+    return;
+  }
+  const auto line = fmt::format("{}; world {} -> {}", fmt::join(pending_, ", "), world_, members.size());
+  spdlog::info("generation {}: ranks {} go on as a world of {} ({})", generation_, fmt::join(members, ", "),
+               members.size(), line);
+  attempt.record.reforms.push_back(line);
+  world_ = static_cast<int>(members.size());
+  pending_.clear();
+}
+
+}  // namespace idist::launchers::supervision

@@ -1,0 +1,140 @@
+// Live recovery's re-form (docs/RECOVERY.md): the survivors of a lost rank go on as a new world
+// in the same processes. The first survivor to see the loss aborts every group of the
+// generation (the cascade), so that no survivor waits on it; each then waits in reform() for
+// idist-run's word on who goes on (supervise/recovery.hpp writes "members=..." under
+// env::generation_key(g) in the store it hosts), and they connect a new world there, under
+// generation_prefix(g): nothing of an earlier generation, nor rank 0's store, is needed again.
+#include <spdlog/fmt/fmt.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "common/duration.hpp"
+#include "log.hpp"
+#include "runtime.hpp"
+#include "store/prefix_store.hpp"
+#include "store/tcp_store.hpp"
+#include "store_keys.hpp"
+
+namespace idist::detail {
+using namespace store_keys;
+
+namespace {
+
+// A rank that idist-run left out of the generation (it froze and was given up, then ran on):
+// its peers have gone on without it, so nothing it computes may count. One line, then exit
+// 75 (EX_TEMPFAIL) without returning into the program or running its destructors, which
+// could block on connections the others closed.
+[[noreturn]] void fenced_out(const ErrorSite& site, std::uint64_t generation) {
+  std::cout.flush();
+  std::fflush(nullptr);
+  log().error("[idist rank {}/{}] reform: fenced out: the job went on without this rank (generation {}); it was "
+              "given up as lost (frozen or too slow), so it exits now (75) and its work does not count",
+              site.rank, site.world_size, generation);
+  log().flush();
+  ::_exit(75);
+}
+
+std::vector<int> parse_members(const std::vector<char>& value, std::uint64_t g) {
+  const std::string text(value.begin(), value.end());
+  constexpr std::string_view kTag = "members=";
+  if (text.rfind(kTag, 0) != 0) throw std::runtime_error(fmt::format("idist-run's word on generation {} is unreadable: {}", g, text));
+  std::vector<int> members;
+  for (std::size_t at = kTag.size(); at < text.size();) {
+    const auto end = std::min(text.find(',', at), text.size());
+    members.push_back(std::stoi(text.substr(at, end - at)));
+    at = end + 1;
+  }
+  return members;
+}
+
+}  // namespace
+
+void Runtime::abort_generation(std::uint64_t generation, const std::string& why) {
+  auto seen = aborted_generation_.load();
+  if (seen == generation || !aborted_generation_.compare_exchange_strong(seen, generation)) return;
+  for (auto& g : groups_) g->abort(why);
+  if (world_) world_->abort(why);
+}
+
+std::vector<int> Runtime::next_generation_members(const ErrorSite& site) {
+  if (!generation_store_)
+    generation_store_ = std::make_shared<TcpStore>(
+        TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout});
+  auto next = generation_ + 1;
+  try {
+    generation_store_->wait({env::generation_key(next)}, contract_.timeout);
+  } catch (const TimeoutFailure&) {
+    throw TimeoutError(site, fmt::format("idist-run did not re-form the job within {} (IDIST_TIMEOUT): no rank of "
+                                         "it was lost, or idist-run ran with --recovery off",
+                                         duration_text(contract_.timeout)));
+  }
+  // A slow survivor may find more than one generation formed since its own: the newest counts.
+  while (generation_store_->check({env::generation_key(next + 1)})[0]) ++next;
+  generation_ = next;
+  return parse_members(generation_store_->get(env::generation_key(next)), next);
+}
+
+std::vector<int> Runtime::adopt_generation(const std::vector<int>& members, int me) {
+  // hosts_ and origins_ follow the ranks into their new order; hosts are numbered afresh.
+  std::vector<int> lost;
+  std::vector<int> hosts, seen;
+  for (std::size_t r = 0; r < origins_.size(); ++r)
+    if (std::find(members.begin(), members.end(), origins_[r]) == members.end()) lost.push_back(static_cast<int>(r));
+  for (int origin : members) {
+    const auto old = std::find(origins_.begin(), origins_.end(), origin) - origins_.begin();
+    const int host = hosts_.empty() ? 0 : hosts_[static_cast<std::size_t>(old)];
+    auto it = std::find(seen.begin(), seen.end(), host);
+    if (it == seen.end()) it = seen.insert(seen.end(), host);
+    hosts.push_back(static_cast<int>(it - seen.begin()));
+  }
+  hosts_ = std::move(hosts);
+  origins_ = members;
+  auto& c = contract_;
+  c.rank = me;
+  c.world_size = static_cast<int>(members.size());
+  c.local_rank = static_cast<int>(std::count(hosts_.begin(), hosts_.begin() + me, hosts_[static_cast<std::size_t>(me)]));
+  c.local_world_size = static_cast<int>(std::count(hosts_.begin(), hosts_.end(), hosts_[static_cast<std::size_t>(me)]));
+  return lost;
+}
+
+ReformResult Runtime::reform() {
+  ErrorSite site{contract_.rank, contract_.world_size, "reform", backend_};
+  if (!recovery_)
+    throw Error(site, "init() was not asked for live recovery: set InitOptions::recovery = true");
+  if (contract_.recovery_host.empty())
+    throw Error(site, "no idist-run offers live recovery here (IDIST_RECOVERY_STORE is unset): start the program with "
+                      "idist-run -n N (spawn mode on one host), without --recovery off");
+  abort_generation(generation_, "this rank re-forms");
+  const int old_rank = contract_.rank;
+  const auto origin = origins_[static_cast<std::size_t>(old_rank)];
+  return raised_at(site, [&] {
+    const auto members = next_generation_members(site);
+    const auto me = std::find(members.begin(), members.end(), origin);
+    if (me == members.end()) fenced_out(site, generation_);
+    // The old generation's connections go without finalize(): its peers are gone or going.
+    groups_.clear();
+    world_.reset();
+    groups_made_ = 0;
+    monitored_barriers_.clear();
+    // Handles of the old generation's groups are refused from now on, and the flight recorder
+    // numbers this generation's calls afresh.
+    id_ = next_runtime_id();
+    aborted_generation_ = ~std::uint64_t{0};
+    auto lost = adopt_generation(members, static_cast<int>(me - members.begin()));
+    store_ = std::make_unique<PrefixStore>(generation_store_, generation_prefix(generation_));
+    site = ErrorSite{contract_.rank, contract_.world_size, "reform", backend_};
+    connect_world();
+    return ReformResult{generation_, old_rank, contract_.rank, contract_.world_size, std::move(lost)};
+  });
+}
+
+}  // namespace idist::detail
+
+namespace idist {
+
+ReformResult reform() { return detail::runtime("reform").reform(); }
+
+}  // namespace idist

@@ -1,0 +1,80 @@
+// A training loop that survives lost ranks (live recovery, docs/RECOVERY.md), for reform.sh:
+//   reform_rank STEPS STEP_MS
+// Each step all_reduces a vector of (step + 1)s and checks the sum against the world's size;
+// where a peer is lost (PeerLostError), the rank re-forms (idist::reform) and redoes the step.
+// Every rank prints its pid first ("origin R pid P"), each re-form as it sees it, and rank 0
+// of the last world one line at the end:
+//   reform_rank: done steps=N redone=K reforms=G world=W sum=S
+// Each redone step says how long after the loss it completed. S sums every step's all_reduced first element (the same on every rank, the same run
+// after run for the same worlds). A wrong sum exits 3.
+#include <idist/idist.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+int main(int argc, char** argv) try {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: reform_rank STEPS STEP_MS\n");
+    return 2;
+  }
+  const int steps = std::stoi(argv[1]);
+  const auto pause = std::chrono::milliseconds(std::stoi(argv[2]));
+  idist::init(idist::InitOptions{.recovery = true});
+  const int origin = idist::get_rank();
+  std::printf("origin %d pid %d\n", origin, static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  std::vector<float> x(4096);
+  int redone = 0, reforms = 0;
+  double sum = 0;
+  // From a loss seen to the redone step's end: what the loss cost this rank.
+  std::chrono::steady_clock::time_point lost_at{};
+  for (int step = 0; step < steps;) {
+    std::fill(x.begin(), x.end(), static_cast<float>(step + 1));
+    try {
+      idist::all_reduce(x);
+    } catch (const idist::PeerLostError& e) {
+      lost_at = std::chrono::steady_clock::now();
+      const auto r = idist::reform();
+      ++reforms;
+      ++redone;
+      std::string lost;
+      for (int l : r.lost) lost += (lost.empty() ? "" : ",") + std::to_string(l);
+      std::printf("origin %d pid %d: generation %llu: rank %d -> %d of %d, lost %s, redoing step %d\n", origin,
+                  static_cast<int>(::getpid()), static_cast<unsigned long long>(r.generation), r.old_rank, r.rank,
+                  r.world_size, lost.c_str(), step);
+      std::fflush(stdout);
+      continue;
+    }
+    const float want = static_cast<float>((step + 1) * idist::get_world_size());
+    for (float v : x)
+      if (v != want) {
+        std::fprintf(stderr, "origin %d: step %d: got %g, want %g\n", origin, step, static_cast<double>(v),
+                     static_cast<double>(want));
+        return 3;
+      }
+    sum += x[0];
+    if (lost_at != std::chrono::steady_clock::time_point{}) {
+      const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - lost_at).count();
+      std::printf("origin %d: step %d redone %.1f ms after the loss was seen\n", origin, step, ms);
+      std::fflush(stdout);
+      lost_at = {};
+    }
+    ++step;
+    idist::mark_step();
+    std::this_thread::sleep_for(pause);
+  }
+  const int rank = idist::get_rank(), world = idist::get_world_size();
+  idist::finalize();
+  if (rank == 0)
+    std::printf("reform_rank: done steps=%d redone=%d reforms=%d world=%d sum=%.0f\n", steps, redone, reforms, world,
+                sum);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "reform_rank: %s\n", e.what());
+  return 1;
+}
