@@ -15,6 +15,7 @@
 // broken connection. ProcessGroup::run turns them into idist::Error / TimeoutError.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -49,6 +50,10 @@ struct BackendInit {
   // How errors name the members: names[r] is the rank member r is known by to the user (a
   // composite's inner groups number their members from 0). Empty: their own index.
   std::vector<int> names = {};
+  // Live recovery: set while the backend connects when a newer generation replaced the one it
+  // connects (runtime_reform.cpp); a connect wait that sees it raises PeerLostFailure rather
+  // than wait for a member that will never come. Read during construction only; null: never.
+  const std::atomic<bool>* superseded = nullptr;
 };
 
 // The rank errors give member r of a group made from `init`, and the word before it: "rank "

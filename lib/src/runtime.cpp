@@ -367,9 +367,10 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
   });
 }
 
-void Runtime::connect_world() {
-  auto impl = make_backend(backend_, BackendInit{contract_.rank, contract_.world_size, *store_, kWorldPrefix,
-                                                 contract_.timeout, contract_, hosts_});
+void Runtime::connect_world(const std::atomic<bool>* superseded) {
+  BackendInit init{contract_.rank, contract_.world_size, *store_, kWorldPrefix, contract_.timeout, contract_, hosts_};
+  init.superseded = superseded;
+  auto impl = make_backend(backend_, init);
   std::vector<int> everyone(static_cast<std::size_t>(contract_.world_size));
   std::iota(everyone.begin(), everyone.end(), 0);
   world_ = std::make_unique<ProcessGroup>(

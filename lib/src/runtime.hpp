@@ -106,8 +106,9 @@ class Runtime {
   std::string wait_for_the_others();
   ProcessGroupOptions group_options(int rank, int size, std::string description, std::string prefix,
                                     std::vector<int> members);
-  // The world group over store_, as the contract and hosts_ say now (init, and each re-form).
-  void connect_world();
+  // The world group over store_, as the contract and hosts_ say now (init, and each re-form;
+  // `superseded`: BackendInit's).
+  void connect_world(const std::atomic<bool>* superseded = nullptr);
   // Live recovery: every group of this generation ends its waits (Backend::abort), here and on
   // the peers that wait on this rank. Once per generation: `generation` is the one the caller's
   // group belongs to.
@@ -115,7 +116,10 @@ class Runtime {
   // reform()'s parts: idist-run's word on who goes on (world ranks of generation 0, in the new
   // order), and this rank's new place taken from it.
   std::vector<int> next_generation_members(const ErrorSite& site);
-  std::vector<int> adopt_generation(const std::vector<int>& members, int me);
+  void adopt_generation(const std::vector<int>& members, int me);
+  // Connects the generation adopted last, on a store connection of its own; false where a
+  // newer generation was announced meanwhile (the connect gave up on it), true once connected.
+  bool connect_generation();
   // A fresh connection to the store, for a moment: the main one may be busy or timed out.
   std::unique_ptr<Store> probe(std::chrono::milliseconds patience = std::chrono::seconds(2)) const;
 

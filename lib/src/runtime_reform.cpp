@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include "common/duration.hpp"
+#include "common/wait.hpp"
 #include "log.hpp"
 #include "runtime.hpp"
 #include "store/prefix_store.hpp"
@@ -77,12 +79,9 @@ std::vector<int> Runtime::next_generation_members(const ErrorSite& site) {
   return parse_members(generation_store_->get(env::generation_key(next)), next);
 }
 
-std::vector<int> Runtime::adopt_generation(const std::vector<int>& members, int me) {
+void Runtime::adopt_generation(const std::vector<int>& members, int me) {
   // hosts_ and origins_ follow the ranks into their new order; hosts are numbered afresh.
-  std::vector<int> lost;
   std::vector<int> hosts, seen;
-  for (std::size_t r = 0; r < origins_.size(); ++r)
-    if (std::find(members.begin(), members.end(), origins_[r]) == members.end()) lost.push_back(static_cast<int>(r));
   for (int origin : members) {
     const auto old = std::find(origins_.begin(), origins_.end(), origin) - origins_.begin();
     const int host = hosts_.empty() ? 0 : hosts_[static_cast<std::size_t>(old)];
@@ -97,7 +96,47 @@ std::vector<int> Runtime::adopt_generation(const std::vector<int>& members, int 
   c.world_size = static_cast<int>(members.size());
   c.local_rank = static_cast<int>(std::count(hosts_.begin(), hosts_.begin() + me, hosts_[static_cast<std::size_t>(me)]));
   c.local_world_size = static_cast<int>(std::count(hosts_.begin(), hosts_.end(), hosts_[static_cast<std::size_t>(me)]));
-  return lost;
+}
+
+bool Runtime::connect_generation() {
+  // A connection of this generation's own, which the watcher below can cut: a member that died
+  // before it connected (a second loss) would otherwise hold every other in the connect until
+  // IDIST_TIMEOUT. The watcher asks idist-run's store, on the connection reform() waited on,
+  // whether a newer generation replaced this one.
+  auto connection = std::make_shared<TcpStore>(
+      TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout});
+  store_ = std::make_unique<PrefixStore>(connection, generation_prefix(generation_));
+  std::atomic<bool> superseded = false;
+  std::jthread watcher([&, next = env::generation_key(generation_ + 1)](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      try {
+        if (generation_store_->check({next})[0]) {
+          superseded = true;
+          connection->interrupt();
+          return;
+        }
+      } catch (const std::exception&) {
+        return;  // idist-run is gone: the connect ends on its own
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  try {
+    connect_world(&superseded);
+  } catch (const std::exception&) {
+    watcher.request_stop();
+    watcher.join();
+    world_.reset();
+    // A member that died after it published its address fails the connect before idist-run
+    // has announced what follows (it waits out its settle): a moment for that word.
+    const auto next = env::generation_key(generation_ + 1);
+    if (superseded || poll_until([&]() -> bool { return generation_store_->check({next})[0]; },
+                                 Clock::now() + std::chrono::seconds(2), kStorePolicy))
+      return false;
+    throw;
+  }
+  watcher.request_stop();
+  return true;
 }
 
 ReformResult Runtime::reform() {
@@ -109,24 +148,28 @@ ReformResult Runtime::reform() {
                       "idist-run -n N (spawn mode on one host), without --recovery off");
   abort_generation(generation_, "this rank re-forms");
   const int old_rank = contract_.rank;
+  const auto before = origins_;
   const auto origin = origins_[static_cast<std::size_t>(old_rank)];
   return raised_at(site, [&] {
-    const auto members = next_generation_members(site);
-    const auto me = std::find(members.begin(), members.end(), origin);
-    if (me == members.end()) fenced_out(site, generation_);
-    // The old generation's connections go without finalize(): its peers are gone or going.
-    groups_.clear();
-    world_.reset();
-    groups_made_ = 0;
-    monitored_barriers_.clear();
-    // Handles of the old generation's groups are refused from now on, and the flight recorder
-    // numbers this generation's calls afresh.
-    id_ = next_runtime_id();
-    aborted_generation_ = ~std::uint64_t{0};
-    auto lost = adopt_generation(members, static_cast<int>(me - members.begin()));
-    store_ = std::make_unique<PrefixStore>(generation_store_, generation_prefix(generation_));
-    site = ErrorSite{contract_.rank, contract_.world_size, "reform", backend_};
-    connect_world();
+    do {
+      const auto members = next_generation_members(site);
+      const auto me = std::find(members.begin(), members.end(), origin);
+      if (me == members.end()) fenced_out(site, generation_);
+      // The old generation's connections go without finalize(): its peers are gone or going.
+      groups_.clear();
+      world_.reset();
+      groups_made_ = 0;
+      monitored_barriers_.clear();
+      // Handles of the old generation's groups are refused from now on, and the flight
+      // recorder numbers this generation's calls afresh.
+      id_ = next_runtime_id();
+      aborted_generation_ = ~std::uint64_t{0};
+      adopt_generation(members, static_cast<int>(me - members.begin()));
+      site = ErrorSite{contract_.rank, contract_.world_size, "reform", backend_};
+    } while (!connect_generation());
+    std::vector<int> lost;
+    for (std::size_t r = 0; r < before.size(); ++r)
+      if (std::find(origins_.begin(), origins_.end(), before[r]) == origins_.end()) lost.push_back(static_cast<int>(r));
     return ReformResult{generation_, old_rank, contract_.rank, contract_.world_size, std::move(lost)};
   });
 }

@@ -54,9 +54,12 @@ kill_runs() {
   echo "  $label: $runs jobs with a rank killed mid-run: survivors killed by SIGPIPE in $sigpipe; survivor errors naming the dead rank: $named, another (already failed) rank: $wrong_rank, only an address: $unnamed"
   check "$label, kill -9 of a rank: no survivor dies of SIGPIPE ($sigpipe of $runs jobs)" equals $sigpipe 0
   check "$label, kill -9 of a rank: every job exits non-zero" equals $zero_exit 0
-  # Over shared memory idist-run often stops the survivors first (see the runs by hand below).
+  # idist-run stops the survivors at once, and most are gone before they report (over TCP 0-2
+  # of 16 report, measured on 2 cores, as before live recovery): where any reports, one names
+  # the dead rank. Where nothing stops them (the runs by hand below), every survivor names it.
   [ "$label" = "shared memory" ] ||
-    check "$label, kill -9 of a rank: survivors' errors name the dead rank ($named named)" test $named -gt 0
+    check "$label, kill -9 of a rank: survivors' errors name the dead rank ($named named, $wrong_rank another)" \
+      eval '[ $named -gt 0 ] || [ $((wrong_rank + unnamed)) = 0 ]'
   check "$label, kill -9 of a rank: no survivor's error names only an address ($unnamed do)" equals $unnamed 0
   # The error's type and lost_rank() say the same as its words, for a program that recovers.
   check "$label, kill -9 of a rank: each error naming the dead rank is a PeerLostError with its rank ($typed of $named)" \

@@ -77,6 +77,24 @@ check "two kills 5 ms apart: exit 0 (got $rc)" test "$rc" = 0 || cat "$DIR/out"
 check "... ranks 0 and 3 finish as a world of 2" eval \
   'same_processes "$DIR/out" 0 3 && grep -qE "^reform_rank: done steps=60 redone=[12] reforms=[12] world=2 sum=" "$DIR/out"'
 
+# A loss during the re-form: rank 2 is slow to re-form (500 ms) and is killed while ranks 0
+# and 3 connect generation 1 without it; they give that generation up for the next at once,
+# rather than wait for rank 2 until IDIST_TIMEOUT (set to 60 s here).
+REFORM_RANK_SLOW=2 IDIST_TIMEOUT=60 start_job "$DIR/out" 4 --timeout 90 "$PROG" 60 30
+sleep 0.6
+kill -9 "$(pid_of "$DIR/out" 1)"
+sleep 0.3
+start=$(now_ms)
+kill -9 "$(pid_of "$DIR/out" 2)"
+wait $job
+rc=$?
+took=$(($(now_ms) - start))
+check "a second loss while the survivors re-form: exit 0 (got $rc) $took ms after it (bound 10000)" \
+  eval '[ $rc = 0 ] && [ $took -lt 10000 ]' || cat "$DIR/out"
+check "... ranks 0 and 3 go on as a world of 2, the step redone once" eval \
+  'grep -q "^origin 3 pid $(pid_of "$DIR/out" 3): generation 2: rank 3 -> 1 of 2, lost 1,2," "$DIR/out" &&
+   grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=2 sum=" "$DIR/out"'
+
 # Rank 2 frozen (SIGSTOP): stopped by the heartbeat watch, then re-formed around.
 lose 3 STOP 2 --heartbeat-timeout 1 "$PROG" 80 30
 check "rank 2 frozen by SIGSTOP: exit 0 (got $rc)" test "$rc" = 0 || cat "$DIR/out"

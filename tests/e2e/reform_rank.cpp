@@ -2,6 +2,8 @@
 //   reform_rank STEPS STEP_MS
 // Each step all_reduces a vector of (step + 1)s and checks the sum against the world's size;
 // where a peer is lost (PeerLostError), the rank re-forms (idist::reform) and redoes the step.
+// With REFORM_RANK_SLOW=R, rank R (of generation 0) waits 500 ms after a loss before it
+// re-forms: a slow survivor, which a test can kill while the others connect without it.
 // Every rank prints its pid first ("origin R pid P"), each re-form as it sees it, and rank 0
 // of the last world one line at the end:
 //   reform_rank: done steps=N redone=K reforms=G world=W sum=S
@@ -12,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -26,6 +29,7 @@ int main(int argc, char** argv) try {
   const auto pause = std::chrono::milliseconds(std::stoi(argv[2]));
   idist::init(idist::InitOptions{.recovery = true});
   const int origin = idist::get_rank();
+  const int slow = std::getenv("REFORM_RANK_SLOW") ? std::atoi(std::getenv("REFORM_RANK_SLOW")) : -1;
   std::printf("origin %d pid %d\n", origin, static_cast<int>(::getpid()));
   std::fflush(stdout);
   std::vector<float> x(4096);
@@ -39,6 +43,7 @@ int main(int argc, char** argv) try {
       idist::all_reduce(x);
     } catch (const idist::PeerLostError& e) {
       lost_at = std::chrono::steady_clock::now();
+      if (slow == origin) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       const auto r = idist::reform();
       ++reforms;
       ++redone;

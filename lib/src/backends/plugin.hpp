@@ -22,8 +22,8 @@ namespace idist::detail {
 // one version.
 // 2: Backend::traits(), default operations, BackendInit::hosts; 3: Backend::cancel_transfers()
 // 5: BackendPlugin::probe, env::Contract::interhost; 6: env::Contract::cpus_shared(_fd)
-// 7: env::Contract::tuning; 8: Backend::abort()
-inline constexpr int kPluginAbi = 8;
+// 7: env::Contract::tuning; 8: Backend::abort(); 9: BackendInit::superseded, env::Contract::recovery_*
+inline constexpr int kPluginAbi = 9;
 
 struct PluginSizes {
   std::size_t backend_init = sizeof(BackendInit);

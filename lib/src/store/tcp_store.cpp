@@ -70,6 +70,12 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   }
 }
 
+void TcpStore::interrupt() {
+  interrupted_ = true;
+  // The request in flight (which holds mu_) sees its connection end; it closes the descriptor.
+  if (const int fd = fd_; fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+
 TcpStore::~TcpStore() {
   if (fd_ >= 0) ::close(fd_);
 }
@@ -105,6 +111,7 @@ std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadlin
   const auto given = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   std::lock_guard lock(mu_);
   const std::string where = options_.host + ":" + std::to_string(options_.port);
+  if (interrupted_) throw std::runtime_error("the connection to the store at " + where + " was given up");
   if (fd_ < 0) throw std::runtime_error("the connection to the store at " + where + " was lost earlier");
   auto fail = [&](const std::string& why) -> std::runtime_error {
     // The reply stream is now out of step with our requests: never reuse this connection.

@@ -1,6 +1,7 @@
 #pragma once
 // The client side of the TCP store: one blocking connection per rank.
 
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -30,6 +31,9 @@ class TcpStore final : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::vector<bool> check(const std::vector<std::string>& keys) override;
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
+  // From another thread: the request in flight, and every later one, fails at once (live
+  // recovery gives up a generation that a newer one replaced while it connected).
+  void interrupt();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -41,7 +45,8 @@ class TcpStore final : public Store {
 
   TcpStoreOptions options_;
   std::mutex mu_;  // one request in flight per connection
-  int fd_ = -1;
+  std::atomic<int> fd_ = -1;
+  std::atomic<bool> interrupted_ = false;
 };
 
 }  // namespace idist::detail

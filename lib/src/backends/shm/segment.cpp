@@ -129,6 +129,8 @@ void Segment::wait_attached(const BackendInit& init, Clock::time_point deadline,
   auto& h = header();
   const auto n = static_cast<std::uint32_t>(init.size);
   wait_for(h.attached, WaitPolicy{.oversubscribed = true}, [n](std::uint32_t v) { return v >= n; }, [&] {
+    if (init.superseded != nullptr && init.superseded->load())
+      throw PeerLostFailure(-1, "attaching to the shared memory (" + key + "): the job re-formed again meanwhile");
     if (Clock::now() < deadline) return;
     std::string missing;
     for (std::uint32_t r = 0; r < n; ++r)
