@@ -290,6 +290,7 @@ L::SuperviseOptions supervise_options(const Cli& cli) {
   supervise.stall_action = cli.stall_action == "kill" ? L::SuperviseOptions::StallAction::kill
                                                       : L::SuperviseOptions::StallAction::report;
   supervise.recovery = cli.recovery == "auto";
+  supervise.min_world = cli.min_world;
   supervise.status_socket = true;
   supervise.stacks = true;
   supervise.max_restarts = cli.max_restarts;
@@ -547,6 +548,7 @@ void add_check(CLI::Option* option, const config::Setting& setting) {
     case config::Check::heartbeat_timeout: option->check(seconds_from_zero(3600, 1)); return;
     case config::Check::stall_action: option->check(CLI::IsMember({"report", "kill"})); return;
     case config::Check::recovery: option->check(CLI::IsMember({"auto", "off"})); return;
+    case config::Check::min_world: option->check(CLI::Range(1, 1 << 20)); return;
     case config::Check::restarts: option->check(CLI::Range(0, 10000)); return;
   }
 }

@@ -307,6 +307,7 @@ std::string_view wanted(const Setting& setting) {
       {"backend", "a backend (gloo, mpi or nccl)"},
       {"stall_action", "report or kill"},
       {"recovery", "auto or off"},
+      {"min_world", "a number of ranks"},
       {"timeout", "a number of seconds"},
       {"grace", "a number of seconds"},
       {"stall_timeout", "a number of seconds"},

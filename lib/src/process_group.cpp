@@ -39,6 +39,10 @@ template <class Where, class F>
 void ProcessGroup::run(Health& health, const std::vector<int>& members, Where&& where, F&& f) {
   if (health.failed.load(std::memory_order_acquire)) {
     std::lock_guard lock(health.mu);
+    // Aborted (live recovery's cascade, on whichever thread saw the loss): a loss, so that the
+    // program's handler for one (reform()) sees it whichever call it is in.
+    if (health.broken.rfind("aborted: ", 0) == 0)
+      throw PeerLostError(where(), "unusable after an earlier failure: " + health.broken, -1);
     throw Error(where(), "unusable after an earlier failure: " + health.broken);
   }
   auto mark_broken = [&](const char* why) {

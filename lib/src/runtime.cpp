@@ -373,8 +373,10 @@ void Runtime::connect_world(const std::atomic<bool>* superseded) {
   auto impl = make_backend(backend_, init);
   std::vector<int> everyone(static_cast<std::size_t>(contract_.world_size));
   std::iota(everyone.begin(), everyone.end(), 0);
-  world_ = std::make_unique<ProcessGroup>(
+  auto world = std::make_unique<ProcessGroup>(
       std::move(impl), group_options(contract_.rank, contract_.world_size, "world", kWorldPrefix, everyone));
+  std::lock_guard lock(groups_mu_);
+  world_ = std::move(world);
 }
 
 Runtime::~Runtime() {
@@ -410,11 +412,12 @@ std::shared_ptr<const GroupState> Runtime::new_group(const std::vector<int>& ran
   const auto prefix = fmt::format("idist/group/{}/", id);
   auto options = group_options(state->rank, size, state->description, prefix, ranks);
   options.group_id = id;
-  groups_.push_back(world_->make_group(ranks,
-                                       BackendInit{state->rank, size, *store_, prefix, contract_.timeout, contract_,
-                                                   hosts_of(ranks)},
-                                       std::move(options)));
-  state->group = groups_.back().get();
+  auto group = world_->make_group(
+      ranks, BackendInit{state->rank, size, *store_, prefix, contract_.timeout, contract_, hosts_of(ranks)},
+      std::move(options));
+  state->group = group.get();
+  std::lock_guard lock(groups_mu_);
+  groups_.push_back(std::move(group));
   return state;
 }
 
@@ -425,7 +428,7 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
   o.epoch = static_cast<std::uint32_t>(id_);
   if (prefix != kWorldPrefix) o.members = members;
   if (recovery_ && !contract_.recovery_host.empty())
-    o.on_peer_lost = [this, generation = generation_] { abort_generation(generation, "a peer was lost"); };
+    o.on_peer_lost = [this, generation = generation_.load()] { abort_generation(generation, "a peer was lost"); };
   if (rendezvous_) {
     o.explain_departure = [this, members, rank, world = prefix == kWorldPrefix](int member, std::string_view op,
                                                                                  std::uint64_t number) {

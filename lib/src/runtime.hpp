@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,12 @@ class Runtime {
   ~Runtime();
 
   const env::Contract& contract() const { return contract_; }
-  ProcessGroup& world() { return *world_; }
+  ProcessGroup& world() {
+    if (!world_)
+      throw Error(ErrorSite{contract_.rank, contract_.world_size, "", backend_},
+                  "no world to call on: the last reform() failed (its error said why)");
+    return *world_;
+  }
   Store& store() { return *store_; }
   std::uint64_t id() const { return id_; }
 
@@ -120,6 +126,8 @@ class Runtime {
   // Connects the generation adopted last, on a store connection of its own; false where a
   // newer generation was announced meanwhile (the connect gave up on it), true once connected.
   bool connect_generation();
+  // Takes the groups and the world away from the cascade, then destroys them.
+  void drop_groups();
   // A fresh connection to the store, for a moment: the main one may be busy or timed out.
   std::unique_ptr<Store> probe(std::chrono::milliseconds patience = std::chrono::seconds(2)) const;
 
@@ -130,6 +138,9 @@ class Runtime {
   std::unique_ptr<Store> store_;
   std::unique_ptr<ProcessGroup> world_;
   std::vector<std::unique_ptr<ProcessGroup>> groups_;  // destroyed before the world
+  // Live recovery's cascade walks groups_ and world_ from whichever thread saw a loss: their
+  // changes and that walk hold this (never while a group is destroyed: see reform()).
+  std::mutex groups_mu_;
   int groups_made_ = 0;
   std::map<std::string, std::uint64_t> monitored_barriers_;  // per group prefix, in call order
   bool rendezvous_ = false;  // joined through the TCP store, so finalize() meets there too
@@ -139,7 +150,7 @@ class Runtime {
   std::uint64_t world_calls_ = 0;         // the world's collectives, kept as it is torn down
   // Live recovery (runtime_reform.cpp).
   bool recovery_ = false;             // InitOptions::recovery
-  std::uint64_t generation_ = 0;      // 0 until the first re-form
+  std::atomic<std::uint64_t> generation_ = 0;  // 0 until the first re-form; probe() reads it anywhere
   std::vector<int> origins_;          // origins_[rank]: that rank's rank in generation 0
   std::shared_ptr<Store> generation_store_;  // idist-run's (IDIST_RECOVERY_STORE), from the first re-form
   std::atomic<std::uint64_t> aborted_generation_{~std::uint64_t{0}};

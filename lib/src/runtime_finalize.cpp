@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/duration.hpp"
+#include "store/tcp_store.hpp"
 #include "log.hpp"
 #include "runtime.hpp"
 #include "store_keys.hpp"
@@ -22,6 +23,9 @@ namespace idist::detail {
 using namespace store_keys;
 
 namespace {
+
+// wait_for_the_others(): live recovery announced a new generation while this rank left.
+struct LostWhileLeaving : std::exception {};
 
 constexpr const char* kUneven = "the ranks ran different numbers of steps (uneven data? see idist::join)";
 
@@ -147,8 +151,17 @@ std::string Runtime::wait_for_the_others() {
   }
   const auto keys = numbered_keys(std::string(kWorldPrefix) + "finalized/", contract_.world_size);
   std::string text;
+  // Live recovery: a rank lost while the others leave never finalizes, and idist-run announces
+  // the next generation instead; this rank's work is then not the whole job's, so say so now
+  // rather than after IDIST_TIMEOUT.
+  std::unique_ptr<Store> recovery;
+  if (recovery_ && !contract_.recovery_host.empty())
+    recovery = std::make_unique<TcpStore>(
+        TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout});
+  const auto next = env::generation_key(generation_ + 1);
   const bool all = poll_until(
       [&] {
+        if (recovery && recovery->check({next})[0]) throw LostWhileLeaving();
         if (store_->check({mine})[0]) {
           const auto value = store_->get(mine);
           text.assign(value.begin(), value.end());
@@ -181,8 +194,7 @@ void Runtime::finalize() {
   if (!rendezvous_) {
     // No store (MPI's own world, or a world of one): the backend tells its peers that this
     // rank leaves and waits for theirs (mpi/departures.hpp), saying who it left waiting.
-    groups_.clear();
-    world_.reset();
+    drop_groups();
     std::string abandoned;
     {
       std::lock_guard lock(note_mu);
@@ -202,11 +214,14 @@ void Runtime::finalize() {
   // Our groups go first, on every rank: a peer still waiting for this rank in a collective
   // then fails now, naming it (the note above), rather than at its timeout; and a backend's
   // teardown may need its peers (nccl's), who are tearing down too.
-  groups_.clear();
-  world_.reset();
+  drop_groups();
   std::string abandoned;
   try {
     abandoned = wait_for_the_others();
+  } catch (const LostWhileLeaving&) {
+    throw Error(site, "a rank was lost while the ranks finalized, so this rank's results are not the whole job's: "
+                      "idist-run re-formed the job (generation " + std::to_string(generation_ + 1) +
+                      "), but finalize() cannot; redo the work or restart (--max-restarts)");
   } catch (const TimeoutFailure& e) {
     // finalize() must not hang; a peer that never arrived is worth a warning.
     detail::log().warn("[idist rank {}/{}] finalize: {}; leaving anyway", contract_.rank, contract_.world_size, e.what());

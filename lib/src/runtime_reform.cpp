@@ -57,8 +57,25 @@ std::vector<int> parse_members(const std::vector<char>& value, std::uint64_t g) 
 void Runtime::abort_generation(std::uint64_t generation, const std::string& why) {
   auto seen = aborted_generation_.load();
   if (seen == generation || !aborted_generation_.compare_exchange_strong(seen, generation)) return;
+  std::lock_guard lock(groups_mu_);
   for (auto& g : groups_) g->abort(why);
   if (world_) world_->abort(why);
+}
+
+void Runtime::drop_groups() {
+  // The old generation's connections go without finalize(): its peers are gone or going.
+  // Destroyed outside groups_mu_: a group's end waits for its async calls, whose thread may be
+  // the one in abort_generation, waiting for the lock.
+  std::vector<std::unique_ptr<ProcessGroup>> groups;
+  std::unique_ptr<ProcessGroup> world;
+  {
+    std::lock_guard lock(groups_mu_);
+    groups = std::move(groups_);
+    groups_.clear();
+    world = std::move(world_);
+  }
+  groups.clear();
+  world.reset();
 }
 
 std::vector<int> Runtime::next_generation_members(const ErrorSite& site) {
@@ -126,7 +143,6 @@ bool Runtime::connect_generation() {
   } catch (const std::exception&) {
     watcher.request_stop();
     watcher.join();
-    world_.reset();
     // A member that died after it published its address fails the connect before idist-run
     // has announced what follows (it waits out its settle): a moment for that word.
     const auto next = env::generation_key(generation_ + 1);
@@ -136,6 +152,12 @@ bool Runtime::connect_generation() {
     throw;
   }
   watcher.request_stop();
+  watcher.join();
+  // Cut just after it connected: this generation's store connection is gone, so it goes too.
+  if (superseded) {
+    drop_groups();
+    return false;
+  }
   return true;
 }
 
@@ -155,9 +177,7 @@ ReformResult Runtime::reform() {
       const auto members = next_generation_members(site);
       const auto me = std::find(members.begin(), members.end(), origin);
       if (me == members.end()) fenced_out(site, generation_);
-      // The old generation's connections go without finalize(): its peers are gone or going.
-      groups_.clear();
-      world_.reset();
+      drop_groups();
       groups_made_ = 0;
       monitored_barriers_.clear();
       // Handles of the old generation's groups are refused from now on, and the flight
@@ -167,6 +187,7 @@ ReformResult Runtime::reform() {
       adopt_generation(members, static_cast<int>(me - members.begin()));
       site = ErrorSite{contract_.rank, contract_.world_size, "reform", backend_};
     } while (!connect_generation());
+    generation_store_->set(env::joined_key(generation_, origin), {});
     std::vector<int> lost;
     for (std::size_t r = 0; r < before.size(); ++r)
       if (std::find(origins_.begin(), origins_.end(), before[r]) == origins_.end()) lost.push_back(static_cast<int>(r));

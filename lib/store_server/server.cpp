@@ -614,6 +614,19 @@ void TcpStoreServer::set(const std::string& key, std::vector<char> value) {
   if (const char* refused = done.get()) throw std::runtime_error("cannot store " + key + ": " + refused);
 }
 
+std::vector<bool> TcpStoreServer::check(const std::vector<std::string>& keys) {
+  auto answer = std::make_shared<std::promise<std::vector<bool>>>();
+  auto done = answer->get_future();
+  asio::post(impl_->io, [impl = impl_.get(), keys, answer] {
+    std::vector<bool> present;
+    for (const auto& k : keys) present.push_back(impl->state.data.count(k) > 0);
+    answer->set_value(std::move(present));
+  });
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+    throw std::runtime_error("cannot check the store: its thread does not answer");
+  return done.get();
+}
+
 int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }
 
 std::string TcpStoreServer::listen_address() const { return impl_->acceptor.local_endpoint().address().to_string(); }

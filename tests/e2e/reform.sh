@@ -101,6 +101,25 @@ check "rank 2 frozen by SIGSTOP: exit 0 (got $rc)" test "$rc" = 0 || cat "$DIR/o
 check "... it was stopped as frozen and the others went on" eval \
   'grep -q "rank 2 (pid [0-9]*) is frozen" "$DIR/out" && grep -q "^reform_rank: done steps=80 redone=1 reforms=1 world=2 sum=" "$DIR/out"'
 
+# A rank lost after the last step, while the others wait in finalize(): nothing can redo its
+# part, so the job fails, and at once (not after IDIST_TIMEOUT, 60 s here).
+REFORM_RANK_LATE=1 IDIST_TIMEOUT=60 start_job "$DIR/out" 3 --timeout 90 "$PROG" 10 30
+sleep 1.2
+start=$(now_ms)
+kill -9 "$(pid_of "$DIR/out" 1)"
+wait $job
+rc=$?
+took=$(($(now_ms) - start))
+check "a rank lost while the others finalize: the job fails (exit $rc) $took ms later (bound 10000)" \
+  eval '[ $rc != 0 ] && [ $took -lt 10000 ]' || cat "$DIR/out"
+check "... rank 0 says why" grep -q "finalize(.*): a rank was lost while the ranks finalized" "$DIR/out"
+
+# --min-world 3 of 3: a loss would leave too few, so the attempt ends, saying why.
+lose 3 9 1 --min-world 3 "$PROG" 60 30
+check "--min-world 3, a loss of 3 ranks: the job fails (exit $rc), naming rank 1 and why it did not re-form" eval \
+  '[ $rc != 0 ] && grep -q "rank 1 (pid [0-9]* on [^)]*) was killed by SIGKILL" "$DIR/out" &&
+   grep -q "live recovery: the attempt ends: 2 ranks would be left, fewer than --min-world 3" "$DIR/out"' || cat "$DIR/out"
+
 # --recovery off: the same kill ends the job, as it always has.
 lose 3 9 1 --recovery off "$PROG" 60 30
 check "--recovery off: the kill ends the job (exit $rc)" eval '[ $rc != 0 ] && ! grep -q "generation 1" "$DIR/out"' ||

@@ -3,7 +3,9 @@
 // Each step all_reduces a vector of (step + 1)s and checks the sum against the world's size;
 // where a peer is lost (PeerLostError), the rank re-forms (idist::reform) and redoes the step.
 // With REFORM_RANK_SLOW=R, rank R (of generation 0) waits 500 ms after a loss before it
-// re-forms: a slow survivor, which a test can kill while the others connect without it.
+// re-forms: a slow survivor, which a test can kill while the others connect without it. With
+// REFORM_RANK_LATE=R, rank R waits 3 s after its last step before finalize(): a test kills it
+// while the others wait in theirs.
 // Every rank prints its pid first ("origin R pid P"), each re-form as it sees it, and rank 0
 // of the last world one line at the end:
 //   reform_rank: done steps=N redone=K reforms=G world=W sum=S
@@ -30,6 +32,7 @@ int main(int argc, char** argv) try {
   idist::init(idist::InitOptions{.recovery = true});
   const int origin = idist::get_rank();
   const int slow = std::getenv("REFORM_RANK_SLOW") ? std::atoi(std::getenv("REFORM_RANK_SLOW")) : -1;
+  const int late = std::getenv("REFORM_RANK_LATE") ? std::atoi(std::getenv("REFORM_RANK_LATE")) : -1;
   std::printf("origin %d pid %d\n", origin, static_cast<int>(::getpid()));
   std::fflush(stdout);
   std::vector<float> x(4096);
@@ -74,6 +77,7 @@ int main(int argc, char** argv) try {
     std::this_thread::sleep_for(pause);
   }
   const int rank = idist::get_rank(), world = idist::get_world_size();
+  if (late == origin) std::this_thread::sleep_for(std::chrono::seconds(3));
   idist::finalize();
   if (rank == 0)
     std::printf("reform_rank: done steps=%d redone=%d reforms=%d world=%d sum=%.0f\n", steps, redone, reforms, world,

@@ -128,7 +128,8 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
     vars[std::string(entry.substr(0, eq))] = std::string(entry.substr(eq + 1));
   }
   // A value inherited from an outer job must not leak into ours (ours re-sets what it keeps).
-  for (auto name : {env::kJobToken, env::kRunId, env::kLauncher}) vars.erase(std::string(name));
+  // (IDIST_RECOVERY_STORE: only the idist-run that supervises the rank may offer recovery.)
+  for (auto name : {env::kJobToken, env::kRunId, env::kLauncher, env::kRecoveryStore}) vars.erase(std::string(name));
   // Nor an outer job's descriptors into ranks we spawn: they get ours (their flight recorder,
   // the cpus-shared notice). A rank we exec in place is the outer job's, and keeps them.
   if (plan.mode == Mode::spawn)

@@ -33,19 +33,26 @@ std::string why_not_reform(const RecoveryFacts& f) {
   if (!f.offered) return "recovery is not offered (--recovery off, several nodes, or no generation store)";
   if (!f.lost) return "the rank failed on its own (a non-zero exit is the program's verdict, not a loss)";
   if (f.survivors == 0) return "no rank is left";
+  if (f.survivors < f.min_world)
+    return fmt::format("{} rank{} would be left, fewer than --min-world {}", f.survivors, f.survivors == 1 ? "" : "s",
+                       f.min_world);
   if (f.opted_in < f.survivors)
     return fmt::format("{} of the {} ranks left did not opt in (idist::InitOptions::recovery)", f.survivors - f.opted_in,
                        f.survivors);
   return "";
 }
 
-LiveRecovery::LiveRecovery(asio::io_context& io, bool wanted) : wanted_(wanted), settle_(io) {}
+LiveRecovery::LiveRecovery(asio::io_context& io, bool wanted, int min_world)
+    : wanted_(wanted), min_world_(min_world), settle_(io) {}
 
 LiveRecovery::~LiveRecovery() = default;
 
 void LiveRecovery::offer(Attempt& attempt) {
   if (!wanted_) return;
-  if (!store_) {
+  // A store for each attempt: a restarted attempt's ranks count generations from 0 again, and
+  // must not find the last attempt's announcements.
+  store_.reset();
+  {
     try {
       store_ = std::make_unique<idist::detail::TcpStoreServer>(
           idist::detail::StoreServerOptions{.host = "127.0.0.1", .port = 0, .token = job_token(attempt)});
@@ -55,26 +62,32 @@ void LiveRecovery::offer(Attempt& attempt) {
       return;
     }
   }
-  const auto address = fmt::format("{}={}:{}", env::kRecoveryStore, store_->listen_address(), store_->port());
-  for (auto& p : attempt.processes) p.env.push_back(address);
-  // Each attempt's ranks start at generation 0 again, in a store whose keys they never read.
+  const auto tag = std::string(env::kRecoveryStore) + "=";
+  const auto address = fmt::format("{}{}:{}", tag, store_->listen_address(), store_->port());
+  for (auto& p : attempt.processes) {
+    std::erase_if(p.env, [&](const std::string& e) { return e.rfind(tag, 0) == 0; });
+    p.env.push_back(address);
+  }
   generation_ = 0;
   world_ = static_cast<int>(attempt.processes.size());
   pending_.clear();
   lost_.clear();
+  announced_ = 0;
+  members_.clear();
   attempt_ = nullptr;
   settle_.cancel();
 }
 
 bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) {
-  RecoveryFacts facts{.offered = wanted_ && store_ != nullptr, .lost = root_cause};
+  RecoveryFacts facts{.offered = wanted_ && store_ != nullptr, .lost = root_cause, .min_world = min_world_};
   for (const auto& r : attempt.ranks) {
     if (&r == &rank || !r.running()) continue;
     ++facts.survivors;
     if (r.recorder && r.recorder->beat_pid() != 0) ++facts.opted_in;
   }
   if (const auto why = why_not_reform(facts); !why.empty()) {
-    if (facts.offered && !lost_.empty()) spdlog::info("the job cannot re-form again: {}", why);
+    // Said where the program took part in recovery, so that a user sees why it ended instead.
+    if (facts.offered && root_cause && facts.opted_in > 0) spdlog::warn("live recovery: the attempt ends: {}", why);
     return false;
   }
   if (attempt_ != &attempt) generation_ = 0;
@@ -98,6 +111,24 @@ std::optional<std::size_t> LiveRecovery::recent_loss(const LiveAttempt& attempt)
   return static_cast<std::size_t>(lost_.back() - attempt.ranks.data());
 }
 
+std::optional<std::size_t> LiveRecovery::unrecovered(const LiveAttempt& attempt) {
+  if (attempt_ != &attempt || lost_.empty()) return std::nullopt;
+  const auto index_of = [&](std::size_t i) { return static_cast<std::size_t>(lost_[i] - attempt.ranks.data()); };
+  if (announced_ < lost_.size()) return index_of(announced_);
+  std::vector<std::string> keys;
+  for (int m : members_) keys.push_back(env::joined_key(generation_, m));
+  try {
+    const auto joined = store_->check(keys);
+    if (std::find(joined.begin(), joined.end(), false) == joined.end()) return std::nullopt;
+  } catch (const std::exception& e) {
+    spdlog::warn("live recovery: cannot tell whether the ranks re-formed ({})", e.what());
+  }
+  spdlog::warn("live recovery: a rank of generation {} ended without re-forming (its program did not call "
+               "idist::reform()): the loss stands",
+               generation_);
+  return index_of(last_cause_);
+}
+
 void LiveRecovery::announce(LiveAttempt& attempt) {
   std::vector<int> members;
   for (const auto& r : attempt.ranks)
@@ -118,6 +149,9 @@ void LiveRecovery::announce(LiveAttempt& attempt) {
   attempt.record.reforms.push_back(line);
   world_ = static_cast<int>(members.size());
   pending_.clear();
+  last_cause_ = announced_;
+  announced_ = lost_.size();
+  members_ = std::move(members);
 }
 
 }  // namespace idist::launchers::supervision

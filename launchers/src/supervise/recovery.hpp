@@ -30,14 +30,15 @@ struct RecoveryFacts {
   bool lost = false;     // killed or crashed (Blame::root_cause), not a failing exit of its own
   int survivors = 0;     // ranks of the attempt still running
   int opted_in = 0;      // of them, those that beat a heartbeat (InitOptions::recovery)
+  int min_world = 1;     // --min-world
 };
 // "" where the survivors go on; else why the attempt ends instead.
 std::string why_not_reform(const RecoveryFacts& facts);
 
 class LiveRecovery {
  public:
-  // `wanted`: --recovery auto and a job on one node.
-  LiveRecovery(asio::io_context& io, bool wanted);
+  // `wanted`: --recovery auto and a job on one node; `min_world`: --min-world.
+  LiveRecovery(asio::io_context& io, bool wanted, int min_world);
   ~LiveRecovery();
   LiveRecovery(const LiveRecovery&) = delete;
   LiveRecovery& operator=(const LiveRecovery&) = delete;
@@ -53,17 +54,28 @@ class LiveRecovery {
   // fails then (its program does not call reform()) fails of that loss, which is to blame as
   // it would be without live recovery.
   std::optional<std::size_t> recent_loss(const LiveAttempt& attempt) const;
+  // At the attempt's end: a loss that was never announced (every survivor ended first), or a
+  // member of the last generation that ended without joining it (its program never called
+  // reform()), left the loss unrecovered: the index of the lost rank, which the attempt's
+  // failure is, as without live recovery. Nothing where every loss was recovered from.
+  std::optional<std::size_t> unrecovered(const LiveAttempt& attempt);
+  // The attempt is being stopped: nothing more is announced.
+  void stand_down() { settle_.cancel(); }
 
  private:
   void announce(LiveAttempt& attempt);
 
   bool wanted_;
+  int min_world_;
   asio::steady_timer settle_;
   std::unique_ptr<idist::detail::TcpStoreServer> store_;
   std::uint64_t generation_ = 0;
   int world_ = 0;                     // the current generation's size
   std::vector<std::string> pending_;  // losses said since the last announcement
   std::vector<const Rank*> lost_;     // every rank lost this attempt
+  std::size_t announced_ = 0;         // lost_[announced_..] are not announced yet
+  std::size_t last_cause_ = 0;        // lost_[last_cause_]: the last generation's first loss
+  std::vector<int> members_;          // the last generation's (generation-0 ranks)
   const LiveAttempt* attempt_ = nullptr;
   std::chrono::steady_clock::time_point last_loss_{};
 };

@@ -257,6 +257,7 @@ class Supervisor {
 
   // SIGTERM (or `sig`) to every running rank, SIGKILL after --grace.
   void teardown(int sig) {
+    recovery_.stand_down();
     if (phase_ == Phase::running) {
       enter(Phase::stopping);
       kill_timer_.expires_after(options_.grace);
@@ -517,6 +518,7 @@ class Supervisor {
     // check, whose ranks called different collectives, must not end looking right.
     watch_.check_mismatches(a, false);
     mismatched_ = watch_.mismatched();
+    if (!a.record.first_failure) a.record.first_failure = recovery_.unrecovered(a);
     if (a.record.first_failure) {
       std::vector<std::vector<std::string>> tails;
       for (const auto& r : a.ranks) tails.push_back(r.last_stderr());
@@ -648,7 +650,7 @@ class Supervisor {
   ProcessContext procs_{io_, console_, options_.tag_output, [this] { maybe_finish(); }};
   StallWatch watch_{io_, options_, host_};
   HeartbeatWatch beats_{io_, options_.heartbeat_timeout};
-  LiveRecovery recovery_{io_, options_.recovery && !options_.coordinator};
+  LiveRecovery recovery_{io_, options_.recovery && !options_.coordinator, options_.min_world};
   JobReport report_{options_, host_, console_};
   OomWatch oom_;
   asio::signal_set child_signal_{io_, SIGCHLD};

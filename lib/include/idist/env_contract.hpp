@@ -52,6 +52,11 @@ inline constexpr std::string_view kRecoveryStore = "IDIST_RECOVERY_STORE";
 // There, idist-run announces generation g (1 after the first loss) at this key, as
 // "members=0,2,3": the generation-0 ranks that go on, in their new order.
 inline std::string generation_key(unsigned long long g) { return "idist/recovery/" + std::to_string(g); }
+// And each member of generation g says there that it joined it (connected its world), by its
+// generation-0 rank: a member that ends without joining left the loss unrecovered.
+inline std::string joined_key(unsigned long long g, int origin) {
+  return generation_key(g) + "/joined/" + std::to_string(origin);
+}
 // 0: nothing is recorded (to measure what recording costs); 1, the default: always on.
 inline constexpr std::string_view kFlightRecorder = "IDIST_FLIGHT_RECORDER";
 // Whether the rank's cpus are shared with other busy processes, so that its waits yield the

@@ -50,16 +50,14 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
     in.code();
     const auto why = in.bytes();
     if (code != static_cast<std::uint8_t>(wire::Reply::busy)) {
-      ::close(fd_);
-      fd_ = -1;
+      close_fd();
       if (!why || why->empty() || *why == wire::kWrongToken)
         throw std::runtime_error("the store at " + where +
                                  " refused this rank: wrong IDIST_JOB_TOKEN (is another job using this port?)");
       throw std::runtime_error("could not join the store at " + where + ": " + std::string(*why) +
                                " (rank 0's log says more)");
     }
-    ::close(fd_);
-    fd_ = -1;
+    close_fd();
     ++turned_away;
     if (Clock::now() + backoff >= deadline)
       throw TimeoutFailure("could not join the store at " + where + " within " + duration_text(options_.timeout) +
@@ -73,7 +71,15 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
 void TcpStore::interrupt() {
   interrupted_ = true;
   // The request in flight (which holds mu_) sees its connection end; it closes the descriptor.
-  if (const int fd = fd_; fd >= 0) ::shutdown(fd, SHUT_RDWR);
+  // Under fd_mu_, so that the number shut down is never one closed and reused meanwhile.
+  std::lock_guard lock(fd_mu_);
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+void TcpStore::close_fd() {
+  std::lock_guard lock(fd_mu_);
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 TcpStore::~TcpStore() {
@@ -115,13 +121,11 @@ std::string TcpStore::request(std::vector<char> frame, Clock::time_point deadlin
   if (fd_ < 0) throw std::runtime_error("the connection to the store at " + where + " was lost earlier");
   auto fail = [&](const std::string& why) -> std::runtime_error {
     // The reply stream is now out of step with our requests: never reuse this connection.
-    ::close(fd_);
-    fd_ = -1;
+    close_fd();
     return std::runtime_error("store " + what + " at " + where + ": " + why);
   };
   auto timed_out = [&] {
-    ::close(fd_);
-    fd_ = -1;
+    close_fd();
     return TimeoutFailure(detail::timed_out("store " + what + " at " + where, given));
   };
 

@@ -45,6 +45,8 @@ class TcpStore final : public Store {
 
   TcpStoreOptions options_;
   std::mutex mu_;  // one request in flight per connection
+  void close_fd();
+  std::mutex fd_mu_;  // closing fd_ against interrupt()'s shutdown
   std::atomic<int> fd_ = -1;
   std::atomic<bool> interrupted_ = false;
 };

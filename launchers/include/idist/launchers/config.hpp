@@ -56,6 +56,7 @@ struct Options {
   double stall_seconds = 60;
   double heartbeat_seconds = 3;
   std::string recovery = "auto";
+  int min_world = 1;
   std::string stall_action = "report";
   std::optional<std::string> timeout_seconds;
   int max_restarts = 0;
@@ -75,7 +76,7 @@ using Target = std::variant<bool Options::*, int Options::*, double Options::*, 
 
 // What the command line checks of a value beyond its type, as it parses it (idist-run turns
 // each into a CLI11 check); the rest idist-run checks once every source has been read.
-enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts, heartbeat_timeout, recovery };
+enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts, heartbeat_timeout, recovery, min_world };
 
 // One option of idist-run, declared once: its spellings, help, default (the Options member's
 // initializer) and where its value goes. idist-run's command line, --help and its man page,
@@ -165,6 +166,10 @@ inline constexpr Setting kSettings[] = {
      "the survivors go on in their processes (idist::reform) instead of the attempt ending; off: never (spawn mode "
      "on one node)",
      &Options::recovery, Check::recovery, true},
+    {"min_world", "--min-world", "IDIST_MIN_WORLD", Type::integer, "",
+     "With --recovery auto: the fewest ranks the job may go on with after a loss; below it the attempt ends as "
+     "after any failure (default 1)",
+     &Options::min_world, Check::min_world, true},
     {"timeout", "--timeout", "IDIST_JOB_TIMEOUT", Type::number, "",
      "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 (variable: "
      "IDIST_JOB_TIMEOUT; IDIST_TIMEOUT is each collective's)",

@@ -69,6 +69,7 @@ struct SuperviseOptions {
   // in (InitOptions::recovery) is re-formed around, not the end of the attempt. One node only
   // (no coordinator) for now.
   bool recovery = false;
+  int min_world = 1;  // the fewest ranks a re-form may leave (--min-world)
   // After a stall report: keep waiting (report), or end the attempt as a failure of the rank
   // the report points at (kill; the restarts apply, and the job exits kStallExit).
   enum class StallAction { report, kill };

@@ -45,6 +45,8 @@ class TcpStoreServer {
   // for the process that hosts the store (idist-run announcing a generation). Throws
   // std::runtime_error when the store is full.
   void set(const std::string& key, std::vector<char> value);
+  // Which of `keys` the store holds now, for the process that hosts it.
+  std::vector<bool> check(const std::vector<std::string>& keys);
   // The address the server listens on (tests check that it is not the wildcard).
   std::string listen_address() const;
 
