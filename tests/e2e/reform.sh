@@ -19,15 +19,18 @@ start_job() {
   for i in $(seq 400); do [ "$(grep -c "^origin [0-9]* pid" "$out")" -ge "$n" ] && break; sleep 0.05; done
 }
 # lose N SIGNAL ORIGIN ARGS...: a job of N ranks (ARGS before the program's), ORIGIN given
-# SIGNAL 0.6 s in; its output in $DIR/out and its exit status in $rc.
+# SIGNAL ${DELAY:-0.6} s in; its output in $DIR/out, its exit status in $rc, and in $took the
+# milliseconds from the signal to the job's end.
 lose() {
-  local n=$1 sig=$2 victim=$3
+  local n=$1 sig=$2 victim=$3 start
   shift 3
   start_job "$DIR/out" "$n" --timeout 90 "$@"
-  sleep 0.6
+  sleep "${DELAY:-0.6}"
+  start=$(now_ms)
   kill "-$sig" "$(pid_of "$DIR/out" "$victim")"
   wait $job
   rc=$?
+  took=$(($(now_ms) - start))
 }
 pid_of() { awk -v r="$2" '$1 == "origin" && $2 == r && $3 == "pid" {print $4; exit}' "$1"; }
 # The survivors' pids as they re-formed: the same processes as at the start.
@@ -103,13 +106,7 @@ check "... it was stopped as frozen and the others went on" eval \
 
 # A rank lost after the last step, while the others wait in finalize(): nothing can redo its
 # part, so the job fails, and at once (not after IDIST_TIMEOUT, 60 s here).
-REFORM_RANK_LATE=1 IDIST_TIMEOUT=60 start_job "$DIR/out" 3 --timeout 90 "$PROG" 10 30
-sleep 1.2
-start=$(now_ms)
-kill -9 "$(pid_of "$DIR/out" 1)"
-wait $job
-rc=$?
-took=$(($(now_ms) - start))
+DELAY=1.2 REFORM_RANK_LATE=1 IDIST_TIMEOUT=60 lose 3 9 1 "$PROG" 10 30
 check "a rank lost while the others finalize: the job fails (exit $rc) $took ms later (bound 10000)" \
   eval '[ $rc != 0 ] && [ $took -lt 10000 ]' || cat "$DIR/out"
 check "... rank 0 says why" grep -q "finalize(.*): a rank was lost while the ranks finalized" "$DIR/out"
