@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   std::int64_t batch = 16;
   int steps = 20;
   int warmup = 3;
+  bool recovery = false;
   CLI::App app("Times data-parallel training steps with idist::torch", "ddp_idist");
   app.add_option("--model", model_name, "resnet18 or mlp")->check(CLI::IsMember({"resnet18", "mlp"}));
   app.add_option("--mode", mode, "auto_model, after_backward (an AVG all_reduce per gradient after backward), or single")
@@ -44,10 +45,12 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "Samples per rank and step")->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "Timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_flag("--recovery", recovery, "init() with InitOptions::recovery (live recovery's heartbeat and cascade), "
+                                       "to measure what opting in costs (bench/ddp/recovery_cost.sh)");
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
-  idist::init();
+  idist::init(idist::InitOptions{.recovery = recovery});
   if (mode == "single" && idist::get_world_size() != 1) {
     std::fprintf(stderr, "ddp_idist: --mode single runs as one process, without a launcher\n");
     return 2;
@@ -114,9 +117,9 @@ int main(int argc, char** argv) {
   std::sort(sorted.begin(), sorted.end());
   if (idist::get_rank() == 0) {
     std::printf("{\"impl\": \"idist\", \"mode\": \"%s\", \"model\": \"%s\", \"parameters\": %zu, \"ranks\": %d, "
-                "\"batch_per_rank\": %ld, \"step_ms_median\": %.3f, \"step_ms\": [",
-                mode.c_str(), model_name.c_str(), parameters, idist::get_world_size(), static_cast<long>(batch),
-                sorted[sorted.size() / 2]);
+                "\"recovery\": %s, \"batch_per_rank\": %ld, \"step_ms_median\": %.3f, \"step_ms\": [",
+                mode.c_str(), model_name.c_str(), parameters, idist::get_world_size(), recovery ? "true" : "false",
+                static_cast<long>(batch), sorted[sorted.size() / 2]);
     for (std::size_t i = 0; i < times.size(); ++i) std::printf("%s%.3f", i ? ", " : "", times[i]);
     std::printf("]");
     std::printf(", \"phase_ms_median\": {");
