@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "common/duration.hpp"
@@ -83,13 +84,32 @@ std::vector<int> Runtime::next_generation_members(const ErrorSite& site) {
     generation_store_ = std::make_shared<TcpStore>(
         TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout});
   auto next = generation_ + 1;
-  try {
-    generation_store_->wait({env::generation_key(next)}, contract_.timeout);
-  } catch (const TimeoutFailure&) {
+  // idist-run's word, or that a peer's program ended (exit 0: uneven steps, which no re-form
+  // mends); that one is given a moment, since a loss may come with it.
+  std::vector<std::string> keys{env::generation_key(next)};
+  for (int origin : origins_) keys.push_back(env::ended_key(origin));
+  std::optional<Clock::time_point> ended_seen;
+  int ended = -1;
+  const bool word = poll_until(
+      [&]() -> bool {
+        const auto present = generation_store_->check(keys);
+        if (present[0]) return true;
+        for (std::size_t i = 1; i < present.size() && ended < 0; ++i)
+          if (present[i] && origins_[i - 1] != origins_[static_cast<std::size_t>(contract_.rank)])
+            ended = static_cast<int>(i - 1);
+        if (ended >= 0 && !ended_seen) ended_seen = Clock::now();
+        return ended_seen && Clock::now() - *ended_seen > std::chrono::milliseconds(500);
+      },
+      Clock::now() + contract_.timeout, kStorePolicy);
+  if (word && !generation_store_->check({env::generation_key(next)})[0])
+    throw Error(site, fmt::format("rank {} ended its program (exit 0) while this rank waited for it: the ranks ran "
+                                  "different numbers of steps, which a re-form cannot mend (give every rank the same "
+                                  "number of batches: idist::auto_dataloader, or idist::join)",
+                                  ended));
+  if (!word)
     throw TimeoutError(site, fmt::format("idist-run did not re-form the job within {} (IDIST_TIMEOUT): no rank of "
                                          "it was lost, or idist-run ran with --recovery off",
                                          duration_text(contract_.timeout)));
-  }
   // A slow survivor may find more than one generation formed since its own: the newest counts.
   while (generation_store_->check({env::generation_key(next + 1)})[0]) ++next;
   generation_ = next;

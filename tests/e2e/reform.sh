@@ -111,6 +111,26 @@ check "a rank lost while the others finalize: the job fails (exit $rc) $took ms 
   eval '[ $rc != 0 ] && [ $took -lt 10000 ]' || cat "$DIR/out"
 check "... rank 0 says why" grep -q "finalize(.*): a rank was lost while the ranks finalized" "$DIR/out"
 
+# A rank that ends its program early (exit 0: uneven steps) is not a loss: the job fails at
+# once, naming the uneven steps (the leaver's finalize() hears it left a peer waiting; a
+# survivor in reform() hears from idist-run that the rank ended), never after IDIST_TIMEOUT.
+start=$(now_ms)
+REFORM_RANK_SHORT=1 IDIST_TIMEOUT=60 "$RUN" -n 3 --timeout 90 "$PROG" 40 30 >"$DIR/out" 2>&1
+rc=$?
+took=$(($(now_ms) - start))
+check "a rank that ends early (exit 0): the job fails (exit $rc) in $took ms (bound 15000), naming uneven steps" eval \
+  '[ $rc != 0 ] && [ $took -lt 15000 ] &&
+   grep -qE "ran different numbers of steps|rank 1 ended its program \(exit 0\) while this rank waited" "$DIR/out"' ||
+  cat "$DIR/out"
+
+start=$(now_ms)
+REFORM_RANK_SHORT=1 REFORM_RANK_NO_FINALIZE=1 IDIST_TIMEOUT=60 "$RUN" -n 3 --timeout 90 "$PROG" 40 30 >"$DIR/out" 2>&1
+rc=$?
+took=$(($(now_ms) - start))
+check "... and one that exits 0 without finalize(): fails (exit $rc) in $took ms (bound 15000), the others naming it" \
+  eval '[ $rc != 0 ] && [ $took -lt 15000 ] &&
+        grep -q "rank 1 ended its program (exit 0) while this rank waited for it" "$DIR/out"' || cat "$DIR/out"
+
 # --min-world 3 of 3: a loss would leave too few, so the attempt ends, saying why.
 lose 3 9 1 --min-world 3 "$PROG" 60 30
 check "--min-world 3, a loss of 3 ranks: the job fails (exit $rc), naming rank 1 and why it did not re-form" eval \

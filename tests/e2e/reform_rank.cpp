@@ -5,7 +5,9 @@
 // With REFORM_RANK_SLOW=R, rank R (of generation 0) waits 500 ms after a loss before it
 // re-forms: a slow survivor, which a test can kill while the others connect without it. With
 // REFORM_RANK_LATE=R, rank R waits 3 s after its last step before finalize(): a test kills it
-// while the others wait in theirs.
+// while the others wait in theirs. With REFORM_RANK_SHORT=R, rank R runs half the steps and
+// ends (exit 0): uneven steps, which no re-form mends; with REFORM_RANK_NO_FINALIZE too, it
+// exits without finalize(), so that only idist-run can tell the others it ended.
 // Every rank prints its pid first ("origin R pid P"), each re-form as it sees it, and rank 0
 // of the last world one line at the end:
 //   reform_rank: done steps=N redone=K reforms=G world=W sum=S
@@ -27,12 +29,14 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: reform_rank STEPS STEP_MS\n");
     return 2;
   }
-  const int steps = std::stoi(argv[1]);
+  int steps = std::stoi(argv[1]);
   const auto pause = std::chrono::milliseconds(std::stoi(argv[2]));
   idist::init(idist::InitOptions{.recovery = true});
   const int origin = idist::get_rank();
   const int slow = std::getenv("REFORM_RANK_SLOW") ? std::atoi(std::getenv("REFORM_RANK_SLOW")) : -1;
   const int late = std::getenv("REFORM_RANK_LATE") ? std::atoi(std::getenv("REFORM_RANK_LATE")) : -1;
+  const int short_rank = std::getenv("REFORM_RANK_SHORT") ? std::atoi(std::getenv("REFORM_RANK_SHORT")) : -1;
+  if (short_rank == origin) steps /= 2;
   std::printf("origin %d pid %d\n", origin, static_cast<int>(::getpid()));
   std::fflush(stdout);
   std::vector<float> x(4096);
@@ -78,6 +82,7 @@ int main(int argc, char** argv) try {
   }
   const int rank = idist::get_rank(), world = idist::get_world_size();
   if (late == origin) std::this_thread::sleep_for(std::chrono::seconds(3));
+  if (short_rank == origin && std::getenv("REFORM_RANK_NO_FINALIZE") != nullptr) std::_Exit(0);
   idist::finalize();
   if (rank == 0)
     std::printf("reform_rank: done steps=%d redone=%d reforms=%d world=%d sum=%.0f\n", steps, redone, reforms, world,

@@ -111,6 +111,17 @@ std::optional<std::size_t> LiveRecovery::recent_loss(const LiveAttempt& attempt)
   return static_cast<std::size_t>(lost_.back() - attempt.ranks.data());
 }
 
+void LiveRecovery::ended(const LiveAttempt& attempt, const Rank& rank) {
+  if (!wanted_ || !store_) return;
+  const bool others = std::any_of(attempt.ranks.begin(), attempt.ranks.end(), [&](const Rank& r) { return r.running(); });
+  if (!others) return;
+  try {
+    store_->set(env::ended_key(rank.spec->rank), {});
+  } catch (const std::exception&) {
+    // The survivors wait until IDIST_TIMEOUT instead.
+  }
+}
+
 std::optional<std::size_t> LiveRecovery::unrecovered(const LiveAttempt& attempt) {
   if (attempt_ != &attempt || lost_.empty()) return std::nullopt;
   const auto index_of = [&](std::size_t i) { return static_cast<std::size_t>(lost_[i] - attempt.ranks.data()); };

@@ -59,6 +59,9 @@ class LiveRecovery {
   // reform()), left the loss unrecovered: the index of the lost rank, which the attempt's
   // failure is, as without live recovery. Nothing where every loss was recovered from.
   std::optional<std::size_t> unrecovered(const LiveAttempt& attempt);
+  // `rank` of `attempt` ended its program (exit 0) while others run: said in the store, so that
+  // a survivor waiting in reform() for it raises at once (uneven steps are not a loss).
+  void ended(const LiveAttempt& attempt, const Rank& rank);
   // The attempt is being stopped: nothing more is announced.
   void stand_down() { settle_.cancel(); }
 

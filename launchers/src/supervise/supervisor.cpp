@@ -212,6 +212,7 @@ class Supervisor {
   void judge(Rank& rank) {
     auto& a = current();
     const Blame blame = blame_of(*rank.record);
+    if (blame == Blame::none && phase_ == Phase::running) recovery_.ended(a, rank);
     if (blame == Blame::none) return;
     const auto index = static_cast<std::size_t>(&rank - a.ranks.data());
     if (!a.record.first_failure) {

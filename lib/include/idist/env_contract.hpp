@@ -57,6 +57,9 @@ inline std::string generation_key(unsigned long long g) { return "idist/recovery
 inline std::string joined_key(unsigned long long g, int origin) {
   return generation_key(g) + "/joined/" + std::to_string(origin);
 }
+// And a rank whose program ended (exit 0) while others ran is not a loss: idist-run says so
+// here, so that a survivor in reform() for it raises at once rather than wait.
+inline std::string ended_key(int origin) { return "idist/recovery/ended/" + std::to_string(origin); }
 // 0: nothing is recorded (to measure what recording costs); 1, the default: always on.
 inline constexpr std::string_view kFlightRecorder = "IDIST_FLIGHT_RECORDER";
 // Whether the rank's cpus are shared with other busy processes, so that its waits yield the
