@@ -47,14 +47,17 @@ check "--launcher spawn under mpirun ignores MPI's variables" contains "$out" '"
 
 # The mpi backend, a rank that calls exit(7) while the others wait in an all_reduce for it: its
 # exit handlers must not wait for them in MPI_Finalize (until IDIST_TIMEOUT). mpirun ends the
-# job at once, with its code.
+# job at once, with the code of the first rank it sees fail: nearly always rank 1's 7, but a
+# survivor's 1 where that survivor's exit is reaped first (seen once in a loaded CI run), and
+# then every survivor names rank 1 as the one that left.
 start=$(now_ms)
 out=$(JOB_SUM_CRASH=1:3 JOB_SUM_EXIT=7 IDIST_TIMEOUT=60 "${MPIRUN[@]}" -x JOB_SUM_CRASH -x JOB_SUM_EXIT -x IDIST_TIMEOUT \
   -np 3 "$RUN" --backend mpi "$(realpath "$3")" 20 25 5 2>&1)
 rc=$?
 took=$(($(now_ms) - start))
 check "--backend mpi, rank 1 calls exit(7) mid-job: mpirun ends the job in $took ms (bound 20000), exit $rc" eval \
-  '[ $took -lt 20000 ] && [ $rc = 7 ]' || sed 's/^/  | /' <<<"$out"
+  '[ $took -lt 20000 ] && { [ $rc = 7 ] || { [ $rc = 1 ] && [ "$(grep -c "rank 1 left the group" <<<"$out")" = 2 ]; }; }' ||
+  sed 's/^/  | /' <<<"$out"
 
 # Two mpirun jobs at once on this host, each with its own input: Open MPI's job id (a different
 # one per mpirun) gives each its own store port, so neither sees the other's values.
