@@ -600,31 +600,40 @@ TcpStoreServer::~TcpStoreServer() {
   impl_->acceptor.close(ignored);
 }
 
-void TcpStoreServer::set(const std::string& key, std::vector<char> value) {
-  // Shared with the io thread, which may outlive a wait that gave up (a stopped server).
-  auto stored = std::make_shared<std::promise<const char*>>();
-  auto done = stored->get_future();
-  asio::post(impl_->io, [impl = impl_.get(), key, value = std::move(value), stored]() mutable {
-    const char* refused = impl->state.put(key, std::move(value));
-    if (refused == nullptr) impl->state.key_set(key);
-    stored->set_value(refused);
-  });
+namespace {
+
+// Runs `f` on the server's io thread, which owns every piece of its state, and returns what it
+// returns; bounded, for a server whose thread has stopped. The promise is shared with the io
+// thread, which may outlive a wait that gave up.
+template <class F>
+auto on_io_thread(asio::io_context& io, const std::string& what, F f) {
+  using Result = decltype(f());
+  auto result = std::make_shared<std::promise<Result>>();
+  auto done = result->get_future();
+  asio::post(io, [f = std::move(f), result]() mutable { result->set_value(f()); });
   if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
-    throw std::runtime_error("cannot store " + key + ": the store's thread does not answer");
-  if (const char* refused = done.get()) throw std::runtime_error("cannot store " + key + ": " + refused);
+    throw std::runtime_error("cannot " + what + ": the store's thread does not answer");
+  return done.get();
+}
+
+}  // namespace
+
+void TcpStoreServer::set(const std::string& key, std::vector<char> value) {
+  auto put = [state = &impl_->state, key, value = std::move(value)]() mutable {
+    const char* why = state->put(key, std::move(value));
+    if (why == nullptr) state->key_set(key);
+    return why;
+  };
+  const char* refused = on_io_thread(impl_->io, "store " + key, std::move(put));
+  if (refused != nullptr) throw std::runtime_error("cannot store " + key + ": " + refused);
 }
 
 std::vector<bool> TcpStoreServer::check(const std::vector<std::string>& keys) {
-  auto answer = std::make_shared<std::promise<std::vector<bool>>>();
-  auto done = answer->get_future();
-  asio::post(impl_->io, [impl = impl_.get(), keys, answer] {
+  return on_io_thread(impl_->io, "check the store", [state = &impl_->state, keys] {
     std::vector<bool> present;
-    for (const auto& k : keys) present.push_back(impl->state.data.count(k) > 0);
-    answer->set_value(std::move(present));
+    for (const auto& k : keys) present.push_back(state->data.count(k) > 0);
+    return present;
   });
-  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
-    throw std::runtime_error("cannot check the store: its thread does not answer");
-  return done.get();
 }
 
 int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }

@@ -69,8 +69,6 @@ void LiveRecovery::offer(Attempt& attempt) {
     p.env.push_back(address);
   }
   generation_ = 0;
-  world_ = static_cast<int>(attempt.processes.size());
-  pending_.clear();
   lost_.clear();
   announced_ = 0;
   members_.clear();
@@ -90,11 +88,9 @@ bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) 
     if (facts.offered && root_cause && facts.opted_in > 0) spdlog::warn("live recovery: the attempt ends: {}", why);
     return false;
   }
-  if (attempt_ != &attempt) generation_ = 0;
   attempt_ = &attempt;
   lost_.push_back(&rank);
   last_loss_ = std::chrono::steady_clock::now();
-  pending_.push_back(fmt::format("rank {} {}", rank.spec->rank, detail::describe(*rank.record)));
   spdlog::warn("rank {} (pid {}) {}: live recovery: the {} other rank{} opted in, and may re-form without it",
                rank.spec->rank, rank.record->pid, detail::describe(*rank.record), facts.survivors,
                facts.survivors == 1 ? "" : "s");
@@ -154,12 +150,15 @@ void LiveRecovery::announce(LiveAttempt& attempt) {
     spdlog::error("live recovery: cannot announce generation {}: {}", generation_, e.what());
     return;
   }
-  const auto line = fmt::format("{}; world {} -> {}", fmt::join(pending_, ", "), world_, members.size());
+  // The losses since the last announcement, and the world they leave.
+  std::vector<std::string> losses;
+  for (auto i = announced_; i < lost_.size(); ++i)
+    losses.push_back(fmt::format("rank {} {}", lost_[i]->spec->rank, detail::describe(*lost_[i]->record)));
+  const auto before = members_.empty() ? attempt.ranks.size() : members_.size();
+  const auto line = fmt::format("{}; world {} -> {}", fmt::join(losses, ", "), before, members.size());
   spdlog::info("generation {}: ranks {} go on as a world of {} ({})", generation_, fmt::join(members, ", "),
                members.size(), line);
   attempt.record.reforms.push_back(line);
-  world_ = static_cast<int>(members.size());
-  pending_.clear();
   last_cause_ = announced_;
   announced_ = lost_.size();
   members_ = std::move(members);

@@ -73,12 +73,10 @@ class LiveRecovery {
   asio::steady_timer settle_;
   std::unique_ptr<idist::detail::TcpStoreServer> store_;
   std::uint64_t generation_ = 0;
-  int world_ = 0;                     // the current generation's size
-  std::vector<std::string> pending_;  // losses said since the last announcement
   std::vector<const Rank*> lost_;     // every rank lost this attempt
   std::size_t announced_ = 0;         // lost_[announced_..] are not announced yet
   std::size_t last_cause_ = 0;        // lost_[last_cause_]: the last generation's first loss
-  std::vector<int> members_;          // the last generation's (generation-0 ranks)
+  std::vector<int> members_;          // the last generation's (generation-0 ranks); none yet: all
   const LiveAttempt* attempt_ = nullptr;
   std::chrono::steady_clock::time_point last_loss_{};
 };
