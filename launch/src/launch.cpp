@@ -243,6 +243,7 @@ void start_ranks(const std::function<void(int)>& fn, const SpawnOptions& o, L::L
   }
   if (o.timeout) plan.job.timeout = *o.timeout;
   const std::string backend = o.backend;
+  const bool recovery = o.recovery;
   const auto callers_fds = entries_of("/proc/self/fd");
   const auto callers_logger = spdlog::default_logger();  // the ranks log as the caller does, not as supervision
   std::string self = "/proc/self/exe";
@@ -263,9 +264,9 @@ void start_ranks(const std::function<void(int)>& fn, const SpawnOptions& o, L::L
     auto attempt = L::attempt_of(plan, self, restart_count, environ);
     for (auto& process : attempt.processes) {
       process.inherited_fds = callers_fds;
-      process.entry = [&fn, backend, callers_logger] {
+      process.entry = [&fn, backend, recovery, callers_logger] {
         spdlog::set_default_logger(callers_logger);
-        init({.backend = backend});
+        init({.backend = backend, .recovery = recovery});
         fn(get_local_rank());
         finalize();
         return 0;
@@ -306,7 +307,7 @@ void init_here(const SpawnOptions& o, Situation& s) {
     for (const auto& [name, value] : env::to_variables(with_timeout))
       if (name == env::kTimeout) ::setenv(name.c_str(), value.c_str(), 1);
   }
-  init({.backend = o.backend});
+  init({.backend = o.backend, .recovery = o.recovery});
 }
 
 }  // namespace
@@ -348,7 +349,7 @@ Parallel::Parallel(SpawnOptions options) : options_(std::move(options)) {
     spawns_ = true;  // run() does
     return;
   }
-  init({.backend = options_.backend});
+  init({.backend = options_.backend, .recovery = options_.recovery});
   initialized_ = true;
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "batch_weight.hpp"
+#include "recovery_parts.hpp"
 #include "idist/torch.hpp"
 #include "torch_errors.hpp"
 
@@ -47,10 +48,13 @@ std::vector<std::size_t> shared_indices(const DistributedSamplerOptions& o, cons
 }  // namespace
 
 struct TorchDistributedSampler::State {
-  State(const DistributedSamplerOptions& o, Shares s) : options(o), sampler(o), shares(s) {}
+  State(const DistributedSamplerOptions& o, Shares s, std::size_t global)
+      : options(o), sampler(o), shares(s), global_batch(global) {}
   DistributedSamplerOptions options;
   DistributedSampler sampler;
   Shares shares;
+  std::size_t global_batch = 0;            // auto_dataloader's batch_size (0: not given)
+  bool resplit = false;                    // Recovery re-split it for a new world
   std::vector<std::size_t> indices;
   std::size_t position = 0;
   bool started = false;                    // the first reset() is epoch 0 (or the one set)
@@ -58,12 +62,14 @@ struct TorchDistributedSampler::State {
   std::optional<std::size_t> resume_at;    // load(): where the next reset() resumes
   std::mutex mu;                           // the loader's thread and Checkpoint's
   std::uint64_t global_position() const;
+  std::uint64_t global_of(std::size_t local) const;
   std::size_t local_position(std::uint64_t global) const;
 };
 
 TorchDistributedSampler::TorchDistributedSampler(const DistributedSamplerOptions& options, std::size_t global_batch)
     : state_(std::make_shared<State>(options, shares_of(global_batch, options.rank.value_or(get_rank()),
-                                                         options.num_replicas.value_or(get_world_size())))) {}
+                                                         options.num_replicas.value_or(get_world_size())),
+                                     global_batch)) {}
 
 void TorchDistributedSampler::set_epoch(std::uint64_t epoch) {
   std::lock_guard lock(state_->mu);
@@ -92,6 +98,15 @@ void TorchDistributedSampler::reset(c10::optional<std::size_t> new_size) {
     s.sampler = DistributedSampler(s.options);
     s.sampler.set_epoch(epoch);
   }
+  // A loader made before a re-form (an evaluation's) splits its next epoch over the new world;
+  // Recovery re-splits the training loader itself, mid-epoch (SamplerAccess::resplit).
+  if (!s.options.rank && !s.options.num_replicas &&
+      (s.sampler.rank() != get_rank() || s.sampler.num_replicas() != get_world_size())) {
+    const auto epoch = s.sampler.epoch();
+    s.sampler = DistributedSampler(s.options);
+    s.sampler.set_epoch(epoch);
+    s.shares = shares_of(s.global_batch, get_rank(), get_world_size());
+  }
   // The data loader resets once per epoch (its begin()): the next epoch, unless one was set.
   if (s.started && !s.epoch_set) s.sampler.set_epoch(s.sampler.epoch() + 1);
   s.started = true;
@@ -110,7 +125,14 @@ c10::optional<std::vector<std::size_t>> TorchDistributedSampler::next(std::size_
                                                 : static_cast<double>(s.shares.share) *
                                                       static_cast<double>(s.sampler.num_replicas()) /
                                                       static_cast<double>(s.shares.global));
+  // The loader asks for the batch of the world it was made in; a re-form changed that.
+  const auto asked = batch_size;
   if (s.shares.global != 0) batch_size = s.shares.share;
+  else if (s.global_batch != 0) batch_size = s.global_batch / static_cast<std::size_t>(s.sampler.num_replicas());
+  if (s.resplit && s.options.drop_last && batch_size < asked)
+    detail::refuse("Recovery", "after the re-form this rank's share of the global batch (" + std::to_string(batch_size) +
+                           ") is below the loader's batch (" + std::to_string(asked) +
+                           "), which drop_last would drop: use a global batch of at least world x (world - 1)");
   const auto end = std::min(s.indices.size(), s.position + batch_size);
   std::vector<std::size_t> batch(s.indices.begin() + static_cast<std::ptrdiff_t>(s.position),
                                  s.indices.begin() + static_cast<std::ptrdiff_t>(end));
@@ -121,9 +143,11 @@ c10::optional<std::vector<std::size_t>> TorchDistributedSampler::next(std::size_
 // The place in an epoch is kept as samples of the permutation used by all ranks together, which
 // a job restarted at another world size maps to its own ranks: rank r's p samples are p x world
 // of the permutation (DistributedSampler's interleaved split), or p / share global batches.
-std::uint64_t TorchDistributedSampler::State::global_position() const {
-  if (shares.global != 0) return position / shares.share * shares.global;
-  return position * static_cast<std::uint64_t>(sampler.num_replicas());
+std::uint64_t TorchDistributedSampler::State::global_position() const { return global_of(position); }
+
+std::uint64_t TorchDistributedSampler::State::global_of(std::size_t local) const {
+  if (shares.global != 0) return local / shares.share * shares.global;
+  return local * static_cast<std::uint64_t>(sampler.num_replicas());
 }
 
 std::size_t TorchDistributedSampler::State::local_position(std::uint64_t global) const {
@@ -153,6 +177,43 @@ void TorchDistributedSampler::load(torch::serialize::InputArchive& archive) {
 }
 
 namespace detail {
+
+SamplerMark SamplerAccess::mark(const TorchDistributedSampler& sampler) {
+  auto& s = *sampler.state_;
+  std::lock_guard lock(s.mu);
+  if (!s.started) return {.epoch = s.sampler.epoch(), .global = s.global_of(s.resume_at.value_or(0)), .at_end = false};
+  return {.epoch = s.sampler.epoch(), .global = s.global_position(), .at_end = s.position >= s.indices.size()};
+}
+
+// The split a loader made for the new world would have: global batch b is the same samples of
+// the permutation at any world size (with drop_last; without it only the epoch's last batch
+// differs), so the batches left in the epoch are those the old world had left, split over the
+// new one exactly as a job restarted on it from a checkpoint splits them.
+void SamplerAccess::resplit(const TorchDistributedSampler& sampler, const SamplerMark& at) {
+  auto& s = *sampler.state_;
+  std::lock_guard lock(s.mu);
+  if (s.global_batch == 0) refuse("Recovery", "the loader's sampler has no global batch size to split");
+  s.shares = shares_of(s.global_batch, get_rank(), get_world_size());
+  s.resplit = true;
+  const auto epoch = s.sampler.epoch();
+  s.sampler = DistributedSampler(s.options);  // auto_dataloader's: the rank and world of now
+  s.sampler.set_epoch(epoch);
+  if (!s.started) {  // the loader has not begun: its begin() resumes at the mark, as after load()
+    s.sampler.set_epoch(at.epoch);
+    s.epoch_set = true;
+    s.resume_at = s.local_position(at.global);
+    return;
+  }
+  s.indices = s.shares.global != 0 ? shared_indices(s.options, s.shares, epoch) : s.sampler.indices();
+  if (at.epoch == epoch) {
+    s.position = at.at_end ? s.indices.size() : std::min(s.local_position(at.global), s.indices.size());
+  } else if (at.epoch + 1 == epoch && at.at_end) {
+    s.position = 0;  // this rank began the next epoch; nothing of it was kept
+  } else {
+    refuse("Recovery", "internal: the ranks' loaders are in epochs " + std::to_string(at.epoch) + " and " +
+                           std::to_string(epoch) + ", more than one step apart");
+  }
+}
 
 std::size_t rank_batch_size(std::size_t global_batch) {
   const auto n = static_cast<std::size_t>(get_world_size());

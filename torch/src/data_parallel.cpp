@@ -199,6 +199,23 @@ class Reducer {
     });
   }
 
+  // After a re-form (Recovery): no iteration is in flight, and every rank of the new world has
+  // the same buckets. The first iteration ends with a broadcast of the bucket order, which can
+  // complete on its source and fail elsewhere; where any rank has not rebuilt, all go back to
+  // the first layout and rebuild together at the next iteration.
+  void after_reform() {
+    std::lock_guard lock(mu_);
+    if (join_) refuse("Recovery", "a peer was lost inside idist::join, which live recovery does not support");
+    reset_iteration();
+    sync_ = true;
+    const auto all_rebuilt = idist::all_reduce(std::int64_t{stats_.iterations > 0 ? 1 : 0}, ReduceOp::MIN);
+    if (all_rebuilt == 0 && stats_.iterations > 0) {
+      assign_buckets(initial_order_);
+      stats_.iterations = 0;
+      stats_.bucket_rebuilds = 0;
+    }
+  }
+
   DataParallelStats stats() const {
     std::lock_guard lock(mu_);
     DataParallelStats s = stats_;
@@ -551,6 +568,12 @@ void make_data_parallel(torch::nn::Module& module, const AutoModelOptions& optio
 void set_gradient_sync(const torch::nn::Module& module, bool enabled) {
   if (auto* reducer = find(module)) reducer->set_sync(enabled);
 }
+
+void after_reform(const torch::nn::Module& module) {
+  if (auto* reducer = find(module)) reducer->after_reform();
+}
+
+bool is_data_parallel(const torch::nn::Module& module) { return find(module) != nullptr; }
 
 void join(const torch::nn::Module& module, const std::function<void()>& loop, const JoinOptions& options) {
   auto* reducer = find(module);

@@ -48,6 +48,7 @@ struct SpawnOptions {
   // nnodes > 1 unless IDIST_JOB_TOKEN is exported.
   std::string rdzv_id{};
   std::optional<std::chrono::milliseconds> timeout{};  // rendezvous and collectives (IDIST_TIMEOUT; 300 s)
+  bool recovery = false;  // InitOptions::recovery for each rank (idist::Recovery; idist-run -n N only)
 };
 
 // A spawned rank failed: it exited non-zero, was killed by a signal, or fn threw (exit code 1,

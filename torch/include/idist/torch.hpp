@@ -240,6 +240,7 @@ struct AutoDataLoaderOptions {
 
 class TorchDistributedSampler;
 namespace detail {
+struct SamplerAccess;  // Recovery's re-split (torch/src/recovery_parts.hpp)
 // Which sampler an auto_dataloader's loader holds (libtorch's loaders do not say), for
 // Checkpoint; nullptr for another loader, or one already destroyed.
 IDIST_API void remember_sampler(const void* loader, const TorchDistributedSampler& sampler);
@@ -273,6 +274,7 @@ class IDIST_API TorchDistributedSampler final : public torch::data::samplers::Sa
  private:
   friend void detail::remember_sampler(const void* loader, const TorchDistributedSampler& sampler);
   friend std::unique_ptr<TorchDistributedSampler> detail::loader_sampler(const void* loader);
+  friend struct detail::SamplerAccess;
   explicit TorchDistributedSampler(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::shared_ptr<State> state_;
 };
