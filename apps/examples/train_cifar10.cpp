@@ -12,16 +12,19 @@
 //   mpirun -np 2 train_cifar10 --backend mpi
 //   idist-run --nnodes 2 --node-rank K --rdzv-endpoint HOST:PORT -n 1 train_cifar10
 //   idist-run -n 2 --max-restarts 3 train_cifar10 --checkpoint-dir ckpt
+//   idist-run -n 4 train_cifar10 --recover          a lost rank costs one step (idist::Recovery)
 //
-// At its end rank 0 prints "train_cifar10: done steps=N redone=0 resumed_from=S seen=M
-// params=P": S the step it resumed at (0 for a fresh start), M the training samples used by
-// every rank since, P every parameter summed as float64.
+// At its end rank 0 prints "train_cifar10: done steps=N redone=K resumed_from=S seen=M
+// params=P": K the steps done again after a lost rank (--recover), S the step it resumed at (0
+// for a fresh start), M the training samples used by every rank since (each global batch once),
+// P every parameter summed as float64.
 //
 // --data DIR reads CIFAR-10's binary files (data_batch_1.bin ... data_batch_5.bin,
 // test_batch.bin); without it, a synthetic set of the same shapes that can be learned (each
 // class a fixed pattern under noise), the same on every rank.
 #include <idist/checkpoint.hpp>
 #include <idist/launch.hpp>
+#include <idist/recovery.hpp>
 #include <idist/torch.hpp>
 #include <torch/torch.h>
 
@@ -50,6 +53,7 @@ struct Config {
   std::int64_t samples = 2048;    // synthetic training set (a fifth more for validation)
   int log_every = 10;
   std::int64_t steps = 0;         // 0: as many as the epochs take
+  bool recover = false;           // live recovery: idist::Recovery around the loop
 };
 
 // --- data -------------------------------------------------------------------------------------------
@@ -118,6 +122,42 @@ std::pair<double, double> evaluate(examples::ResNet18& model, Loader& loader) {
   return {sums[0].item<double>() / sums[2].item<double>(), sums[1].item<double>() / sums[2].item<double>()};
 }
 
+struct Labelled : torch::data::datasets::Dataset<Labelled> {
+  torch::Tensor x, y;
+  Labelled(torch::Tensor images, torch::Tensor labels) : x(std::move(images)), y(std::move(labels)) {}
+  torch::data::Example<> get(std::size_t i) override {
+    return {x[static_cast<std::int64_t>(i)], y[static_cast<std::int64_t>(i)]};
+  }
+  c10::optional<std::size_t> size() const override { return static_cast<std::size_t>(x.size(0)); }
+};
+
+auto loader_of(const torch::Tensor& x, const torch::Tensor& y, const idist::AutoDataLoaderOptions& options) {
+  return idist::auto_dataloader(Labelled(x, y).map(torch::data::transforms::Stack<>()), options);
+}
+
+// Rank 0's last line, which the tests read.
+void report(std::int64_t step, std::int64_t redone, std::int64_t resumed_from, std::int64_t seen,
+            examples::ResNet18& model) {
+  double params = 0;
+  for (const auto& p : model->parameters()) params += p.to(torch::kDouble).sum().item<double>();
+  char line[200];
+  std::snprintf(line, sizeof line, "train_cifar10: done steps=%lld redone=%lld resumed_from=%lld seen=%lld params=%.10g",
+                static_cast<long long>(step), static_cast<long long>(redone), static_cast<long long>(resumed_from),
+                static_cast<long long>(seen), params);
+  log0(line);
+}
+
+template <class Optimizer, class Loader>
+void start_recovery(std::optional<idist::Recovery>& recovery, examples::ResNet18& model,
+                    const std::shared_ptr<Optimizer>& optimizer, const std::unique_ptr<Loader>& loader,
+                    std::int64_t step) {
+  auto& r = recovery.emplace(model, optimizer, loader, idist::RecoveryOptions{.steps = step});
+  r.on_reform([&r](const idist::ReformResult& result) {
+    log0("Re-formed: generation " + std::to_string(result.generation) + ", world of " +
+         std::to_string(result.world_size) + ", after step " + std::to_string(r.steps()));
+  });
+}
+
 void training(int local_rank, const Config& config) {
   // The cores shared among this node's ranks.
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
@@ -127,20 +167,11 @@ void training(int local_rank, const Config& config) {
 
   auto [train_x, train_y] = config.data.empty() ? synthetic(config.samples, 1) : read_cifar(config.data, true);
   auto [test_x, test_y] = config.data.empty() ? synthetic(config.samples / 5, 2) : read_cifar(config.data, false);
-  using torch::data::datasets::TensorDataset;
-  struct Labelled : torch::data::datasets::Dataset<Labelled> {
-    torch::Tensor x, y;
-    Labelled(torch::Tensor images, torch::Tensor labels) : x(std::move(images)), y(std::move(labels)) {}
-    torch::data::Example<> get(std::size_t i) override {
-      return {x[static_cast<std::int64_t>(i)], y[static_cast<std::int64_t>(i)]};
-    }
-    c10::optional<std::size_t> size() const override { return static_cast<std::size_t>(x.size(0)); }
-  };
-  auto stack = torch::data::transforms::Stack<>();
-  auto train_loader = idist::auto_dataloader(Labelled(train_x, train_y).map(stack),
-                                             {.batch_size = config.batch_size, .shuffle = true, .drop_last = true});
-  auto test_loader = idist::auto_dataloader(Labelled(test_x, test_y).map(stack),
-                                            {.batch_size = config.batch_size, .shuffle = false});
+  auto train_loader = loader_of(train_x, train_y, {.batch_size = config.batch_size, .shuffle = true, .drop_last = true});
+  auto test_loader = loader_of(test_x, test_y, {.batch_size = config.batch_size, .shuffle = false});
+  // The training set's accuracy through a loader of its own, so that the training loader's
+  // epochs are the training's only.
+  auto train_eval_loader = loader_of(train_x, train_y, {.batch_size = config.batch_size, .shuffle = false});
 
   torch::manual_seed(0);
   auto model = idist::auto_model(examples::ResNet18(10, config.width));
@@ -155,25 +186,45 @@ void training(int local_rank, const Config& config) {
   checkpoint.add("step", step).add("epoch", epoch);
   const auto resumed_from = checkpoint.load_latest().value_or(0);
   if (resumed_from > 0) log0("Resumed from " + config.output + " at step " + std::to_string(resumed_from));
+  // --recover: a lost rank costs the step it interrupted; the collectives between steps run
+  // again after a re-form (retry).
+  std::optional<idist::Recovery> recovery;
+  if (config.recover) start_recovery(recovery, model, optimizer, train_loader, step);
+  const auto between = [&](auto&& collective) { return recovery ? recovery->retry(collective) : collective(); };
   double accuracy = 0;
-  while (epoch < config.epochs && step < max_steps) {
-    ++epoch;
+  // Epochs are counted in steps (each is `iterations` global batches at any world size), so that
+  // a run stopped by --steps inside an epoch resumes inside it.
+  while (step / iterations < config.epochs && step < max_steps) {
+    epoch = step / iterations + 1;
     const auto start = std::chrono::steady_clock::now();
     int iteration = 0;
     for (auto& batch : *train_loader) {
-      optimizer->zero_grad();
-      auto loss = torch::cross_entropy_loss(model(batch.data), batch.target);
-      loss.backward();
-      optimizer->step();
-      seen += batch.data.size(0);
+      torch::Tensor loss;
+      const auto train_step = [&] {
+        optimizer->zero_grad();
+        loss = torch::cross_entropy_loss(model(batch.data), batch.target);
+        loss.backward();
+        optimizer->step();
+      };
+      if (!recovery) {
+        train_step();
+        seen += batch.data.size(0);
+        ++step;
+      } else if (!recovery->step(train_step)) {
+        step = recovery->steps();  // re-formed: the next batch is this one's, re-split
+        if (step >= max_steps) break;
+        continue;
+      } else {
+        step = recovery->steps();
+      }
       if (++iteration % config.log_every == 0 || iteration == iterations)
         log0("Epoch[" + std::to_string(epoch) + "] Iteration[" + std::to_string(iteration) + "/" +
              std::to_string(iterations) + "] Loss: " + fixed(loss.item<double>()));
-      if (++step == max_steps) break;
+      if (step == max_steps) break;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const auto [train_loss, train_accuracy] = evaluate(model, train_loader);
-    const auto [test_loss, test_accuracy] = evaluate(model, test_loader);
+    const auto [train_loss, train_accuracy] = between([&] { return evaluate(model, train_eval_loader); });
+    const auto [test_loss, test_accuracy] = between([&] { return evaluate(model, test_loader); });
     accuracy = test_accuracy;
     log0("Train Epoch[" + std::to_string(epoch) + "] Avg accuracy: " + fixed(train_accuracy) +
          " Avg loss: " + fixed(train_loss) + " (" + fixed(seconds, 1) + " s)");
@@ -184,14 +235,8 @@ void training(int local_rank, const Config& config) {
   }
   checkpoint.wait();
   log0("Final validation accuracy: " + fixed(accuracy));
-  double params = 0;
-  for (const auto& p : model->parameters()) params += p.to(torch::kDouble).sum().item<double>();
-  const auto all_seen = idist::all_reduce(seen);
-  char line[200];
-  std::snprintf(line, sizeof line, "train_cifar10: done steps=%lld redone=0 resumed_from=%lld seen=%lld params=%.10g",
-                static_cast<long long>(step), static_cast<long long>(resumed_from), static_cast<long long>(all_seen),
-                params);
-  log0(line);
+  const auto all_seen = recovery ? recovery->samples() : between([&] { return idist::all_reduce(seen); });
+  report(step, recovery ? recovery->redone() : 0, resumed_from, all_seen, model);
 }
 
 }  // namespace
@@ -206,6 +251,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", config.steps, "Stop after this many steps in all (0: the epochs' steps)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--backend", config.backend, "gloo, mpi or nccl")->capture_default_str();
+  app.add_flag("--recover", config.recover,
+               "Live recovery: a lost rank costs the step it interrupted, the others go on (under idist-run -n N)");
   app.add_option("--nproc-per-node", config.nproc_per_node, "Ranks to start here, when no launcher started this one")
       ->check(CLI::PositiveNumber);
   app.add_option("--epochs", config.epochs)->check(CLI::PositiveNumber)->capture_default_str();
@@ -221,7 +268,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     // ignite's `with idist.Parallel(backend, nproc_per_node) as parallel: parallel.run(training, config)`
-    idist::Parallel({.backend = config.backend, .nproc_per_node = config.nproc_per_node}).run(training, config);
+    idist::Parallel({.backend = config.backend, .nproc_per_node = config.nproc_per_node, .recovery = config.recover})
+        .run(training, config);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_cifar10: %s\n", e.what());
     return 1;

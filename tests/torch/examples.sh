@@ -19,7 +19,7 @@ cleanup() {
 trap cleanup EXIT
 cd "$TMP"
 export IDIST_TIMEOUT=60
-small=(--epochs 3 --width 8 --samples 512 --batch-size 32 --log-every 100)
+small=(--epochs 3 --width 8 --samples 512 --batch-size 32 --log-every 100 --learning-rate 0.01)
 
 # learns LABEL OUTPUT DIR: a validation accuracy above chance (0.1), and the checkpoints in DIR.
 learns() {
