@@ -158,12 +158,16 @@ void start_recovery(std::optional<idist::Recovery>& recovery, examples::ResNet18
   });
 }
 
-void training(int local_rank, const Config& config) {
-  // The cores shared among this node's ranks.
+// The cores shared among this node's ranks; the first line.
+void start_rank(int local_rank) {
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
   torch::set_num_threads(std::max(1, static_cast<int>(cores) / idist::get_nproc_per_node()));
   log0("train_cifar10: " + std::to_string(idist::get_world_size()) + " rank(s), backend " + idist::backend() +
        ", local rank " + std::to_string(local_rank) + " of rank 0");
+}
+
+void training(int local_rank, const Config& config) {
+  start_rank(local_rank);
 
   auto [train_x, train_y] = config.data.empty() ? synthetic(config.samples, 1) : read_cifar(config.data, true);
   auto [test_x, test_y] = config.data.empty() ? synthetic(config.samples / 5, 2) : read_cifar(config.data, false);
@@ -179,6 +183,9 @@ void training(int local_rank, const Config& config) {
       model->parameters(), torch::optim::SGDOptions(config.learning_rate).momentum(0.9).weight_decay(5e-4)));
 
   const auto iterations = train_x.size(0) / static_cast<std::int64_t>(config.batch_size);
+  if (iterations == 0)
+    throw std::runtime_error("--batch-size " + std::to_string(config.batch_size) + " is larger than the training set (" +
+                             std::to_string(train_x.size(0)) + " samples)");
   const auto max_steps = config.steps > 0 ? config.steps : iterations * config.epochs;
   std::int64_t step = 0, epoch = 0, seen = 0;
   idist::Checkpoint checkpoint({.dir = config.output});
@@ -217,7 +224,7 @@ void training(int local_rank, const Config& config) {
       } else {
         step = recovery->steps();
       }
-      if (++iteration % config.log_every == 0 || iteration == iterations)
+      if ((++iteration % config.log_every == 0 || iteration == iterations) && loss.defined())
         log0("Epoch[" + std::to_string(epoch) + "] Iteration[" + std::to_string(iteration) + "/" +
              std::to_string(iterations) + "] Loss: " + fixed(loss.item<double>()));
       if (step == max_steps) break;

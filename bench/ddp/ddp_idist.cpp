@@ -8,12 +8,14 @@
 // Each step: zero_grad, forward, loss, backward, SGD step, on data made once (random images
 // and labels; the timing does not depend on their values). One intra-op thread. Rank 0
 // prints one JSON line: the median step and every step, in milliseconds.
+#include <idist/recovery.hpp>
 #include <idist/torch.hpp>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 
@@ -29,6 +31,12 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// --recover's loader: Recovery needs one made by auto_dataloader; the steps never read it.
+struct Unread : torch::data::datasets::Dataset<Unread> {
+  torch::data::Example<> get(std::size_t) override { return {torch::zeros(1), torch::zeros(1)}; }
+  c10::optional<std::size_t> size() const override { return std::size_t{1} << 16; }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -38,6 +46,7 @@ int main(int argc, char** argv) {
   int steps = 20;
   int warmup = 3;
   bool recovery = false;
+  bool recover = false;
   CLI::App app("Times data-parallel training steps with idist::torch", "ddp_idist");
   app.add_option("--model", model_name, "resnet18 or mlp")->check(CLI::IsMember({"resnet18", "mlp"}));
   app.add_option("--mode", mode, "auto_model, after_backward (an AVG all_reduce per gradient after backward), or single")
@@ -47,9 +56,15 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_flag("--recovery", recovery, "init() with InitOptions::recovery (live recovery's heartbeat and cascade), "
                                        "to measure what opting in costs (bench/ddp/recovery_cost.sh)");
+  app.add_flag("--recover", recover, "Each step through idist::Recovery::step (implies --recovery; auto_model only)");
   CLI11_PARSE(app, argc, argv);
 
   torch::set_num_threads(1);
+  recovery = recovery || recover;
+  if (recover && mode != "auto_model") {
+    std::fprintf(stderr, "ddp_idist: --recover needs --mode auto_model\n");
+    return 2;
+  }
   idist::init(idist::InitOptions{.recovery = recovery});
   if (mode == "single" && idist::get_world_size() != 1) {
     std::fprintf(stderr, "ddp_idist: --mode single runs as one process, without a launcher\n");
@@ -77,7 +92,11 @@ int main(int argc, char** argv) {
     module = mlp.ptr();
     loss = [&] { return torch::mse_loss(mlp(x), y); };
   }
-  torch::optim::SGD optimizer(module->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  auto optimizer_ptr = std::make_shared<torch::optim::SGD>(module->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  auto& optimizer = *optimizer_ptr;
+  auto unread = idist::auto_dataloader(Unread(), {.batch_size = static_cast<std::size_t>(idist::get_world_size())});
+  std::optional<idist::Recovery> recovering;
+  if (recover) recovering.emplace(module, optimizer_ptr, unread);
   std::size_t parameters = 0;
   for (const auto& p : module->parameters()) parameters += static_cast<std::size_t>(p.numel());
 
@@ -90,17 +109,23 @@ int main(int argc, char** argv) {
   for (int step = 0; step < warmup + steps; ++step) {
     using Clock = std::chrono::steady_clock;
     std::array<Clock::time_point, 6> at;
+    const auto one_step = [&] {
+      optimizer.zero_grad();
+      at[1] = Clock::now();
+      auto l = loss();
+      at[2] = Clock::now();
+      l.backward();
+      at[3] = Clock::now();
+      if (mode == "after_backward")
+        for (auto& p : module->parameters()) idist::all_reduce(p.grad(), idist::ReduceOp::AVG);
+      at[4] = Clock::now();
+      optimizer.step();
+    };
     at[0] = Clock::now();
-    optimizer.zero_grad();
-    at[1] = Clock::now();
-    auto l = loss();
-    at[2] = Clock::now();
-    l.backward();
-    at[3] = Clock::now();
-    if (mode == "after_backward")
-      for (auto& p : module->parameters()) idist::all_reduce(p.grad(), idist::ReduceOp::AVG);
-    at[4] = Clock::now();
-    optimizer.step();
+    if (recovering)
+      recovering->step(one_step);
+    else
+      one_step();
     at[5] = Clock::now();
     const double ms = std::chrono::duration<double, std::milli>(at[5] - at[0]).count();
     if (step >= warmup) {
@@ -117,8 +142,8 @@ int main(int argc, char** argv) {
   std::sort(sorted.begin(), sorted.end());
   if (idist::get_rank() == 0) {
     std::printf("{\"impl\": \"idist\", \"mode\": \"%s\", \"model\": \"%s\", \"parameters\": %zu, \"ranks\": %d, "
-                "\"recovery\": %s, \"batch_per_rank\": %ld, \"step_ms_median\": %.3f, \"step_ms\": [",
-                mode.c_str(), model_name.c_str(), parameters, idist::get_world_size(), recovery ? "true" : "false",
+                "\"recovery\": %s, \"recover\": %s, \"batch_per_rank\": %ld, \"step_ms_median\": %.3f, \"step_ms\": [",
+                mode.c_str(), model_name.c_str(), parameters, idist::get_world_size(), recovery ? "true" : "false", recover ? "true" : "false",
                 static_cast<long>(batch), sorted[sorted.size() / 2]);
     for (std::size_t i = 0; i < times.size(); ++i) std::printf("%s%.3f", i ? ", " : "", times[i]);
     std::printf("]");

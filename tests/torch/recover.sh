@@ -5,10 +5,15 @@
 # with every step done, one redone, every sample used as often as without the kill, and the
 # parameters bit for bit those of a run stopped at the step the re-form went on from and resumed
 # from its checkpoint on the smaller world: the same global batches, the same model.
-# usage: recover.sh IDIST_RUN EXAMPLES_DIR
+# The same on an MLP with dropout (recover_check.cpp): a survivor one step behind takes the
+# step from one ahead; two losses one after the other; the time from a kill to the survivors'
+# next committed step.
+# usage: recover.sh IDIST_RUN EXAMPLES_DIR RECOVER_CHECK
 source "$(dirname "$0")/../e2e/lib.sh"
 RUN=$(realpath "$1")
 private_copy train_cifar10 "$2/train_cifar10"
+CHECK=$DIR/recover_check
+cp "$(realpath "$3")" "$CHECK"
 cd "$DIR"
 export OMP_NUM_THREADS=1
 small=(--width 8 --samples 1024 --batch-size 32 --epochs 2 --learning-rate 0.01 --log-every 4)
@@ -51,4 +56,74 @@ killed_mid_run() {
 killed_mid_run "kill -9 of rank 1 of 4, over shared memory" 4 1
 killed_mid_run "kill -9 of rank 0 of 4, which hosted the first store" 4 0
 killed_mid_run "kill -9 of rank 2 of 3, over TCP" 3 2 IDIST_INTRANODE=off
+
+# reference OUT N1:K1 N2:K2 ...: N1 ranks to step K1, then N2 ranks from its checkpoint to K2, ...
+reference() {
+  local out=$1 part
+  shift
+  rm -rf refck
+  for part in "$@"; do
+    read -r -a words <<<"${part##*:}"
+    "$RUN" -n "${part%%:*}" "$CHECK" refck "${words[@]}" >>"$out" 2>&1
+  done
+  grep "^recover_check: done" "$out" | tail -1 | grep -o "params=.*"
+}
+after_step() { grep "^recovered: generation $2 " "$1" | grep -o "after_step [0-9]*" | awk '{print $2}'; }
+
+# A survivor one step behind: rank 0 lets the others commit step 6, kills rank 3, and raises
+# before its own optimizer step (--stage-behind): it must take step 6 from one that has it.
+rm -rf ck
+"$RUN" -n 4 "$CHECK" ck 32 --recover --stage-behind 0:3:6 >out 2>&1
+rc=$?
+check "MLP with dropout, rank 0 one step behind: exit 0 (got $rc)" test $rc = 0 || tail -5 out
+check "... it took step 6 from a rank that had it (caught_up_bytes > 0)" \
+  grep -qE "^recovered: generation 1 world 3 after_step 6 .* caught_up_bytes=[1-9]" out || grep recovered out
+check "... every step done, one redone, every sample once" grep -q "^recover_check: done steps=32 redone=1 resumed_from=0 seen=2048 " out ||
+  grep done out
+mine=$(grep -o "params=.*" out)
+theirs=$(reference ref.out 4:6 3:32)
+check "... $mine, bit for bit those of 4 ranks to step 6, then 3 from its checkpoint" eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
+
+# Two losses one after the other: rank 1 at step 8, then rank 2 (of the first world) at step 20,
+# in a step that zeroes its gradients at its end (the interrupted backward's must not remain).
+rm -rf ck
+"$RUN" -n 4 "$CHECK" ck 32 --recover --pause-ms 25 --progress --zero-at-end >out 2>&1 &
+job=$!
+for i in $(seq 1000); do grep -q "^step 8$" out && break; sleep 0.01; done
+killed_ns=$(date +%s%N)
+kill -9 "$(pid_of_rank $job 1)"
+for i in $(seq 1000); do grep -q "^step 20$" out && break; sleep 0.01; done
+kill -9 "$(pid_of_rank $job 2)"
+wait $job
+rc=$?
+check "MLP with dropout, two kills: exit 0 (got $rc)" test $rc = 0 || tail -5 out
+check "... idist-run says so" grep -q "succeeded after 2 re-forms" out || grep idist-run out
+check "... every step done, two redone, every sample once" grep -q "^recover_check: done steps=32 redone=2 resumed_from=0 seen=2048 " out ||
+  grep done out
+first=$(after_step out 1)
+second=$(after_step out 2)
+mine=$(grep -o "params=.*" out)
+theirs=$(reference ref2.out "4:$first --zero-at-end" "3:$second --zero-at-end" "2:32 --zero-at-end")
+check "... $mine, bit for bit those of 4 ranks to step $first, 3 to step $second, then 2" \
+  eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
+committed=$(grep "^recovered: generation 1 " out | grep -o "committed_ns=[0-9]*" | cut -d= -f2)
+ms=$(( (${committed:-0} - killed_ns) / 1000000 ))
+echo "# from the first kill to the survivors' next committed step: $ms ms (a step pauses 25 ms)"
+check "... the survivors' next step committed within 2 s of the kill ($ms ms)" test "$ms" -ge 0 -a "$ms" -lt 2000
+# A loss between steps: each step is followed by a retry() block (a pause, an all_reduce of the
+# loss); rank 3 is killed in it, after step 8, and the block runs again in the world of 3.
+rm -rf ck
+"$RUN" -n 4 "$CHECK" ck 24 --recover --between-ms 40 --progress >out 2>&1 &
+job=$!
+for i in $(seq 1000); do grep -q "^step 8$" out && break; sleep 0.01; done
+kill -9 "$(pid_of_rank $job 3)"
+wait $job
+rc=$?
+check "MLP, a loss between steps (in retry): exit 0 (got $rc)" test $rc = 0 || tail -5 out
+check "... every step done, every sample once" grep -qE "^recover_check: done steps=24 redone=[01] resumed_from=0 seen=1536 " out ||
+  grep done out
+at=$(after_step out 1)
+mine=$(grep -o "params=.*" out)
+theirs=$(reference ref3.out "4:$at" 3:24)
+check "... $mine, bit for bit those of 4 ranks to step $at, then 3" eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
 finish

@@ -54,15 +54,15 @@ struct TorchDistributedSampler::State {
   DistributedSampler sampler;
   Shares shares;
   std::size_t global_batch = 0;            // auto_dataloader's batch_size (0: not given)
-  bool resplit = false;                    // Recovery re-split it for a new world
   std::vector<std::size_t> indices;
   std::size_t position = 0;
   bool started = false;                    // the first reset() is epoch 0 (or the one set)
   bool epoch_set = false;                  // set_epoch() or load() since the last reset()
-  std::optional<std::size_t> resume_at;    // load(): where the next reset() resumes
+  std::optional<std::uint64_t> resume_at;  // load(): where the next reset() resumes (a global position)
+  bool follow_world = false;               // a re-form: the next reset() splits over the new world
+  bool rescaled = false;                   // split over another world than the loader's batch size's
   std::mutex mu;                           // the loader's thread and Checkpoint's
   std::uint64_t global_position() const;
-  std::uint64_t global_of(std::size_t local) const;
   std::size_t local_position(std::uint64_t global) const;
 };
 
@@ -100,19 +100,20 @@ void TorchDistributedSampler::reset(c10::optional<std::size_t> new_size) {
   }
   // A loader made before a re-form (an evaluation's) splits its next epoch over the new world;
   // Recovery re-splits the training loader itself, mid-epoch (SamplerAccess::resplit).
-  if (!s.options.rank && !s.options.num_replicas &&
-      (s.sampler.rank() != get_rank() || s.sampler.num_replicas() != get_world_size())) {
+  if (s.follow_world) {
     const auto epoch = s.sampler.epoch();
     s.sampler = DistributedSampler(s.options);
     s.sampler.set_epoch(epoch);
     s.shares = shares_of(s.global_batch, get_rank(), get_world_size());
+    s.follow_world = false;
+    s.rescaled = true;
   }
   // The data loader resets once per epoch (its begin()): the next epoch, unless one was set.
   if (s.started && !s.epoch_set) s.sampler.set_epoch(s.sampler.epoch() + 1);
   s.started = true;
   s.epoch_set = false;
   s.indices = s.shares.global != 0 ? shared_indices(s.options, s.shares, s.sampler.epoch()) : s.sampler.indices();
-  s.position = std::min(s.resume_at.value_or(0), s.indices.size());
+  s.position = std::min(s.local_position(s.resume_at.value_or(0)), s.indices.size());
   s.resume_at.reset();
 }
 
@@ -128,8 +129,8 @@ c10::optional<std::vector<std::size_t>> TorchDistributedSampler::next(std::size_
   // The loader asks for the batch of the world it was made in; a re-form changed that.
   const auto asked = batch_size;
   if (s.shares.global != 0) batch_size = s.shares.share;
-  else if (s.global_batch != 0) batch_size = s.global_batch / static_cast<std::size_t>(s.sampler.num_replicas());
-  if (s.resplit && s.options.drop_last && batch_size < asked)
+  else if (s.rescaled && s.global_batch != 0) batch_size = s.global_batch / static_cast<std::size_t>(s.sampler.num_replicas());
+  if (s.rescaled && s.options.drop_last && batch_size < asked)
     detail::refuse("Recovery", "after the re-form this rank's share of the global batch (" + std::to_string(batch_size) +
                            ") is below the loader's batch (" + std::to_string(asked) +
                            "), which drop_last would drop: use a global batch of at least world x (world - 1)");
@@ -143,11 +144,9 @@ c10::optional<std::vector<std::size_t>> TorchDistributedSampler::next(std::size_
 // The place in an epoch is kept as samples of the permutation used by all ranks together, which
 // a job restarted at another world size maps to its own ranks: rank r's p samples are p x world
 // of the permutation (DistributedSampler's interleaved split), or p / share global batches.
-std::uint64_t TorchDistributedSampler::State::global_position() const { return global_of(position); }
-
-std::uint64_t TorchDistributedSampler::State::global_of(std::size_t local) const {
-  if (shares.global != 0) return local / shares.share * shares.global;
-  return local * static_cast<std::uint64_t>(sampler.num_replicas());
+std::uint64_t TorchDistributedSampler::State::global_position() const {
+  if (shares.global != 0) return position / shares.share * shares.global;
+  return position * static_cast<std::uint64_t>(sampler.num_replicas());
 }
 
 std::size_t TorchDistributedSampler::State::local_position(std::uint64_t global) const {
@@ -173,7 +172,7 @@ void TorchDistributedSampler::load(torch::serialize::InputArchive& archive) {
   std::lock_guard lock(state_->mu);
   state_->sampler.set_epoch(static_cast<std::uint64_t>(epoch.item<std::int64_t>()));
   state_->epoch_set = true;  // the next reset() (the loader's begin()) resumes this epoch, there
-  state_->resume_at = state_->local_position(static_cast<std::uint64_t>(global.item<std::int64_t>()));
+  state_->resume_at = static_cast<std::uint64_t>(global.item<std::int64_t>());
 }
 
 namespace detail {
@@ -181,7 +180,7 @@ namespace detail {
 SamplerMark SamplerAccess::mark(const TorchDistributedSampler& sampler) {
   auto& s = *sampler.state_;
   std::lock_guard lock(s.mu);
-  if (!s.started) return {.epoch = s.sampler.epoch(), .global = s.global_of(s.resume_at.value_or(0)), .at_end = false};
+  if (!s.started) return {.epoch = s.sampler.epoch(), .global = s.resume_at.value_or(0), .at_end = false};
   return {.epoch = s.sampler.epoch(), .global = s.global_position(), .at_end = s.position >= s.indices.size()};
 }
 
@@ -194,14 +193,15 @@ void SamplerAccess::resplit(const TorchDistributedSampler& sampler, const Sample
   std::lock_guard lock(s.mu);
   if (s.global_batch == 0) refuse("Recovery", "the loader's sampler has no global batch size to split");
   s.shares = shares_of(s.global_batch, get_rank(), get_world_size());
-  s.resplit = true;
+  s.rescaled = true;
+  s.follow_world = false;
   const auto epoch = s.sampler.epoch();
   s.sampler = DistributedSampler(s.options);  // auto_dataloader's: the rank and world of now
   s.sampler.set_epoch(epoch);
   if (!s.started) {  // the loader has not begun: its begin() resumes at the mark, as after load()
     s.sampler.set_epoch(at.epoch);
     s.epoch_set = true;
-    s.resume_at = s.local_position(at.global);
+    s.resume_at = at.global;
     return;
   }
   s.indices = s.shares.global != 0 ? shared_indices(s.options, s.shares, epoch) : s.sampler.indices();
@@ -246,6 +246,15 @@ void remember_sampler(const void* loader, const TorchDistributedSampler& sampler
   auto& map = samplers();
   std::erase_if(map, [](const auto& entry) { return entry.second.expired(); });
   map[loader] = sampler.state_;
+}
+
+void SamplerAccess::follow_world() {
+  std::lock_guard lock(samplers_mu);
+  for (auto& [loader, weak] : samplers())
+    if (auto state = weak.lock()) {
+      std::lock_guard state_lock(state->mu);
+      state->follow_world = true;
+    }
 }
 
 std::unique_ptr<TorchDistributedSampler> loader_sampler(const void* loader) {

@@ -216,6 +216,8 @@ class Reducer {
     }
   }
 
+  bool broadcasts_buffers() const { return options_.broadcast_buffers; }
+
   DataParallelStats stats() const {
     std::lock_guard lock(mu_);
     DataParallelStats s = stats_;
@@ -574,6 +576,11 @@ void after_reform(const torch::nn::Module& module) {
 }
 
 bool is_data_parallel(const torch::nn::Module& module) { return find(module) != nullptr; }
+
+bool broadcasts_buffers(const torch::nn::Module& module) {
+  const auto* reducer = find(module);
+  return reducer == nullptr || reducer->broadcasts_buffers();
+}
 
 void join(const torch::nn::Module& module, const std::function<void()>& loop, const JoinOptions& options) {
   auto* reducer = find(module);

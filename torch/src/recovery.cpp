@@ -5,9 +5,11 @@
 // level with it from one that has it, and re-split the loaders at the batch after it.
 #include "idist/recovery.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/serialize.h>
 
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -23,8 +25,8 @@ using detail::refuse;
 using detail::SamplerAccess;
 using detail::SamplerMark;
 
-// Parameters and buffers, bit for bit (FNV-1a over 8-byte words, then the tail): replicas at
-// the same step must agree on it.
+// Parameters, and buffers where auto_model keeps them equal, bit for bit (FNV-1a over 8-byte
+// words, then the tail): replicas at the same step must agree on it.
 std::int64_t replica_hash(const torch::nn::Module& module) {
   std::uint64_t h = 1469598103934665603ULL;
   const auto mix = [&](const at::Tensor& t) {
@@ -40,14 +42,17 @@ std::int64_t replica_hash(const torch::nn::Module& module) {
     for (; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
   };
   for (const auto& p : module.parameters()) mix(p);
-  for (const auto& b : module.buffers()) mix(b);
+  if (detail::broadcasts_buffers(module))
+    for (const auto& b : module.buffers()) mix(b);
   return std::bit_cast<std::int64_t>(h);
 }
 
-// What each rank says after a re-form, in one all_gather.
+// What each rank says after a re-form, in one all_gather. A unit is a committed step or a
+// completed retry() block: every rank runs the same sequence of them, and a loss can leave one
+// rank a unit ahead of another (a collective that completed here and raised there).
 struct Said {
-  std::int64_t steps, in_step, hash, epoch, global, at_end, samples, redone;
-  static constexpr std::int64_t kFields = 8;
+  std::int64_t units, last_was_step, steps, in_step, hash, epoch, global, at_end, samples, redone;
+  static constexpr std::int64_t kFields = 10;
 };
 
 }  // namespace
@@ -57,29 +62,46 @@ struct Recovery::Impl {
   torch::optim::Optimizer* optimizer;
   std::shared_ptr<TorchDistributedSampler> sampler;
   std::int64_t steps = 0, redone = 0, samples = 0, reforms = 0;
+  std::int64_t units = 0;      // steps committed and retry() blocks completed (Said)
+  bool last_was_step = false;  // the last unit
   SamplerMark mark;  // the loader after the last committed step
-  // The buffers as the last committed step left them: a step's forward updates them (BatchNorm's
-  // running statistics) before its collectives, so a step a loss interrupted is undone here.
+  // The buffers and the CPU generator as the last committed step left them: a step's forward
+  // updates them (BatchNorm's running statistics, dropout's draws) before its collectives, so
+  // a step a loss interrupted is undone here, and its redo draws what it would have drawn.
   std::vector<at::Tensor> buffers, saved;
+  at::Tensor saved_rng;
   std::function<void(const ReformResult&)> on_reform;
+  Recovery::Times times;
 
   void commit();
-  void save_buffers();
-  void restore_buffers();
-  void recover(const PeerLostError& lost, bool in_step);
-  void reconcile(bool in_step);
+  void save_step_start();
+  void undo_step();
+  bool recover(const PeerLostError& lost, bool in_step);
+  bool reconcile(bool in_step);
+  void catch_up(int source, bool me, std::int64_t hash);
+  void share_generator();
   std::string state_bytes() const;
   void load_state(const std::string& bytes);
 };
 
-void Recovery::Impl::save_buffers() {
+void Recovery::Impl::save_step_start() {
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < buffers.size(); ++i) saved[i].copy_(buffers[i]);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard lock(generator.mutex());
+  saved_rng = generator.get_state();
 }
 
-void Recovery::Impl::restore_buffers() {
+void Recovery::Impl::undo_step() {
   torch::NoGradGuard no_grad;
+  // The interrupted backward's gradients, some averaged and some not: a step that zeroes them
+  // at its end rather than its start must not redo on top of them.
+  for (auto& p : module->parameters())
+    if (p.grad().defined()) p.mutable_grad().zero_();
   for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved[i]);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard lock(generator.mutex());
+  generator.set_state(saved_rng);
 }
 
 void Recovery::Impl::commit() {
@@ -87,13 +109,18 @@ void Recovery::Impl::commit() {
   samples += static_cast<std::int64_t>(now.epoch == mark.epoch ? now.global - mark.global : now.global);
   mark = now;
   ++steps;
+  ++units;
+  last_was_step = true;
 }
 
-// The re-form, then the reconcile, again as long as peers keep being lost meanwhile.
-void Recovery::Impl::recover(const PeerLostError& lost, bool in_step) {
+// The re-form, then the reconcile, again as long as peers keep being lost meanwhile. True where
+// the step this rank was in was committed by another, and this rank took it from there.
+bool Recovery::Impl::recover(const PeerLostError& lost, bool in_step) {
+  bool caught_up = false;
   for (;;) {
     try {
       ReformResult result;
+      const auto start = std::chrono::steady_clock::now();
       try {
         result = reform();
       } catch (const PeerLostError&) {
@@ -102,62 +129,89 @@ void Recovery::Impl::recover(const PeerLostError& lost, bool in_step) {
         throw Error(lost.site(), lost.detail() + " (not recovered: " + e.detail() + ")");
       }
       ++reforms;
-      reconcile(in_step);
+      const auto formed = std::chrono::steady_clock::now();
+      caught_up = reconcile(in_step) || caught_up;
+      in_step = false;  // reconciled: a later pass (another loss) neither redoes nor counts it again
       detail::after_reform(*module);
+      times.reform = std::chrono::duration<double>(formed - start).count();
+      times.reconcile = std::chrono::duration<double>(std::chrono::steady_clock::now() - formed).count();
       if (on_reform) on_reform(result);
-      return;
+      return caught_up;
     } catch (const PeerLostError&) {
       continue;  // another peer lost while re-forming: re-form again
     }
   }
 }
 
-void Recovery::Impl::reconcile(bool in_step) {
-  const auto hash = replica_hash(*module);
-  const Said mine{steps, in_step ? 1 : 0, hash, static_cast<std::int64_t>(mark.epoch),
-                  static_cast<std::int64_t>(mark.global), mark.at_end ? 1 : 0, samples, redone};
-  const auto all = all_gather(torch::tensor({mine.steps, mine.in_step, mine.hash, mine.epoch, mine.global, mine.at_end,
-                                             mine.samples, mine.redone}));
+bool Recovery::Impl::reconcile(bool in_step) {
+  const std::vector<std::int64_t> mine{units, last_was_step ? 1 : 0, steps, in_step ? 1 : 0, replica_hash(*module),
+                                       static_cast<std::int64_t>(mark.epoch), static_cast<std::int64_t>(mark.global),
+                                       mark.at_end ? 1 : 0, samples, redone};
+  const auto all = all_gather(torch::tensor(mine)).contiguous();
   std::vector<Said> said(static_cast<std::size_t>(all.numel() / Said::kFields));
-  std::memcpy(said.data(), all.contiguous().data_ptr<std::int64_t>(), said.size() * sizeof(Said));
-  int source = 0;
+  std::memcpy(said.data(), all.data_ptr<std::int64_t>(), said.size() * sizeof(Said));
+  int source = 0;  // the first rank of those furthest on
   for (std::size_t r = 0; r < said.size(); ++r)
-    if (said[r].steps > said[static_cast<std::size_t>(source)].steps) source = static_cast<int>(r);
-  const auto& top = said[static_cast<std::size_t>(source)];
+    if (said[r].units > said[static_cast<std::size_t>(source)].units) source = static_cast<int>(r);
+  const auto top = said[static_cast<std::size_t>(source)];
+  const auto name = [&](std::size_t r) { return "rank " + std::to_string(r); };
   bool behind = false, redo = false;
   for (std::size_t r = 0; r < said.size(); ++r) {
     const auto& s = said[r];
-    if (s.steps < top.steps - 1)
-      refuse("Recovery", "internal: rank " + std::to_string(r) + " has committed " + std::to_string(s.steps) +
-                             " steps and rank " + std::to_string(source) + " " + std::to_string(top.steps) +
-                             ": more than one step apart");
-    if (s.steps == top.steps && s.hash != top.hash)
-      refuse("Recovery", "the replicas differ after step " + std::to_string(top.steps) + ": rank " + std::to_string(r) +
-                             "'s parameters and buffers are not rank " + std::to_string(source) +
+    if (s.units < top.units - 1)
+      refuse("Recovery", "internal: " + name(r) + " is " + std::to_string(top.units - s.units) + " steps or retry() " +
+                             "blocks behind rank " + std::to_string(source) + ": at most one is possible");
+    if (s.units == top.units - 1 && top.last_was_step == 0)
+      refuse("Recovery", "a peer was lost while a retry() block completed on rank " + std::to_string(source) +
+                             " and raised on " + name(r) + ", which cannot run it again alone: the job cannot go on " +
+                             "(idist-run --max-restarts restarts it from its last checkpoint)");
+    if (s.units == top.units && s.hash != top.hash)
+      refuse("Recovery", "the replicas differ after step " + std::to_string(top.steps) + ": " + name(r) +
+                             "'s parameters are not rank " + std::to_string(source) +
                              "'s (was a collective run after optimizer.step() inside step()?)");
-    behind = behind || s.steps < top.steps;
-    redo = redo || (s.steps == top.steps && s.in_step != 0);
+    behind = behind || s.units < top.units;
+    redo = redo || (s.units == top.units && s.in_step != 0);
   }
-  if (behind) {
-    // The ranks behind take the step from the source, over the collective transport.
-    std::string bytes;
-    if (get_rank() == source) bytes = state_bytes();
-    auto size = torch::tensor({static_cast<std::int64_t>(bytes.size())});
-    broadcast(size, source);
-    bytes.resize(static_cast<std::size_t>(size.item<std::int64_t>()));
-    broadcast(torch::from_blob(bytes.data(), {size.item<std::int64_t>()}, torch::kUInt8), source);
-    if (steps < top.steps) {
-      load_state(bytes);
-      if (replica_hash(*module) != top.hash)
-        refuse("Recovery", "internal: the step taken from rank " + std::to_string(source) + " does not match its hash");
-    }
-  }
+  times.caught_up_bytes = 0;
+  const bool caught_up = units < top.units;
+  if (behind) catch_up(source, caught_up, top.hash);
+  share_generator();
+  units = top.units;
+  last_was_step = top.last_was_step != 0;
   steps = top.steps;
   samples = top.samples;
   redone = top.redone + (redo ? 1 : 0);
   mark = {.epoch = static_cast<std::uint64_t>(top.epoch), .global = static_cast<std::uint64_t>(top.global),
           .at_end = top.at_end != 0};
+  SamplerAccess::follow_world();  // the program's other loaders, at their next epoch
   SamplerAccess::resplit(*sampler, mark);
+  return caught_up;
+}
+
+// Every rank goes on with rank 0's CPU generator, as after a restart from a Checkpoint (which
+// loads the writer's everywhere): the ranks drew from their own for shares of unequal sizes,
+// which the new world splits otherwise.
+void Recovery::Impl::share_generator() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard lock(generator.mutex());
+  auto state = generator.get_state();
+  broadcast(state, 0);
+  generator.set_state(state);
+}
+
+// The ranks behind take the last step from `source`, over the collective transport.
+void Recovery::Impl::catch_up(int source, bool me, std::int64_t hash) {
+  std::string bytes;
+  if (get_rank() == source) bytes = state_bytes();
+  auto size = torch::tensor({static_cast<std::int64_t>(bytes.size())});
+  broadcast(size, source);
+  bytes.resize(static_cast<std::size_t>(size.item<std::int64_t>()));
+  broadcast(torch::from_blob(bytes.data(), {size.item<std::int64_t>()}, torch::kUInt8), source);
+  if (!me) return;
+  load_state(bytes);
+  times.caught_up_bytes = bytes.size();
+  if (replica_hash(*module) != hash)
+    refuse("Recovery", "internal: the step taken from rank " + std::to_string(source) + " does not match its hash");
 }
 
 std::string Recovery::Impl::state_bytes() const {
@@ -167,6 +221,11 @@ std::string Recovery::Impl::state_bytes() const {
   optimizer->save(optim);
   archive.write("model", model);
   archive.write("optimizer", optim);
+  {  // dropout's masks: the ranks behind draw what the source draws from here on
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard lock(generator.mutex());
+    archive.write("rng", generator.get_state(), /*is_buffer=*/true);
+  }
   std::string bytes;
   archive.save_to([&](const void* data, std::size_t size) {
     bytes.append(static_cast<const char*>(data), size);
@@ -182,6 +241,11 @@ void Recovery::Impl::load_state(const std::string& bytes) {
   archive.read("optimizer", optim);
   detail::read_module(model, *module, "model: ");
   optimizer->load(optim);
+  torch::Tensor rng;
+  archive.read("rng", rng, /*is_buffer=*/true);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard lock(generator.mutex());
+  generator.set_state(rng);
 }
 
 Recovery::Recovery(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
@@ -195,6 +259,12 @@ Recovery::Recovery(torch::nn::Module& module, torch::optim::Optimizer& optimizer
                            " worker thread(s), which read ahead of a re-split: make it with num_workers = 0");
   if (get_world_size() > 1 && !detail::is_data_parallel(module))
     refuse("Recovery", "the model is not data-parallel: wrap it with idist::auto_model first");
+  // Live recovery re-forms worlds gloo carries (docs/RECOVERY.md); nccl has no abort to re-form with yet.
+  if (backend() == "nccl")
+    refuse("Recovery", "live recovery runs on the gloo backend (CPU tensors); the nccl backend cannot re-form a world yet");
+  for (const auto& p : module.parameters())
+    if (!p.device().is_cpu())
+      refuse("Recovery", "a parameter is on " + p.device().str() + ": live recovery runs on CPU tensors (the gloo backend)");
   if (options.steps < 0) refuse("Recovery", "RecoveryOptions::steps is " + std::to_string(options.steps) + ", below 0");
   impl_->steps = options.steps;
   impl_->module = &module;
@@ -210,13 +280,13 @@ Recovery::Recovery(torch::nn::Module& module, torch::optim::Optimizer& optimizer
 Recovery::~Recovery() = default;
 
 bool Recovery::step(const std::function<void()>& fn) {
-  impl_->save_buffers();
+  impl_->save_step_start();
   try {
     fn();
   } catch (const PeerLostError& lost) {
-    impl_->restore_buffers();
-    impl_->recover(lost, /*in_step=*/true);
-    return false;
+    impl_->undo_step();
+    // Caught up: the step was committed by a rank that got further, and taken from it.
+    return impl_->recover(lost, /*in_step=*/true);
   }
   impl_->commit();
   return true;
@@ -226,6 +296,8 @@ void Recovery::retry_void(const std::function<void()>& fn) {
   for (;;) {
     try {
       fn();
+      ++impl_->units;
+      impl_->last_was_step = false;
       return;
     } catch (const PeerLostError& lost) {
       impl_->recover(lost, /*in_step=*/false);
@@ -237,6 +309,7 @@ std::int64_t Recovery::steps() const { return impl_->steps; }
 std::int64_t Recovery::redone() const { return impl_->redone; }
 std::int64_t Recovery::samples() const { return impl_->samples; }
 std::int64_t Recovery::reforms() const { return impl_->reforms; }
+Recovery::Times Recovery::last_recovery() const { return impl_->times; }
 void Recovery::on_reform(std::function<void(const ReformResult&)> callback) { impl_->on_reform = std::move(callback); }
 
 }  // namespace idist

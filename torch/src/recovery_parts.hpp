@@ -13,6 +13,8 @@ namespace idist::detail {
 // collective of the new world). Nothing for a module auto_model left as it was.
 void after_reform(const torch::nn::Module& module);
 bool is_data_parallel(const torch::nn::Module& module);
+// Whether replicas' buffers are equal after each step (AutoModelOptions::broadcast_buffers).
+bool broadcasts_buffers(const torch::nn::Module& module);
 
 // Where a loader is in its epoch, in samples of the permutation every rank shares (the global
 // position a checkpoint keeps); at_end: the epoch was read to its end.
@@ -27,6 +29,8 @@ struct SamplerAccess {
   // This rank's share of each global batch of the new world, from `at` on (a mark of the same
   // epoch, or the end of the one before where this rank's loader began the next).
   static void resplit(const TorchDistributedSampler& sampler, const SamplerMark& at);
+  // Every auto_dataloader's loader splits its next epoch over the world of now (after a re-form).
+  static void follow_world();
 };
 
 }  // namespace idist::detail

@@ -20,19 +20,25 @@
 // step(fn) runs one training step. A loss inside it (PeerLostError) is recovered there: the
 // world re-forms (idist::reform), the survivors agree on the last step any of them committed
 // (one whose last all_reduce completed may have stepped while another's raised), those behind
-// get that step's model and optimizer from one that has it, over the collective transport,
-// and every loader is re-split at the batch after it: step() then returns false, and the
-// loop's next batch is the one to train on, this rank's share of it in the new world. So each
-// global batch is trained on exactly once, replicas stay bitwise equal (checked at each
-// re-form: unequal ones raise), and get_rank()/get_world_size() say the new world.
+// get that step's model and optimizer from one that has it, over the collective transport
+// (step() then returns true: their step is committed), the others undo what the interrupted
+// step changed and return false, and the loader is re-split at the batch after the last
+// committed step: the loop's next batch is the one to train on, this rank's share of it in the
+// new world. So each global batch is trained on exactly once, replicas stay bitwise equal
+// (checked at each re-form: unequal ones raise), and get_rank()/get_world_size() say the new
+// world. Every rank goes on with rank 0's CPU generator, as after a checkpoint restart. The
+// program's other auto_dataloader loaders split their next epoch over the new world.
 //
 // What fn may hold: one step of auto_model's training, with its collectives before the
 // optimizer's step() (a collective after it, such as an all_reduce of the loss for logging,
 // belongs in retry()). retry(fn) runs collectives between steps that may be run again
-// (evaluation, metrics): on a loss it re-forms and runs fn again.
+// (evaluation, metrics): on a loss it re-forms and runs fn again. A loss that lets a retry()
+// block complete on some ranks and raise on others cannot be recovered from (they cannot run
+// it again alone): every rank raises, saying so.
 //
-// Refused at construction: loader worker threads (they read ahead of a re-split); inside a
-// step, idist::join and no_sync across steps are not supported. Without idist-run's recovery
+// Refused at construction: loader worker threads (they read ahead of a re-split), the nccl
+// backend and CUDA models (no re-form yet); inside a step, idist::join and no_sync across
+// steps are not supported. Without idist-run's recovery
 // (no InitOptions::recovery, another launcher, --recovery off) a loss raises as it always
 // does, saying why it was not recovered. Code that caches get_rank() refreshes it in
 // on_reform().
@@ -65,8 +71,9 @@ class IDIST_API Recovery {
   Recovery(const Recovery&) = delete;
   Recovery& operator=(const Recovery&) = delete;
 
-  // One training step: true once it is committed (fn returned); false where a peer was lost
-  // and the world re-formed (the loop's next batch is the one to train on).
+  // One training step: true once it is committed (fn returned, or a peer lost meanwhile and
+  // this rank took the step from one that committed it); false where the world re-formed and
+  // the step is to be done again (the loop's next batch is the one to train on).
   bool step(const std::function<void()>& fn);
 
   // fn, run again after a re-form where a peer is lost inside it; its result.
@@ -91,6 +98,15 @@ class IDIST_API Recovery {
 
   // Called after each re-form, with this rank's place in the new world.
   void on_reform(std::function<void(const ReformResult&)> callback);
+
+  // The last re-form, for logs and benchmarks: seconds in reform() (the new world connected)
+  // and in the reconcile after it, and the bytes this rank took from one ahead (0: none).
+  struct Times {
+    double reform = 0;
+    double reconcile = 0;
+    std::size_t caught_up_bytes = 0;
+  };
+  Times last_recovery() const;
 
  private:
   Recovery(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
