@@ -6,11 +6,14 @@
 #include "idist/recovery.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,12 +50,52 @@ std::int64_t replica_hash(const torch::nn::Module& module) {
   return std::bit_cast<std::int64_t>(h);
 }
 
+// SGD's momentum buffers in the order of its parameters (none where it keeps no state); nullopt
+// for another optimizer, or one whose parameters do not all have a buffer yet. Those travel in
+// place; anything else in an archive, whose serialization costs more than the transfer.
+std::optional<std::vector<at::Tensor>> sgd_momenta(torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> momenta;
+  if (optimizer.state().empty()) return momenta;
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params()) {
+      const auto it = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (it == optimizer.state().end()) return std::nullopt;
+      auto* state = dynamic_cast<torch::optim::SGDParamState*>(it->second.get());
+      if (state == nullptr || !state->momentum_buffer().defined()) return std::nullopt;
+      momenta.push_back(state->momentum_buffer());
+    }
+  return momenta;
+}
+
+// `tensors` (the same shapes on every rank) from `source`, one flat buffer per dtype, copied
+// into them where `take`. Returns the bytes.
+std::size_t broadcast_in_place(const std::vector<at::Tensor>& tensors, int source, bool take) {
+  torch::NoGradGuard no_grad;
+  std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t.detach());
+  std::size_t bytes = 0;
+  for (auto& [dtype, group] : by_dtype) {
+    std::vector<at::Tensor> parts;
+    for (const auto& t : group) parts.push_back(t.reshape(-1));
+    auto flat = torch::cat(parts);
+    broadcast(flat, source);
+    bytes += static_cast<std::size_t>(flat.nbytes());
+    if (!take) continue;
+    std::int64_t offset = 0;
+    for (auto& t : group) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+  return bytes;
+}
+
 // What each rank says after a re-form, in one all_gather. A unit is a committed step or a
 // completed retry() block: every rank runs the same sequence of them, and a loss can leave one
 // rank a unit ahead of another (a collective that completed here and raised there).
 struct Said {
-  std::int64_t units, last_was_step, steps, in_step, hash, epoch, global, at_end, samples, redone;
-  static constexpr std::int64_t kFields = 10;
+  std::int64_t units, last_was_step, steps, in_step, hash, epoch, global, at_end, samples, redone, momenta;
+  static constexpr std::int64_t kFields = 11;
 };
 
 }  // namespace
@@ -78,7 +121,13 @@ struct Recovery::Impl {
   void undo_step();
   bool recover(const PeerLostError& lost, bool in_step);
   bool reconcile(bool in_step);
-  void catch_up(int source, bool me, std::int64_t hash);
+  void catch_up(int source, bool me, std::int64_t hash, bool in_place);
+  void catch_up_archive(int source, bool me);
+  // SGD's momenta a rank has (the in-place catch-up needs the same on every rank); -1: another kind.
+  std::int64_t momenta_count() const {
+    const auto momenta = sgd_momenta(*optimizer);
+    return momenta ? static_cast<std::int64_t>(momenta->size()) : -1;
+  }
   void share_generator();
   std::string state_bytes() const;
   void load_state(const std::string& bytes);
@@ -146,7 +195,8 @@ bool Recovery::Impl::recover(const PeerLostError& lost, bool in_step) {
 bool Recovery::Impl::reconcile(bool in_step) {
   const std::vector<std::int64_t> mine{units, last_was_step ? 1 : 0, steps, in_step ? 1 : 0, replica_hash(*module),
                                        static_cast<std::int64_t>(mark.epoch), static_cast<std::int64_t>(mark.global),
-                                       mark.at_end ? 1 : 0, samples, redone};
+                                       mark.at_end ? 1 : 0, samples, redone,
+                                       static_cast<std::int64_t>(momenta_count())};
   const auto all = all_gather(torch::tensor(mine)).contiguous();
   std::vector<Said> said(static_cast<std::size_t>(all.numel() / Said::kFields));
   std::memcpy(said.data(), all.data_ptr<std::int64_t>(), said.size() * sizeof(Said));
@@ -155,9 +205,10 @@ bool Recovery::Impl::reconcile(bool in_step) {
     if (said[r].units > said[static_cast<std::size_t>(source)].units) source = static_cast<int>(r);
   const auto top = said[static_cast<std::size_t>(source)];
   const auto name = [&](std::size_t r) { return "rank " + std::to_string(r); };
-  bool behind = false, redo = false;
+  bool behind = false, redo = false, in_place = true;
   for (std::size_t r = 0; r < said.size(); ++r) {
     const auto& s = said[r];
+    in_place = in_place && s.momenta >= 0 && s.momenta == top.momenta;
     if (s.units < top.units - 1)
       refuse("Recovery", "internal: " + name(r) + " is " + std::to_string(top.units - s.units) + " steps or retry() " +
                              "blocks behind rank " + std::to_string(source) + ": at most one is possible");
@@ -174,7 +225,7 @@ bool Recovery::Impl::reconcile(bool in_step) {
   }
   times.caught_up_bytes = 0;
   const bool caught_up = units < top.units;
-  if (behind) catch_up(source, caught_up, top.hash);
+  if (behind) catch_up(source, caught_up, top.hash, in_place);
   share_generator();
   units = top.units;
   last_was_step = top.last_was_step != 0;
@@ -199,8 +250,31 @@ void Recovery::Impl::share_generator() {
   generator.set_state(state);
 }
 
-// The ranks behind take the last step from `source`, over the collective transport.
-void Recovery::Impl::catch_up(int source, bool me, std::int64_t hash) {
+// The ranks behind take the last step from `source`, over the collective transport: in place
+// where every rank's optimizer state is SGD's momenta (no serialization), else in an archive.
+void Recovery::Impl::catch_up(int source, bool me, std::int64_t hash, bool in_place) {
+  if (in_place) {
+    std::vector<at::Tensor> tensors;
+    for (const auto& p : module->parameters()) tensors.push_back(p);
+    for (const auto& b : module->buffers()) tensors.push_back(b);
+    const auto momenta = sgd_momenta(*optimizer);  // every rank has them (reconcile)
+    tensors.insert(tensors.end(), momenta->begin(), momenta->end());
+    const auto bytes = broadcast_in_place(tensors, source, me);
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard lock(generator.mutex());
+    auto rng = generator.get_state();
+    broadcast(rng, source);
+    if (!me) return;
+    generator.set_state(rng);
+    times.caught_up_bytes = bytes;
+  } else {
+    catch_up_archive(source, me);
+  }
+  if (me && replica_hash(*module) != hash)
+    refuse("Recovery", "internal: the step taken from rank " + std::to_string(source) + " does not match its hash");
+}
+
+void Recovery::Impl::catch_up_archive(int source, bool me) {
   std::string bytes;
   if (get_rank() == source) bytes = state_bytes();
   auto size = torch::tensor({static_cast<std::int64_t>(bytes.size())});
@@ -210,8 +284,6 @@ void Recovery::Impl::catch_up(int source, bool me, std::int64_t hash) {
   if (!me) return;
   load_state(bytes);
   times.caught_up_bytes = bytes.size();
-  if (replica_hash(*module) != hash)
-    refuse("Recovery", "internal: the step taken from rank " + std::to_string(source) + " does not match its hash");
 }
 
 std::string Recovery::Impl::state_bytes() const {
