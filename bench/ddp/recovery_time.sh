@@ -2,9 +2,11 @@
 # From a lost rank to the survivors' next committed step, where a survivor is one step behind
 # and takes the step from one ahead (issue 46's target: 2 s with the catch-up): bench/ddp's MLP
 # (two 4096 x 4096 layers, 33.6 M parameters: 268 MB of state with momentum) under
-# idist::Recovery on N ranks; rank 0 lets the others commit step 3, kills the last rank and
-# raises before its own optimizer step (tests/torch/recover_check.cpp --stage-behind). Prints
-# the kill-to-commit time and its parts (reform(), the reconcile with the catch-up) per round.
+# idist::Recovery on N ranks; rank 1 lets the others commit step 3, kills the last rank and
+# raises before its own optimizer step (tests/torch/recover_check.cpp --stage-behind), so that
+# it takes step 3 from rank 0 while rank 0 redoes step 4. Prints, per round, the time from the
+# kill to rank 0's redone step committed, and its parts (reform(), the reconcile with the
+# catch-up).
 #
 #   bash bench/ddp/recovery_time.sh [ROUNDS] [RANKS] [WIDTH]   # from the repository root, after a build
 set -euo pipefail
@@ -22,7 +24,7 @@ echo "|---|---|---|---|---|---|"
 for round in $(seq "$rounds"); do
   rm -rf "$dir/ck"
   OMP_NUM_THREADS=1 "$RUN" -n "$ranks" "$CHECK" "$dir/ck" 6 --width "$width" --samples 256 --batch 32 --recover \
-    --stage-behind "0:$((ranks - 1)):3" >"$dir/out" 2>&1 || { tail -5 "$dir/out" >&2; exit 1; }
+    --stage-behind "1:$((ranks - 1)):3" >"$dir/out" 2>&1 || { tail -5 "$dir/out" >&2; exit 1; }
   python3 - "$dir/out" "$round" "$ranks" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()

@@ -84,6 +84,18 @@ mine=$(grep -o "params=.*" out)
 theirs=$(reference ref.out 4:6 3:32)
 check "... $mine, bit for bit those of 4 ranks to step 6, then 3 from its checkpoint" eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
 
+# The same at the first step, where the rank behind has no momenta yet: the step travels in
+# torch's archive rather than in place.
+rm -rf ck
+"$RUN" -n 4 "$CHECK" ck 32 --recover --stage-behind 2:3:1 >out 2>&1
+rc=$?
+check "MLP, rank 2 behind at the first step: exit 0 (got $rc)" test $rc = 0 || tail -5 out
+check "... it took step 1 from a rank that had it" grep -qE "^recovered: generation 1 world 3 after_step 1 .* caught_up_bytes=[1-9]" out ||
+  grep recovered out
+mine=$(grep -o "params=.*" out)
+theirs=$(reference ref1.out 4:1 3:32)
+check "... $mine, bit for bit those of 4 ranks to step 1, then 3" eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
+
 # Two losses one after the other: rank 1 at step 8, then rank 2 (of the first world) at step 20,
 # in a step that zeroes its gradients at its end (the interrupted backward's must not remain).
 rm -rf ck

@@ -16,7 +16,8 @@
 // before its own optimizer step, as a rank whose last all_reduce raised while theirs completed.
 //
 // Rank 0 prints, after the first step committed since a re-form, "recovered: generation G world W
-// after_step S reform_ms=.. reconcile_ms=.. caught_up_bytes=.. (rank 0) committed_ns=T"
+// after_step S reform_ms=.. reconcile_ms=.. caught_up_bytes=.. committed_ns=T" (rank 0's times;
+// the bytes the rank behind took, if any)
 // (T: CLOCK_REALTIME, for the time from a kill), and at the end "recover_check: done steps=N
 // redone=K resumed_from=S seen=M params=P" (P: every parameter summed as float64, %.17g).
 #include <idist/checkpoint.hpp>
@@ -116,9 +117,16 @@ int train(const Config& config, Stage stage) {
   }
   std::optional<idist::Recovery> recovery;
   std::int64_t went_on_from = 0;  // the steps committed when the last re-form went on
+  std::int64_t caught_up = 0;     // the bytes the rank behind took then
   if (config.recover) {
     recovery.emplace(model, optimizer, loader, idist::RecoveryOptions{.steps = step});
-    recovery->on_reform([&](const idist::ReformResult&) { went_on_from = recovery->steps(); });
+    // Every rank is here at once, inside the recovery (a collective may be made): the bytes
+    // whichever rank was behind took.
+    recovery->on_reform([&](const idist::ReformResult&) {
+      went_on_from = recovery->steps();
+      caught_up = idist::all_reduce(static_cast<std::int64_t>(recovery->last_recovery().caught_up_bytes),
+                                    idist::ReduceOp::MAX);
+    });
   }
   std::int64_t reported = 0;  // re-forms reported
   std::int64_t seen = 0;
@@ -150,9 +158,9 @@ int train(const Config& config, Stage stage) {
         char line[300];
         std::snprintf(line, sizeof line,
                       "recovered: generation %lld world %d after_step %lld reform_ms=%.1f reconcile_ms=%.1f "
-                      "caught_up_bytes=%zu (rank 0) committed_ns=%lld",
+                      "caught_up_bytes=%lld committed_ns=%lld",
                       static_cast<long long>(recovery->reforms()), idist::get_world_size(),
-                      static_cast<long long>(went_on_from), t.reform * 1e3, t.reconcile * 1e3, t.caught_up_bytes,
+                      static_cast<long long>(went_on_from), t.reform * 1e3, t.reconcile * 1e3, static_cast<long long>(caught_up),
                       realtime_ns());
         log0(line);
         reported = recovery->reforms();

@@ -55,6 +55,8 @@ std::int64_t replica_hash(const torch::nn::Module& module) {
 // place; anything else in an archive, whose serialization costs more than the transfer.
 std::optional<std::vector<at::Tensor>> sgd_momenta(torch::optim::Optimizer& optimizer) {
   std::vector<at::Tensor> momenta;
+  for (auto& group : optimizer.param_groups())
+    if (dynamic_cast<const torch::optim::SGDOptions*>(&group.options()) == nullptr) return std::nullopt;
   if (optimizer.state().empty()) return momenta;
   for (auto& group : optimizer.param_groups())
     for (auto& p : group.params()) {
@@ -67,27 +69,55 @@ std::optional<std::vector<at::Tensor>> sgd_momenta(torch::optim::Optimizer& opti
   return momenta;
 }
 
-// `tensors` (the same shapes on every rank) from `source`, one flat buffer per dtype, copied
-// into them where `take`. Returns the bytes.
-std::size_t broadcast_in_place(const std::vector<at::Tensor>& tensors, int source, bool take) {
+// SGD's options per group (lr, momentum, dampening, weight decay, nesterov): a scheduler may
+// have changed them, and the in-place catch-up carries no archive that would.
+at::Tensor sgd_options(torch::optim::Optimizer& optimizer) {
+  std::vector<double> values;
+  for (auto& group : optimizer.param_groups()) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    values.insert(values.end(), {o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov() ? 1.0 : 0.0});
+  }
+  return torch::tensor(values, torch::kDouble);
+}
+
+void set_sgd_options(torch::optim::Optimizer& optimizer, const at::Tensor& values) {
+  const auto* v = values.data_ptr<double>();
+  for (auto& group : optimizer.param_groups()) {
+    auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
+    o.lr(v[0]).momentum(v[1]).dampening(v[2]).weight_decay(v[3]).nesterov(v[4] != 0);
+    v += 5;
+  }
+}
+
+// `tensors` (the same shapes on every rank) from `source`, one flat buffer per dtype; returns
+// what copies them in, for the caller to run once every transfer is over.
+std::function<void()> receive_in_place(std::vector<at::Tensor> tensors, int source, std::size_t& bytes) {
   torch::NoGradGuard no_grad;
   std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t.detach());
-  std::size_t bytes = 0;
+  std::vector<std::pair<at::Tensor, std::vector<at::Tensor>>> received;
   for (auto& [dtype, group] : by_dtype) {
+    std::int64_t total = 0;
     std::vector<at::Tensor> parts;
-    for (const auto& t : group) parts.push_back(t.reshape(-1));
-    auto flat = torch::cat(parts);
+    for (const auto& t : group) {
+      total += t.numel();
+      parts.push_back(t.reshape(-1));
+    }
+    auto flat = get_rank() == source ? torch::cat(parts) : torch::empty({total}, group.front().options());
     broadcast(flat, source);
     bytes += static_cast<std::size_t>(flat.nbytes());
-    if (!take) continue;
-    std::int64_t offset = 0;
-    for (auto& t : group) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
-    }
+    received.emplace_back(std::move(flat), std::move(group));
   }
-  return bytes;
+  return [received = std::move(received)] {
+    torch::NoGradGuard no_grad;
+    for (const auto& [flat, group] : received) {
+      std::int64_t offset = 0;
+      for (const auto& t : group) {
+        t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+    }
+  };
 }
 
 // What each rank says after a re-form, in one all_gather. A unit is a committed step or a
@@ -121,14 +151,14 @@ struct Recovery::Impl {
   void undo_step();
   bool recover(const PeerLostError& lost, bool in_step);
   bool reconcile(bool in_step);
-  void catch_up(int source, bool me, std::int64_t hash, bool in_place);
-  void catch_up_archive(int source, bool me);
+  std::function<void()> receive(int source, bool in_place);
+  at::Tensor generator_of(int source);
+  void set_generator(const at::Tensor& state);
   // SGD's momenta a rank has (the in-place catch-up needs the same on every rank); -1: another kind.
   std::int64_t momenta_count() const {
     const auto momenta = sgd_momenta(*optimizer);
     return momenta ? static_cast<std::int64_t>(momenta->size()) : -1;
   }
-  void share_generator();
   std::string state_bytes() const;
   void load_state(const std::string& bytes);
 };
@@ -210,8 +240,9 @@ bool Recovery::Impl::reconcile(bool in_step) {
     const auto& s = said[r];
     in_place = in_place && s.momenta >= 0 && s.momenta == top.momenta;
     if (s.units < top.units - 1)
-      refuse("Recovery", "internal: " + name(r) + " is " + std::to_string(top.units - s.units) + " steps or retry() " +
-                             "blocks behind rank " + std::to_string(source) + ": at most one is possible");
+      refuse("Recovery", name(r) + " is " + std::to_string(top.units - s.units) + " steps or retry() blocks behind rank " +
+                             std::to_string(source) + " (a retry() block with no collective lets ranks drift apart), " +
+                             "which it cannot run alone: the job cannot go on");
     if (s.units == top.units - 1 && top.last_was_step == 0)
       refuse("Recovery", "a peer was lost while a retry() block completed on rank " + std::to_string(source) +
                              " and raised on " + name(r) + ", which cannot run it again alone: the job cannot go on " +
@@ -223,10 +254,15 @@ bool Recovery::Impl::reconcile(bool in_step) {
     behind = behind || s.units < top.units;
     redo = redo || (s.units == top.units && s.in_step != 0);
   }
+  // Everything arrives before anything is applied, and the counters follow at once: a loss
+  // during a transfer leaves this rank as it was, one step behind, to re-form again.
   times.caught_up_bytes = 0;
   const bool caught_up = units < top.units;
-  if (behind) catch_up(source, caught_up, top.hash, in_place);
-  share_generator();
+  std::function<void()> apply;
+  if (behind) apply = receive(source, in_place);
+  auto rng = generator_of(source);
+  if (caught_up) apply();
+  set_generator(rng);
   units = top.units;
   last_was_step = top.last_was_step != 0;
   steps = top.steps;
@@ -236,54 +272,66 @@ bool Recovery::Impl::reconcile(bool in_step) {
           .at_end = top.at_end != 0};
   SamplerAccess::follow_world();  // the program's other loaders, at their next epoch
   SamplerAccess::resplit(*sampler, mark);
+  // Every rank raises where the step taken does not match (a collective, so none goes on alone).
+  const bool wrong = caught_up && replica_hash(*module) != top.hash;
+  if (behind && all_reduce(std::int64_t{wrong ? 1 : 0}, ReduceOp::MAX) != 0)
+    refuse("Recovery", "internal: the step taken from rank " + std::to_string(source) + " does not match its hash");
   return caught_up;
 }
 
-// Every rank goes on with rank 0's CPU generator, as after a restart from a Checkpoint (which
-// loads the writer's everywhere): the ranks drew from their own for shares of unequal sizes,
-// which the new world splits otherwise.
-void Recovery::Impl::share_generator() {
+// Every rank goes on with the CPU generator of `source` (rank 0 unless it was behind), as after
+// a restart from a Checkpoint, which loads the writer's everywhere: the ranks drew from their own
+// for shares of unequal sizes, which the new world splits otherwise.
+at::Tensor Recovery::Impl::generator_of(int source) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  at::Tensor state;
+  {
+    std::lock_guard lock(generator.mutex());
+    state = generator.get_state();
+  }
+  broadcast(state, source);
+  return state;
+}
+
+void Recovery::Impl::set_generator(const at::Tensor& state) {
   auto generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard lock(generator.mutex());
-  auto state = generator.get_state();
-  broadcast(state, 0);
   generator.set_state(state);
 }
 
-// The ranks behind take the last step from `source`, over the collective transport: in place
-// where every rank's optimizer state is SGD's momenta (no serialization), else in an archive.
-void Recovery::Impl::catch_up(int source, bool me, std::int64_t hash, bool in_place) {
+// What the ranks behind need of the last step, from `source`, over the collective transport:
+// in place where every rank's optimizer is SGD with momenta for all (no serialization), else in
+// torch's archive. Returns what applies it on a rank behind.
+std::function<void()> Recovery::Impl::receive(int source, bool in_place) {
+  std::size_t bytes = 0;
+  std::function<void()> apply;
   if (in_place) {
     std::vector<at::Tensor> tensors;
     for (const auto& p : module->parameters()) tensors.push_back(p);
     for (const auto& b : module->buffers()) tensors.push_back(b);
     const auto momenta = sgd_momenta(*optimizer);  // every rank has them (reconcile)
     tensors.insert(tensors.end(), momenta->begin(), momenta->end());
-    const auto bytes = broadcast_in_place(tensors, source, me);
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard lock(generator.mutex());
-    auto rng = generator.get_state();
-    broadcast(rng, source);
-    if (!me) return;
-    generator.set_state(rng);
-    times.caught_up_bytes = bytes;
+    auto copy_in = receive_in_place(std::move(tensors), source, bytes);
+    auto options = sgd_options(*optimizer);
+    broadcast(options, source);
+    apply = [this, copy_in = std::move(copy_in), options] {
+      copy_in();
+      set_sgd_options(*optimizer, options);
+    };
   } else {
-    catch_up_archive(source, me);
+    std::string state;
+    if (get_rank() == source) state = state_bytes();
+    auto size = torch::tensor({static_cast<std::int64_t>(state.size())});
+    broadcast(size, source);
+    state.resize(static_cast<std::size_t>(size.item<std::int64_t>()));
+    broadcast(torch::from_blob(state.data(), {size.item<std::int64_t>()}, torch::kUInt8), source);
+    bytes = state.size();
+    apply = [this, state = std::move(state)] { load_state(state); };
   }
-  if (me && replica_hash(*module) != hash)
-    refuse("Recovery", "internal: the step taken from rank " + std::to_string(source) + " does not match its hash");
-}
-
-void Recovery::Impl::catch_up_archive(int source, bool me) {
-  std::string bytes;
-  if (get_rank() == source) bytes = state_bytes();
-  auto size = torch::tensor({static_cast<std::int64_t>(bytes.size())});
-  broadcast(size, source);
-  bytes.resize(static_cast<std::size_t>(size.item<std::int64_t>()));
-  broadcast(torch::from_blob(bytes.data(), {size.item<std::int64_t>()}, torch::kUInt8), source);
-  if (!me) return;
-  load_state(bytes);
-  times.caught_up_bytes = bytes.size();
+  return [this, bytes, apply = std::move(apply)] {
+    apply();
+    times.caught_up_bytes = bytes;
+  };
 }
 
 std::string Recovery::Impl::state_bytes() const {
@@ -293,11 +341,6 @@ std::string Recovery::Impl::state_bytes() const {
   optimizer->save(optim);
   archive.write("model", model);
   archive.write("optimizer", optim);
-  {  // dropout's masks: the ranks behind draw what the source draws from here on
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard lock(generator.mutex());
-    archive.write("rng", generator.get_state(), /*is_buffer=*/true);
-  }
   std::string bytes;
   archive.save_to([&](const void* data, std::size_t size) {
     bytes.append(static_cast<const char*>(data), size);
@@ -313,11 +356,6 @@ void Recovery::Impl::load_state(const std::string& bytes) {
   archive.read("optimizer", optim);
   detail::read_module(model, *module, "model: ");
   optimizer->load(optim);
-  torch::Tensor rng;
-  archive.read("rng", rng, /*is_buffer=*/true);
-  auto generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard lock(generator.mutex());
-  generator.set_state(rng);
 }
 
 Recovery::Recovery(torch::nn::Module& module, torch::optim::Optimizer& optimizer,

@@ -96,7 +96,8 @@ class IDIST_API Recovery {
   std::int64_t samples() const;
   std::int64_t reforms() const;
 
-  // Called after each re-form, with this rank's place in the new world.
+  // Called after each re-form, with this rank's place in the new world: on every rank at the
+  // same point, so it may make collectives (a loss inside one re-forms again).
   void on_reform(std::function<void(const ReformResult&)> callback);
 
   // The last re-form, for logs and benchmarks: seconds in reform() (the new world connected)
