@@ -70,31 +70,27 @@ reference() {
 }
 after_step() { grep "^recovered: generation $2 " "$1" | grep -o "after_step [0-9]*" | awk '{print $2}'; }
 
-# A survivor one step behind: rank 0 lets the others commit step 6, kills rank 3, and raises
-# before its own optimizer step (--stage-behind): it must take step 6 from one that has it.
-rm -rf ck
-"$RUN" -n 4 "$CHECK" ck 32 --recover --stage-behind 0:3:6 >out 2>&1
-rc=$?
-check "MLP with dropout, rank 0 one step behind: exit 0 (got $rc)" test $rc = 0 || tail -5 out
-check "... it took step 6 from a rank that had it (caught_up_bytes > 0)" \
-  grep -qE "^recovered: generation 1 world 3 after_step 6 .* caught_up_bytes=[1-9]" out || grep recovered out
-check "... every step done, one redone, every sample once" grep -q "^recover_check: done steps=32 redone=1 resumed_from=0 seen=2048 " out ||
-  grep done out
-mine=$(grep -o "params=.*" out)
-theirs=$(reference ref.out 4:6 3:32)
-check "... $mine, bit for bit those of 4 ranks to step 6, then 3 from its checkpoint" eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
-
-# The same at the first step, where the rank behind has no momenta yet: the step travels in
-# torch's archive rather than in place.
-rm -rf ck
-"$RUN" -n 4 "$CHECK" ck 32 --recover --stage-behind 2:3:1 >out 2>&1
-rc=$?
-check "MLP, rank 2 behind at the first step: exit 0 (got $rc)" test $rc = 0 || tail -5 out
-check "... it took step 1 from a rank that had it" grep -qE "^recovered: generation 1 world 3 after_step 1 .* caught_up_bytes=[1-9]" out ||
-  grep recovered out
-mine=$(grep -o "params=.*" out)
-theirs=$(reference ref1.out 4:1 3:32)
-check "... $mine, bit for bit those of 4 ranks to step 1, then 3" eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
+# staged_behind LABEL R K: 4 ranks; rank R lets the others commit step K, kills rank 3, and raises
+# before its own optimizer step (--stage-behind): it must take step K from one that has it.
+staged_behind() {
+  local label=$1 r=$2 k=$3 rc mine theirs
+  rm -rf ck
+  "$RUN" -n 4 "$CHECK" ck 32 --recover --stage-behind "$r:3:$k" >out 2>&1
+  rc=$?
+  check "$label: exit 0 (got $rc)" test $rc = 0 || tail -5 out
+  check "... it took step $k from a rank that had it (caught_up_bytes > 0)" \
+    grep -qE "^recovered: generation 1 world 3 after_step $k .* caught_up_bytes=[1-9]" out || grep recovered out
+  check "... every step done, one redone, every sample once" \
+    grep -q "^recover_check: done steps=32 redone=1 resumed_from=0 seen=2048 " out || grep done out
+  mine=$(grep -o "params=.*" out)
+  theirs=$(reference "ref.$r.$k.out" "4:$k" 3:32)
+  check "... $mine, bit for bit those of 4 ranks to step $k, then 3 from its checkpoint" \
+    eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
+}
+# In place (SGD's momenta on every rank); and at the first step, where the rank behind has no
+# momenta yet, so that the step travels in torch's archive.
+staged_behind "MLP with dropout, rank 0 one step behind" 0 6
+staged_behind "MLP, rank 2 behind at the first step" 2 1
 
 # Two losses one after the other: rank 1 at step 8, then rank 2 (of the first world) at step 20,
 # in a step that zeroes its gradients at its end (the interrupted backward's must not remain).
