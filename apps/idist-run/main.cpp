@@ -349,6 +349,8 @@ auto join_timeout_from_env() {
 std::shared_ptr<L::Coordinator> rendezvous(const Cli& cli, const L::LaunchPlan& plan) {
   auto ro = L::rendezvous_options(plan, cli.max_restarts, join_timeout_from_env(), milliseconds(cli.grace_seconds));
   ro.stall_timeout = milliseconds(cli.stall_seconds);
+  ro.recovery = cli.recovery == "auto";
+  ro.min_world = cli.min_world;
   if (!etcd_backend(cli.rdzv_backend)) {
     checked(cli, "rdzv_conf", [&] { config::parse_rdzv_conf(cli.rdzv_conf, ro); });
     return L::make_coordinator(ro, nullptr);

@@ -116,14 +116,26 @@ std::vector<int> decode_hosts(const std::vector<char>& bytes, int world_size) {
 // The choices both ends of a message follow, as "NAME=VALUE" lines: where ranks differ, a
 // message goes one way on one end and another way on the other, which shows up as a timeout or
 // a size error far from its cause. So rank 0 compares them at the join.
-std::string agreed_settings(const env::Contract& c, const std::string& backend) {
+std::string agreed_settings(const env::Contract& c, const std::string& backend, bool recovery) {
   const auto bytes = [](const std::optional<std::size_t>& v) {
     return !v ? std::string("unset") : *v == env::Contract::Tuning::kNever ? std::string("off") : std::to_string(*v);
   };
-  return fmt::format("backend={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}", backend, env::kIntranode,
-                     c.intranode, env::kInterhost, c.interhost, env::kDebug, c.debug ? 1 : 0, env::kUcxRingFrom,
-                     bytes(c.tuning.ucx_ring_from), env::kUcxTcpFrom, bytes(c.tuning.ucx_tcp_from), env::kHierSegment,
-                     bytes(c.tuning.hier_segment), env::kHierRailsFrom, bytes(c.tuning.hier_rails_from));
+  return fmt::format("backend={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\nInitOptions::recovery={}",
+                     backend, env::kIntranode, c.intranode, env::kInterhost, c.interhost, env::kDebug, c.debug ? 1 : 0,
+                     env::kUcxRingFrom, bytes(c.tuning.ucx_ring_from), env::kUcxTcpFrom, bytes(c.tuning.ucx_tcp_from),
+                     env::kHierSegment, bytes(c.tuning.hier_segment), env::kHierRailsFrom,
+                     bytes(c.tuning.hier_rails_from), recovery ? "true" : "false");
+}
+
+// Live recovery aborts a lost peer's connections (Backend::abort), which UCX cannot: between
+// hosts its traffic goes over gloo's TCP instead, which can (docs/RECOVERY.md). Said where
+// the user asked for UCX by name.
+void recovery_carriers(env::Contract& c, const ErrorSite& site) {
+  if (c.recovery_host.empty()) return;  // no idist-run offers it: nothing will abort
+  if (c.interhost == "ucx")
+    throw Error(site, "live recovery (InitOptions::recovery) cannot abort UCX's connections to a lost rank: unset "
+                      "IDIST_INTERHOST=ucx (or set it to gloo), or run without recovery");
+  c.interhost = "gloo";
 }
 
 // The first line where `theirs` (rank `rank`'s) differs from rank 0's `ours`, as one sentence
@@ -354,13 +366,14 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
                                .bind_all = contract_.store_bind_all});
       store_ = std::make_unique<TcpStore>(
           TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, contract_.timeout});
-      join(deadline, agreed_settings(contract_, backend));
+      join(deadline, agreed_settings(contract_, backend, options.recovery));
       rendezvous_ = true;
     }
     if (contract_.world_size == 1) hosts_ = {0};
     backend_ = backend;
     check_intranode(backend, site);
     recovery_ = options.recovery;
+    if (recovery_) recovery_carriers(contract_, site);
     origins_.resize(static_cast<std::size_t>(contract_.world_size));
     std::iota(origins_.begin(), origins_.end(), 0);
     connect_world();

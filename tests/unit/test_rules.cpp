@@ -277,6 +277,69 @@ TEST_CASE("a silent member is a root failure; a fixed-N job without it ends, too
   CHECK(v.rank == -1);
 }
 
+// Live recovery: two nodes of 2 ranks each that both said their ranks opted in.
+Rdzv recovering_two(int min_world = 1) {
+  auto r = running_two({.min_nodes = 2, .max_nodes = 2, .max_restarts = 0, .needs_host = true, .recovery = true,
+                        .min_world = min_world});
+  r.on(rules::Capable{0}).on(rules::Capable{1});
+  return r;
+}
+
+rules::Fail lost_rank(int node_rank, int rank) {
+  auto f = fail(node_rank, rank, "was killed by SIGKILL", 137, true);
+  f.failure.recoverable = true;
+  return f;
+}
+
+TEST_CASE("live recovery: a rank lost where every member opted in re-forms in place; the job still succeeds") {
+  auto r = recovering_two();
+  r.on(lost_rank(1, 3));
+  CHECK(r.state.phase == Phase::running);
+  CHECK(r.action<rules::EndAttempt>() == std::nullopt);
+  REQUIRE(r.action<rules::ReformInPlace>().has_value());
+  CHECK(r.action<rules::ReformInPlace>()->lost == std::vector<int>{3});
+  CHECK(r.action<rules::ReformInPlace>()->why == "rank 3 on node 1 (hb) was killed by SIGKILL");
+  CHECK(r.logs() == std::vector<std::string>{"attempt 0: rank 3 on node 1 (hb) was killed by SIGKILL; the other 3 "
+                                             "ranks go on without it (live recovery)"});
+  r.on(lost_rank(0, 0));  // rank 0 too: its node hosts the store, not its rank
+  CHECK(r.action<rules::ReformInPlace>()->lost == std::vector<int>{0});
+  r.on(rules::Over{1, std::nullopt}).on(rules::Over{0, std::nullopt});
+  CHECK(r.verdict().then == rules::Verdict::Then::success);
+}
+
+TEST_CASE("live recovery: a node lost goes with its ranks; node 0's loss, a member not capable, --min-world end it") {
+  auto r = recovering_two();
+  r.on(lost_rank(1, 2));
+  r.on(rules::Lost{.id = "b", .text = "node 1 (hb) was lost: its idist-run ended or was killed", .prev_rank = 1, .nodes_left = 1});
+  CHECK(r.state.phase == Phase::running);
+  CHECK(r.action<rules::ReformInPlace>()->lost == std::vector<int>{3});  // rank 2 was re-formed without already
+  r.on(rules::Over{0, std::nullopt});
+  CHECK(r.verdict().then == rules::Verdict::Then::success);
+
+  auto zero = recovering_two();
+  zero.on(rules::Lost{.id = "a", .text = "node 0 (ha) was lost", .prev_rank = 0, .nodes_left = 1});
+  CHECK(zero.state.phase == Phase::ending);
+  CHECK(zero.action<rules::ReformInPlace>() == std::nullopt);
+
+  auto unready = running_two({.min_nodes = 2, .max_nodes = 2, .max_restarts = 0, .needs_host = true, .recovery = true});
+  unready.on(rules::Capable{1});  // node 0's ranks never said they opted in
+  unready.on(lost_rank(1, 3));
+  CHECK(unready.state.phase == Phase::ending);
+  CHECK(unready.action<rules::EndAttempt>()->cause == "rank 3 on node 1 (hb) was killed by SIGKILL");
+
+  auto few = recovering_two(3);
+  few.on(lost_rank(1, 3));
+  CHECK(few.state.phase == Phase::running);
+  few.on(lost_rank(1, 2));
+  CHECK(few.state.phase == Phase::ending);
+  CHECK(few.logs().front() == "live recovery: rank 2 on node 1 (hb) was killed by SIGKILL; 2 ranks would be left, "
+                              "fewer than --min-world 3: the attempt ends");
+
+  auto own = recovering_two();  // a non-zero exit is the program's verdict, not a loss
+  own.on(fail(1, 3, "exited with code 3"));
+  CHECK(own.state.phase == Phase::ending);
+}
+
 TEST_CASE("a member that leaves after its ranks are done is a departure, named if the job ends for it") {
   auto r = running_two({.min_nodes = 2, .max_nodes = 2, .max_restarts = 0});
   r.on(fail(0, 0, "exited with code 3"));

@@ -104,6 +104,10 @@ struct NodeAgent::State {
 
   bool hosting() const { return server != nullptr || listen_fd >= 0; }
 
+  void send(const Json& message) {
+    if (connection && !connection->closed()) connection->send(message);
+  }
+
   void connect() {
     auto socket = std::make_shared<tcp::socket>(*io);
     tcp::resolver resolver(*io);
@@ -182,6 +186,8 @@ struct NodeAgent::State {
       assignment.world_size = field<int>(m, "world_size", 1);
       assignment.rank_base = field<int>(m, "rank_base", 0);
       assignment.master_port = field<int>(m, "master_port", 0);
+      const int recovery_port = field<int>(m, "recovery_port", 0);
+      assignment.recovery_store = recovery_port > 0 ? fmt::format("{}:{}", options.host, recovery_port) : "";
       guard_timer->cancel();
       if (auto done = std::exchange(joined, nullptr)) done(std::nullopt);
     } else if (type == "end") {
@@ -201,6 +207,9 @@ struct NodeAgent::State {
                               {"id", field<std::uint64_t>(m, "id", 0)},
                               {"ranks", Json::parse(events.views ? events.views() : std::string("[]"), nullptr,
                                                     false)}});
+    } else if (type == "reformed") {
+      if (field<int>(m, "attempt", -1) == assignment.attempt && events.reformed)
+        events.reformed(field<std::uint64_t>(m, "generation", 0), field<std::string>(m, "line", ""));
     } else if (type == "report") {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.report)
         events.report(field<std::vector<std::string>>(m, "lines", {}));
@@ -321,7 +330,9 @@ void NodeAgent::start(boost::asio::io_context& io, Events events) {
                                   .dead_after = s.options.dead_after,
                                   .join_timeout = s.options.join_timeout,
                                   .grace = s.options.grace,
-                                  .stall_timeout = s.options.stall_timeout});
+                                  .stall_timeout = s.options.stall_timeout,
+                                  .recovery = s.options.recovery,
+                                  .min_world = s.options.min_world});
     s.server->start();
     spdlog::info("rendezvous: hosting at {} for {} node{}", s.endpoint,
                  s.options.min_nodes == s.options.max_nodes ? std::to_string(s.options.max_nodes)
@@ -396,6 +407,12 @@ void NodeAgent::over(int attempt, const std::optional<LocalFailure>& failure,
 void NodeAgent::stalled(int attempt) {
   auto& s = *state_;
   if (s.connection && !s.connection->closed()) s.connection->send(Json{{"t", "stalled"}, {"attempt", attempt}});
+}
+
+void NodeAgent::capable(int attempt) { state_->send(Json{{"t", "capable"}, {"attempt", attempt}}); }
+
+void NodeAgent::ended(int attempt, int rank) {
+  state_->send(Json{{"t", "ended"}, {"attempt", attempt}, {"rank", rank}});
 }
 
 void NodeAgent::finish(const std::string& outcome, std::function<void()> done) {

@@ -27,7 +27,11 @@ class Decision {
   void on(const Join& e) { join(e.node); }
   void on(const Fail& e) {
     if (!ended_or_running() || !valid(e.failure.node_rank)) return;
+    if (e.failure.recoverable && reform_in_place(e.failure, {e.failure.rank})) return;
     record(e.failure);
+  }
+  void on(const Capable& e) {
+    if (ended_or_running() && valid(e.node_rank)) s_.members[static_cast<std::size_t>(e.node_rank)].capable = true;
   }
   void on(const Over& e) { over(e); }
   void on(const Lost& e) { lost(e); }
@@ -179,7 +183,17 @@ class Decision {
       s_.departures.push_back(e.text);
       return maybe_decide();
     }
-    record(Failure{.node_rank = r, .rank = -1, .how = e.text, .exit_code = 1, .root = true, .lost_peer = {}});
+    const Failure f{.node_rank = r, .rank = -1, .how = e.text, .exit_code = 1, .root = true, .lost_peer = {},
+                    .recoverable = true};
+    std::vector<int> ranks;
+    for (int k = m.base; k < m.base + m.nproc; ++k)
+      if (std::find(s_.lost_ranks.begin(), s_.lost_ranks.end(), k) == s_.lost_ranks.end()) ranks.push_back(k);
+    if (ranks.empty()) {  // its ranks were all lost, and re-formed without already
+      s_.departures.push_back(e.text);
+      return maybe_decide();
+    }
+    if (r != 0 && reform_in_place(f, ranks)) return maybe_decide();
+    record(f);
     maybe_decide();
   }
 
@@ -194,6 +208,32 @@ class Decision {
     conclude_failure(fmt::format("before attempt {} could start, {}; {} left, the job needs {}", s_.attempt, e.text,
                                  plural(e.nodes_left, "node"), limits_.min_nodes),
                      1, -1, kEndedByNodes);
+  }
+
+  // Live recovery: the survivors of `f` (which loses `ranks`) go on in place, where recovery is
+  // offered, the attempt runs and did not end, every live member's ranks opted in, and the
+  // world stays at least --min-world. Node 0 hosts the generations' store: its loss is never
+  // survived, nor is it asked here (its ranks' loss is, like any other's).
+  bool reform_in_place(const Failure& f, const std::vector<int>& ranks) {
+    if (!limits_.recovery || s_.phase != Phase::running || s_.reform || !f.root || ranks.empty()) return false;
+    int world = 0;
+    for (const auto& m : s_.members) {
+      if (!m.gone && !m.capable) return false;
+      world += m.nproc;  // the attempt's world; those lost already are in lost_ranks
+    }
+    for (int k : ranks)
+      if (std::find(s_.lost_ranks.begin(), s_.lost_ranks.end(), k) != s_.lost_ranks.end()) return false;
+    const int left = world - static_cast<int>(s_.lost_ranks.size() + ranks.size());
+    const auto why = failure_text(s_, f);
+    if (left < std::max(1, limits_.min_world)) {
+      log("live recovery: {}; {} would be left, fewer than --min-world {}: the attempt ends", why,
+          plural(left, "rank"), limits_.min_world);
+      return false;
+    }
+    s_.lost_ranks.insert(s_.lost_ranks.end(), ranks.begin(), ranks.end());
+    log("attempt {}: {}; the other {} go on without it (live recovery)", s_.attempt, why, plural(left, "rank"));
+    out_.push_back(ReformInPlace{ranks, why});
+    return true;
   }
 
   // --- rounds -------------------------------------------------------------------------------
@@ -287,7 +327,8 @@ class Decision {
                .cause = {},
                .reform = false,
                .last_call = false,
-               .verdict = std::move(v)};
+               .verdict = std::move(v),
+               .lost_ranks = {}};
   }
 
   void conclude(Verdict v) {
@@ -364,6 +405,7 @@ void Decision::place(std::vector<Candidate> in) {
   s_.cause.clear();
   s_.reform = false;
   s_.last_call = false;
+  s_.lost_ranks.clear();
   out_.push_back(Assign{});
   log("attempt {}: {}, world size {}", s_.attempt, plural(count, "node"), base);
 }

@@ -42,6 +42,10 @@ struct Limits {
   // The built-in rendezvous needs its host in every round: node 0, whose port is rank 0's
   // store. On etcd any node can be node 0.
   bool needs_host = false;
+  // Live recovery is offered (the built-in rendezvous, --recovery auto, its generation store
+  // up); the world may shrink to min_world ranks.
+  bool recovery = false;
+  int min_world = 1;
 };
 
 // A node that asks to be in the next round.
@@ -67,6 +71,7 @@ struct Member {
   int base = 0;       // its first global rank
   bool over = false;  // its ranks of this attempt are gone
   bool gone = false;  // lost, or dropped
+  bool capable = false;  // every rank of it opted in to live recovery (it said so: Capable)
 };
 
 // A failure some member reported, or a member lost, in the current attempt.
@@ -77,6 +82,7 @@ struct Failure {
   int exit_code = 1;
   bool root = false;   // crashed, killed by a signal nobody sent, or a lost node (policy.hpp's Blame)
   std::optional<int> lost_peer;  // it said it lost its connection to this rank
+  bool recoverable = false;  // a loss its node's other ranks (all opted in) may re-form without
 };
 
 struct Verdict {
@@ -104,6 +110,7 @@ struct State {
   bool reform = false;              // it ends for a node that joined, not for a failure
   bool last_call = false;           // this round's last call has passed
   std::optional<Verdict> verdict;   // the last one given
+  std::vector<int> lost_ranks;      // global ranks this attempt re-formed without (live recovery)
 };
 std::string failure_text(const State& state, const Failure& f);  // "rank 3 on node 1 (h) exited with code 3"
 // The member with this id, or nullptr.
@@ -145,7 +152,10 @@ struct StopPassed {
 struct HostLeft {  // node 0's idist-run leaves before the job's end; `why`: its outcome, if said
   std::string why;
 };
-using Event = std::variant<Reconsider, Join, Fail, Over, Lost, LastCall, JoinTimeout, StopPassed, HostLeft>;
+struct Capable {  // every rank of this member opted in to live recovery
+  int node_rank = -1;
+};
+using Event = std::variant<Reconsider, Join, Fail, Over, Lost, LastCall, JoinTimeout, StopPassed, HostLeft, Capable>;
 
 // --- what follows ---------------------------------------------------------------------------
 struct Assign {};       // the round closed: the state's members are the attempt's; tell each its part
@@ -169,7 +179,13 @@ struct Log {
   std::string line;
   bool debug = false;
 };
-using Action = std::variant<Assign, ArmLastCall, EndAttempt, Drop, Refuse, Announce, Log>;
+// Live recovery: the survivors go on without `lost` (global ranks), in place; `why` names the
+// loss ("rank 3 on node 1 (h) was killed by SIGKILL"). The attempt goes on.
+struct ReformInPlace {
+  std::vector<int> lost;
+  std::string why;
+};
+using Action = std::variant<Assign, ArmLastCall, EndAttempt, Drop, Refuse, Announce, Log, ReformInPlace>;
 
 struct Step {
   State state;

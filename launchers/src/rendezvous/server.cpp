@@ -12,6 +12,7 @@
 
 #include "idist/common/duration.hpp"
 #include "idist/common/flight_recorder.hpp"
+#include "generations.hpp"
 #include "rules.hpp"
 #include "stall/stall_report.hpp"
 
@@ -64,7 +65,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         limits{.min_nodes = this->options.min_nodes,
                .max_nodes = this->options.max_nodes,
                .max_restarts = this->options.max_restarts,
-               .needs_host = true} {}
+               .needs_host = true,
+               .recovery = false,
+               .min_world = this->options.min_world} {}
 
   asio::io_context& io;
   tcp::acceptor acceptor;
@@ -119,6 +122,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Clock::time_point next_gather{};              // every node asks at once: one gather answers all
   launchers::detail::CallKeys stalls_reported;  // this attempt's, job-wide
   asio::steady_timer gather_timer{io};
+  // Live recovery: the current attempt's generations' store (options.recovery).
+  std::unique_ptr<Generations> generations;
 
   template <class... Args>
   void info(fmt::format_string<Args...> format, Args&&... args) {
@@ -185,6 +190,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (type == "over") return on_over(node, m);
     if (type == "leave") {
       node->left_why = field<std::string>(m, "why", "");
+      return;
+    }
+    if (type == "capable") {
+      if (of_this_attempt(*node, m)) apply(rules::Capable{node->node_rank});
+      return;
+    }
+    if (type == "ended") {
+      if (of_this_attempt(*node, m) && generations) generations->ended(field<int>(m, "rank", -1));
       return;
     }
     if (type == "stalled") return on_stalled(m);
@@ -316,22 +329,55 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     for (const auto& m : members) world += m.nproc;
     const auto zero = node_of(members.front().id);
     const int master_port = zero ? zero->master_port : 0;
+    const int recovery_port = host_generations(world);
     for (std::size_t r = 0; r < members.size(); ++r) {
       const auto n = node_of(members[r].id);
       if (!n) continue;
       n->node_rank = static_cast<int>(r);
-      n->connection->send(Json{{"t", "assign"},
-                               {"attempt", state.attempt},
-                               {"node_rank", r},
-                               {"nnodes", members.size()},
-                               {"world_size", world},
-                               {"rank_base", members[r].base},
-                               {"master_port", master_port}});
+      Json assign{{"t", "assign"},
+                  {"attempt", state.attempt},
+                  {"node_rank", r},
+                  {"nnodes", members.size()},
+                  {"world_size", world},
+                  {"rank_base", members[r].base},
+                  {"master_port", master_port}};
+      if (recovery_port > 0) assign["recovery_port"] = recovery_port;
+      n->connection->send(assign);
     }
     stalls_reported.clear();
     last_call_timer.cancel();
     last_call_armed = false;
     join_timer.cancel();
+  }
+
+  // A generations' store for the attempt that starts, at the rendezvous' own address (which
+  // every node reaches), its clients presenting the ranks' token; its port, or 0 where live
+  // recovery is off (not asked, or the store cannot listen: then a loss ends the attempt).
+  int host_generations(int world) {
+    generations.reset();
+    limits.recovery = false;
+    if (!options.recovery) return 0;
+    boost::system::error_code ec;
+    const auto here = acceptor.local_endpoint(ec);
+    try {
+      if (ec) throw std::runtime_error(ec.message());
+      generations = std::make_unique<Generations>(
+          io, here.address().to_string(), fmt::format("{}#{}", options.token, state.attempt), world,
+          [this, attempt = state.attempt](std::uint64_t g, const std::vector<int>&, const std::string& line) {
+            if (state.attempt != attempt || phase() != Phase::running) return;
+            for (const auto& n : live_members())
+              n->connection->send(Json{{"t", "reformed"}, {"attempt", attempt}, {"generation", g}, {"line", line}});
+          });
+    } catch (const std::exception& e) {
+      spdlog::warn("rendezvous: live recovery is off for attempt {}: cannot start its store ({})", state.attempt, e.what());
+      return 0;
+    }
+    limits.recovery = true;
+    return generations->port();
+  }
+
+  void act(const rules::ReformInPlace& r) {
+    if (generations) generations->lose(r.lost, r.why);
   }
 
   void act(const rules::ArmLastCall&) {
@@ -347,6 +393,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   void act(const rules::EndAttempt& e) {
+    if (generations) generations->stand_down();
     if (phase() != Phase::ending) return;  // decided at once: nobody left to stop
     std::chrono::milliseconds grace{0};
     for (const auto& m : state.members) {

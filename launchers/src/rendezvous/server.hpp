@@ -31,6 +31,9 @@ struct ServerOptions {
   // --stall-timeout); 0: the agents ask for none.
   std::chrono::milliseconds stall_timeout{0};
   bool quiet = false;  // no log lines (the scale simulation)
+  // Live recovery: a generations' store for each attempt, at the rendezvous' own address.
+  bool recovery = false;
+  int min_world = 1;
 };
 
 class Server {

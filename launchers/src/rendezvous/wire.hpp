@@ -14,12 +14,19 @@
 //   stalled {attempt}                            look {attempt, id}
 //   views {attempt, id, ranks}                   report {attempt, lines}
 //
+//   capable {attempt}                            assign's recovery_port (live recovery offered)
+//   ended {attempt, rank}                        reformed {attempt, generation, line}
+//   fail's recoverable: true
+//
 // An agent joins, runs its ranks once assigned, says "fail" at its first failing rank and
 // "over" once its ranks are gone; the rendezvous answers every node's "over" with one verdict
 // for all. Heartbeats go both ways, so either side notices the other's silence. An agent whose
 // ranks stall says "stalled"; the rendezvous asks every node to "look" at its ranks, and sends
 // the report made from all their "views" (stall_report.hpp) to every node. An agent that
 // leaves before the job's verdict says why ("leave"), so that the others hear its cause.
+// Live recovery (node 0 hosts the generations' store at recovery_port): an agent whose ranks
+// all opted in says "capable"; its loss of a rank, "fail" with recoverable; a rank that
+// ended its program while others run, "ended"; every node hears each generation ("reformed").
 
 #include <fcntl.h>
 
@@ -169,6 +176,7 @@ using rules::kEndedByRestarts;
 inline Json failure_json(const LocalFailure& f) {
   Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
   if (f.lost_peer) j["lost_peer"] = *f.lost_peer;
+  if (f.recoverable) j["recoverable"] = true;
   return j;
 }
 inline rules::Failure failure_of(const Json& m, int node_rank) {
@@ -179,6 +187,7 @@ inline rules::Failure failure_of(const Json& m, int node_rank) {
   f.exit_code = field<int>(m, "exit_code", 1);
   f.root = field<bool>(m, "root", false);
   if (m.contains("lost_peer") && m["lost_peer"].is_number_integer()) f.lost_peer = m["lost_peer"].get<int>();
+  f.recoverable = field<bool>(m, "recoverable", false);
   return f;
 }
 

@@ -7,17 +7,16 @@
 #include <chrono>
 
 #include "idist/env_contract.hpp"
-#include "idist_store/server.hpp"
+#include "rendezvous/generations.hpp"
 
 namespace idist::launchers::supervision {
 
 namespace {
 
-// Losses this close together make one generation: a node's ranks killed together, a kill
-// that takes a rank's child too. Short beside a step; the survivors already wait in reform().
-constexpr auto kReformSettle = std::chrono::milliseconds(50);
 // A survivor failing this soon after a loss failed of it (see recent_loss).
 constexpr auto kConsequenceWindow = std::chrono::seconds(2);
+// How often a node of several looks whether all its ranks opted in yet (they do at init).
+constexpr auto kOptInCheck = std::chrono::milliseconds(100);
 
 std::string job_token(const Attempt& attempt) {
   const std::string tag = std::string(env::kJobToken) + "=";
@@ -30,54 +29,82 @@ std::string job_token(const Attempt& attempt) {
 }  // namespace
 
 std::string why_not_reform(const RecoveryFacts& f) {
-  if (!f.offered) return "recovery is not offered (--recovery off, several nodes, or no generation store)";
+  if (!f.offered) return "recovery is not offered (--recovery off, --rdzv-backend etcd, or no generation store)";
   if (!f.lost) return "the rank failed on its own (a non-zero exit is the program's verdict, not a loss)";
-  if (f.survivors == 0) return "no rank is left";
-  if (f.survivors < f.min_world)
+  if (f.survivors == 0 && !f.joint) return "no rank is left";
+  if (f.survivors < f.min_world && !f.joint)
     return fmt::format("{} rank{} would be left, fewer than --min-world {}", f.survivors, f.survivors == 1 ? "" : "s",
                        f.min_world);
   if (f.opted_in < f.survivors)
-    return fmt::format("{} of the {} ranks left did not opt in (idist::InitOptions::recovery)", f.survivors - f.opted_in,
-                       f.survivors);
+    return fmt::format("{} of the {} ranks left{} did not opt in (idist::InitOptions::recovery)",
+                       f.survivors - f.opted_in, f.survivors, f.joint ? " on this node" : "");
   return "";
 }
 
-LiveRecovery::LiveRecovery(asio::io_context& io, bool wanted, int min_world)
-    : wanted_(wanted), min_world_(min_world), settle_(io) {}
+LiveRecovery::LiveRecovery(asio::io_context& io, bool wanted, int min_world, Coordinator* coordinator)
+    : io_(io), wanted_(wanted), min_world_(min_world), coordinator_(coordinator), opt_in_timer_(io) {}
 
 LiveRecovery::~LiveRecovery() = default;
 
 void LiveRecovery::offer(Attempt& attempt) {
-  if (!wanted_) return;
+  stand_down();
   // A store for each attempt: a restarted attempt's ranks count generations from 0 again, and
   // must not find the last attempt's announcements.
-  store_.reset();
-  {
+  generations_.reset();
+  offered_ = false;
+  lost_.clear();
+  announced_ = 0;
+  attempt_ = nullptr;
+  if (!wanted_) return;
+  std::string address;
+  if (joint()) {
+    address = coordinator_->assignment().recovery_store;  // none: etcd's, or its store failed
+  } else {
     try {
-      store_ = std::make_unique<idist::detail::TcpStoreServer>(
-          idist::detail::StoreServerOptions{.host = "127.0.0.1", .port = 0, .token = job_token(attempt)});
+      generations_ = std::make_unique<rendezvous::Generations>(
+          io_, "127.0.0.1", job_token(attempt),
+          static_cast<int>(attempt.processes.size()),
+          [this](std::uint64_t, const std::vector<int>&, const std::string& line) {
+            if (attempt_ == nullptr) return;
+            attempt_->record.reforms.push_back(line);
+            last_cause_ = announced_;
+            announced_ = lost_.size();
+          });
+      address = fmt::format("{}:{}", generations_->listen_address(), generations_->port());
     } catch (const std::exception& e) {
       spdlog::warn("live recovery is off for this job: cannot start its store ({})", e.what());
       wanted_ = false;
       return;
     }
   }
+  if (address.empty()) return;
+  offered_ = true;
   const auto tag = std::string(env::kRecoveryStore) + "=";
-  const auto address = fmt::format("{}{}:{}", tag, store_->listen_address(), store_->port());
   for (auto& p : attempt.processes) {
     std::erase_if(p.env, [&](const std::string& e) { return e.rfind(tag, 0) == 0; });
-    p.env.push_back(address);
+    p.env.push_back(tag + address);
   }
-  generation_ = 0;
-  lost_.clear();
-  announced_ = 0;
-  members_.clear();
-  attempt_ = nullptr;
-  settle_.cancel();
+}
+
+void LiveRecovery::started(LiveAttempt& attempt) {
+  if (offered_ && joint()) watch_opt_in(attempt);
+}
+
+void LiveRecovery::watch_opt_in(LiveAttempt& attempt) {
+  const bool running = std::any_of(attempt.ranks.begin(), attempt.ranks.end(), [](const Rank& r) { return r.running(); });
+  const bool all = std::all_of(attempt.ranks.begin(), attempt.ranks.end(), [](const Rank& r) {
+    return !r.running() || (r.recorder && r.recorder->beat_pid() != 0);
+  });
+  if (!running) return;
+  if (all) return coordinator_->capable(attempt.record.index);
+  opt_in_timer_.expires_after(kOptInCheck);
+  opt_in_timer_.async_wait([this, &attempt](auto ec) {
+    if (!ec) watch_opt_in(attempt);
+  });
 }
 
 bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) {
-  RecoveryFacts facts{.offered = wanted_ && store_ != nullptr, .lost = root_cause, .min_world = min_world_};
+  RecoveryFacts facts{.offered = offered_, .lost = root_cause, .min_world = min_world_, .joint = joint()};
   for (const auto& r : attempt.ranks) {
     if (&r == &rank || !r.running()) continue;
     ++facts.survivors;
@@ -91,13 +118,20 @@ bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) 
   attempt_ = &attempt;
   lost_.push_back(&rank);
   last_loss_ = std::chrono::steady_clock::now();
-  spdlog::warn("rank {} (pid {}) {}: live recovery: the {} other rank{} opted in, and may re-form without it",
-               rank.spec->rank, rank.record->pid, detail::describe(*rank.record), facts.survivors,
-               facts.survivors == 1 ? "" : "s");
-  settle_.expires_after(kReformSettle);
-  settle_.async_wait([this, &attempt](auto ec) {
-    if (!ec && attempt_ == &attempt) announce(attempt);
-  });
+  const auto how = fmt::format("rank {} {}", rank.spec->rank, detail::describe(*rank.record));
+  if (joint()) {
+    spdlog::warn("{} (pid {}): live recovery: this node's other ranks opted in; the rendezvous decides whether the "
+                 "job goes on without it",
+                 how, rank.record->pid);
+    LocalFailure f{.rank = rank.spec->rank, .how = detail::describe(*rank.record),
+                   .exit_code = detail::exit_code_of(*rank.record->status), .root_cause = true, .lost_peer = {},
+                   .recoverable = true};
+    coordinator_->failed(attempt.record.index, f);
+    return true;
+  }
+  spdlog::warn("{} (pid {}): live recovery: the {} other rank{} opted in, and may re-form without it", how,
+               rank.record->pid, facts.survivors, facts.survivors == 1 ? "" : "s");
+  generations_->lose({rank.spec->rank}, how);
   return true;
 }
 
@@ -108,60 +142,36 @@ std::optional<std::size_t> LiveRecovery::recent_loss(const LiveAttempt& attempt)
 }
 
 void LiveRecovery::ended(const LiveAttempt& attempt, const Rank& rank) {
-  if (!wanted_ || !store_) return;
+  if (!offered_) return;
   const bool others = std::any_of(attempt.ranks.begin(), attempt.ranks.end(), [&](const Rank& r) { return r.running(); });
-  if (!others) return;
-  try {
-    store_->set(env::ended_key(rank.spec->rank), {});
-  } catch (const std::exception&) {
-    // The survivors wait until IDIST_TIMEOUT instead.
-  }
+  if (joint()) return coordinator_->ended(attempt.record.index, rank.spec->rank);
+  if (others) generations_->ended(rank.spec->rank);
+}
+
+void LiveRecovery::reformed(LiveAttempt* attempt, std::uint64_t generation, const std::string& line) {
+  if (attempt == nullptr) return;
+  spdlog::info("generation {}: the job went on ({})", generation, line);
+  attempt->record.reforms.push_back(line);
+}
+
+void LiveRecovery::stand_down() {
+  opt_in_timer_.cancel();
+  if (generations_) generations_->stand_down();
 }
 
 std::optional<std::size_t> LiveRecovery::unrecovered(const LiveAttempt& attempt) {
-  if (attempt_ != &attempt || lost_.empty()) return std::nullopt;
+  if (joint() || !generations_ || attempt_ != &attempt || lost_.empty()) return std::nullopt;
   const auto index_of = [&](std::size_t i) { return static_cast<std::size_t>(lost_[i] - attempt.ranks.data()); };
   if (announced_ < lost_.size()) return index_of(announced_);
-  std::vector<std::string> keys;
-  for (int m : members_) keys.push_back(env::joined_key(generation_, m));
   try {
-    const auto joined = store_->check(keys);
-    if (std::find(joined.begin(), joined.end(), false) == joined.end()) return std::nullopt;
+    if (generations_->all_joined()) return std::nullopt;
   } catch (const std::exception& e) {
     spdlog::warn("live recovery: cannot tell whether the ranks re-formed ({})", e.what());
   }
   spdlog::warn("live recovery: a rank of generation {} ended without re-forming (its program did not call "
                "idist::reform()): the loss stands",
-               generation_);
+               generations_->generation());
   return index_of(last_cause_);
-}
-
-void LiveRecovery::announce(LiveAttempt& attempt) {
-  std::vector<int> members;
-  for (const auto& r : attempt.ranks)
-    if (r.running() && std::find(lost_.begin(), lost_.end(), &r) == lost_.end()) members.push_back(r.spec->rank);
-  if (members.empty()) return;
-  ++generation_;
-  try {
-    const auto text = fmt::format("members={}", fmt::join(members, ","));
-    store_->set(env::generation_key(generation_), {text.begin(), text.end()});
-  } catch (const std::exception& e) {
-    // The survivors wait in vain, and their IDIST_TIMEOUT ends it: say why now.
-    spdlog::error("live recovery: cannot announce generation {}: {}", generation_, e.what());
-    return;
-  }
-  // The losses since the last announcement, and the world they leave.
-  std::vector<std::string> losses;
-  for (auto i = announced_; i < lost_.size(); ++i)
-    losses.push_back(fmt::format("rank {} {}", lost_[i]->spec->rank, detail::describe(*lost_[i]->record)));
-  const auto before = members_.empty() ? attempt.ranks.size() : members_.size();
-  const auto line = fmt::format("{}; world {} -> {}", fmt::join(losses, ", "), before, members.size());
-  spdlog::info("generation {}: ranks {} go on as a world of {} ({})", generation_, fmt::join(members, ", "),
-               members.size(), line);
-  attempt.record.reforms.push_back(line);
-  last_cause_ = announced_;
-  announced_ = lost_.size();
-  members_ = std::move(members);
 }
 
 }  // namespace idist::launchers::supervision

@@ -80,7 +80,8 @@ class Supervisor {
       c->start(io_, {.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
                      .lost = [this](const std::string& why) { on_lost(why); },
                      .views = [this] { return watch_.job_views(started()); },
-                     .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); }});
+                     .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); },
+                     .reformed = [this](std::uint64_t g, const std::string& line) { recovery_.reformed(started(), g, line); }});
     start_attempt(0);
     io_.run();  // until done(): the job, then the console's last lines
     watch_.close();  // a gdb thread still at work posts nothing to io_ from now on
@@ -161,6 +162,7 @@ class Supervisor {
       if (phase_ != Phase::running || stop_ != Stop::none) break;  // a spawn failed: start nothing more
       if (auto error = procs_.start(rank, log_dir)) spawn_failed(*rank.spec, *error);
     }
+    if (phase_ == Phase::running) recovery_.started(a);
     check_ranks_gone();
     maybe_finish();
   }
@@ -651,7 +653,7 @@ class Supervisor {
   ProcessContext procs_{io_, console_, options_.tag_output, [this] { maybe_finish(); }};
   StallWatch watch_{io_, options_, host_};
   HeartbeatWatch beats_{io_, options_.heartbeat_timeout};
-  LiveRecovery recovery_{io_, options_.recovery && !options_.coordinator, options_.min_world};
+  LiveRecovery recovery_{io_, options_.recovery, options_.min_world, options_.coordinator.get()};
   JobReport report_{options_, host_, console_};
   OomWatch oom_;
   asio::signal_set child_signal_{io_, SIGCHLD};

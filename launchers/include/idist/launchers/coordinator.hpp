@@ -10,6 +10,7 @@
 // same on every node; finish() when the job is over here. Events come back the other way:
 // another node ended the attempt, the rendezvous is lost, a job-wide stall report.
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -29,6 +30,7 @@ struct LocalFailure {
   int exit_code = 1;  // idist-run's code for it
   bool root_cause = false;       // crashed or killed by a signal nobody sent, not a non-zero exit
   std::optional<int> lost_peer;  // the rank it said it lost its connection to
+  bool recoverable = false;      // a loss this node's other ranks (all opted in) can re-form without
 };
 
 // What the job does after an attempt every node has ended.
@@ -56,6 +58,7 @@ struct Assignment {
   int rank_base = 0;        // the global rank of this node's local rank 0
   std::string master_addr;  // rank 0's host; empty: the plan's (the built-in rendezvous' endpoint)
   int master_port = 0;
+  std::string recovery_store;  // host:port of the job's generation store; empty: no live recovery
 };
 
 // How the attempts of a job spread over nodes are decided together (rendezvous.hpp). The
@@ -69,6 +72,9 @@ class Coordinator {
     // stall_report.hpp); then the report's lines, the same on every node.
     std::function<std::string()> views;
     std::function<void(const std::vector<std::string>& lines)> report;
+    // Live recovery: the job went on as `generation` without a lost rank or node, as `line`
+    // says ("rank 3 on node 1 (h) was killed by SIGKILL; world 4 -> 3").
+    std::function<void(std::uint64_t generation, const std::string& line)> reformed;
   };
   virtual ~Coordinator() = default;
   virtual void start(boost::asio::io_context& io, Events events) = 0;
@@ -94,6 +100,10 @@ class Coordinator {
   // Some local rank stalled (a local stall report was made): ask for a job-wide one, which
   // comes back through Events::report. Nothing where there is nobody to ask.
   virtual void stalled(int /*attempt*/) {}
+  // Live recovery (where the assignment has a recovery_store): every rank of this node opted
+  // in; and a rank of it ended its program (exit 0) while others run.
+  virtual void capable(int /*attempt*/) {}
+  virtual void ended(int /*attempt*/, int /*rank*/) {}
   // The event loop is about to go: let go of everything bound to it.
   virtual void detach() = 0;
 };

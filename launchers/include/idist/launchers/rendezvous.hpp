@@ -55,6 +55,10 @@ struct RendezvousOptions {
   std::chrono::milliseconds join_timeout{300000};  // for a round to fill; and for node 0 to listen
   std::chrono::milliseconds grace{5000};           // --grace: how long stopping this node's ranks may take
   std::chrono::milliseconds stall_timeout{0};      // --stall-timeout: node 0's, for job-wide stall reports
+  // Live recovery (--recovery auto; node 0's say): node 0 hosts the generations' store, and a
+  // lost rank or node other than node 0 is re-formed without while --min-world ranks remain.
+  bool recovery = false;
+  int min_world = 1;
 };
 
 // The agent side (and, on node 0, the host). Construct before supervise(): it decides at once
@@ -77,6 +81,8 @@ class NodeAgent final : public Coordinator {
   void over(int attempt, const std::optional<LocalFailure>& failure,
             std::function<void(const RemoteVerdict&)> verdict) override;
   void stalled(int attempt) override;
+  void capable(int attempt) override;
+  void ended(int attempt, int rank) override;
   void finish(const std::string& outcome, std::function<void()> done) override;
   void detach() override;
 

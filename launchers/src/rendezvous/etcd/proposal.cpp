@@ -121,7 +121,8 @@ Assignment assignment_of(const Snapshot& s, std::size_t r) {
                         .world_size = world,
                         .rank_base = base,
                         .master_addr = field<std::string>(zero, "addr", host_of(s.member(0))),
-                        .master_port = field<int>(zero, "port", 0)};
+                        .master_port = field<int>(zero, "port", 0),
+                        .recovery_store = {}};  // live recovery on etcd: not yet (docs/RECOVERY.md)
 }
 
 namespace {

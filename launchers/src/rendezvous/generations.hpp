@@ -1,0 +1,65 @@
+#pragma once
+// The store a job's generations are announced in (docs/RECOVERY.md), hosted by idist-run: on
+// one node by the supervisor's LiveRecovery, over several by node 0's rendezvous. Not rank 0's
+// store, so that losing rank 0 costs nothing more. Losses that come within a short settle make
+// one generation, written as "members=0,2,3" (generation-0 ranks) under env::generation_key(g),
+// which the survivors wait for in idist::reform() and connect their new world under.
+
+#include <boost/asio.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace idist::detail {
+class TcpStoreServer;
+}
+
+namespace idist::launchers::rendezvous {
+
+class Generations {
+ public:
+  // At each announcement: the generation, its members, and a line that says what changed
+  // ("rank 1 was killed by SIGKILL; world 4 -> 3").
+  using Announced = std::function<void(std::uint64_t generation, const std::vector<int>& members, const std::string& line)>;
+
+  // A store at `host` (port 0: any) for a world of `world` ranks whose clients present `token`.
+  // Throws std::runtime_error where it cannot listen.
+  Generations(boost::asio::io_context& io, const std::string& host, const std::string& token, int world,
+              Announced announced);
+  ~Generations();
+  Generations(const Generations&) = delete;
+  Generations& operator=(const Generations&) = delete;
+
+  std::string listen_address() const;
+  int port() const;
+  // `ranks` are lost, as `why` says: announced once the settle passes, with those lost meanwhile.
+  void lose(const std::vector<int>& ranks, std::string why);
+  // `rank` ended its program (exit 0) while others run: said in the store, so that a survivor
+  // waiting in reform() for it raises at once (uneven steps are not a loss), and it is no
+  // member of what follows.
+  void ended(int rank);
+  std::uint64_t generation() const { return generation_; }
+  // Losses are waiting for the settle.
+  bool pending() const { return !why_.empty(); }
+  // Every member of the last generation said it joined (env::joined_key); true before any.
+  // Throws where the store cannot tell.
+  bool all_joined();
+  // The attempt is being stopped: nothing more is announced.
+  void stand_down();
+
+ private:
+  void announce();
+
+  std::unique_ptr<idist::detail::TcpStoreServer> store_;
+  boost::asio::steady_timer settle_;
+  Announced announced_;
+  std::uint64_t generation_ = 0;
+  std::vector<int> members_;  // the current generation's
+  std::vector<int> leaving_;  // lost or ended since it was announced
+  std::vector<std::string> why_;  // the losses not announced yet
+  bool standing_down_ = false;
+};
+
+}  // namespace idist::launchers::rendezvous
