@@ -377,6 +377,11 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     origins_.resize(static_cast<std::size_t>(contract_.world_size));
     std::iota(origins_.begin(), origins_.end(), 0);
     connect_world();
+    if (recovery_ && !contract_.recovery_host.empty())
+      generation_watch_ = std::make_unique<GenerationWatch>(
+          TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout},
+          [this] { return generation_.load(); },
+          [this](std::uint64_t g) { abort_generation(g, "idist-run formed the next generation without a rank"); });
   });
 }
 
@@ -393,6 +398,7 @@ void Runtime::connect_world(const std::atomic<bool>* superseded) {
 }
 
 Runtime::~Runtime() {
+  generation_watch_.reset();  // it aborts groups: gone before they are
   // Connections first (groups before the world they came from), then the store client, then
   // (rank 0) the server they came through.
   groups_.clear();

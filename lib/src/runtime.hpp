@@ -13,6 +13,7 @@
 
 #include "idist/env_contract.hpp"
 #include "idist/idist.hpp"
+#include "generation_watch.hpp"
 #include "heartbeat.hpp"
 #include "process_group.hpp"
 #include "store/store.hpp"
@@ -154,6 +155,7 @@ class Runtime {
   std::vector<int> origins_;          // origins_[rank]: that rank's rank in generation 0
   std::shared_ptr<Store> generation_store_;  // idist-run's (IDIST_RECOVERY_STORE), from the first re-form
   std::atomic<std::uint64_t> aborted_generation_{~std::uint64_t{0}};
+  std::unique_ptr<GenerationWatch> generation_watch_;  // from init, where idist-run offers recovery
 };
 
 // Runs `f`, raising what it throws as the API's errors at `site` (read as it throws): an

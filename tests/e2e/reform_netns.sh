@@ -10,7 +10,7 @@ source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
 private_copy reform_rank "$2"
 tag=$(($$ % 200 + 20))
-trap 'pkill -CONT -f "^$PROG " 2>/dev/null; pkill -9 -f "rdzv-id reform-$tag" 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; netns_hosts_cleanup; rm -rf "$DIR"' EXIT
+trap 'pkill -CONT -f "^$PROG " 2>/dev/null; pkill -9 -f "rdzv-id reform-$tag" 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; netns_hosts_cleanup; cp -r "$DIR" /tmp/me/keep 2>/dev/null; rm -rf "$DIR"' EXIT
 if ! command -v unshare >/dev/null || ! netns_hosts $tag 2; then
   echo "SKIP: cannot create network namespaces on a bridge here (needs root, iproute2, unshare, CAP_NET_ADMIN)"
   exit 77
@@ -31,7 +31,7 @@ start() {
    echo $? >"$DIR/h$i.rc") &
 }
 pid_of() { cat "$DIR"/h*.out | awk -v r="$1" '$1 == "origin" && $2 == r && $3 == "pid" {print $4; exit}'; }
-agent_of() { pgrep -f "node-rank $1 --rdzv-endpoint $EP --rdzv-id reform-$tag" | head -1; }
+agent_of() { pgrep -o -f "^$RUN --nnodes 2 --node-rank $1 --rdzv-endpoint $EP --rdzv-id reform-$tag"; }
 # run_and_lose VICTIM [options...]: both hosts, and once every rank printed its pid (and ${DELAY:-0.6} s
 # more), kill -9 of VICTIM: an origin rank, or "node1" (host 1's idist-run). Waits for the end.
 run_and_lose() {
@@ -42,7 +42,7 @@ run_and_lose() {
   for i in $(seq 400); do [ "$(cat "$DIR"/h*.out | grep -c "^origin [0-9]* pid")" -ge 4 ] && break; sleep 0.05; done
   sleep "${DELAY:-0.6}"
   if [ "$victim" = node1 ]; then
-    kill -9 "$(pgrep -P "$(agent_of 1)" -f "$RUN" | head -1)" 2>/dev/null || kill -9 "$(agent_of 1)"
+    kill -9 "$(agent_of 1)"
   else
     kill -9 "$(pid_of "$victim")"
   fi
@@ -77,6 +77,40 @@ check "kill -9 of host 1's idist-run: host 0 ends with exit 0 (got $(rc 0))" equ
 check "... ranks 0 and 1 re-formed in their own processes" same_processes 0 1
 check "... as a world of 2, every step done, one redone" grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=2 sum=" "$DIR/h0.out"
 check "... idist-run names the lost node" grep -qE "succeeded after 1 re-form \(node 1 \(bravo\) was lost: its idist-run ended or was killed; world 4 -> 2\)" "$DIR/h0.out"
+
+# Host 1 goes silent: its cable cut (no reset, no FIN reaches anyone), then the same with host 1
+# frozen whole (its idist-run and ranks under SIGSTOP). Nothing ends the survivors' connections
+# to its ranks: the rendezvous drops host 1 after node_timeout (2 s here) and announces a
+# generation without it, and the survivors' own watch of that store aborts their collective.
+silent=(--rdzv-conf heartbeat=0.5,node_timeout=2)
+start 0 "${silent[@]}"
+start 1 "${silent[@]}"
+for i in $(seq 400); do [ "$(cat "$DIR"/h*.out | grep -c "^origin [0-9]* pid")" -ge 4 ] && break; sleep 0.05; done
+sleep 0.6
+netns_cut 1
+wait
+check "host 1's cable cut: host 0 ends with exit 0 (got $(rc 0))" equals "$(rc 0)" 0 || show
+check "... ranks 0 and 1 re-formed in their own processes, every step done" eval \
+  'same_processes 0 1 && grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=2 sum=" "$DIR/h0.out"'
+check "... the lost node named for its silence" grep -qE "succeeded after 1 re-form \(node 1 \(bravo\) stopped answering" "$DIR/h0.out"
+check "... host 1, cut off, stops its ranks and fails, naming the lost rendezvous (got $(rc 1))" eval \
+  '[ "$(rc 1)" != 0 ] && grep -q "lost the rendezvous" "$DIR/h1.out"'
+ip -n "$NS_BRIDGE" link set "b1-$tag" up
+
+start 0 "${silent[@]}"
+start 1 "${silent[@]}"
+for i in $(seq 400); do [ "$(cat "$DIR"/h*.out | grep -c "^origin [0-9]* pid")" -ge 4 ] && break; sleep 0.05; done
+sleep 0.6
+frozen=$(agent_of 1)
+frozen="$frozen $(pid_of 2) $(pid_of 3)"
+kill -STOP $frozen
+wait_for_lines "$DIR/h0.out" "reform_rank: done" 1
+kill -CONT $frozen
+wait
+check "host 1 frozen whole: host 0 ends with exit 0 (got $(rc 0))" equals "$(rc 0)" 0 || show
+check "... every step done as a world of 2" grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=2 sum=" "$DIR/h0.out"
+check "... host 1, continued, fails (got $(rc 1)), its ranks stopped or fenced out, never counted" eval \
+  '[ "$(rc 1)" != 0 ] && ! grep -q "reform_rank: done" "$DIR/h1.out"'
 
 # --recovery off: the loss ends the attempt on both hosts, as without live recovery.
 run_and_lose 3 --recovery off
