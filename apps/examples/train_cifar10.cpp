@@ -30,6 +30,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -158,10 +159,13 @@ void start_recovery(std::optional<idist::Recovery>& recovery, examples::ResNet18
   });
 }
 
-// The cores shared among this node's ranks; the first line.
+// The cores shared among this node's ranks, unless OMP_NUM_THREADS says how many (torch reads
+// it: a job that sets it gets the same arithmetic on every rank, whatever each node runs); the
+// first line.
 void start_rank(int local_rank) {
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
-  torch::set_num_threads(std::max(1, static_cast<int>(cores) / idist::get_nproc_per_node()));
+  if (std::getenv("OMP_NUM_THREADS") == nullptr)
+    torch::set_num_threads(std::max(1, static_cast<int>(cores) / idist::get_nproc_per_node()));
   log0("train_cifar10: " + std::to_string(idist::get_world_size()) + " rank(s), backend " + idist::backend() +
        ", local rank " + std::to_string(local_rank) + " of rank 0");
 }

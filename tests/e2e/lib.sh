@@ -190,6 +190,17 @@ private_copy() {
   trap 'pkill -CONT -f "^$PROG " 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; rm -rf "$DIR"' EXIT
 }
 
+# recover_programs IDIST_RUN EXAMPLES_DIR RECOVER_CHECK: the live-recovery tests' programs: $RUN,
+# and private copies of train_cifar10 ($PROG) and recover_check ($CHECK) in $DIR, made the
+# working directory.
+recover_programs() {
+  RUN=$(realpath "$1")
+  private_copy train_cifar10 "$2/train_cifar10"
+  CHECK=$DIR/recover_check
+  cp "$(realpath "$3")" "$CHECK"
+  cd "$DIR" || exit 1
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]

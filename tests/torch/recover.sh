@@ -10,11 +10,7 @@
 # next committed step.
 # usage: recover.sh IDIST_RUN EXAMPLES_DIR RECOVER_CHECK
 source "$(dirname "$0")/../e2e/lib.sh"
-RUN=$(realpath "$1")
-private_copy train_cifar10 "$2/train_cifar10"
-CHECK=$DIR/recover_check
-cp "$(realpath "$3")" "$CHECK"
-cd "$DIR"
+recover_programs "$@"
 export OMP_NUM_THREADS=1
 small=(--width 8 --samples 1024 --batch-size 32 --epochs 2 --learning-rate 0.01 --log-every 4)
 
