@@ -71,6 +71,19 @@ check "kill -9 of rank 0 (host 0): exit 0 on both hosts (got $(rc 0)/$(rc 1))" e
 check "... ranks 1, 2 and 3 re-formed in their own processes" same_processes 1 2 3
 check "... every step done, one redone" grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=3 sum=" "$DIR/h0.out"
 
+# A rank frozen (SIGSTOP) on host 1: its idist-run stops it after --heartbeat-timeout and
+# reports the loss, and the job goes on as after a kill.
+start 0 --heartbeat-timeout 1
+start 1 --heartbeat-timeout 1
+for i in $(seq 400); do [ "$(cat "$DIR"/h*.out | grep -c "^origin [0-9]* pid")" -ge 4 ] && break; sleep 0.05; done
+sleep 0.6
+kill -STOP "$(pid_of 2)"
+wait
+check "rank 2 (host 1) frozen: both hosts end with exit 0 (got $(rc 0)/$(rc 1))" equals "$(rc 0)/$(rc 1)" 0/0 || show
+check "... ranks 0, 1 and 3 re-formed in their own processes, every step done, one redone" eval \
+  'same_processes 0 1 3 && grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=3 sum=" "$DIR/h0.out"'
+check "... host 1's idist-run named it frozen" grep -q "rank 2 (pid [0-9]*) is frozen: no heartbeat" "$DIR/h1.out"
+
 # The whole of host 1: its idist-run killed, its ranks with it (PDEATHSIG).
 run_and_lose node1
 check "kill -9 of host 1's idist-run: host 0 ends with exit 0 (got $(rc 0))" equals "$(rc 0)" 0 || show

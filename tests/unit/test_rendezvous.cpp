@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "idist/env_contract.hpp"
 #include "rendezvous/server.hpp"
 #include "rendezvous/wire.hpp"
+#include "store/tcp_store.hpp"
 
 namespace rdzv = idist::launchers::rendezvous;
 using rdzv::Json;
@@ -385,4 +387,42 @@ TEST_CASE("a round that times out names the connections refused for another job 
   MESSAGE(cause);
   CHECK(cause.find("node 1 never joined") != std::string::npos);
   CHECK(cause.find("refused 1 connection from 127.0.0.1 with another job id (--rdzv-id)") != std::string::npos);
+}
+
+// Live recovery: both members say their ranks opted in; node 1 loses rank 3 (a kill). The job
+// goes on: no end, every node told of generation 1 through the store at recovery_port, where
+// the survivors connect. A survivor that never joins it leaves the loss unrecovered: the verdict
+// names it; where each joined, the job succeeds.
+TEST_CASE("live recovery: a recoverable loss re-forms in place, told to every node; the verdict checks that it was") {
+  for (const bool joined : {false, true}) {
+    CAPTURE(joined);
+    Harness h({.token = kToken, .min_nodes = 2, .max_nodes = 2, .max_restarts = 0, .dead_after = 60s,
+               .recovery = true});
+    Agent a(h, "ha"), b(h, "hb");
+    a.join(true);
+    b.join();
+    REQUIRE(h.run_until([&] { return a.has("assign") && b.has("assign"); }));
+    const int port = b.last("assign").value("recovery_port", 0);
+    REQUIRE(port > 0);
+    a.connection->send(Json{{"t", "capable"}, {"attempt", 0}});
+    b.connection->send(Json{{"t", "capable"}, {"attempt", 0}});
+    b.connection->send(Json{{"t", "fail"}, {"attempt", 0}, {"rank", 3}, {"how", "was killed by SIGKILL"},
+                            {"exit_code", 137}, {"root", true}, {"recoverable", true}});
+    REQUIRE(h.run_until([&] { return a.has("reformed") && b.has("reformed"); }));
+    CHECK_FALSE(a.has("end"));
+    CHECK(text_of(a.last("reformed"), "line") == "rank 3 on node 1 (hb) was killed by SIGKILL; world 4 -> 3");
+    idist::detail::TcpStore store({"127.0.0.1", port, kToken + "#0", 5s});
+    const auto members = store.get(idist::env::generation_key(1));
+    CHECK(std::string(members.begin(), members.end()) == "members=0,1,2");
+    if (joined)
+      for (int r : {0, 1, 2}) store.set(idist::env::joined_key(1, r), {});
+    b.connection->send(over_message(0));
+    a.connection->send(over_message(0));
+    REQUIRE(h.run_until([&] { return a.has("verdict") && b.has("verdict"); }));
+    CHECK(text_of(a.last("verdict"), "then") == (joined ? "success" : "failure"));
+    if (!joined)
+      CHECK(text_of(a.last("verdict"), "cause") ==
+            "rank 3 on node 1 (hb) was killed by SIGKILL, and a rank of generation 1 ended without re-forming (its "
+            "program did not call idist::reform()): the loss stands");
+  }
 }

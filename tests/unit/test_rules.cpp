@@ -340,6 +340,18 @@ TEST_CASE("live recovery: a node lost goes with its ranks; node 0's loss, a memb
   CHECK(own.state.phase == Phase::ending);
 }
 
+TEST_CASE("live recovery: a survivor that fails of a loss re-formed without names that loss, as blame follows it") {
+  auto r = recovering_two();
+  r.on(lost_rank(1, 3));
+  auto survivor = fail(0, 1, "exited with code 1", 1);
+  survivor.failure.lost_peer = 3;  // "connection to rank 3 lost": it did not re-form
+  r.on(survivor);
+  CHECK(r.state.phase == Phase::ending);
+  r.on(rules::Over{0, std::nullopt}).on(rules::Over{1, std::nullopt});
+  CHECK(r.verdict().cause == "rank 3 on node 1 (hb) was killed by SIGKILL");
+  CHECK(r.verdict().rank == 3);
+}
+
 TEST_CASE("a member that leaves after its ranks are done is a departure, named if the job ends for it") {
   auto r = running_two({.min_nodes = 2, .max_nodes = 2, .max_restarts = 0});
   r.on(fail(0, 0, "exited with code 3"));

@@ -63,6 +63,18 @@ bool Generations::all_joined() {
   return std::find(joined.begin(), joined.end(), false) == joined.end();
 }
 
+std::string Generations::unrecovered() {
+  if (pending()) return fmt::format("{}, and the job ended before it could re-form without it", fmt::join(why_, ", "));
+  try {
+    if (all_joined()) return "";
+  } catch (const std::exception& e) {
+    spdlog::warn("live recovery: cannot tell whether the ranks re-formed ({})", e.what());
+  }
+  return fmt::format("{}, and a rank of generation {} ended without re-forming (its program did not call "
+                     "idist::reform()): the loss stands",
+                     last_line_, generation_);
+}
+
 void Generations::stand_down() {
   standing_down_ = true;
   settle_.cancel();
@@ -85,6 +97,7 @@ void Generations::announce() {
   const auto line = fmt::format("{}; world {} -> {}", fmt::join(why_, ", "), members_.size(), members.size());
   spdlog::info("generation {}: ranks {} go on as a world of {} ({})", generation_, fmt::join(members, ", "),
                members.size(), line);
+  last_line_ = fmt::format("{}", fmt::join(why_, ", "));
   why_.clear();
   leaving_.clear();
   members_ = std::move(members);

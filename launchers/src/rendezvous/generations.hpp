@@ -46,6 +46,10 @@ class Generations {
   // Every member of the last generation said it joined (env::joined_key); true before any.
   // Throws where the store cannot tell.
   bool all_joined();
+  // At the attempt's end: "" where every loss was recovered from; else why not, as the cause of
+  // the attempt's failure: a loss never announced (every survivor ended first), or a member of
+  // the last generation that ended without joining it (its program did not call reform()).
+  std::string unrecovered();
   // The attempt is being stopped: nothing more is announced.
   void stand_down();
 
@@ -59,6 +63,7 @@ class Generations {
   std::vector<int> members_;  // the current generation's
   std::vector<int> leaving_;  // lost or ended since it was announced
   std::vector<std::string> why_;  // the losses not announced yet
+  std::string last_line_;         // what the last generation went on without
   bool standing_down_ = false;
 };
 

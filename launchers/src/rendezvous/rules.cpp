@@ -231,6 +231,7 @@ class Decision {
       return false;
     }
     s_.lost_ranks.insert(s_.lost_ranks.end(), ranks.begin(), ranks.end());
+    s_.recovered.push_back(f);
     log("attempt {}: {}; the other {} go on without it (live recovery)", s_.attempt, why, plural(left, "rank"));
     out_.push_back(ReformInPlace{ranks, why});
     return true;
@@ -328,7 +329,8 @@ class Decision {
                .reform = false,
                .last_call = false,
                .verdict = std::move(v),
-               .lost_ranks = {}};
+               .lost_ranks = {},
+               .recovered = {}};
   }
 
   void conclude(Verdict v) {
@@ -406,6 +408,7 @@ void Decision::place(std::vector<Candidate> in) {
   s_.reform = false;
   s_.last_call = false;
   s_.lost_ranks.clear();
+  s_.recovered.clear();
   out_.push_back(Assign{});
   log("attempt {}: {}, world size {}", s_.attempt, plural(count, "node"), base);
 }
@@ -452,21 +455,27 @@ const Failure* Decision::blame() const {
   const auto& fs = s_.failures;
   auto pick = std::find_if(fs.begin(), fs.end(), [](const Failure& f) { return f.root; });
   if (pick == fs.end()) pick = fs.begin();
-  std::vector<bool> visited(fs.size());
-  for (;;) {
-    visited[static_cast<std::size_t>(pick - fs.begin())] = true;
-    if (!pick->lost_peer) break;
-    const int peer = *pick->lost_peer;
-    const auto cause_of = std::find_if(fs.begin(), fs.end(), [&](const Failure& f) {
+  const Failure* named = &*pick;
+  // The rank the named one lost: among the failures, else among the losses re-formed without
+  // (a survivor that did not re-form fails of one of them).
+  const auto cause_of = [&](const std::vector<Failure>& among, int peer) -> const Failure* {
+    const auto it = std::find_if(among.begin(), among.end(), [&](const Failure& f) {
       if (f.rank == peer) return true;
       if (f.rank >= 0 || f.node_rank < 0 || f.node_rank >= static_cast<int>(s_.members.size())) return false;
       const auto& m = s_.members[static_cast<std::size_t>(f.node_rank)];
       return peer >= m.base && peer < m.base + m.nproc;
     });
-    if (cause_of == fs.end() || visited[static_cast<std::size_t>(cause_of - fs.begin())]) break;
-    pick = cause_of;
+    return it == among.end() ? nullptr : &*it;
+  };
+  std::vector<const Failure*> visited;
+  while (named->lost_peer && std::find(visited.begin(), visited.end(), named) == visited.end()) {
+    visited.push_back(named);
+    const Failure* next = cause_of(fs, *named->lost_peer);
+    if (next == nullptr) next = cause_of(s_.recovered, *named->lost_peer);
+    if (next == nullptr || std::find(visited.begin(), visited.end(), next) != visited.end()) break;
+    named = next;
   }
-  return &*pick;
+  return named;
 }
 
 }  // namespace

@@ -111,6 +111,7 @@ struct State {
   bool last_call = false;           // this round's last call has passed
   std::optional<Verdict> verdict;   // the last one given
   std::vector<int> lost_ranks;      // global ranks this attempt re-formed without (live recovery)
+  std::vector<Failure> recovered;   // the losses behind them: a later failure may still be of one
 };
 std::string failure_text(const State& state, const Failure& f);  // "rank 3 on node 1 (h) exited with code 3"
 // The member with this id, or nullptr.

@@ -300,7 +300,19 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (!of_this_attempt(*node, m)) return;
     rules::Over over{.node_rank = node->node_rank, .failure = {}};
     if (const auto f = m.find("failure"); f != m.end() && f->is_object()) over.failure = failure_of(*f, node->node_rank);
+    // The last member's ranks are gone: a loss the job went on from must have been recovered
+    // from, or it is the attempt's failure, as without live recovery.
+    if (generations && phase() == Phase::running && !over.failure && last_outstanding(node->node_rank))
+      if (auto why = generations->unrecovered(); !why.empty())
+        apply(rules::Fail{rules::Failure{.node_rank = node->node_rank, .rank = -1, .how = std::move(why), .exit_code = 1,
+                                         .root = true, .lost_peer = {}, .recoverable = false}});
     apply(over);
+  }
+
+  bool last_outstanding(int node_rank) const {
+    for (std::size_t r = 0; r < state.members.size(); ++r)
+      if (static_cast<int>(r) != node_rank && !state.members[r].over && !state.members[r].gone) return false;
+    return true;
   }
 
   // --- the rules' events in, their actions out ------------------------------------------------

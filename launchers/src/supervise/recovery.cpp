@@ -161,17 +161,11 @@ void LiveRecovery::stand_down() {
 
 std::optional<std::size_t> LiveRecovery::unrecovered(const LiveAttempt& attempt) {
   if (joint() || !generations_ || attempt_ != &attempt || lost_.empty()) return std::nullopt;
-  const auto index_of = [&](std::size_t i) { return static_cast<std::size_t>(lost_[i] - attempt.ranks.data()); };
-  if (announced_ < lost_.size()) return index_of(announced_);
-  try {
-    if (generations_->all_joined()) return std::nullopt;
-  } catch (const std::exception& e) {
-    spdlog::warn("live recovery: cannot tell whether the ranks re-formed ({})", e.what());
-  }
-  spdlog::warn("live recovery: a rank of generation {} ended without re-forming (its program did not call "
-               "idist::reform()): the loss stands",
-               generations_->generation());
-  return index_of(last_cause_);
+  const auto why = generations_->unrecovered();
+  if (why.empty()) return std::nullopt;
+  spdlog::warn("live recovery: {}", why);
+  const auto cause = announced_ < lost_.size() ? announced_ : last_cause_;
+  return static_cast<std::size_t>(lost_[cause] - attempt.ranks.data());
 }
 
 }  // namespace idist::launchers::supervision
