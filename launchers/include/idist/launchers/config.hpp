@@ -163,12 +163,12 @@ inline constexpr Setting kSettings[] = {
      &Options::heartbeat_seconds, Check::heartbeat_timeout, true},
     {"recovery", "--recovery", "IDIST_RECOVERY", Type::string, "",
      "auto: when a rank is lost (killed, crashed, frozen) and every other rank opted in (InitOptions::recovery), "
-     "the survivors go on in their processes (idist::reform) instead of the attempt ending; off: never (spawn mode "
-     "on one node)",
+     "the survivors go on in their processes (idist::reform) instead of the attempt ending (spawn mode, on one node "
+     "or several on the built-in rendezvous, whose node 0 must stay; not yet on etcd); off: never",
      &Options::recovery, Check::recovery, true},
     {"min_world", "--min-world", "IDIST_MIN_WORLD", Type::integer, "",
      "With --recovery auto: the fewest ranks the job may go on with after a loss; below it the attempt ends as "
-     "after any failure (default 1)",
+     "after any failure (default 1; over several nodes, node 0's)",
      &Options::min_world, Check::min_world, true},
     {"timeout", "--timeout", "IDIST_JOB_TIMEOUT", Type::number, "",
      "Seconds the whole job may run (every attempt); then it is stopped and idist-run exits 124 (variable: "
