@@ -116,15 +116,19 @@ std::vector<int> decode_hosts(const std::vector<char>& bytes, int world_size) {
 // The choices both ends of a message follow, as "NAME=VALUE" lines: where ranks differ, a
 // message goes one way on one end and another way on the other, which shows up as a timeout or
 // a size error far from its cause. So rank 0 compares them at the join.
+constexpr std::string_view kLiveRecovery = "live recovery";
+
 std::string agreed_settings(const env::Contract& c, const std::string& backend, bool recovery) {
   const auto bytes = [](const std::optional<std::size_t>& v) {
     return !v ? std::string("unset") : *v == env::Contract::Tuning::kNever ? std::string("off") : std::to_string(*v);
   };
-  return fmt::format("backend={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\nInitOptions::recovery={}",
-                     backend, env::kIntranode, c.intranode, env::kInterhost, c.interhost, env::kDebug, c.debug ? 1 : 0,
+  // Live recovery first: where it differs, the transport between hosts differs with it.
+  const auto live = !recovery ? "off" : c.recovery_host.empty() ? "not offered by idist-run" : "on";
+  return fmt::format("backend={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}\n{}={}", backend, kLiveRecovery,
+                     live, env::kIntranode, c.intranode, env::kInterhost, c.interhost, env::kDebug, c.debug ? 1 : 0,
                      env::kUcxRingFrom, bytes(c.tuning.ucx_ring_from), env::kUcxTcpFrom, bytes(c.tuning.ucx_tcp_from),
                      env::kHierSegment, bytes(c.tuning.hier_segment), env::kHierRailsFrom,
-                     bytes(c.tuning.hier_rails_from), recovery ? "true" : "false");
+                     bytes(c.tuning.hier_rails_from));
 }
 
 // Live recovery aborts a lost peer's connections (Backend::abort), which UCX cannot: between
@@ -132,6 +136,7 @@ std::string agreed_settings(const env::Contract& c, const std::string& backend, 
 // the user asked for UCX by name.
 void recovery_carriers(env::Contract& c, const ErrorSite& site) {
   if (c.recovery_host.empty()) return;  // no idist-run offers it: nothing will abort
+  if (c.local_world_size == c.world_size) return;  // one host: nothing goes between hosts
   if (c.interhost == "ucx")
     throw Error(site, "live recovery (InitOptions::recovery) cannot abort UCX's connections to a lost rank: unset "
                       "IDIST_INTERHOST=ucx (or set it to gloo), or run without recovery");
@@ -157,6 +162,11 @@ std::string settings_difference(const std::string& ours, const std::string& thei
     if (a == b) continue;
     const auto name = a.substr(0, a.find('='));
     const auto value = [](const std::string& line) { return line.substr(line.find('=') + 1); };
+    if (name == kLiveRecovery)
+      return fmt::format("ranks disagree on live recovery: {} on rank {} but {} on rank 0; every rank must call "
+                         "init() with InitOptions::recovery alike, and every node's idist-run run with the same "
+                         "--recovery",
+                         value(b), rank, value(a));
     if (name == "backend")
       return fmt::format("ranks disagree on the backend: {} on rank {} but {} on rank 0; every rank must call init() "
                          "with the same backend (and IDIST_BACKEND, where set, must be the same for all)",
@@ -366,6 +376,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
                                .bind_all = contract_.store_bind_all});
       store_ = std::make_unique<TcpStore>(
           TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, contract_.timeout});
+      if (options.recovery) recovery_carriers(contract_, site);
       join(deadline, agreed_settings(contract_, backend, options.recovery));
       rendezvous_ = true;
     }
@@ -373,7 +384,6 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     backend_ = backend;
     check_intranode(backend, site);
     recovery_ = options.recovery;
-    if (recovery_) recovery_carriers(contract_, site);
     origins_.resize(static_cast<std::size_t>(contract_.world_size));
     std::iota(origins_.begin(), origins_.end(), 0);
     connect_world();

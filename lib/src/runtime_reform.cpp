@@ -59,6 +59,9 @@ void Runtime::abort_generation(std::uint64_t generation, const std::string& why)
   auto seen = aborted_generation_.load();
   if (seen == generation || !aborted_generation_.compare_exchange_strong(seen, generation)) return;
   std::lock_guard lock(groups_mu_);
+  // Late: reform() has moved on (generation_ is set before the old groups go and the new ones
+  // come, under this lock), and the groups here are the next generation's.
+  if (generation_.load() != generation) return;
   for (auto& g : groups_) g->abort(why);
   if (world_) world_->abort(why);
 }

@@ -335,6 +335,12 @@ TEST_CASE("live recovery: a node lost goes with its ranks; node 0's loss, a memb
   CHECK(few.logs().front() == "live recovery: rank 2 on node 1 (hb) was killed by SIGKILL; 2 ranks would be left, "
                               "fewer than --min-world 3: the attempt ends");
 
+  auto late = recovering_two();  // node 0's ranks are done: nobody would go on without node 1
+  late.on(rules::Over{0, std::nullopt});
+  late.on(rules::Lost{.id = "b", .text = "node 1 (hb) was lost", .prev_rank = 1, .nodes_left = 1});
+  CHECK(late.action<rules::ReformInPlace>() == std::nullopt);
+  CHECK(late.verdict().then == rules::Verdict::Then::failure);
+
   auto own = recovering_two();  // a non-zero exit is the program's verdict, not a loss
   own.on(fail(1, 3, "exited with code 3"));
   CHECK(own.state.phase == Phase::ending);

@@ -194,6 +194,7 @@ TEST_CASE("ranks whose thresholds or transports differ: every rank's init names 
   struct Case {
     std::function<void(idist::env::Contract&)> differ;
     std::string want;
+    bool recovery = false;  // rank 1's InitOptions::recovery
   };
   const std::vector<Case> cases = {
       {[](auto& c) { c.tuning.hier_segment = 4096; },
@@ -204,6 +205,7 @@ TEST_CASE("ranks whose thresholds or transports differ: every rank's init names 
       {[](auto& c) { c.interhost = "gloo"; }, "ranks disagree on IDIST_INTERHOST: gloo on rank 1 but auto on rank 0"},
       {[](auto& c) { c.debug = true; }, "ranks disagree on IDIST_DEBUG: 1 on rank 1 but 0 on rank 0"},
       {[](auto& c) { c.intranode = "off"; }, "ranks disagree on IDIST_INTRANODE: off on rank 1 but auto on rank 0"},
+      {[](auto&) {}, "ranks disagree on live recovery: not offered by idist-run on rank 1 but off on rank 0", true},
   };
   for (const auto& one : cases) {
     CAPTURE(one.want);
@@ -222,7 +224,7 @@ TEST_CASE("ranks whose thresholds or transports differ: every rank's init names 
         c.from_env = true;
         if (r == 1) one.differ(c);
         try {
-          idist::detail::Runtime runtime(c, {});
+          idist::detail::Runtime runtime(c, {.recovery = r == 1 && one.recovery});
           errors[r] = "no error";
         } catch (const idist::Error& e) {
           errors[r] = e.what();

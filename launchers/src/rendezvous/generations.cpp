@@ -41,8 +41,9 @@ void Generations::lose(const std::vector<int>& ranks, std::string why) {
   leaving_.insert(leaving_.end(), ranks.begin(), ranks.end());
   why_.push_back(std::move(why));
   settle_.expires_after(kSettle);
-  settle_.async_wait([this](auto ec) {
-    if (!ec && !standing_down_) announce();
+  // A wait that completed is run even once this object is gone: the token says whether it is.
+  settle_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](auto ec) {
+    if (!ec && !alive.expired() && !standing_down_) announce();
   });
 }
 
@@ -81,6 +82,7 @@ void Generations::stand_down() {
 }
 
 void Generations::announce() {
+  if (why_.empty()) return;  // a wait re-armed after its last one completed: announced already
   std::vector<int> members;
   for (int m : members_)
     if (std::find(leaving_.begin(), leaving_.end(), m) == leaving_.end()) members.push_back(m);

@@ -65,6 +65,7 @@ class Generations {
   std::vector<std::string> why_;  // the losses not announced yet
   std::string last_line_;         // what the last generation went on without
   bool standing_down_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace idist::launchers::rendezvous

@@ -216,16 +216,24 @@ class Decision {
   // survived, nor is it asked here (its ranks' loss is, like any other's).
   bool reform_in_place(const Failure& f, const std::vector<int>& ranks) {
     if (!limits_.recovery || s_.phase != Phase::running || s_.reform || !f.root || ranks.empty()) return false;
-    int world = 0;
+    const auto gone = [&](int k) {
+      return std::find(s_.lost_ranks.begin(), s_.lost_ranks.end(), k) != s_.lost_ranks.end() ||
+             std::find(ranks.begin(), ranks.end(), k) != ranks.end();
+    };
+    // Who goes on: the ranks of members still running (not over: those ended their program)
+    // that are neither lost already nor lost now.
+    int left = 0;
     for (const auto& m : s_.members) {
-      if (!m.gone && !m.capable) return false;
-      world += m.nproc;  // the attempt's world; those lost already are in lost_ranks
+      if (m.gone) continue;
+      if (!m.capable) return false;
+      if (m.over) continue;
+      for (int k = m.base; k < m.base + m.nproc; ++k) left += gone(k) ? 0 : 1;
     }
     for (int k : ranks)
       if (std::find(s_.lost_ranks.begin(), s_.lost_ranks.end(), k) != s_.lost_ranks.end()) return false;
-    const int left = world - static_cast<int>(s_.lost_ranks.size() + ranks.size());
     const auto why = failure_text(s_, f);
-    if (left < std::max(1, limits_.min_world)) {
+    if (left == 0) return false;  // nobody would go on: the loss is the attempt's failure
+    if (left < limits_.min_world) {
       log("live recovery: {}; {} would be left, fewer than --min-world {}: the attempt ends", why,
           plural(left, "rank"), limits_.min_world);
       return false;

@@ -52,6 +52,8 @@ void LiveRecovery::offer(Attempt& attempt) {
   // must not find the last attempt's announcements.
   generations_.reset();
   offered_ = false;
+  capable_ = false;
+  covered_ = 0;
   lost_.clear();
   announced_ = 0;
   attempt_ = nullptr;
@@ -96,7 +98,10 @@ void LiveRecovery::watch_opt_in(LiveAttempt& attempt) {
     return !r.running() || (r.recorder && r.recorder->beat_pid() != 0);
   });
   if (!running) return;
-  if (all) return coordinator_->capable(attempt.record.index);
+  if (all) {
+    capable_ = true;
+    return coordinator_->capable(attempt.record.index);
+  }
   opt_in_timer_.expires_after(kOptInCheck);
   opt_in_timer_.async_wait([this, &attempt](auto ec) {
     if (!ec) watch_opt_in(attempt);
@@ -104,7 +109,10 @@ void LiveRecovery::watch_opt_in(LiveAttempt& attempt) {
 }
 
 bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) {
-  RecoveryFacts facts{.offered = offered_, .lost = root_cause, .min_world = min_world_, .joint = joint()};
+  // Over several nodes, only once this node said its ranks opted in: the rendezvous would refuse
+  // the loss otherwise, and this node then reports it as its own failure, as without recovery.
+  RecoveryFacts facts{.offered = offered_ && (!joint() || capable_), .lost = root_cause, .min_world = min_world_,
+                      .joint = joint()};
   for (const auto& r : attempt.ranks) {
     if (&r == &rank || !r.running()) continue;
     ++facts.survivors;
@@ -152,6 +160,7 @@ void LiveRecovery::reformed(LiveAttempt* attempt, std::uint64_t generation, cons
   if (attempt == nullptr) return;
   spdlog::info("generation {}: the job went on ({})", generation, line);
   attempt->record.reforms.push_back(line);
+  if (attempt == attempt_) covered_ = lost_.size();
 }
 
 void LiveRecovery::stand_down() {
@@ -160,7 +169,11 @@ void LiveRecovery::stand_down() {
 }
 
 std::optional<std::size_t> LiveRecovery::unrecovered(const LiveAttempt& attempt) {
-  if (joint() || !generations_ || attempt_ != &attempt || lost_.empty()) return std::nullopt;
+  if (attempt_ != &attempt || lost_.empty()) return std::nullopt;
+  if (joint())
+    return covered_ < lost_.size() ? std::optional(static_cast<std::size_t>(lost_[covered_] - attempt.ranks.data()))
+                                   : std::nullopt;
+  if (!generations_) return std::nullopt;
   const auto why = generations_->unrecovered();
   if (why.empty()) return std::nullopt;
   spdlog::warn("live recovery: {}", why);

@@ -66,11 +66,11 @@ class LiveRecovery {
   // fails then (its program does not call reform()) fails of that loss, which is to blame as
   // it would be without live recovery.
   std::optional<std::size_t> recent_loss(const LiveAttempt& attempt) const;
-  // At the attempt's end, on one node: a loss that was never announced (every survivor ended
-  // first), or a member of the last generation that ended without joining it (its program
-  // never called reform()), left the loss unrecovered: the index of the lost rank, which the
-  // attempt's failure is, as without live recovery. Nothing where every loss was recovered
-  // from (over several nodes the rendezvous judges).
+  // At the attempt's end: a loss that was never announced (every survivor ended first; over
+  // several nodes, the rendezvous refused it and ended the attempt), or on one node a member of
+  // the last generation that ended without joining it (its program never called reform()), left
+  // the loss unrecovered: the index of the lost rank, which the attempt's failure is, as without
+  // live recovery. Nothing where every loss was recovered from.
   std::optional<std::size_t> unrecovered(const LiveAttempt& attempt);
   // `rank` of `attempt` ended its program (exit 0) while others run: said in the store, so that
   // a survivor waiting in reform() for it raises at once (uneven steps are not a loss).
@@ -91,6 +91,8 @@ class LiveRecovery {
   asio::steady_timer opt_in_timer_;
   std::unique_ptr<rendezvous::Generations> generations_;  // one node: the store it hosts
   bool offered_ = false;
+  bool capable_ = false;              // over several nodes: said that every rank here opted in
+  std::size_t covered_ = 0;           // over several nodes: lost_[..covered_] a generation went on from
   std::vector<const Rank*> lost_;     // every rank lost this attempt
   std::size_t announced_ = 0;         // lost_[announced_..] are not announced yet
   std::size_t last_cause_ = 0;        // lost_[last_cause_]: the last generation's first loss
