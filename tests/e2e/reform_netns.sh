@@ -9,7 +9,7 @@
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
 private_copy reform_rank "$2"
-tag=$(($$ % 200 + 20))
+tag=$$
 trap 'pkill -CONT -f "^$PROG " 2>/dev/null; pkill -9 -f "rdzv-id reform-$tag" 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; netns_hosts_cleanup; rm -rf "$DIR"' EXIT
 if ! command -v unshare >/dev/null || ! netns_hosts $tag 2; then
   echo "SKIP: cannot create network namespaces on a bridge here (needs root, iproute2, unshare, CAP_NET_ADMIN)"

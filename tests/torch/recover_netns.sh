@@ -10,7 +10,7 @@
 # usage: recover_netns.sh IDIST_RUN EXAMPLES_DIR RECOVER_CHECK     exits 77 (skipped) without namespaces
 source "$(dirname "$0")/../e2e/lib.sh"
 recover_programs "$@"
-tag=$(($$ % 200 + 20))
+tag=$$
 trap 'pkill -9 -f "rdzv-id recover-$tag" 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; pkill -9 -f "^$CHECK " 2>/dev/null; netns_hosts_cleanup; rm -rf "$DIR"' EXIT
 if ! command -v unshare >/dev/null || ! netns_hosts $tag 2; then
   echo "SKIP: cannot create network namespaces on a bridge here (needs root, iproute2, unshare, CAP_NET_ADMIN)"
