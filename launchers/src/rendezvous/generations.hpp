@@ -22,7 +22,8 @@ class Generations {
  public:
   // At each announcement: the generation, its members, and a line that says what changed
   // ("rank 1 was killed by SIGKILL; world 4 -> 3").
-  using Announced = std::function<void(std::uint64_t generation, const std::vector<int>& members, const std::string& line)>;
+  using Announced =
+      std::function<void(std::uint64_t generation, const std::vector<int>& members, const std::string& line)>;
 
   // A store at `host` (port 0: any) for a world of `world` ranks whose clients present `token`.
   // Throws std::runtime_error where it cannot listen.

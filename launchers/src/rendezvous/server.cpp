@@ -304,8 +304,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     // from, or it is the attempt's failure, as without live recovery.
     if (generations && phase() == Phase::running && !over.failure && last_outstanding(node->node_rank))
       if (auto why = generations->unrecovered(); !why.empty())
-        apply(rules::Fail{rules::Failure{.node_rank = node->node_rank, .rank = -1, .how = std::move(why), .exit_code = 1,
-                                         .root = true, .lost_peer = {}, .recoverable = false}});
+        apply(rules::Fail{rules::Failure{.node_rank = node->node_rank, .rank = -1, .how = std::move(why),
+                                         .exit_code = 1, .root = true, .lost_peer = {}, .recoverable = false}});
     apply(over);
   }
 
@@ -381,7 +381,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
               n->connection->send(Json{{"t", "reformed"}, {"attempt", attempt}, {"generation", g}, {"line", line}});
           });
     } catch (const std::exception& e) {
-      spdlog::warn("rendezvous: live recovery is off for attempt {}: cannot start its store ({})", state.attempt, e.what());
+      spdlog::warn("rendezvous: live recovery is off for attempt {}: cannot start its store ({})", state.attempt,
+                   e.what());
       return 0;
     }
     limits.recovery = true;

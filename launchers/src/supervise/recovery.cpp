@@ -93,7 +93,8 @@ void LiveRecovery::started(LiveAttempt& attempt) {
 }
 
 void LiveRecovery::watch_opt_in(LiveAttempt& attempt) {
-  const bool running = std::any_of(attempt.ranks.begin(), attempt.ranks.end(), [](const Rank& r) { return r.running(); });
+  const auto& ranks = attempt.ranks;
+  const bool running = std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running(); });
   const bool all = std::all_of(attempt.ranks.begin(), attempt.ranks.end(), [](const Rank& r) {
     return !r.running() || (r.recorder && r.recorder->beat_pid() != 0);
   });

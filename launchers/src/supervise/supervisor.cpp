@@ -81,7 +81,7 @@ class Supervisor {
                      .lost = [this](const std::string& why) { on_lost(why); },
                      .views = [this] { return watch_.job_views(started()); },
                      .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); },
-                     .reformed = [this](std::uint64_t g, const std::string& line) { recovery_.reformed(started(), g, line); }});
+                     .reformed = [this](auto g, const auto& line) { recovery_.reformed(started(), g, line); }});
     start_attempt(0);
     io_.run();  // until done(): the job, then the console's last lines
     watch_.close();  // a gdb thread still at work posts nothing to io_ from now on
