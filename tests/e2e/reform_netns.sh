@@ -33,7 +33,7 @@ start() {
 pid_of() { cat "$DIR"/h*.out | awk -v r="$1" '$1 == "origin" && $2 == r && $3 == "pid" {print $4; exit}'; }
 agent_of() { pgrep -o -f "^$RUN --nnodes 2 --node-rank $1 --rdzv-endpoint $EP --rdzv-id reform-$tag"; }
 # run_and_lose VICTIM [options...]: both hosts, and once every rank printed its pid (and ${DELAY:-0.6} s
-# more), kill -9 of VICTIM: an origin rank, or "node1" (host 1's idist-run). Waits for the end.
+# more), kill -9 of VICTIM: an origin rank, or "node0"/"node1" (that host's idist-run). Waits for the end.
 run_and_lose() {
   local victim=$1 i
   shift
@@ -41,8 +41,8 @@ run_and_lose() {
   start 1 "$@"
   for i in $(seq 400); do [ "$(cat "$DIR"/h*.out | grep -c "^origin [0-9]* pid")" -ge 4 ] && break; sleep 0.05; done
   sleep "${DELAY:-0.6}"
-  if [ "$victim" = node1 ]; then
-    kill -9 "$(agent_of 1)"
+  if [ "$victim" = node1 ] || [ "$victim" = node0 ]; then
+    kill -9 "$(agent_of "${victim#node}")"
   else
     kill -9 "$(pid_of "$victim")"
   fi
@@ -125,6 +125,12 @@ check "host 1 frozen whole: host 0 ends with exit 0 (got $(rc 0))" equals "$(rc 
 check "... every step done as a world of 2" grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=2 sum=" "$DIR/h0.out"
 check "... host 1, continued, fails (got $(rc 1)), its ranks stopped or fenced out, never counted" eval \
   '[ "$(rc 1)" != 0 ] && ! grep -q "reform_rank: done" "$DIR/h1.out"'
+
+# Node 0's idist-run killed: it hosted the rendezvous and the generations' store, so host 1
+# stops its ranks and fails, saying that live recovery cannot survive node 0.
+run_and_lose node0
+check "kill -9 of host 0's idist-run: host 1 fails (got $(rc 1)), saying recovery cannot survive node 0" eval \
+  '[ "$(rc 1)" != 0 ] && grep -q "live recovery cannot go on without node 0" "$DIR/h1.out"' || show
 
 # --recovery off: the loss ends the attempt on both hosts, as without live recovery.
 run_and_lose 3 --recovery off

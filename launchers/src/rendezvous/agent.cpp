@@ -97,6 +97,7 @@ struct NodeAgent::State {
   bool probing = false;
   bool heard = false;          // any message from the rendezvous
   bool final_verdict = false;  // success or failure came: this node leaves with the job
+  int opted_in = -1;           // the attempt whose ranks all opted in to live recovery (capable)
 
   std::string port_taken() const {
     return fmt::format("--rdzv-endpoint {}: the port is in use by another program (not an idist rendezvous)", endpoint);
@@ -239,13 +240,20 @@ struct NodeAgent::State {
       return;
     }
     if (probing && !heard) return give_up(port_taken());
+    // Live recovery survives any node but node 0, which hosts the rendezvous and the
+    // generations' store: said where the job had it, so that nobody expects the survivors to go on.
+    const std::string unsurvived =
+        opted_in != assignment.attempt || server
+            ? ""
+            : "; live recovery cannot go on without node 0 (it hosts the rendezvous and the job's generations)";
     const std::string text = !lost_why.empty()
                                  ? lost_why
-                                 : fmt::format("lost the rendezvous at {} ({}): {}", endpoint,
+                                 : fmt::format("lost the rendezvous at {} ({}): {}{}", endpoint,
                                                server ? "hosted by this idist-run, node 0" : "node 0",
                                                why == "the other side closed the connection"
                                                    ? "node 0's idist-run ended or was killed"
-                                                   : why);
+                                                   : why,
+                                               unsurvived);
     give_up(text);
   }
 
@@ -409,7 +417,10 @@ void NodeAgent::stalled(int attempt) {
   if (s.connection && !s.connection->closed()) s.connection->send(Json{{"t", "stalled"}, {"attempt", attempt}});
 }
 
-void NodeAgent::capable(int attempt) { state_->send(Json{{"t", "capable"}, {"attempt", attempt}}); }
+void NodeAgent::capable(int attempt) {
+  state_->opted_in = attempt;
+  state_->send(Json{{"t", "capable"}, {"attempt", attempt}});
+}
 
 void NodeAgent::ended(int attempt, int rank) {
   state_->send(Json{{"t", "ended"}, {"attempt", attempt}, {"rank", rank}});
