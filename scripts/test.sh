@@ -16,4 +16,8 @@ ctest --test-dir build --output-on-failure -j 2 "$@" || status=$?
 # The package's figures, which passing tests do not show: exported symbols, load-time needs,
 # the Debian packages and their Depends (tests/e2e/plugins.sh, deb.sh).
 grep -hE '^# (lib|packages|idist)' build/Testing/Temporary/LastTest.log 2>/dev/null | sort -u | sed 's/^/package: /' || true
+# Each failed check with its test, last: a CI log shows its head and tail, and a failing test's
+# own output may fall between them.
+awk '/^[0-9]+\/[0-9]+ Testing: / { test = $3 } /^not ok/ { print "failed check: " test ": " $0 }' \
+  build/Testing/Temporary/LastTest.log 2>/dev/null || true
 exit $status

@@ -92,7 +92,9 @@ cases() {
     sed 's/^/  | /' <<<"$out" | head -8
   check "$transport, $n ranks, uneven data: ... in auto_model's bucket, pointing at idist::join" \
     a_waiter_says "$out" $n "auto_model bucket 0 (" "uneven data? see idist::join"
-  check "$transport, $n ranks, uneven data: every rank fails within 2 s of the wrap" none_after 2 "$out"
+  # The issue's bound for the job (under 5 s), in-program: a loaded CI machine (3 mpi ranks on
+  # 2 cores beside a package build) has taken over 2 s.
+  check "$transport, $n ranks, uneven data: every rank fails within 5 s of the wrap" none_after 5 "$out"
   check "$transport, $n ranks, uneven data: the rank that left first raises in finalize() too" \
     says "$out" $((n - 1)) "finalize(" "): rank " " was left waiting for this rank in " \
     "which this rank never called: it called finalize() after $steps steps" || sed 's/^/  | /' <<<"$out" | head -8
