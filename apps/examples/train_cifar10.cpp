@@ -200,7 +200,10 @@ void training(int local_rank, const Config& config) {
   // --recover: a lost rank costs the step it interrupted; the collectives between steps run
   // again after a re-form (retry).
   std::optional<idist::Recovery> recovery;
-  if (config.recover) start_recovery(recovery, model, optimizer, train_loader, step);
+  if (config.recover) {
+    start_recovery(recovery, model, optimizer, train_loader, step);
+    step = recovery->steps();  // a rank started in a lost one's place: where the others are
+  }
   const auto between = [&](auto&& collective) { return recovery ? recovery->retry(collective) : collective(); };
   double accuracy = 0;
   // Epochs are counted in steps (each is `iterations` global batches at any world size), so that

@@ -143,6 +143,22 @@ Contract read_contract(const Lookup& lookup) {
     c.recovery_host = v->substr(0, colon);
     c.recovery_port = port;
   }
+  if (auto v = env.get(kReplacement); v && !v->empty()) {
+    const auto at = v->find('@');
+    int origin = -1;
+    unsigned long long after = 0;
+    const char* end = v->data() + v->size();
+    const auto first = at == std::string::npos ? std::from_chars(end, end, origin)
+                                               : std::from_chars(v->data(), v->data() + at, origin);
+    const auto second = at == std::string::npos ? first : std::from_chars(v->data() + at + 1, end, after);
+    if (at == std::string::npos || first.ec != std::errc() || first.ptr != v->data() + at || second.ec != std::errc() ||
+        second.ptr != end || origin < 0)
+      fail(kReplacement, *v, "expected ORIGIN@GENERATION (idist-run sets it)");
+    if (c.recovery_host.empty())
+      fail(kReplacement, *v, "a replacement needs IDIST_RECOVERY_STORE (idist-run sets both)");
+    c.replacement_origin = origin;
+    c.replacement_after = after;
+  }
   // Empty counts as unset, as a shell's `IDIST_HIER_SEGMENT= prog` means.
   auto bytes = [&](std::string_view name, std::optional<std::size_t>& out, bool takes_off) {
     const auto v = env.get(name);

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <string_view>
+#include <vector>
 
 #include "idist/env_contract.hpp"
 
@@ -17,12 +20,8 @@ constexpr auto kReformPoll = std::chrono::milliseconds(20);
 
 }  // namespace
 
-GenerationWatch::GenerationWatch(const TcpStoreOptions& store, std::function<std::uint64_t()> current,
-                                 std::function<void(std::uint64_t)> superseded)
-    : store_(std::make_unique<TcpStore>(store)),
-      current_(std::move(current)),
-      superseded_(std::move(superseded)),
-      owner_(::getpid()) {
+GenerationWatch::GenerationWatch(const TcpStoreOptions& store, Calls calls)
+    : store_(std::make_unique<TcpStore>(store)), calls_(std::move(calls)), owner_(::getpid()) {
   thread_ = std::make_unique<std::thread>([this] { run(); });
 }
 
@@ -37,18 +36,29 @@ GenerationWatch::~GenerationWatch() {
 }
 
 void GenerationWatch::run() {
+  auto seen = calls_.current();  // the newest generation this watch knows of
   while (!stop_) {
-    const auto g = current_();
+    const auto next = seen + 1;
+    std::vector<char> word;
     try {
-      store_->wait({env::generation_key(g + 1)}, kWaitBound);
+      store_->wait({env::generation_key(next)}, kWaitBound);
+      word = store_->get(env::generation_key(next));
     } catch (const TimeoutFailure&) {
       continue;  // the bound passed: wait again
     } catch (const std::exception&) {
       return;  // interrupted, or idist-run is gone: nothing more to watch
     }
     if (stop_) return;
-    if (current_() == g) superseded_(g);
-    while (!stop_ && current_() == g) std::this_thread::sleep_for(kReformPoll);
+    const std::string_view text(word.data(), word.size());
+    if (text.ends_with(env::kGrowTag)) {
+      calls_.replacement(next);
+      seen = next;
+      continue;
+    }
+    const auto g = calls_.current();
+    if (g < next) calls_.superseded(g);
+    while (!stop_ && calls_.current() < next) std::this_thread::sleep_for(kReformPoll);
+    seen = std::max(next, calls_.current());
   }
 }
 

@@ -5,7 +5,8 @@
 // a whole node frozen) never ends it, and the rank would wait out IDIST_TIMEOUT. idist-run
 // finds such a node by its silence and announces a generation without it: this watch then
 // aborts the current generation's groups, so that the rank's collective raises PeerLostError
-// and it re-forms with the others. The store wakes the wait: nothing is polled.
+// and it re-forms with the others. The store wakes the wait: nothing is polled. It also hears
+// of a replacement waiting to join (Runtime::replacement_waiting).
 
 #include <sys/types.h>
 
@@ -21,11 +22,15 @@ namespace idist::detail {
 
 class GenerationWatch {
  public:
-  // `current`: the rank's generation now; `superseded(g)`: idist-run announced g + 1 while the
-  // rank was still in g (called on the watch's thread). Connects at once (throws where idist-run's
-  // store does not answer).
-  GenerationWatch(const TcpStoreOptions& store, std::function<std::uint64_t()> current,
-                  std::function<void(std::uint64_t)> superseded);
+  struct Calls {
+    std::function<std::uint64_t()> current;           // the rank's generation now
+    std::function<void(std::uint64_t)> superseded;    // (g): g + 1 announced while the rank is in g
+    std::function<void(std::uint64_t)> replacement;   // (n): n admits a replacement, nobody lost
+  };
+  // The calls come on the watch's thread. A generation that admits a replacement (env_contract's
+  // ";grow") aborts nothing: the rank goes on, and the watch waits for the one after it.
+  // Connects at once (throws where idist-run's store does not answer).
+  GenerationWatch(const TcpStoreOptions& store, Calls calls);
   ~GenerationWatch();
   GenerationWatch(const GenerationWatch&) = delete;
   GenerationWatch& operator=(const GenerationWatch&) = delete;
@@ -34,8 +39,7 @@ class GenerationWatch {
   void run();
 
   std::unique_ptr<TcpStore> store_;
-  std::function<std::uint64_t()> current_;
-  std::function<void(std::uint64_t)> superseded_;
+  Calls calls_;
   std::atomic<bool> stop_ = false;
   pid_t owner_;  // the process whose thread watches (a child forked without exec has none)
   std::unique_ptr<std::thread> thread_;

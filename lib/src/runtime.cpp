@@ -367,6 +367,14 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
       // A backend with its own world needs no rendezvous; the store still serves sub-groups'
       // bookkeeping within this process.
       store_ = std::make_unique<MemoryStore>(contract_.timeout);
+    } else if (contract_.replacement_origin >= 0) {
+      if (!options.recovery)
+        throw Error(site, "started as a replacement (IDIST_REPLACEMENT) without InitOptions::recovery");
+      backend_ = backend;
+      recovery_ = true;
+      join_running(site);
+      rendezvous_ = true;
+      return watch_generations();
     } else {
       if (contract_.rank == 0)
         server_ = std::make_unique<TcpStoreServer>(
@@ -387,11 +395,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     origins_.resize(static_cast<std::size_t>(contract_.world_size));
     std::iota(origins_.begin(), origins_.end(), 0);
     connect_world();
-    if (recovery_ && !contract_.recovery_host.empty())
-      generation_watch_ = std::make_unique<GenerationWatch>(
-          TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout},
-          [this] { return generation_.load(); },
-          [this](std::uint64_t g) { abort_generation(g, "idist-run formed the next generation without a rank"); });
+    watch_generations();
   });
 }
 
@@ -454,7 +458,10 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
                                            std::vector<int> members) {
   ProcessGroupOptions o{rank, size, ErrorSite{contract_.rank, contract_.world_size, "", backend_},
                         std::move(description), contract_.debug};
-  o.epoch = static_cast<std::uint32_t>(id_);
+  // The flight recorder's epoch (16 bits kept), which idist-run compares calls within: the
+  // runtime's number, then one of its generation's, alike on every member (a replacement's
+  // runtime is its process's first, a survivor's counts its re-forms).
+  o.epoch = static_cast<std::uint32_t>(generation_ == 0 ? id_ : 0x8000u | (generation_ & 0x7fffu));
   if (prefix != kWorldPrefix) o.members = members;
   if (recovery_ && !contract_.recovery_host.empty())
     o.on_peer_lost = [this, generation = generation_.load()] { abort_generation(generation, "a peer was lost"); };

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,11 @@ class Runtime {
 
   // idist::reform() (runtime_reform.cpp): the survivors of a lost rank go on as a new world.
   ReformResult reform();
+  // A replacement's admission is announced, not yet taken (replacement_waiting()).
+  bool replacement_waiting() const { return growth_at_.load() > generation_.load(); }
+  bool is_replacement() const { return joining_.load(); }
+  void replacement_caught_up() { joining_ = false; }
+  const std::optional<ReformResult>& replacement_joined() const { return joined_as_; }
 
   // idist::mark_step(): counted, so that a rank that leaves says how far it got.
   void mark_step() { steps_.fetch_add(1, std::memory_order_relaxed); }
@@ -122,13 +128,28 @@ class Runtime {
   void abort_generation(std::uint64_t generation, const std::string& why);
   // reform()'s parts: idist-run's word on who goes on (world ranks of generation 0, in the new
   // order), and this rank's new place taken from it.
-  std::vector<int> next_generation_members(const ErrorSite& site);
+  std::vector<int> next_generation_members(const ErrorSite& site, std::chrono::steady_clock::time_point deadline);
   void adopt_generation(const std::vector<int>& members, int me);
+  // init() of a replacement (IDIST_REPLACEMENT): the running job's first generation after the
+  // one it started in that has it, in place of the rendezvous at MASTER_ADDR.
+  void join_running(const ErrorSite& site);
+  // The watch of idist-run's generations, from init (GenerationWatch).
+  void watch_generations();
   // Connects the generation adopted last, on a store connection of its own; false where a
   // newer generation was announced meanwhile (the connect gave up on it), true once connected.
   bool connect_generation();
-  // Takes the groups and the world away from the cascade, then destroys them.
+  // idist-run announced a generation after `g` that a loss made (not one that only admits).
+  bool loss_after(std::uint64_t g);
+  // The groups and the world, taken away from the cascade; destroyed with it, groups first.
+  struct Groups {
+    std::unique_ptr<ProcessGroup> world;
+    std::vector<std::unique_ptr<ProcessGroup>> groups;
+  };
+  Groups take_groups();
+  // Takes them away, then destroys them.
   void drop_groups();
+  // idist-run's store of generations (IDIST_RECOVERY_STORE), connected at the first use.
+  Store& generation_store();
   // A fresh connection to the store, for a moment: the main one may be busy or timed out.
   std::unique_ptr<Store> probe(std::chrono::milliseconds patience = std::chrono::seconds(2)) const;
 
@@ -156,6 +177,9 @@ class Runtime {
   std::shared_ptr<Store> generation_store_;  // idist-run's (IDIST_RECOVERY_STORE), from the first re-form
   std::atomic<std::uint64_t> aborted_generation_{~std::uint64_t{0}};
   std::unique_ptr<GenerationWatch> generation_watch_;  // from init, where idist-run offers recovery
+  std::atomic<std::uint64_t> growth_at_{0};  // the last generation announced that admits a replacement
+  std::atomic<bool> joining_{false};         // a replacement without the job's state yet
+  std::optional<ReformResult> joined_as_;     // a replacement: the world it joined
 };
 
 // Runs `f`, raising what it throws as the API's errors at `site` (read as it throws): an

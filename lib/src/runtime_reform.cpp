@@ -41,7 +41,8 @@ namespace {
 }
 
 std::vector<int> parse_members(const std::vector<char>& value, std::uint64_t g) {
-  const std::string text(value.begin(), value.end());
+  std::string text(value.begin(), value.end());
+  if (text.ends_with(env::kGrowTag)) text.resize(text.size() - env::kGrowTag.size());
   constexpr std::string_view kTag = "members=";
   if (text.rfind(kTag, 0) != 0) throw std::runtime_error(fmt::format("idist-run's word on generation {} is unreadable: {}", g, text));
   std::vector<int> members;
@@ -66,26 +67,31 @@ void Runtime::abort_generation(std::uint64_t generation, const std::string& why)
   if (world_) world_->abort(why);
 }
 
+Runtime::Groups Runtime::take_groups() {
+  Groups taken;
+  std::lock_guard lock(groups_mu_);
+  taken.groups = std::move(groups_);
+  groups_.clear();
+  taken.world = std::move(world_);
+  return taken;
+}
+
 void Runtime::drop_groups() {
   // The old generation's connections go without finalize(): its peers are gone or going.
   // Destroyed outside groups_mu_: a group's end waits for its async calls, whose thread may be
   // the one in abort_generation, waiting for the lock.
-  std::vector<std::unique_ptr<ProcessGroup>> groups;
-  std::unique_ptr<ProcessGroup> world;
-  {
-    std::lock_guard lock(groups_mu_);
-    groups = std::move(groups_);
-    groups_.clear();
-    world = std::move(world_);
-  }
-  groups.clear();
-  world.reset();
+  take_groups();
 }
 
-std::vector<int> Runtime::next_generation_members(const ErrorSite& site) {
+Store& Runtime::generation_store() {
   if (!generation_store_)
     generation_store_ = std::make_shared<TcpStore>(
         TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout});
+  return *generation_store_;
+}
+
+std::vector<int> Runtime::next_generation_members(const ErrorSite& site, Clock::time_point deadline) {
+  generation_store();
   auto next = generation_ + 1;
   // idist-run's word, or that a peer's program ended (exit 0: uneven steps, which no re-form
   // mends); that one is given a moment, since a loss may come with it.
@@ -103,7 +109,7 @@ std::vector<int> Runtime::next_generation_members(const ErrorSite& site) {
         if (ended >= 0 && !ended_seen) ended_seen = Clock::now();
         return ended_seen && Clock::now() - *ended_seen > std::chrono::milliseconds(500);
       },
-      Clock::now() + contract_.timeout, kStorePolicy);
+      deadline, kStorePolicy);
   if (word && !generation_store_->check({env::generation_key(next)})[0])
     throw Error(site, fmt::format("rank {} ended its program (exit 0) while this rank waited for it: the ranks ran "
                                   "different numbers of steps, which a re-form cannot mend (give every rank the same "
@@ -123,8 +129,9 @@ void Runtime::adopt_generation(const std::vector<int>& members, int me) {
   // hosts_ and origins_ follow the ranks into their new order; hosts are numbered afresh.
   std::vector<int> hosts, seen;
   for (int origin : members) {
-    const auto old = std::find(origins_.begin(), origins_.end(), origin) - origins_.begin();
-    const int host = hosts_.empty() ? 0 : hosts_[static_cast<std::size_t>(old)];
+    const auto old = static_cast<std::size_t>(std::find(origins_.begin(), origins_.end(), origin) - origins_.begin());
+    // A replacement runs where idist-run runs, on one host with the others (supervise/recovery.hpp).
+    const int host = old < hosts_.size() ? hosts_[old] : 0;
     auto it = std::find(seen.begin(), seen.end(), host);
     if (it == seen.end()) it = seen.insert(seen.end(), host);
     hosts.push_back(static_cast<int>(it - seen.begin()));
@@ -138,6 +145,17 @@ void Runtime::adopt_generation(const std::vector<int>& members, int me) {
   c.local_world_size = static_cast<int>(std::count(hosts_.begin(), hosts_.end(), hosts_[static_cast<std::size_t>(me)]));
 }
 
+bool Runtime::loss_after(std::uint64_t g) {
+  generation_store();
+  // A generation that only admits a replacement (";grow") supersedes nothing: the ranks that
+  // connected go on, and admit it later together; idist-run announces one at a time.
+  for (auto next = g + 1; generation_store_->check({env::generation_key(next)})[0]; ++next) {
+    const auto word = generation_store_->get(env::generation_key(next));
+    if (!std::string_view(word.data(), word.size()).ends_with(env::kGrowTag)) return true;
+  }
+  return false;
+}
+
 bool Runtime::connect_generation() {
   // A connection of this generation's own, which the watcher below can cut: a member that died
   // before it connected (a second loss) would otherwise hold every other in the connect until
@@ -147,10 +165,10 @@ bool Runtime::connect_generation() {
       TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout});
   store_ = std::make_unique<PrefixStore>(connection, generation_prefix(generation_));
   std::atomic<bool> superseded = false;
-  std::jthread watcher([&, next = env::generation_key(generation_ + 1)](std::stop_token stop) {
+  std::jthread watcher([&](std::stop_token stop) {
     while (!stop.stop_requested()) {
       try {
-        if (generation_store_->check({next})[0]) {
+        if (loss_after(generation_)) {
           superseded = true;
           connection->interrupt();
           return;
@@ -168,8 +186,7 @@ bool Runtime::connect_generation() {
     watcher.join();
     // A member that died after it published its address fails the connect before idist-run
     // has announced what follows (it waits out its settle): a moment for that word.
-    const auto next = env::generation_key(generation_ + 1);
-    if (superseded || poll_until([&]() -> bool { return generation_store_->check({next})[0]; },
+    if (superseded || poll_until([&]() -> bool { return loss_after(generation_); },
                                  Clock::now() + std::chrono::seconds(2), kStorePolicy))
       return false;
     throw;
@@ -184,6 +201,38 @@ bool Runtime::connect_generation() {
   return true;
 }
 
+void Runtime::watch_generations() {
+  if (!recovery_ || contract_.recovery_host.empty()) return;
+  generation_watch_ = std::make_unique<GenerationWatch>(
+      TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout},
+      GenerationWatch::Calls{
+          .current = [this] { return generation_.load(); },
+          .superseded =
+              [this](std::uint64_t g) { abort_generation(g, "idist-run formed the next generation without a rank"); },
+          .replacement = [this](std::uint64_t g) { growth_at_ = std::max(growth_at_.load(), g); }});
+}
+
+void Runtime::join_running(const ErrorSite& site) {
+  generation_ = contract_.replacement_after;
+  const int origin = contract_.replacement_origin;
+  // Admitted at the running ranks' next step boundary, which may be far off (a program that
+  // admits none leaves it here until idist-run stops it at the job's end).
+  const auto deadline = Clock::now() + std::chrono::hours(24 * 365);
+  raised_at(site, [&] {
+    for (;;) {
+      const auto members = next_generation_members(site, deadline);
+      const auto me = std::find(members.begin(), members.end(), origin);
+      // A generation formed without it (another loss before it was admitted): the next one.
+      if (me == members.end()) continue;
+      adopt_generation(members, static_cast<int>(me - members.begin()));
+      if (connect_generation()) break;
+    }
+  });
+  generation_store_->set(env::joined_key(generation_, origin), {});
+  joined_as_ = ReformResult{generation_, -1, contract_.rank, contract_.world_size, {}, {contract_.rank}};
+  joining_ = true;
+}
+
 ReformResult Runtime::reform() {
   ErrorSite site{contract_.rank, contract_.world_size, "reform", backend_};
   if (!recovery_)
@@ -191,16 +240,26 @@ ReformResult Runtime::reform() {
   if (contract_.recovery_host.empty())
     throw Error(site, "no idist-run offers live recovery here (IDIST_RECOVERY_STORE is unset): start the program with "
                       "idist-run -n N (spawn mode on one host), without --recovery off");
-  abort_generation(generation_, "this rank re-forms");
   const int old_rank = contract_.rank;
   const auto before = origins_;
   const auto origin = origins_[static_cast<std::size_t>(old_rank)];
   return raised_at(site, [&] {
+    // Admitting a replacement at a step boundary (idist-run announces nothing else until all
+    // joined): nobody is lost, and a peer may still be in the step's last collective, so the old
+    // groups stay, unaborted, until the new world is connected (every member left the step by
+    // then). After a loss, the cascade ends them here and on every peer.
+    const bool admitting = !loss_after(generation_);
+    if (!admitting) abort_generation(generation_, "this rank re-forms");
+    Groups held;
     do {
-      const auto members = next_generation_members(site);
+      const auto members = next_generation_members(site, Clock::now() + contract_.timeout);
       const auto me = std::find(members.begin(), members.end(), origin);
       if (me == members.end()) fenced_out(site, generation_);
-      drop_groups();
+      if (admitting && !held.world) {
+        held = take_groups();
+      } else {
+        drop_groups();
+      }
       groups_made_ = 0;
       monitored_barriers_.clear();
       // Handles of the old generation's groups are refused from now on, and the flight
@@ -211,10 +270,13 @@ ReformResult Runtime::reform() {
       site = ErrorSite{contract_.rank, contract_.world_size, "reform", backend_};
     } while (!connect_generation());
     generation_store_->set(env::joined_key(generation_, origin), {});
-    std::vector<int> lost;
+    std::vector<int> lost, joined;
     for (std::size_t r = 0; r < before.size(); ++r)
       if (std::find(origins_.begin(), origins_.end(), before[r]) == origins_.end()) lost.push_back(static_cast<int>(r));
-    return ReformResult{generation_, old_rank, contract_.rank, contract_.world_size, std::move(lost)};
+    for (std::size_t r = 0; r < origins_.size(); ++r)
+      if (std::find(before.begin(), before.end(), origins_[r]) == before.end()) joined.push_back(static_cast<int>(r));
+    return ReformResult{generation_,          old_rank,        contract_.rank,
+                        contract_.world_size, std::move(lost), std::move(joined)};
   });
 }
 
@@ -223,5 +285,23 @@ ReformResult Runtime::reform() {
 namespace idist {
 
 ReformResult reform() { return detail::runtime("reform").reform(); }
+bool replacement_waiting() {
+  const auto* r = detail::runtime_if_initialized();
+  return r != nullptr && r->replacement_waiting();
+}
+bool is_replacement() {
+  const auto* r = detail::runtime_if_initialized();
+  return r != nullptr && r->is_replacement();
+}
+ReformResult replacement_joined() {
+  const auto& joined = detail::runtime("replacement_joined").replacement_joined();
+  if (!joined)
+    throw Error(ErrorSite{get_rank(), get_world_size(), "replacement_joined", backend()},
+                "this rank is no replacement (idist-run did not start it in a lost rank's place)");
+  return *joined;
+}
+void replacement_caught_up() {
+  if (auto* r = detail::runtime_if_initialized()) r->replacement_caught_up();
+}
 
 }  // namespace idist

@@ -114,6 +114,36 @@ committed=$(grep "^recovered: generation 1 " out | grep -o "committed_ns=[0-9]*"
 ms=$(( (${committed:-0} - killed_ns) / 1000000 ))
 echo "# from the first kill to the survivors' next committed step: $ms ms (a step pauses 25 ms)"
 check "... the survivors' next step committed within 2 s of the kill ($ms ms)" test "$ms" -ge 0 -a "$ms" -lt 2000
+# A replacement (--max-restarts 1): rank 1 killed at step 8; idist-run starts a rank in its
+# place, which the 3 survivors admit at a step boundary they agree on (world 4 -> 3 -> 4); it
+# takes the job's state from one of them, and no checkpoint is read. Steps of 60 ms or more:
+# the replacement's start (a libtorch program's) must fit in what is left of the run.
+rm -rf ck
+"$RUN" -n 4 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress >out 2>&1 &
+job=$!
+for i in $(seq 1000); do grep -q "^step 8$" out && break; sleep 0.01; done
+survivors=$(for r in 0 2 3; do pid_of_rank $job $r; done | sort | tr '\n' ' ')
+kill -9 "$(pid_of_rank $job 1)"
+for i in $(seq 1000); do grep -q "^recovered: generation 2 " out && break; sleep 0.01; done
+still=$(for p in $survivors; do [ -d /proc/$p ] && echo "$p"; done | tr '\n' ' ')
+wait $job
+rc=$?
+check "MLP, a replacement for a lost rank: exit 0 (got $rc)" test $rc = 0 || tail -5 out
+check "... idist-run started rank 4 in rank 1's place" grep -q "rank 4 (pid [0-9]*) starts in rank 1's place" out ||
+  grep -i "place\|restart" out
+check "... the survivors admitted it: world 4 -> 3 -> 4" grep -q "^recovered: generation 2 world 4 after_step" out ||
+  grep "^recovered" out
+check "... the survivors kept their processes ($still)" test "$still" = "$survivors"
+check "... idist-run says so" grep -q "succeeded after 2 re-forms" out || grep idist-run out
+check "... every step done, one redone, every sample once" \
+  grep -q "^recover_check: done steps=48 redone=1 resumed_from=0 seen=3072 " out ||
+  grep done out
+first=$(after_step out 1)
+second=$(after_step out 2)
+mine=$(grep -o "params=.*" out)
+theirs=$(reference ref4.out "4:$first" "3:$second" "4:48")
+check "... $mine, bit for bit those of 4 ranks to step $first, 3 to step $second, then 4" \
+  eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
 # A loss between steps: each step is followed by a retry() block (a pause, an all_reduce of the
 # loss); rank 3 is killed in it, after step 8, and the block runs again in the world of 3.
 rm -rf ck

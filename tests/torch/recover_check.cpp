@@ -120,6 +120,7 @@ int train(const Config& config, Stage stage) {
   std::int64_t caught_up = 0;     // the bytes the rank behind took then
   if (config.recover) {
     recovery.emplace(model, optimizer, loader, idist::RecoveryOptions{.steps = step});
+    step = recovery->steps();  // a replacement's: the running ranks' (it joined them)
     // Every rank is here at once, inside the recovery (a collective may be made): the bytes
     // whichever rank was behind took.
     recovery->on_reform([&](const idist::ReformResult&) {

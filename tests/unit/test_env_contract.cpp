@@ -255,3 +255,24 @@ TEST_CASE("the tuning thresholds: byte counts, off for IDIST_UCX_TCP_FROM, empty
   CHECK(error_of({{"IDIST_UCX_RING_FROM", "99999999999999999999999"}}) ==
         "IDIST_UCX_RING_FROM='99999999999999999999999': not a byte count (a whole number, as 1048576)");
 }
+
+TEST_CASE("IDIST_REPLACEMENT: ORIGIN@G beside IDIST_RECOVERY_STORE, anything else one error naming it") {
+  const std::map<std::string, std::string> store{{"IDIST_RECOVERY_STORE", "127.0.0.1:4000"}};
+  auto with = [&](std::string value) {
+    auto vars = store;
+    vars["IDIST_REPLACEMENT"] = std::move(value);
+    return from(vars);
+  };
+  CHECK(env::read_contract(from(store)).replacement_origin == -1);
+  const auto c = env::read_contract(with("4@1"));
+  CHECK(c.replacement_origin == 4);
+  CHECK(c.replacement_after == 1);
+  for (const char* bad : {"4", "@1", "4@", "x@1", "4@1x", "-1@2"})
+    CHECK_THROWS_WITH_AS(
+        env::read_contract(with(bad)),
+        ("IDIST_REPLACEMENT='" + std::string(bad) + "': expected ORIGIN@GENERATION (idist-run sets it)").c_str(),
+        env::ContractError);
+  CHECK_THROWS_WITH_AS(env::read_contract(from({{"IDIST_REPLACEMENT", "4@1"}})),
+                       "IDIST_REPLACEMENT='4@1': a replacement needs IDIST_RECOVERY_STORE (idist-run sets both)",
+                       env::ContractError);
+}

@@ -297,6 +297,9 @@ double Checkpoint::last_copy() const { return impl_->copied; }
 
 std::optional<std::int64_t> Checkpoint::load_latest() {
   wait();
+  // A replacement joins ranks that loaded long ago and call none of this: idist::Recovery
+  // gives it their state instead.
+  if (is_replacement()) return std::nullopt;
   const bool alone = get_world_size() == 1;
   std::string bytes;
   std::string file;

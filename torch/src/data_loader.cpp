@@ -199,9 +199,10 @@ void SamplerAccess::resplit(const TorchDistributedSampler& sampler, const Sample
   s.sampler = DistributedSampler(s.options);  // auto_dataloader's: the rank and world of now
   s.sampler.set_epoch(epoch);
   if (!s.started) {  // the loader has not begun: its begin() resumes at the mark, as after load()
-    s.sampler.set_epoch(at.epoch);
+    // A mark at an epoch's end: the others have begun the next (a replacement joins them there).
+    s.sampler.set_epoch(at.at_end ? at.epoch + 1 : at.epoch);
     s.epoch_set = true;
-    s.resume_at = at.global;
+    s.resume_at = at.at_end ? 0 : at.global;
     return;
   }
   s.indices = s.shares.global != 0 ? shared_indices(s.options, s.shares, epoch) : s.sampler.indices();

@@ -14,6 +14,8 @@
 // Every bucket carries one more element, the count of ranks that found an unused parameter in
 // it, averaged with the rest: after the waits, every rank sees the same flags, so every rank
 // either raises (naming the parameter) or reduces the unused ones as zeros, never a hang.
+// And one more, non-zero where a rank heard of a replacement waiting to join (live recovery):
+// every rank then sees it after the same step, which is where idist::Recovery admits it.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -26,6 +28,7 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "idist/torch.hpp"
 #include "batch_weight.hpp"
@@ -110,7 +113,10 @@ std::vector<Coalesced> coalesce(const std::vector<at::Tensor>& tensors) {
 class Reducer {
  public:
   Reducer(torch::nn::Module& module, const AutoModelOptions& options) : options_(options) {
-    verify_replicas(module);
+    // A replacement joins a job whose ranks wrapped long ago and call none of this: it takes
+    // their model when idist::Recovery brings it level.
+    const bool replacement = idist::is_replacement();
+    if (!replacement) verify_replicas(module);
     std::unordered_set<const void*> seen;
     std::vector<at::Tensor> frozen;  // parameters without a gradient: not reduced, but made equal
     for (const auto& item : module.named_parameters(/*recurse=*/true)) {
@@ -136,9 +142,10 @@ class Reducer {
     for (const auto& p : params_) all.push_back(p.tensor);
     all.insert(all.end(), frozen.begin(), frozen.end());
     all.insert(all.end(), buffers.begin(), buffers.end());
-    labelled("auto_model's broadcast of rank 0's parameters and buffers at wrap", [&] {
-      for (auto& c : coalesce(all)) c.broadcast_from(0);
-    });
+    if (!replacement)
+      labelled("auto_model's broadcast of rank 0's parameters and buffers at wrap", [&] {
+        for (auto& c : coalesce(all)) c.broadcast_from(0);
+      });
     replica_ = std::move(all);
 
     // Reverse registration order: roughly the order in which backward produces gradients.
@@ -208,6 +215,7 @@ class Reducer {
     if (join_) refuse("Recovery", "a peer was lost inside idist::join, which live recovery does not support");
     reset_iteration();
     sync_ = true;
+    admit_ = false;
     const auto all_rebuilt = idist::all_reduce(std::int64_t{stats_.iterations > 0 ? 1 : 0}, ReduceOp::MIN);
     if (all_rebuilt == 0 && stats_.iterations > 0) {
       assign_buckets(initial_order_);
@@ -218,13 +226,20 @@ class Reducer {
 
   bool broadcasts_buffers() const { return options_.broadcast_buffers; }
 
+  // Whether the last synced backward's buckets said that a replacement waits (on every rank
+  // alike), cleared by asking.
+  bool take_admission() {
+    std::lock_guard lock(mu_);
+    return std::exchange(admit_, false);
+  }
+
   DataParallelStats stats() const {
     std::lock_guard lock(mu_);
     DataParallelStats s = stats_;
     s.bucket_bytes.clear();
     s.bucket_parameters.clear();
     for (const auto& b : buckets_) {
-      s.bucket_bytes.push_back(static_cast<std::size_t>(b.flat.nbytes()) - b.flat.element_size());
+      s.bucket_bytes.push_back(static_cast<std::size_t>(b.flat.nbytes()) - 2 * b.flat.element_size());
       auto& names = s.bucket_parameters.emplace_back();
       for (auto i : b.params) names.push_back(params_[i].name);
     }
@@ -242,8 +257,9 @@ class Reducer {
   };
   struct Bucket {
     std::vector<std::size_t> params;
-    at::Tensor flat;  // the slots, then the unused-parameter flag
+    at::Tensor flat;  // the slots, then the unused-parameter flag, then the replacement's
     at::Tensor flag;
+    at::Tensor admit;
     std::size_t pending = 0;
     Work work;
   };
@@ -294,8 +310,9 @@ class Reducer {
       std::int64_t total = 0;
       for (auto i : members) total += params_[i].tensor.numel();
       const auto& first = params_[members.front()].tensor;
-      b.flat = at::zeros({total + 1}, first.options().requires_grad(false));
+      b.flat = at::zeros({total + 2}, first.options().requires_grad(false));
       b.flag = b.flat.narrow(0, total, 1);
+      b.admit = b.flat.narrow(0, total + 1, 1);
       std::int64_t offset = 0;
       auto* base = static_cast<char*>(b.flat.data_ptr());
       for (auto i : members) {
@@ -334,6 +351,8 @@ class Reducer {
   void begin_backward() {
     if (join_) agree_on_active(true);
     in_backward_ = true;
+    waiting_ = idist::replacement_waiting();
+    admit_ = false;
     started_ = Clock::now();
     ready_order_.clear();  // a first backward that raised leaves its order behind
     stats_.bucket_started.assign(buckets_.size(), -1);
@@ -361,6 +380,7 @@ class Reducer {
   void launch(std::size_t index, bool unused = false) {
     auto& b = buckets_[index];
     b.flag.fill_(unused ? 1 : 0);
+    b.admit.fill_(waiting_ ? 1 : 0);
     // A share of a batch the world size does not divide (batch_weight.hpp); the flag only
     // needs to stay non-zero.
     if (const double weight = detail::batch_weight(); weight != 1.0) b.flat.mul_(weight);
@@ -394,7 +414,7 @@ class Reducer {
   // Every rank, in its loop or shadowing: the buckets' ends, the unused-parameter verdict, the
   // first iteration's rebuild, then the buffers, in the same order.
   void finish_iteration(const std::vector<std::size_t>& unused) {
-    bool any_unused = false;
+    bool any_unused = false, admit = false;
     for (std::size_t i = 0; i < buckets_.size(); ++i) {
       try {
         buckets_[i].work.wait();
@@ -403,6 +423,7 @@ class Reducer {
         rethrow_in(e, bucket_label(i));
       }
       if (buckets_[i].flag.item<double>() != 0) any_unused = true;
+      if (buckets_[i].admit.item<double>() != 0) admit = true;
     }
     stats_.reduced = seconds(Clock::now() - started_);
     if (any_unused && !options_.find_unused_parameters) {
@@ -422,6 +443,7 @@ class Reducer {
     labelled("auto_model's broadcast of rank " + std::to_string(source) + "'s buffers", [&] {
       for (auto& c : buffers_) c.broadcast_from(source);
     });
+    admit_ = admit;  // only where the whole iteration completed: so alike on every rank
   }
 
   // Every rank's unused parameters meet, so that the line names the first parameter any rank
@@ -511,6 +533,8 @@ class Reducer {
   AutoModelOptions options_;
   std::vector<at::Tensor> replica_;  // what wrap made equal: parameters, then buffers
   std::optional<JoinState> join_;
+  bool waiting_ = false;  // this backward: a replacement waits, as this rank heard
+  bool admit_ = false;    // the last backward's buckets: one waits, as any rank heard
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   std::vector<Coalesced> buffers_;
@@ -576,6 +600,11 @@ void after_reform(const torch::nn::Module& module) {
 }
 
 bool is_data_parallel(const torch::nn::Module& module) { return find(module) != nullptr; }
+
+bool replacement_agreed(const torch::nn::Module& module) {
+  auto* reducer = find(module);
+  return reducer != nullptr && reducer->take_admission();
+}
 
 bool broadcasts_buffers(const torch::nn::Module& module) {
   const auto* reducer = find(module);

@@ -116,7 +116,8 @@ std::size_t receive_in_place(const std::vector<at::Tensor>& tensors, int source)
 struct Said {
   std::int64_t units, last_was_step, steps, in_step, hash, epoch, global, at_end, samples, redone, momenta;
   std::int64_t transferring;  // a catch-up to this many units was cut short here (0: none)
-  static constexpr std::int64_t kFields = 12;
+  std::int64_t fresh;         // a replacement: none of the job's state yet (it takes it all)
+  static constexpr std::int64_t kFields = 13;
 };
 
 }  // namespace
@@ -131,6 +132,7 @@ struct Recovery::Impl {
   // after a loss cut it short) the units it brings this rank to; 0 otherwise.
   std::int64_t transferring = 0;
   bool last_was_step = false;  // the last unit
+  bool fresh = false;          // a replacement that has not taken the job's state yet
   SamplerMark mark;  // the loader after the last committed step
   // The buffers and the CPU generator as the last committed step left them: a step's forward
   // updates them (BatchNorm's running statistics, dropout's draws) before its collectives, so
@@ -138,12 +140,19 @@ struct Recovery::Impl {
   std::vector<at::Tensor> buffers, saved;
   at::Tensor saved_rng;
   std::function<void(const ReformResult&)> on_reform;
+  // A replacement's join, whose on_reform comes at its first step() or retry(): the running
+  // ranks call theirs at the end of the re-form that admitted it, and it may hold collectives.
+  std::optional<ReformResult> joined;
+  ReformResult last_reform;
   Recovery::Times times;
 
   void commit();
   void save_step_start();
   void undo_step();
-  bool recover(const PeerLostError& lost, bool in_step);
+  // `lost`: what raised, where a loss interrupted this rank; null where it admits a replacement.
+  bool recover(const PeerLostError* lost, bool in_step);
+  void join_running();
+  void joined_call();
   bool reconcile(bool in_step);
   std::function<void()> receive(int source, bool in_place);
   at::Tensor generator_of(int source);
@@ -188,7 +197,7 @@ void Recovery::Impl::commit() {
 
 // The re-form, then the reconcile, again as long as peers keep being lost meanwhile. True where
 // the step this rank was in was committed by another, and this rank took it from there.
-bool Recovery::Impl::recover(const PeerLostError& lost, bool in_step) {
+bool Recovery::Impl::recover(const PeerLostError* lost, bool in_step) {
   bool caught_up = false;
   for (;;) {
     try {
@@ -199,7 +208,8 @@ bool Recovery::Impl::recover(const PeerLostError& lost, bool in_step) {
       } catch (const PeerLostError&) {
         throw;
       } catch (const Error& e) {
-        throw Error(lost.site(), lost.detail() + " (not recovered: " + e.detail() + ")");
+        if (lost == nullptr) throw;
+        throw Error(lost->site(), lost->detail() + " (not recovered: " + e.detail() + ")");
       }
       ++reforms;
       const auto formed = std::chrono::steady_clock::now();
@@ -208,6 +218,7 @@ bool Recovery::Impl::recover(const PeerLostError& lost, bool in_step) {
       detail::after_reform(*module);
       times.reform = std::chrono::duration<double>(formed - start).count();
       times.reconcile = std::chrono::duration<double>(std::chrono::steady_clock::now() - formed).count();
+      last_reform = result;
       if (on_reform) on_reform(result);
       return caught_up;
     } catch (const PeerLostError&) {
@@ -216,23 +227,54 @@ bool Recovery::Impl::recover(const PeerLostError& lost, bool in_step) {
   }
 }
 
+// A replacement (idist::is_replacement), at its Recovery's construction: the running ranks
+// admit it at a step boundary (step()) or in a re-form after a loss, and reconcile with it
+// there; it takes the whole state from one of them, as a rank behind does.
+void Recovery::Impl::join_running() {
+  fresh = true;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    reconcile(/*in_step=*/false);
+    detail::after_reform(*module);
+    times.reform = 0;
+    times.reconcile = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } catch (const PeerLostError& lost) {
+    recover(&lost, /*in_step=*/false);  // re-forms, and reconciles as fresh again
+    joined = last_reform;
+    joined->old_rank = -1;
+    joined->lost.clear();
+    joined->joined = {get_rank()};
+    replacement_caught_up();
+    return;
+  }
+  joined = replacement_joined();
+  replacement_caught_up();
+}
+
 bool Recovery::Impl::reconcile(bool in_step) {
   const std::vector<std::int64_t> mine{units, last_was_step ? 1 : 0, steps, in_step ? 1 : 0, replica_hash(*module),
                                        static_cast<std::int64_t>(mark.epoch), static_cast<std::int64_t>(mark.global),
                                        mark.at_end ? 1 : 0, samples, redone,
-                                       static_cast<std::int64_t>(momenta_count()), transferring};
+                                       static_cast<std::int64_t>(momenta_count()), transferring, fresh ? 1 : 0};
   const auto all = all_gather(torch::tensor(mine)).contiguous();
   std::vector<Said> said(static_cast<std::size_t>(all.numel() / Said::kFields));
   std::memcpy(said.data(), all.data_ptr<std::int64_t>(), said.size() * sizeof(Said));
-  int source = 0;  // the first rank of those furthest on
+  int source = -1;  // the first rank of those furthest on (a replacement is never one)
   for (std::size_t r = 0; r < said.size(); ++r)
-    if (said[r].units > said[static_cast<std::size_t>(source)].units) source = static_cast<int>(r);
+    if (said[r].fresh == 0 && (source < 0 || said[r].units > said[static_cast<std::size_t>(source)].units))
+      source = static_cast<int>(r);
+  if (source < 0)
+    refuse("Recovery", "internal: every rank of the world is a replacement, and none has the job's state");
   const auto top = said[static_cast<std::size_t>(source)];
   const auto name = [&](std::size_t r) { return "rank " + std::to_string(r); };
   bool behind = false, redo = false, in_place = true;
   for (std::size_t r = 0; r < said.size(); ++r) {
     const auto& s = said[r];
     in_place = in_place && s.momenta >= 0 && s.momenta == top.momenta;
+    if (s.fresh != 0) {  // takes everything, whatever its counters say
+      behind = true;
+      continue;
+    }
     if (s.transferring > top.units)
       refuse("Recovery", name(r) + " was taking step " + std::to_string(s.transferring) + " in place when the ranks " +
                              "that had it were lost: its model is part-way between two steps, and no rank can send " +
@@ -258,7 +300,7 @@ bool Recovery::Impl::reconcile(bool in_step) {
   // part-way, which the next reconcile sends again from a rank that has the step, or refuses
   // where none is left. Through the archive everything arrives before anything is applied.
   times.caught_up_bytes = 0;
-  const bool caught_up = units < top.units;
+  const bool caught_up = fresh || units < top.units;
   if (caught_up && in_place) transferring = top.units;
   std::function<void()> apply;
   if (behind) apply = receive(source, in_place);
@@ -266,6 +308,7 @@ bool Recovery::Impl::reconcile(bool in_step) {
   if (caught_up) apply();
   set_generator(rng);
   transferring = 0;
+  fresh = false;
   units = top.units;
   last_was_step = top.last_was_step != 0;
   steps = top.steps;
@@ -385,24 +428,40 @@ Recovery::Recovery(torch::nn::Module& module, torch::optim::Optimizer& optimizer
     impl_->buffers.push_back(b);
     impl_->saved.push_back(b.detach().clone());
   }
+  if (is_replacement()) impl_->join_running();
 }
 
 Recovery::~Recovery() = default;
 
+void Recovery::Impl::joined_call() {
+  if (!joined) return;
+  const auto result = *std::exchange(joined, std::nullopt);
+  if (on_reform) on_reform(result);
+}
+
 bool Recovery::step(const std::function<void()>& fn) {
+  impl_->joined_call();
+  // A replacement waits, as every rank heard in the last step's buckets: admitted here, before
+  // this step, as a re-form (false: the loop's next batch is this one, split over the world
+  // with it). The replacement's loop starts at the same batch (join_running).
+  if (detail::replacement_agreed(*impl_->module)) {
+    impl_->recover(nullptr, /*in_step=*/false);
+    return false;
+  }
   impl_->save_step_start();
   try {
     fn();
   } catch (const PeerLostError& lost) {
     impl_->undo_step();
     // Caught up: the step was committed by a rank that got further, and taken from it.
-    return impl_->recover(lost, /*in_step=*/true);
+    return impl_->recover(&lost, /*in_step=*/true);
   }
   impl_->commit();
   return true;
 }
 
 void Recovery::retry_void(const std::function<void()>& fn) {
+  impl_->joined_call();
   for (;;) {
     try {
       fn();
@@ -410,7 +469,7 @@ void Recovery::retry_void(const std::function<void()>& fn) {
       impl_->last_was_step = false;
       return;
     } catch (const PeerLostError& lost) {
-      impl_->recover(lost, /*in_step=*/false);
+      impl_->recover(&lost, /*in_step=*/false);
     }
   }
 }

@@ -13,6 +13,9 @@ namespace idist::detail {
 // collective of the new world). Nothing for a module auto_model left as it was.
 void after_reform(const torch::nn::Module& module);
 bool is_data_parallel(const torch::nn::Module& module);
+// Whether the last step's buckets said, alike on every rank, that a replacement waits to join
+// (idist::replacement_waiting on any rank); cleared by asking.
+bool replacement_agreed(const torch::nn::Module& module);
 // Whether replicas' buffers are equal after each step (AutoModelOptions::broadcast_buffers).
 bool broadcasts_buffers(const torch::nn::Module& module);
 

@@ -17,6 +17,8 @@ namespace {
 // Losses this close together make one generation: a node's ranks killed together, a kill
 // that takes a rank's child too. Short beside a step; the survivors already wait in reform().
 constexpr auto kSettle = std::chrono::milliseconds(50);
+// How often a replacement waiting for the admission in flight looks whether it was taken.
+constexpr auto kAdmitCheck = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -26,7 +28,8 @@ Generations::Generations(boost::asio::io_context& io, const std::string& host, c
           idist::detail::StoreServerOptions{.host = host, .port = 0, .token = token})),
       settle_(io),
       announced_(std::move(announced)),
-      members_(static_cast<std::size_t>(std::max(world, 0))) {
+      members_(static_cast<std::size_t>(std::max(world, 0))),
+      admit_timer_(io) {
   std::iota(members_.begin(), members_.end(), 0);
 }
 
@@ -38,8 +41,64 @@ int Generations::port() const { return store_->port(); }
 
 void Generations::lose(const std::vector<int>& ranks, std::string why) {
   if (standing_down_) return;
+  bool member = false;
+  for (int r : ranks) {
+    // A replacement lost before it was admitted: nothing to announce of it.
+    for (auto* list : {&joining_, &queued_, &in_flight_})
+      std::erase_if(*list, [&](const auto& a) { return a.first == r; });
+    member = member || std::find(members_.begin(), members_.end(), r) != members_.end();
+  }
+  if (!member) return;
   leaving_.insert(leaving_.end(), ranks.begin(), ranks.end());
   why_.push_back(std::move(why));
+  settle();
+}
+
+void Generations::admit(int origin, std::string why) {
+  if (standing_down_) return;
+  queued_.emplace_back(origin, std::move(why));
+  admit_queued();
+}
+
+void Generations::admit_queued() {
+  if (queued_.empty() || standing_down_) return;
+  // Once every member joined the last generation: one still re-forming takes the newest, and
+  // would find the admission where the others are in the generation before it.
+  bool taken = generation_ == 0;
+  if (!taken) {
+    std::vector<std::string> keys;
+    for (int m : members_) keys.push_back(env::joined_key(generation_, m));
+    try {
+      const auto joined = store_->check(keys);
+      taken = std::find(joined.begin(), joined.end(), false) == joined.end();
+    } catch (const std::exception&) {
+      return;  // the store is gone with the attempt
+    }
+  }
+  if (!taken) {
+    admit_timer_.expires_after(kAdmitCheck);
+    admit_timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](auto ec) {
+      if (!ec && !alive.expired()) admit_queued();
+    });
+    return;
+  }
+  joining_.insert(joining_.end(), std::make_move_iterator(queued_.begin()), std::make_move_iterator(queued_.end()));
+  queued_.clear();
+  settle();
+}
+
+bool Generations::joined(int origin) {
+  std::vector<std::string> keys;
+  for (std::uint64_t g = 1; g <= generation_; ++g) keys.push_back(env::joined_key(g, origin));
+  try {
+    const auto joined = store_->check(keys);
+    return std::find(joined.begin(), joined.end(), true) != joined.end();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+void Generations::settle() {
   settle_.expires_after(kSettle);
   // A wait that completed is run even once this object is gone: the token says whether it is.
   settle_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](auto ec) {
@@ -57,11 +116,19 @@ void Generations::ended(int rank) {
 }
 
 bool Generations::all_joined() {
-  if (generation_ == 0) return true;
+  if (recovered_generation_ == 0) return true;
+  // A member that joined a later generation (one admitting a replacement, announced before it
+  // re-formed: it takes the newest) went on too.
+  const auto span = generation_ - recovered_generation_ + 1;
   std::vector<std::string> keys;
-  for (int m : members_) keys.push_back(env::joined_key(generation_, m));
+  for (int m : recovered_members_)
+    for (auto g = recovered_generation_; g <= generation_; ++g) keys.push_back(env::joined_key(g, m));
   const auto joined = store_->check(keys);
-  return std::find(joined.begin(), joined.end(), false) == joined.end();
+  for (std::size_t i = 0; i < recovered_members_.size(); ++i)
+    if (std::none_of(joined.begin() + static_cast<std::ptrdiff_t>(i * span),
+                     joined.begin() + static_cast<std::ptrdiff_t>((i + 1) * span), [](bool b) { return b; }))
+      return false;
+  return true;
 }
 
 std::string Generations::unrecovered() {
@@ -73,37 +140,65 @@ std::string Generations::unrecovered() {
   }
   return fmt::format("{}, and a rank of generation {} ended without re-forming (its program did not call "
                      "idist::reform()): the loss stands",
-                     last_line_, generation_);
+                     last_line_, recovered_generation_);
 }
 
 void Generations::stand_down() {
   standing_down_ = true;
   settle_.cancel();
+  admit_timer_.cancel();
 }
 
 void Generations::announce() {
-  if (why_.empty()) return;  // a wait re-armed after its last one completed: announced already
+  // A wait re-armed after its last one completed: announced already.
+  if (why_.empty() && joining_.empty()) return;
+  const bool loss = !why_.empty();
   std::vector<int> members;
   for (int m : members_)
     if (std::find(leaving_.begin(), leaving_.end(), m) == leaving_.end()) members.push_back(m);
+  std::vector<std::string> admitted;
+  if (loss) {
+    // The members re-form now, mid-step: a replacement joins only at a step boundary, so one
+    // announced and not yet taken, or about to be, is admitted anew once this one is taken.
+    for (auto& a : in_flight_)
+      if (!joined(a.first)) {
+        std::erase(members, a.first);
+        queued_.push_back(std::move(a));
+      }
+    queued_.insert(queued_.end(), std::make_move_iterator(joining_.begin()), std::make_move_iterator(joining_.end()));
+    in_flight_.clear();
+  } else {
+    for (auto& a : joining_) {
+      members.push_back(a.first);
+      admitted.push_back(a.second);
+    }
+    in_flight_ = std::move(joining_);
+  }
+  joining_.clear();
   if (members.empty()) return;
   ++generation_;
   try {
-    const auto text = fmt::format("members={}", fmt::join(members, ","));
+    const auto text = fmt::format("members={}{}", fmt::join(members, ","), loss ? "" : env::kGrowTag);
     store_->set(env::generation_key(generation_), {text.begin(), text.end()});
   } catch (const std::exception& e) {
     // The survivors wait in vain, and their IDIST_TIMEOUT ends it: say why now.
     spdlog::error("live recovery: cannot announce generation {}: {}", generation_, e.what());
     return;
   }
-  const auto line = fmt::format("{}; world {} -> {}", fmt::join(why_, ", "), members_.size(), members.size());
+  const auto line = fmt::format("{}; world {} -> {}", fmt::join(loss ? why_ : admitted, ", "), members_.size(),
+                                members.size());
   spdlog::info("generation {}: ranks {} go on as a world of {} ({})", generation_, fmt::join(members, ", "),
                members.size(), line);
-  last_line_ = fmt::format("{}", fmt::join(why_, ", "));
+  if (loss) {
+    last_line_ = fmt::format("{}", fmt::join(why_, ", "));
+    recovered_generation_ = generation_;
+    recovered_members_ = members;
+  }
   why_.clear();
   leaving_.clear();
   members_ = std::move(members);
-  if (announced_) announced_(generation_, members_, line);
+  admit_queued();  // those held back: once this generation is taken
+  if (announced_) announced_(generation_, members_, line, loss);
 }
 
 }  // namespace idist::launchers::rendezvous

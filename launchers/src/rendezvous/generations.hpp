@@ -20,10 +20,11 @@ namespace idist::launchers::rendezvous {
 
 class Generations {
  public:
-  // At each announcement: the generation, its members, and a line that says what changed
-  // ("rank 1 was killed by SIGKILL; world 4 -> 3").
-  using Announced =
-      std::function<void(std::uint64_t generation, const std::vector<int>& members, const std::string& line)>;
+  // At each announcement: the generation, its members, a line that says what changed ("rank 1
+  // was killed by SIGKILL; world 4 -> 3"), and whether it went on from a loss (false: it only
+  // admits replacements).
+  using Announced = std::function<void(std::uint64_t generation, const std::vector<int>& members,
+                                       const std::string& line, bool loss)>;
 
   // A store at `host` (port 0: any) for a world of `world` ranks whose clients present `token`.
   // Throws std::runtime_error where it cannot listen.
@@ -37,14 +38,24 @@ class Generations {
   int port() const;
   // `ranks` are lost, as `why` says: announced once the settle passes, with those lost meanwhile.
   void lose(const std::vector<int>& ranks, std::string why);
+  // `origin`, a replacement (a rank started in a lost one's place), is ready to join, as `why`
+  // says: announced once the settle passes, as ";grow" where nobody was lost meanwhile (the
+  // members admit it at a step boundary). Only once every member joined the last generation (a
+  // rank re-forming takes the newest, and must not find an admission where the others are in
+  // the generation before it); and a loss announced first puts it back until that is joined.
+  void admit(int origin, std::string why);
+  // Whether `origin` joined any generation (env::joined_key).
+  bool joined(int origin);
   // `rank` ended its program (exit 0) while others run: said in the store, so that a survivor
   // waiting in reform() for it raises at once (uneven steps are not a loss), and it is no
   // member of what follows.
   void ended(int rank);
   std::uint64_t generation() const { return generation_; }
-  // Losses are waiting for the settle.
+  // Losses are waiting for the settle (admissions are not losses).
   bool pending() const { return !why_.empty(); }
-  // Every member of the last generation said it joined (env::joined_key); true before any.
+  // Every member of the last generation a loss made said it joined (env::joined_key); true
+  // before any. A generation that only admits a replacement recovers nothing: the job may end
+  // before its members take it.
   // Throws where the store cannot tell.
   bool all_joined();
   // At the attempt's end: "" where every loss was recovered from; else why not, as the cause of
@@ -56,6 +67,8 @@ class Generations {
 
  private:
   void announce();
+  void settle();
+  void admit_queued();
 
   std::unique_ptr<idist::detail::TcpStoreServer> store_;
   boost::asio::steady_timer settle_;
@@ -63,6 +76,12 @@ class Generations {
   std::uint64_t generation_ = 0;
   std::vector<int> members_;  // the current generation's
   std::vector<int> leaving_;  // lost or ended since it was announced
+  // Replacements (origin, what to say): to announce; ready, held until every member joined
+  // the last generation; announced in the last one that only admits, maybe not joined yet.
+  std::vector<std::pair<int, std::string>> joining_, queued_, in_flight_;
+  boost::asio::steady_timer admit_timer_;
+  std::uint64_t recovered_generation_ = 0;  // the last generation a loss made
+  std::vector<int> recovered_members_;      // and its members
   std::vector<std::string> why_;  // the losses not announced yet
   std::string last_line_;         // what the last generation went on without
   bool standing_down_ = false;

@@ -375,7 +375,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       if (ec) throw std::runtime_error(ec.message());
       generations = std::make_unique<Generations>(
           io, here.address().to_string(), fmt::format("{}#{}", options.token, state.attempt), world,
-          [this, attempt = state.attempt](std::uint64_t g, const std::vector<int>&, const std::string& line) {
+          [this, attempt = state.attempt](std::uint64_t g, const std::vector<int>&, const std::string& line, bool) {
             if (state.attempt != attempt || phase() != Phase::running) return;
             for (const auto& n : live_members())
               n->connection->send(Json{{"t", "reformed"}, {"attempt", attempt}, {"generation", g}, {"line", line}});

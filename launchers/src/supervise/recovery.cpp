@@ -1,5 +1,6 @@
 #include "recovery.hpp"
 
+#include <signal.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
@@ -42,9 +43,29 @@ std::string why_not_reform(const RecoveryFacts& f) {
 }
 
 LiveRecovery::LiveRecovery(asio::io_context& io, bool wanted, int min_world, Coordinator* coordinator)
-    : io_(io), wanted_(wanted), min_world_(min_world), coordinator_(coordinator), opt_in_timer_(io) {}
+    : io_(io),
+      wanted_(wanted),
+      min_world_(min_world),
+      coordinator_(coordinator),
+      opt_in_timer_(io),
+      joining_timer_(io) {}
 
 LiveRecovery::~LiveRecovery() = default;
+
+void LiveRecovery::allow_replacements(int max, StartRank start) {
+  max_replacements_ = max;
+  start_rank_ = std::move(start);
+}
+
+void LiveRecovery::make_room(LiveAttempt& a) const {
+  const auto n = a.attempt.processes.size();
+  const auto room = n + static_cast<std::size_t>(wanted_ && !joint() ? max_replacements_ : 0);
+  a.attempt.processes.reserve(room);
+  a.record.ranks.reserve(room);
+  a.ranks.reserve(room);
+  a.record.ranks.resize(n);
+  a.ranks.resize(n);
+}
 
 void LiveRecovery::offer(Attempt& attempt) {
   stand_down();
@@ -57,6 +78,9 @@ void LiveRecovery::offer(Attempt& attempt) {
   lost_.clear();
   announced_ = 0;
   attempt_ = nullptr;
+  to_replace_.clear();
+  joining_.clear();
+  world0_ = attempt.processes.size();
   if (!wanted_) return;
   std::string address;
   if (joint()) {
@@ -66,11 +90,13 @@ void LiveRecovery::offer(Attempt& attempt) {
       generations_ = std::make_unique<rendezvous::Generations>(
           io_, "127.0.0.1", job_token(attempt),
           static_cast<int>(attempt.processes.size()),
-          [this](std::uint64_t, const std::vector<int>&, const std::string& line) {
+          [this](std::uint64_t g, const std::vector<int>&, const std::string& line, bool loss) {
             if (attempt_ == nullptr) return;
             attempt_->record.reforms.push_back(line);
+            if (!loss) return;
             last_cause_ = announced_;
             announced_ = lost_.size();
+            for (const Rank* lost : std::exchange(to_replace_, {})) replace(*attempt_, *lost, g);
           });
       address = fmt::format("{}:{}", generations_->listen_address(), generations_->port());
     } catch (const std::exception& e) {
@@ -110,12 +136,19 @@ void LiveRecovery::watch_opt_in(LiveAttempt& attempt) {
 }
 
 bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) {
+  if (waiting_to_join(attempt, rank)) {  // a replacement, whatever ended it: none of the job's work
+    const auto how = fmt::format("rank {} {}", rank.spec->rank, detail::describe(*rank.record));
+    spdlog::warn("{} (pid {}) before it joined: the job goes on without it", how, rank.record->pid);
+    generations_->lose({rank.spec->rank}, how);
+    return true;
+  }
   // Over several nodes, only once this node said its ranks opted in: the rendezvous would refuse
   // the loss otherwise, and this node then reports it as its own failure, as without recovery.
   RecoveryFacts facts{.offered = offered_ && (!joint() || capable_), .lost = root_cause, .min_world = min_world_,
                       .joint = joint()};
   for (const auto& r : attempt.ranks) {
     if (&r == &rank || !r.running()) continue;
+    if (waiting_to_join(attempt, r)) continue;  // no member yet: it joins whatever world goes on
     ++facts.survivors;
     if (r.recorder && r.recorder->beat_pid() != 0) ++facts.opted_in;
   }
@@ -140,8 +173,81 @@ bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) 
   }
   spdlog::warn("{} (pid {}): live recovery: the {} other rank{} opted in, and may re-form without it", how,
                rank.record->pid, facts.survivors, facts.survivors == 1 ? "" : "s");
+  if (static_cast<int>(to_replace_.size()) + replacements_ < max_replacements_) to_replace_.push_back(&rank);
   generations_->lose({rank.spec->rank}, how);
   return true;
+}
+
+bool LiveRecovery::waiting_to_join(const LiveAttempt& attempt, const Rank& rank) const {
+  const auto index = static_cast<std::size_t>(&rank - attempt.ranks.data());
+  return !joint() && generations_ && index >= world0_ && !generations_->joined(rank.spec->rank);
+}
+
+void LiveRecovery::replace(LiveAttempt& a, const Rank& lost, std::uint64_t generation) {
+  if (a.ranks.size() == a.ranks.capacity() || replacements_ >= max_replacements_ || !start_rank_) return;
+  if (lost.spec->entry) {  // a forked function: forking again now would copy our threads' locks
+    spdlog::warn("live recovery: rank {} is not replaced: its ranks are forks of this process (idist::spawn), which "
+                 "cannot be made again mid-run",
+                 lost.spec->rank);
+    return;
+  }
+  const int origin = static_cast<int>(a.ranks.size());
+  auto& spec = a.attempt.processes.emplace_back(*lost.spec);
+  spec.rank = origin;
+  const auto tag = std::string(env::kReplacement) + "=";
+  std::erase_if(spec.env, [&](const std::string& e) { return e.rfind(tag, 0) == 0; });  // a replacement's own
+  spec.env.push_back(fmt::format("{}={}@{}", env::kReplacement, origin, generation));
+  auto& record = a.record.ranks.emplace_back();
+  record.rank = origin;
+  auto& rank = a.ranks.emplace_back();
+  rank.spec = &spec;
+  rank.record = &record;
+  if (const auto error = start_rank_(rank)) {
+    spdlog::warn("live recovery: cannot start a rank in rank {}'s place: {}", lost.spec->rank, *error);
+    a.ranks.pop_back();
+    a.record.ranks.pop_back();
+    a.attempt.processes.pop_back();
+    return;
+  }
+  ++replacements_;
+  spdlog::warn("rank {} (pid {}) starts in rank {}'s place ({} of --max-restarts {}); the others admit it at a step "
+               "boundary once it is ready",
+               origin, record.pid, lost.spec->rank, replacements_, max_replacements_);
+  joining_.emplace_back(&rank, lost.spec->rank);
+  if (joining_.size() == 1) watch_joining();
+}
+
+void LiveRecovery::watch_joining() {
+  std::erase_if(joining_, [&](const std::pair<Rank*, int>& j) {
+    const Rank& r = *j.first;
+    if (!r.running()) return true;  // lost before it was ready: take_loss had it
+    // Ready once it beats (in init(), waiting to be admitted); one with no recorder at once.
+    if (r.recorder && r.recorder->beat_pid() == 0) return false;
+    if (generations_)
+      generations_->admit(r.spec->rank, fmt::format("rank {} started in rank {}'s place", r.spec->rank, j.second));
+    return true;
+  });
+  if (joining_.empty()) return;
+  joining_timer_.expires_after(kOptInCheck);
+  joining_timer_.async_wait([this](auto ec) {
+    if (!ec) watch_joining();
+  });
+}
+
+void LiveRecovery::stop_unjoined(const LiveAttempt& attempt) {
+  std::vector<const Rank*> waiting;
+  for (std::size_t i = 0; i < attempt.ranks.size(); ++i) {
+    const Rank& r = attempt.ranks[i];
+    if (!r.running()) continue;
+    if (!waiting_to_join(attempt, r)) return;  // a rank of the job runs on
+    waiting.push_back(&r);
+  }
+  for (const Rank* r : waiting) {
+    spdlog::info("rank {} (pid {}) stops: the job's ranks ended before they admitted it", r->spec->rank,
+                 r->record->pid);
+    r->record->collateral = true;
+    ::kill(-r->record->pid, SIGKILL);  // it holds nothing yet, and waits in init()
+  }
 }
 
 std::optional<std::size_t> LiveRecovery::recent_loss(const LiveAttempt& attempt) const {
@@ -155,6 +261,7 @@ void LiveRecovery::ended(const LiveAttempt& attempt, const Rank& rank) {
   const bool others = std::any_of(attempt.ranks.begin(), attempt.ranks.end(), [&](const Rank& r) { return r.running(); });
   if (joint()) return coordinator_->ended(attempt.record.index, rank.spec->rank);
   if (others) generations_->ended(rank.spec->rank);
+  if (others) stop_unjoined(attempt);
 }
 
 void LiveRecovery::reformed(LiveAttempt* attempt, std::uint64_t generation, const std::string& line) {
@@ -166,6 +273,7 @@ void LiveRecovery::reformed(LiveAttempt* attempt, std::uint64_t generation, cons
 
 void LiveRecovery::stand_down() {
   opt_in_timer_.cancel();
+  joining_timer_.cancel();
   if (generations_) generations_->stand_down();
 }
 

@@ -11,10 +11,16 @@
 // rendezvous) it is the node's half: it says that its ranks opted in (Coordinator::capable)
 // and reports a loss as recoverable; the rendezvous' rules decide for the job, node 0's
 // rendezvous hosts the store, and every node hears of each generation (Events::reformed).
+//
+// Replacements (one node, --max-restarts N): once a loss is announced, a rank is started in the
+// lost one's place (IDIST_REPLACEMENT), under an origin of its own (the next index of the
+// attempt's ranks); once it beats, it is announced as ready (";grow"), and the running ranks
+// admit it at a step boundary they agree on (idist::Recovery). At most N in the job.
 
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +56,13 @@ class LiveRecovery {
   LiveRecovery(const LiveRecovery&) = delete;
   LiveRecovery& operator=(const LiveRecovery&) = delete;
 
+  // Replacements: at most `max` in the job; `start` starts a rank made here (the process
+  // context, in the attempt's log directory) and says why where it cannot.
+  using StartRank = std::function<std::optional<std::string>(Rank&)>;
+  void allow_replacements(int max, StartRank start);
+  // Sizes the attempt's ranks and records as its processes, with room for the replacements, so
+  // that adding one moves no rank (the supervisor keeps pointers to them).
+  void make_room(LiveAttempt& attempt) const;
   // Gives each rank of a new attempt IDIST_RECOVERY_STORE (host:port of the generation
   // store: started here on one node, the rendezvous' otherwise); nothing where recovery is
   // not offered.
@@ -83,6 +96,14 @@ class LiveRecovery {
  private:
   bool joint() const { return coordinator_ != nullptr; }
   void watch_opt_in(LiveAttempt& attempt);
+  // Starts a rank in `lost`'s place, to join after `generation`.
+  void replace(LiveAttempt& attempt, const Rank& lost, std::uint64_t generation);
+  // Announces each replacement once it beats (it is in init(), waiting to be admitted).
+  void watch_joining();
+  // `rank` is a replacement that has not joined a generation yet (it waits in init()).
+  bool waiting_to_join(const LiveAttempt& attempt, const Rank& rank) const;
+  // The job's ranks all ended while replacements still wait to join: they stop, not as failures.
+  void stop_unjoined(const LiveAttempt& attempt);
 
   asio::io_context& io_;
   bool wanted_;
@@ -98,6 +119,13 @@ class LiveRecovery {
   std::size_t last_cause_ = 0;        // lost_[last_cause_]: the last generation's first loss
   LiveAttempt* attempt_ = nullptr;
   std::chrono::steady_clock::time_point last_loss_{};
+  int max_replacements_ = 0;
+  int replacements_ = 0;  // in the job
+  StartRank start_rank_;
+  std::size_t world0_ = 0;                         // the attempt's ranks at its start
+  std::vector<const Rank*> to_replace_;            // lost, to be replaced once announced
+  std::vector<std::pair<Rank*, int>> joining_;     // replacements not ready yet, and whom they replace
+  asio::steady_timer joining_timer_;
 };
 
 }  // namespace idist::launchers::supervision

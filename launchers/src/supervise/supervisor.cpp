@@ -82,6 +82,8 @@ class Supervisor {
                      .views = [this] { return watch_.job_views(started()); },
                      .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); },
                      .reformed = [this](auto g, const auto& line) { recovery_.reformed(started(), g, line); }});
+    recovery_.allow_replacements(options_.max_restarts,
+                                 [this](Rank& r) { return procs_.start(r, attempt_log_dir(current().record.index)); });
     start_attempt(0);
     io_.run();  // until done(): the job, then the console's last lines
     watch_.close();  // a gdb thread still at work posts nothing to io_ from now on
@@ -149,8 +151,7 @@ class Supervisor {
     recovery_.offer(a.attempt);
     a.record.master_port = a.attempt.master_port;
     a.record.node_rank = a.attempt.node_rank;
-    a.record.ranks.resize(a.attempt.processes.size());
-    a.ranks.resize(a.attempt.processes.size());
+    recovery_.make_room(a);
     for (std::size_t i = 0; i < a.ranks.size(); ++i) {
       a.ranks[i].spec = &a.attempt.processes[i];
       a.ranks[i].record = &a.record.ranks[i];

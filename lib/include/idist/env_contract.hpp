@@ -50,8 +50,11 @@ inline constexpr std::string_view kRecorderFd = "IDIST_RECORDER_FD";
 // where a rank that lost a peer (idist::reform) hears which ranks go on. Unset: no recovery.
 inline constexpr std::string_view kRecoveryStore = "IDIST_RECOVERY_STORE";
 // There, idist-run announces generation g (1 after the first loss) at this key, as
-// "members=0,2,3": the generation-0 ranks that go on, in their new order.
+// "members=0,2,3": the ranks that go on by their origin (the generation-0 rank, or a
+// replacement's own number), in their new order. "members=0,2,3,4;grow": nobody was lost, and
+// a replacement (origin 4) waits to join: the members admit it at a step boundary they agree on.
 inline std::string generation_key(unsigned long long g) { return "idist/recovery/" + std::to_string(g); }
+inline constexpr std::string_view kGrowTag = ";grow";
 // And each member of generation g says there that it joined it (connected its world), by its
 // generation-0 rank: a member that ends without joining left the loss unrecovered.
 inline std::string joined_key(unsigned long long g, int origin) {
@@ -60,6 +63,10 @@ inline std::string joined_key(unsigned long long g, int origin) {
 // And a rank whose program ended (exit 0) while others ran is not a loss: idist-run says so
 // here, so that a survivor in reform() for it raises at once rather than wait.
 inline std::string ended_key(int origin) { return "idist/recovery/ended/" + std::to_string(origin); }
+// A rank idist-run started in a lost one's place: "ORIGIN@G", its origin (beyond every rank of
+// generation 0) and the generation announced when it started. Its init() joins the running job
+// in the first generation after G that has it, through the generation store (not MASTER_ADDR).
+inline constexpr std::string_view kReplacement = "IDIST_REPLACEMENT";
 // 0: nothing is recorded (to measure what recording costs); 1, the default: always on.
 inline constexpr std::string_view kFlightRecorder = "IDIST_FLIGHT_RECORDER";
 // Whether the rank's cpus are shared with other busy processes, so that its waits yield the
@@ -119,6 +126,8 @@ struct Contract {
   bool store_bind_all = false;
   std::string recovery_host;  // IDIST_RECOVERY_STORE; empty: idist-run offers no recovery
   int recovery_port = 0;
+  int replacement_origin = -1;              // IDIST_REPLACEMENT; -1: not a replacement
+  unsigned long long replacement_after = 0;  // the generation it started after
   // The thresholds above (kUcxRingFrom, ...), as given; std::nullopt where unset. Both ends of
   // a message follow them, so init() refuses a job whose ranks see different values.
   struct Tuning {

@@ -120,6 +120,7 @@ struct ReformResult {
   int rank = -1;                 // and after it (get_rank() says it too)
   int world_size = 0;            // after it (get_world_size())
   std::vector<int> lost;         // the ranks of the old world that are gone, in its numbering
+  std::vector<int> joined;       // replacements new to the world, in the new numbering
 };
 
 // Live recovery (InitOptions::recovery, under idist-run's spawn mode): after a collective
@@ -131,6 +132,20 @@ struct ReformResult {
 // was given up, and then ran on) is fenced: it prints one line and exits 75 without returning.
 // Throws Error where no recovery is offered (no InitOptions::recovery, or no idist-run).
 IDIST_API ReformResult reform();
+// Live recovery with replacements (idist-run --max-restarts N): idist-run started a rank in a
+// lost one's place, and it waits to join. The ranks admit it together at a step boundary they
+// agree on (idist::Recovery does, through auto_model's buckets) by calling reform(), whose new
+// world then has it (ReformResult::joined).
+IDIST_API bool replacement_waiting();
+// True in a rank that idist-run started in a lost one's place, from init() (which joined it to
+// the running job) until it has taken the job's state from a running rank (idist::Recovery
+// does, then calls replacement_caught_up()). auto_model skips its wrap-time collectives there,
+// which the running ranks do not call.
+IDIST_API bool is_replacement();
+IDIST_API void replacement_caught_up();
+// In a replacement, its place in the world it joined (ReformResult::joined holds its rank,
+// old_rank is -1); Error elsewhere.
+IDIST_API ReformResult replacement_joined();
 // Marks the end of a training step (auto_model marks its own, at each backward's end), so that
 // a rank that leaves early is named with the steps it ran ("rank 1 called finalize() after 6
 // steps"). Cheap: one relaxed add.

@@ -18,7 +18,9 @@
 //
 // load_latest() is a collective: the writer rank reads the newest checkpoint that loads (a
 // damaged one is skipped with a warning) and broadcasts it, so the other ranks need not see
-// the directory (no shared file system needed) and every replica gets the same bytes.
+// the directory (no shared file system needed) and every replica gets the same bytes. A rank
+// idist-run started in a lost one's place (idist::is_replacement) loads nothing: the running
+// ranks call none of it, and idist::Recovery gives it their state.
 //
 // Files are <prefix>_<step>.pt, each an archive torch::load can read: one entry per name
 // added, a module's entry laid out as Module::save lays it out.

@@ -36,6 +36,16 @@
 // block complete on some ranks and raise on others cannot be recovered from (they cannot run
 // it again alone): every rank raises, saying so.
 //
+// Replacements (idist-run -n N --max-restarts K): idist-run starts a rank in a lost one's place,
+// running the same program. Its Recovery's construction takes the job's state (model, optimizer,
+// loader position, steps() and samples()) from a running rank, once the running ranks admit it
+// at a step boundary they agree on (the next step() does, before its fn, and returns false: the
+// loop's next batch is the one to train, split over the world with it); its loop then goes on
+// from steps(), at that batch, as after a checkpoint's resume. Before the construction it
+// must make no collective of its own (auto_model skips its wrap-time ones there, and
+// Checkpoint::load_latest() loads nothing); its on_reform callback runs at its first step() or
+// retry(), where the running ranks ran theirs.
+//
 // Refused at construction: loader worker threads (they read ahead of a re-split), the nccl
 // backend and CUDA models (no re-form yet); inside a step, idist::join and no_sync across
 // steps are not supported. Without idist-run's recovery
