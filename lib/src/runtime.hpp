@@ -69,8 +69,9 @@ class Runtime {
   // this rank never called (the ranks ran different numbers of steps).
   void finalize();
 
-  // idist::reform() (runtime_reform.cpp): the survivors of a lost rank go on as a new world.
-  ReformResult reform();
+  // idist::reform() (runtime_reform.cpp): the survivors of a lost rank go on as a new world;
+  // `admitting`: idist::admit_replacements(), at a step boundary, where nobody is lost.
+  ReformResult reform(bool admitting);
   // A replacement's admission is announced, not yet taken (replacement_waiting()).
   bool replacement_waiting() const { return growth_at_.load() > generation_.load(); }
   bool is_replacement() const { return joining_.load(); }

@@ -218,6 +218,10 @@ void Runtime::join_running(const ErrorSite& site) {
   // Admitted at the running ranks' next step boundary, which may be far off (a program that
   // admits none leaves it here until idist-run stops it at the job's end).
   const auto deadline = Clock::now() + std::chrono::hours(24 * 365);
+  // Its connect too, which the running ranks come to only at that boundary (a day: the
+  // backends' waits take no more); IDIST_TIMEOUT again once it is in.
+  const auto timeout = contract_.timeout;
+  contract_.timeout = std::max<std::chrono::milliseconds>(timeout, std::chrono::hours(24));
   raised_at(site, [&] {
     for (;;) {
       const auto members = next_generation_members(site, deadline);
@@ -228,12 +232,13 @@ void Runtime::join_running(const ErrorSite& site) {
       if (connect_generation()) break;
     }
   });
+  contract_.timeout = timeout;
   generation_store_->set(env::joined_key(generation_, origin), {});
   joined_as_ = ReformResult{generation_, -1, contract_.rank, contract_.world_size, {}, {contract_.rank}};
   joining_ = true;
 }
 
-ReformResult Runtime::reform() {
+ReformResult Runtime::reform(bool admitting) {
   ErrorSite site{contract_.rank, contract_.world_size, "reform", backend_};
   if (!recovery_)
     throw Error(site, "init() was not asked for live recovery: set InitOptions::recovery = true");
@@ -244,11 +249,11 @@ ReformResult Runtime::reform() {
   const auto before = origins_;
   const auto origin = origins_[static_cast<std::size_t>(old_rank)];
   return raised_at(site, [&] {
-    // Admitting a replacement at a step boundary (idist-run announces nothing else until all
-    // joined): nobody is lost, and a peer may still be in the step's last collective, so the old
-    // groups stay, unaborted, until the new world is connected (every member left the step by
-    // then). After a loss, the cascade ends them here and on every peer.
-    const bool admitting = !loss_after(generation_);
+    // Admitting a replacement at a step boundary the ranks agreed on: nobody is lost, and a peer
+    // may still be in the step's last collective, so the old groups stay, unaborted, until the
+    // new world is connected (every member left the step by then). After a loss (one announced
+    // meanwhile too), the cascade ends them here and on every peer.
+    admitting = admitting && !loss_after(generation_);
     if (!admitting) abort_generation(generation_, "this rank re-forms");
     Groups held;
     do {
@@ -284,7 +289,8 @@ ReformResult Runtime::reform() {
 
 namespace idist {
 
-ReformResult reform() { return detail::runtime("reform").reform(); }
+ReformResult reform() { return detail::runtime("reform").reform(false); }
+ReformResult admit_replacements() { return detail::runtime("admit_replacements").reform(true); }
 bool replacement_waiting() {
   const auto* r = detail::runtime_if_initialized();
   return r != nullptr && r->replacement_waiting();

@@ -2,7 +2,7 @@
 // recover.sh and bench/ddp/recovery_time.sh:
 //
 //   recover_check DIR STEPS [--width W] [--samples N] [--batch B] [--pause-ms M] [--recover]
-//                 [--stage-behind R:V:K] [--progress] [--zero-at-end] [--between-ms M]
+//                 [--stage-behind R:V:K] [--progress] [--zero-at-end] [--between-ms M] [--print-loss]
 //
 // Trains STEPS steps (SGD with momentum, a shuffled auto_dataloader, mse against a random
 // target), resuming from DIR's newest checkpoint and saving one at the end, so that a run
@@ -65,6 +65,7 @@ struct Config {
   bool recover = false;
   bool progress = false;  // "step N" on rank 0 after each committed step
   bool zero_at_end = false;  // the step zeroes the gradients after the optimizer, not before
+  bool print_loss = false;  // with --between-ms: "loss STEP MEAN" on rank 0, the ranks' mean
   std::int64_t between_ms = -1;  // >= 0: after each step, a retry() block: a pause, an all_reduce of the loss
   std::string stage;      // R:V:K
 };
@@ -167,11 +168,13 @@ int train(const Config& config, Stage stage) {
         reported = recovery->reforms();
       }
       if (config.progress) log0("step " + std::to_string(step));
-      if (recovery && config.between_ms >= 0)
-        recovery->retry([&] {
+      if (recovery && config.between_ms >= 0) {
+        const auto mean = recovery->retry([&] {
           std::this_thread::sleep_for(std::chrono::milliseconds(config.between_ms));
           return idist::all_reduce(loss.detach().clone(), idist::ReduceOp::AVG).item<double>();
         });
+        if (config.print_loss) log0("loss " + std::to_string(step) + " " + std::to_string(mean));
+      }
       if (step == config.steps) break;
     }
   }
@@ -203,6 +206,7 @@ int main(int argc, char** argv) {
   app.add_flag("--progress", config.progress);
   app.add_flag("--zero-at-end", config.zero_at_end);
   app.add_option("--between-ms", config.between_ms);
+  app.add_flag("--print-loss", config.print_loss);
   app.add_option("--stage-behind", config.stage, "R:V:K");
   CLI11_PARSE(app, argc, argv);
   Stage stage;

@@ -199,12 +199,13 @@ void Recovery::Impl::commit() {
 // the step this rank was in was committed by another, and this rank took it from there.
 bool Recovery::Impl::recover(const PeerLostError* lost, bool in_step) {
   bool caught_up = false;
+  bool admitting = lost == nullptr;
   for (;;) {
     try {
       ReformResult result;
       const auto start = std::chrono::steady_clock::now();
       try {
-        result = reform();
+        result = admitting ? admit_replacements() : reform();
       } catch (const PeerLostError&) {
         throw;
       } catch (const Error& e) {
@@ -222,7 +223,8 @@ bool Recovery::Impl::recover(const PeerLostError* lost, bool in_step) {
       if (on_reform) on_reform(result);
       return caught_up;
     } catch (const PeerLostError&) {
-      continue;  // another peer lost while re-forming: re-form again
+      admitting = false;  // another peer lost while re-forming: re-form again, without it
+      continue;
     }
   }
 }

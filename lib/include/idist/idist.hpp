@@ -134,9 +134,13 @@ struct ReformResult {
 IDIST_API ReformResult reform();
 // Live recovery with replacements (idist-run --max-restarts N): idist-run started a rank in a
 // lost one's place, and it waits to join. The ranks admit it together at a step boundary they
-// agree on (idist::Recovery does, through auto_model's buckets) by calling reform(), whose new
-// world then has it (ReformResult::joined).
+// agree on (idist::Recovery does, through auto_model's buckets) by calling admit_replacements(),
+// whose new world then has it (ReformResult::joined).
 IDIST_API bool replacement_waiting();
+// The re-form that admits them, at a step boundary every rank agreed on (replacement_waiting()
+// on any rank, combined in a collective): as reform(), but nobody is lost, so nothing is
+// aborted: the old groups stay until the new world is connected.
+IDIST_API ReformResult admit_replacements();
 // True in a rank that idist-run started in a lost one's place, from init() (which joined it to
 // the running job) until it has taken the job's state from a running rank (idist::Recovery
 // does, then calls replacement_caught_up()). auto_model skips its wrap-time collectives there,

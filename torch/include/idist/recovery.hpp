@@ -44,7 +44,10 @@
 // from steps(), at that batch, as after a checkpoint's resume. Before the construction it
 // must make no collective of its own (auto_model skips its wrap-time ones there, and
 // Checkpoint::load_latest() loads nothing); its on_reform callback runs at its first step() or
-// retry(), where the running ranks ran theirs.
+// retry(), where the running ranks ran theirs. What Recovery does not carry (a scheduler's
+// state, an EMA model, counters of the program's own) starts afresh there: bring it over in
+// on_reform (ReformResult::joined names the replacements). Programs that call reform()
+// themselves, without Recovery, admit none: idist-run stops such replacements at the job's end.
 //
 // Refused at construction: loader worker threads (they read ahead of a re-split), the nccl
 // backend and CUDA models (no re-form yet); inside a step, idist::join and no_sync across

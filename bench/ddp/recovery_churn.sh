@@ -1,0 +1,92 @@
+#!/bin/bash
+# Issue 46's 20-failure run: idist::Recovery on tests/torch/recover_check's MLP (with dropout),
+# 4 ranks on one host under idist-run --max-restarts 20, while FAILURES failures are injected at
+# random times into random ranks: kill -9 (3 in 4) or SIGSTOP (1 in 4, stopped by idist-run's
+# heartbeat watch after --heartbeat-timeout 1). Each lost rank is replaced (a rank started in
+# its place, admitted at a step boundary). Prints the run's end, the re-forms, the steps redone,
+# the samples seen, and the final parameters and loss beside a run without failures and one
+# process (the tolerance that the world size alone shows); writes DIR/loss.tsv (step, loss with
+# failures, loss without) and, where gnuplot is installed, docs/bench-recovery-churn.png.
+#
+#   bash bench/ddp/recovery_churn.sh [FAILURES] [STEPS] [DIR]   # from the repository root, after a build
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+failures=${1:-20}
+steps=${2:-1200}
+dir=${3:-$(mktemp -d)}
+RUN=build/apps/idist-run/idist-run
+CHECK=build/tests/torch/recover_check
+[[ -x $CHECK ]] || { echo "recovery_churn.sh: no $CHECK: build with idist::torch (scripts/setup.sh)" >&2; exit 1; }
+export OMP_NUM_THREADS=1
+mlp=(--width 256 --samples 4096 --batch 64 --recover --pause-ms 20 --between-ms 0 --print-loss)
+
+# The running ranks of idist-run JOB: its children not stopped.
+ranks_of() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    [[ $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) == [RS] ]] && echo "$p"
+  done
+}
+
+rm -rf "$dir/ck" "$dir/ref" "$dir/one"
+"$RUN" -n 4 --max-restarts "$failures" --heartbeat-timeout 1 "$CHECK" "$dir/ck" "$steps" "${mlp[@]}" \
+  >"$dir/churn.out" 2>&1 &
+job=$!
+sleep 3  # the ranks start, and train a little
+kills=0 stops=0
+for i in $(seq "$failures"); do
+  sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 1.5 + r / 32767 }')"  # 1.5-2.5 s apart
+  mapfile -t pids < <(ranks_of $job)
+  ((${#pids[@]} > 0)) || break
+  victim=${pids[RANDOM % ${#pids[@]}]}
+  if ((RANDOM % 4 == 0)); then
+    kill -STOP "$victim" 2>/dev/null && stops=$((stops + 1))
+  else
+    kill -9 "$victim" 2>/dev/null && kills=$((kills + 1))
+  fi
+done
+rc=0
+wait $job || rc=$?
+"$RUN" -n 4 "$CHECK" "$dir/ref" "$steps" "${mlp[@]}" >"$dir/ref.out" 2>&1
+"$RUN" -n 1 "$CHECK" "$dir/one" "$steps" "${mlp[@]}" >"$dir/one.out" 2>&1
+echo "# injected: $kills kill -9, $stops SIGSTOP; idist-run exit $rc"
+grep -E "^idist-run: (succeeded|attempt|exit)" "$dir/churn.out" | tail -2 || true
+python3 - "$dir" "$steps" <<'PY'
+import re, sys
+d, steps = sys.argv[1], int(sys.argv[2])
+def read(name):
+    text = open(f"{d}/{name}.out").read()
+    done = re.search(r"^recover_check: done steps=(\d+) redone=(\d+) resumed_from=\d+ seen=(\d+) params=(\S+)", text, re.M)
+    loss = {int(s): float(v) for s, v in re.findall(r"^loss (\d+) (\S+)", text, re.M)}
+    return text, done, loss
+churn, done, loss = read("churn")
+_, ref_done, ref_loss = read("ref")
+_, one_done, one_loss = read("one")
+if not done:
+    sys.exit("the run with failures did not finish: see " + d + "/churn.out")
+reforms = len(re.findall(r"^recovered: ", churn, re.M))
+replaced = len(re.findall(r"starts in rank \d+'s place", churn))
+print(f"| steps | re-forms | replacements | redone | seen (of {steps * 64}) |")
+print("|---|---|---|---|---|")
+print(f"| {done.group(1)} | {reforms} | {replaced} | {done.group(2)} | {done.group(3)} |")
+p, p_ref, p_one = float(done.group(4)), float(ref_done.group(4)), float(one_done.group(4))
+last = max(loss)
+print(f"\n| run | parameters' sum | final loss |\n|---|---|---|")
+print(f"| 4 ranks, {reforms} re-forms | {p:.9g} | {loss[last]:.6f} |")
+print(f"| 4 ranks, no failure | {p_ref:.9g} | {ref_loss[last]:.6f} |")
+print(f"| 1 process | {p_one:.9g} | {one_loss[last]:.6f} |")
+print(f"\n# |with failures - without| = {abs(p - p_ref):.3g}; |1 process - 4 ranks| = {abs(p_one - p_ref):.3g}")
+with open(f"{d}/loss.tsv", "w") as f:
+    for s in sorted(ref_loss):
+        f.write(f"{s}\t{loss.get(s, float('nan'))}\t{ref_loss[s]}\n")
+PY
+if command -v gnuplot >/dev/null; then
+  gnuplot <<EOF
+set terminal pngcairo size 800,360 font ',10' noenhanced
+set output 'docs/bench-recovery-churn.png'
+set xlabel 'step'; set ylabel 'training loss (mean of the ranks)'; set key top right
+set title '4 ranks, $steps steps: $kills kill -9 + $stops SIGSTOP at random, each rank replaced (bench/ddp/recovery_churn.sh)'
+plot '$dir/loss.tsv' using 1:3 with lines lw 2 title 'no failure', '' using 1:2 with lines title '$((kills + stops)) failures'
+EOF
+  echo "# docs/bench-recovery-churn.png"
+fi
