@@ -76,7 +76,8 @@ void Departures::check(MPI_Comm comm, int rank, std::uint64_t calls) {
   }
 }
 
-std::string Departures::await_the_others(MPI_Comm comm, int size, std::chrono::milliseconds timeout) {
+std::string Departures::await_the_others(MPI_Comm comm, int size, std::uint64_t calls,
+                                         std::chrono::milliseconds timeout) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized != 0 || comm == MPI_COMM_NULL) return "";
@@ -97,6 +98,9 @@ std::string Departures::await_the_others(MPI_Comm comm, int size, std::chrono::m
       },
       std::chrono::steady_clock::now() + timeout,
       BackoffPolicy{.spin = {}, .yield = std::chrono::milliseconds(1), .nap = std::chrono::milliseconds(1)});
+  if (abandoned.empty())
+    for (const auto& [r, d] : departed_)
+      if (d.calls > calls) return fmt::format("{}\tcollective #{}", r, d.calls - 1);
   return abandoned;
 }
 

@@ -33,8 +33,10 @@ class Departures {
 
   // finalize(), after announce(): waits (bounded) until every other member has left too, as
   // the store's finalize does; returns what a member left waiting said ("<rank>\t<call>"), or
-  // "" when none was.
-  std::string await_the_others(MPI_Comm comm, int size, std::chrono::milliseconds timeout);
+  // "" when none was. `calls`: the collectives this rank began; a member whose own notice says
+  // it began more was left waiting in one of them, even where its word never came (its send
+  // is cancelled after 200 ms, which a loaded machine has taken).
+  std::string await_the_others(MPI_Comm comm, int size, std::uint64_t calls, std::chrono::milliseconds timeout);
 
  private:
   struct Departure {

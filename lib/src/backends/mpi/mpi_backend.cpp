@@ -153,7 +153,7 @@ class MpiBackend final : public Backend {
   void cancel_transfers() override {
     announce_departure();
     if (!finalizing()) return;
-    if (const auto left = departures_.await_the_others(internal_, size_, timeout_); !left.empty())
+    if (const auto left = departures_.await_the_others(internal_, size_, calls_, timeout_); !left.empty())
       left_behind(left);
   }
 
