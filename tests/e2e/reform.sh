@@ -54,6 +54,8 @@ check "... every step done, one redone, sums right" grep -q "^reform_rank: done 
 check "... idist-run says so" grep -qE "succeeded after 1 re-form \(rank 1 was killed by SIGKILL; world 4 -> 3\)" "$DIR/out"
 check "... and summary.json keeps it" eval \
   'python3 -c "import json,glob,sys; s=json.load(open(glob.glob(\"$DIR/logs/*/summary.json\")[0])); sys.exit(0 if s[\"attempts\"][0][\"reforms\"]==[\"rank 1 was killed by SIGKILL; world 4 -> 3\"] and s[\"exit_code\"]==0 else 1)"'
+check "... with how long the re-form took: every member joined within 2 s of the loss" eval \
+  'python3 -c "import json,glob,sys; s=json.load(open(glob.glob(\"$DIR/logs/*/summary.json\")[0])); t=s[\"attempts\"][0][\"reform_seconds\"]; print(\"  # reform_seconds:\", t); sys.exit(0 if len(t)==1 and 0 < t[0] < 2 else 1)"'
 
 # The same over gloo's TCP (shared memory carries a job on one host by default).
 IDIST_INTRANODE=off lose 3 9 1 "$PROG" 60 30

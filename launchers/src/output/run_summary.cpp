@@ -103,6 +103,13 @@ std::string summary_json(const RunRecord& run) {
     if (!a.stall.empty()) attempt["stall"] = a.stall;
     if (a.stalled_rank) attempt["stalled_rank"] = *a.stalled_rank;
     if (!a.reforms.empty()) attempt["reforms"] = a.reforms;
+    if (!a.reform_seconds.empty()) {
+      attempt["reform_seconds"] = json::array();
+      for (std::size_t i = 0; i < a.reforms.size(); ++i) {
+        const auto s = a.reform_seconds.find(i);
+        attempt["reform_seconds"].push_back(s == a.reform_seconds.end() ? json(nullptr) : json(s->second));
+      }
+    }
     attempt["ranks"] = json::array();
     for (std::size_t i = 0; i < a.ranks.size(); ++i)
       if (a.ranks[i].pid > 0) attempt["ranks"].push_back(rank_json(a.ranks[i], run.host, a.first_failure == i));

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@ struct AttemptRecord {
   // Live recovery: each loss the survivors went on from, in one line ("rank 2 was killed by
   // SIGKILL at 1.2 s; world 4 -> 3"). Not failures: the attempt goes on.
   std::vector<std::string> reforms;
+  // How long each took where this idist-run timed it (it hosts the generations' store), by
+  // index into reforms: from the loss said (or the replacement ready) to every member's word
+  // that it joined.
+  std::map<std::size_t, double> reform_seconds;
 };
 
 // Output the console did not show (it stalled, or its reader went away).

@@ -19,6 +19,9 @@ namespace {
 constexpr auto kSettle = std::chrono::milliseconds(50);
 // How often a replacement waiting for the admission in flight looks whether it was taken.
 constexpr auto kAdmitCheck = std::chrono::milliseconds(100);
+// How often an announced generation is looked at until every member joined it: its time is
+// the summary's, and a re-form takes a few tenths of a second.
+constexpr auto kTakenCheck = std::chrono::milliseconds(10);
 
 }  // namespace
 
@@ -29,7 +32,8 @@ Generations::Generations(boost::asio::io_context& io, const std::string& host, c
       settle_(io),
       announced_(std::move(announced)),
       members_(static_cast<std::size_t>(std::max(world, 0))),
-      admit_timer_(io) {
+      admit_timer_(io),
+      taken_timer_(io) {
   std::iota(members_.begin(), members_.end(), 0);
 }
 
@@ -50,6 +54,7 @@ void Generations::lose(const std::vector<int>& ranks, std::string why) {
   }
   if (!member) return;
   leaving_.insert(leaving_.end(), ranks.begin(), ranks.end());
+  if (why_.empty() && joining_.empty()) since_ = std::chrono::steady_clock::now();
   why_.push_back(std::move(why));
   settle();
 }
@@ -82,6 +87,7 @@ void Generations::admit_queued() {
     });
     return;
   }
+  if (why_.empty() && joining_.empty()) since_ = std::chrono::steady_clock::now();
   joining_.insert(joining_.end(), std::make_move_iterator(queued_.begin()), std::make_move_iterator(queued_.end()));
   queued_.clear();
   settle();
@@ -147,6 +153,32 @@ void Generations::stand_down() {
   standing_down_ = true;
   settle_.cancel();
   admit_timer_.cancel();
+  taken_timer_.cancel();
+}
+
+void Generations::time_taken() {
+  if (timing_ == 0 || standing_down_) return;
+  if (timing_ != generation_) {  // a newer one came first: its members take that one
+    timing_ = 0;
+    return;
+  }
+  std::vector<std::string> keys;
+  for (int m : members_) keys.push_back(env::joined_key(generation_, m));
+  try {
+    const auto joined = store_->check(keys);
+    if (std::find(joined.begin(), joined.end(), false) == joined.end()) {
+      timing_ = 0;
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - timing_since_;
+      if (taken_) taken_(generation_, took.count());
+      return;
+    }
+  } catch (const std::exception&) {
+    return;  // the store is gone with the attempt
+  }
+  taken_timer_.expires_after(kTakenCheck);
+  taken_timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](auto ec) {
+    if (!ec && !alive.expired()) time_taken();
+  });
 }
 
 void Generations::announce() {
@@ -197,8 +229,11 @@ void Generations::announce() {
   why_.clear();
   leaving_.clear();
   members_ = std::move(members);
+  timing_ = generation_;
+  timing_since_ = since_;
   admit_queued();  // those held back: once this generation is taken
   if (announced_) announced_(generation_, members_, line, loss);
+  time_taken();
 }
 
 }  // namespace idist::launchers::rendezvous

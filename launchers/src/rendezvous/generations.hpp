@@ -6,6 +6,7 @@
 // which the survivors wait for in idist::reform() and connect their new world under.
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,10 @@ class Generations {
   using Announced = std::function<void(std::uint64_t generation, const std::vector<int>& members,
                                        const std::string& line, bool loss)>;
 
+  // Generation g was taken: every member said it joined, `seconds` after the first loss (or the
+  // admission) it holds was said here. Not called for one a newer generation came before.
+  using Taken = std::function<void(std::uint64_t generation, double seconds)>;
+
   // A store at `host` (port 0: any) for a world of `world` ranks whose clients present `token`.
   // Throws std::runtime_error where it cannot listen.
   Generations(boost::asio::io_context& io, const std::string& host, const std::string& token, int world,
@@ -34,6 +39,7 @@ class Generations {
   Generations(const Generations&) = delete;
   Generations& operator=(const Generations&) = delete;
 
+  void on_taken(Taken taken) { taken_ = std::move(taken); }
   std::string listen_address() const;
   int port() const;
   // `ranks` are lost, as `why` says: announced once the settle passes, with those lost meanwhile.
@@ -69,6 +75,7 @@ class Generations {
   void announce();
   void settle();
   void admit_queued();
+  void time_taken();
 
   std::unique_ptr<idist::detail::TcpStoreServer> store_;
   boost::asio::steady_timer settle_;
@@ -83,6 +90,12 @@ class Generations {
   std::uint64_t recovered_generation_ = 0;  // the last generation a loss made
   std::vector<int> recovered_members_;      // and its members
   std::vector<std::string> why_;  // the losses not announced yet
+  // Since when the losses or admissions not announced yet wait, and the announced generation
+  // being timed (0: none) with its own start.
+  std::chrono::steady_clock::time_point since_{}, timing_since_{};
+  std::uint64_t timing_ = 0;
+  boost::asio::steady_timer taken_timer_;
+  Taken taken_;
   std::string last_line_;         // what the last generation went on without
   bool standing_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -380,6 +380,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
             for (const auto& n : live_members())
               n->connection->send(Json{{"t", "reformed"}, {"attempt", attempt}, {"generation", g}, {"line", line}});
           });
+      generations->on_taken([](std::uint64_t g, double seconds) {
+        spdlog::info("rendezvous: generation {}: every member joined it, {} after it was called for", g,
+                     common::measured_duration_text(std::chrono::duration<double>(seconds)));
+      });
     } catch (const std::exception& e) {
       spdlog::warn("rendezvous: live recovery is off for attempt {}: cannot start its store ({})", state.attempt,
                    e.what());

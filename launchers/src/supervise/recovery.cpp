@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "idist/common/duration.hpp"
 #include "idist/env_contract.hpp"
 #include "rendezvous/generations.hpp"
 
@@ -80,6 +81,7 @@ void LiveRecovery::offer(Attempt& attempt) {
   attempt_ = nullptr;
   to_replace_.clear();
   joining_.clear();
+  reform_index_.clear();
   world0_ = attempt.processes.size();
   if (!wanted_) return;
   std::string address;
@@ -92,12 +94,14 @@ void LiveRecovery::offer(Attempt& attempt) {
           static_cast<int>(attempt.processes.size()),
           [this](std::uint64_t g, const std::vector<int>&, const std::string& line, bool loss) {
             if (attempt_ == nullptr) return;
+            reform_index_[g] = attempt_->record.reforms.size();
             attempt_->record.reforms.push_back(line);
             if (!loss) return;
             last_cause_ = announced_;
             announced_ = lost_.size();
             for (const Rank* lost : std::exchange(to_replace_, {})) replace(*attempt_, *lost, g);
           });
+      generations_->on_taken([this](std::uint64_t g, double seconds) { taken(g, seconds); });
       address = fmt::format("{}:{}", generations_->listen_address(), generations_->port());
     } catch (const std::exception& e) {
       spdlog::warn("live recovery is off for this job: cannot start its store ({})", e.what());
@@ -269,6 +273,14 @@ void LiveRecovery::reformed(LiveAttempt* attempt, std::uint64_t generation, cons
   spdlog::info("generation {}: the job went on ({})", generation, line);
   attempt->record.reforms.push_back(line);
   if (attempt == attempt_) covered_ = lost_.size();
+}
+
+void LiveRecovery::taken(std::uint64_t generation, double seconds) {
+  const auto i = reform_index_.find(generation);
+  if (attempt_ == nullptr || i == reform_index_.end()) return;
+  attempt_->record.reform_seconds[i->second] = seconds;
+  spdlog::info("generation {}: every member joined it, {} after it was called for", generation,
+               common::measured_duration_text(std::chrono::duration<double>(seconds)));
 }
 
 void LiveRecovery::stand_down() {

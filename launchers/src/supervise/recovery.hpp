@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -104,6 +105,8 @@ class LiveRecovery {
   bool waiting_to_join(const LiveAttempt& attempt, const Rank& rank) const;
   // The job's ranks all ended while replacements still wait to join: they stop, not as failures.
   void stop_unjoined(const LiveAttempt& attempt);
+  // Generation `generation` was taken by every member `seconds` after it was called for.
+  void taken(std::uint64_t generation, double seconds);
 
   asio::io_context& io_;
   bool wanted_;
@@ -126,6 +129,7 @@ class LiveRecovery {
   std::vector<const Rank*> to_replace_;            // lost, to be replaced once announced
   std::vector<std::pair<Rank*, int>> joining_;     // replacements not ready yet, and whom they replace
   asio::steady_timer joining_timer_;
+  std::map<std::uint64_t, std::size_t> reform_index_;  // a generation's line in the record's reforms
 };
 
 }  // namespace idist::launchers::supervision
