@@ -3,6 +3,7 @@
 //
 //   recover_check DIR STEPS [--width W] [--samples N] [--batch B] [--pause-ms M] [--recover]
 //                 [--stage-behind R:V:K] [--progress] [--zero-at-end] [--between-ms M] [--print-loss]
+//                 [--dropout P]
 //
 // Trains STEPS steps (SGD with momentum, a shuffled auto_dataloader, mse against a random
 // target), resuming from DIR's newest checkpoint and saving one at the end, so that a run
@@ -36,9 +37,9 @@
 namespace {
 
 struct Mlp : torch::nn::Module {
-  explicit Mlp(std::int64_t width)
+  Mlp(std::int64_t width, double dropout)
       : fc1(register_module("fc1", torch::nn::Linear(width, width))),
-        drop(register_module("drop", torch::nn::Dropout(0.1))),
+        drop(register_module("drop", torch::nn::Dropout(dropout))),
         fc2(register_module("fc2", torch::nn::Linear(width, width))) {}
   torch::Tensor forward(const torch::Tensor& x) { return fc2(drop(torch::relu(fc1(x)))); }
   torch::nn::Linear fc1;
@@ -62,6 +63,7 @@ struct Data : torch::data::datasets::Dataset<Data> {
 struct Config {
   std::string dir;
   std::int64_t steps = 0, width = 256, samples = 1024, batch = 64, pause_ms = 0;
+  double dropout = 0.1;
   bool recover = false;
   bool progress = false;  // "step N" on rank 0 after each committed step
   bool zero_at_end = false;  // the step zeroes the gradients after the optimizer, not before
@@ -104,7 +106,7 @@ void stage_behind(Stage& stage, std::int64_t step) {
 int train(const Config& config, Stage stage) {
   torch::set_num_threads(1);
   torch::manual_seed(0);
-  auto model = idist::auto_model(std::make_shared<Mlp>(config.width));
+  auto model = idist::auto_model(std::make_shared<Mlp>(config.width, config.dropout));
   auto optimizer = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   auto loader = idist::auto_dataloader(Data(config.samples, config.width).map(torch::data::transforms::Stack<>()),
                                        {.batch_size = static_cast<std::size_t>(config.batch), .seed = 5});
@@ -202,6 +204,7 @@ int main(int argc, char** argv) {
   app.add_option("--samples", config.samples)->check(CLI::PositiveNumber);
   app.add_option("--batch", config.batch, "The global batch")->check(CLI::PositiveNumber);
   app.add_option("--pause-ms", config.pause_ms)->check(CLI::NonNegativeNumber);
+  app.add_option("--dropout", config.dropout, "Its probability (0.1)")->check(CLI::Range(0.0, 1.0));
   app.add_flag("--recover", config.recover);
   app.add_flag("--progress", config.progress);
   app.add_flag("--zero-at-end", config.zero_at_end);
