@@ -63,7 +63,7 @@ IDIST_INTERHOST=gloo both 2 2 "$PROG" "${small[@]}" --steps "$at" --output-path 
 IDIST_INTERHOST=gloo both 2 1 "$PROG" "${small[@]}" --output-path ref
 theirs=$(grep -h "resumed_from=$at " h0.out h1.out | grep -o "params=.*")
 check "... $mine, bit for bit those of 2 + 2 ranks to step $at, then 2 + 1 from its checkpoint ($theirs)" \
-  eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
+  eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]' || tail -4 h0.out h1.out | sed 's/^/  | /'
 
 # recover_check: host 1's idist-run killed at step 8 (its ranks 2 and 3 with it).
 rm -rf ck refck
