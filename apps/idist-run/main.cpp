@@ -77,7 +77,7 @@ leaves behind (forked helpers, daemons) is killed when its attempt ends. --max-r
 restarts every local rank (IDIST_RESTART_COUNT=k, a fresh MASTER_PORT when idist-run picked
 it); over several nodes (--nnodes) it is one budget for the job, every node restarting together.
 With live recovery on one node it also lets idist-run start up to that many ranks in lost ones'
-places, which the survivors admit mid-run (docs/RECOVERY.md).
+places, admitted mid-run where every rank admits them (idist::Recovery; docs/RECOVERY.md).
 Ranks failing together: one killed or crashed by a signal idist-run did not send is named
 before one that exited non-zero, aborted or died of SIGPIPE (what survivors of a dead peer do).
 The console never holds up supervision: a slow reader holds the ranks back, one that stops

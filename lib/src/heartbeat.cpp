@@ -38,6 +38,7 @@ Heartbeat::~Heartbeat() {
   stop_asked_.notify_all();
   thread_->join();
   segment_->beat_pid.store(0, std::memory_order_relaxed);
+  segment_->admits_pid.store(0, std::memory_order_relaxed);
   segment_->beat_ns.store(0, std::memory_order_release);
 }
 

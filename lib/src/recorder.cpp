@@ -41,6 +41,7 @@ rec::Segment* map_segment() {
           segment->pid = static_cast<std::int32_t>(::getpid());
           // An earlier process's heartbeat (killed, or ended without finalize) is not ours.
           segment->beat_pid.store(0, std::memory_order_relaxed);
+          segment->admits_pid.store(0, std::memory_order_relaxed);
           segment->beat_ns.store(0, std::memory_order_release);
           life = segment->lives.fetch_add(1, std::memory_order_relaxed) + 1;
           segment->life_pids[life % rec::kLives].store(std::uint64_t{life} << 32 | static_cast<std::uint32_t>(::getpid()),

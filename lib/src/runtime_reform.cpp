@@ -16,6 +16,7 @@
 #include "common/duration.hpp"
 #include "common/wait.hpp"
 #include "log.hpp"
+#include "recorder.hpp"
 #include "runtime.hpp"
 #include "store/prefix_store.hpp"
 #include "store/tcp_store.hpp"
@@ -291,6 +292,10 @@ namespace idist {
 
 ReformResult reform() { return detail::runtime("reform").reform(false); }
 ReformResult admit_replacements() { return detail::runtime("admit_replacements").reform(true); }
+void will_admit_replacements() {
+  if (auto* segment = detail::launcher_segment())
+    segment->admits_pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_release);
+}
 bool replacement_waiting() {
   const auto* r = detail::runtime_if_initialized();
   return r != nullptr && r->replacement_waiting();

@@ -57,6 +57,15 @@ check "... and summary.json keeps it" eval \
 check "... with how long the re-form took: every member joined within 2 s of the loss" eval \
   'python3 -c "import json,glob,sys; s=json.load(open(glob.glob(\"$DIR/logs/*/summary.json\")[0])); t=s[\"attempts\"][0][\"reform_seconds\"]; print(\"  # reform_seconds:\", t); sys.exit(0 if len(t)==1 and 0 < t[0] < 2 else 1)"'
 
+# --max-restarts 1 with a program that calls reform() itself and never admits a replacement: none
+# is started (it would wait in init() to the job's end), and the job goes on as 2.
+lose 3 9 1 --max-restarts 1 "$PROG" 60 30
+check "--max-restarts 1, a program that admits no replacement: exit 0 (got $rc)" test "$rc" = 0 || cat "$DIR/out"
+check "... no rank started in rank 1's place, and idist-run says why" eval \
+  '! grep -q "starts in rank 1.s place" "$DIR/out" && grep -q "rank 1 is not replaced: 2 of the 2 ranks left do not admit replacements" "$DIR/out"' ||
+  grep "live recovery" "$DIR/out"
+check "... ranks 0 and 2 finish as a world of 2" grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=2 sum=" "$DIR/out"
+
 # The same over gloo's TCP (shared memory carries a job on one host by default).
 IDIST_INTRANODE=off lose 3 9 1 "$PROG" 60 30
 check "over TCP (IDIST_INTRANODE=off), kill -9 of rank 1 of 3: exit 0 (got $rc)" test "$rc" = 0 || cat "$DIR/out"

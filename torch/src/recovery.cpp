@@ -431,6 +431,8 @@ Recovery::Recovery(torch::nn::Module& module, torch::optim::Optimizer& optimizer
     impl_->saved.push_back(b.detach().clone());
   }
   if (is_replacement()) impl_->join_running();
+  // Its step() admits replacements: idist-run may start one in a lost rank's place.
+  will_admit_replacements();
 }
 
 Recovery::~Recovery() = default;

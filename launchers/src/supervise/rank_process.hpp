@@ -65,6 +65,7 @@ class RecorderMemory {
   // The rank's last heartbeat (recorder::Segment::beat_ns): 0 where it beats none.
   std::int64_t beat_ns() const { return segment_->beat_ns.load(std::memory_order_acquire); }
   pid_t beat_pid() const { return segment_->beat_pid.load(std::memory_order_acquire); }
+  pid_t admits_pid() const { return segment_->admits_pid.load(std::memory_order_acquire); }
 
  private:
   RecorderMemory(int fd, common::recorder::Segment* segment) : fd_(fd), segment_(segment) {}

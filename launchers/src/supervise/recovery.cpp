@@ -150,11 +150,13 @@ bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) 
   // the loss otherwise, and this node then reports it as its own failure, as without recovery.
   RecoveryFacts facts{.offered = offered_ && (!joint() || capable_), .lost = root_cause, .min_world = min_world_,
                       .joint = joint()};
+  int admitting = 0;  // survivors whose program admits replacements (will_admit_replacements())
   for (const auto& r : attempt.ranks) {
     if (&r == &rank || !r.running()) continue;
     if (waiting_to_join(attempt, r)) continue;  // no member yet: it joins whatever world goes on
     ++facts.survivors;
     if (r.recorder && r.recorder->beat_pid() != 0) ++facts.opted_in;
+    if (r.recorder && r.recorder->admits_pid() != 0) ++admitting;
   }
   if (const auto why = why_not_reform(facts); !why.empty()) {
     // Said where the program took part in recovery, so that a user sees why it ended instead.
@@ -177,7 +179,16 @@ bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) 
   }
   spdlog::warn("{} (pid {}): live recovery: the {} other rank{} opted in, and may re-form without it", how,
                rank.record->pid, facts.survivors, facts.survivors == 1 ? "" : "s");
-  if (static_cast<int>(to_replace_.size()) + replacements_ < max_replacements_) to_replace_.push_back(&rank);
+  if (static_cast<int>(to_replace_.size()) + replacements_ < max_replacements_) {
+    // A replacement waits in init() until the others admit it: one nobody admits would sit idle
+    // to the job's end.
+    if (admitting == facts.survivors)
+      to_replace_.push_back(&rank);
+    else
+      spdlog::warn("live recovery: rank {} is not replaced: {} of the {} ranks left do not admit replacements "
+                   "(idist::Recovery does; a program calling reform() itself: idist::will_admit_replacements())",
+                   rank.spec->rank, facts.survivors - admitting, facts.survivors);
+  }
   generations_->lose({rank.spec->rank}, how);
   return true;
 }

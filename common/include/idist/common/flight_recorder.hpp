@@ -134,6 +134,10 @@ struct Segment {
   // (frozen: SIGSTOP, a process not scheduled). 0: no heartbeat to watch.
   alignas(64) std::atomic<std::int64_t> beat_ns{0};
   std::atomic<std::int32_t> beat_pid{0};
+  // The process that admits replacements at step boundaries (idist::will_admit_replacements(),
+  // which idist::Recovery calls), cleared as beat_pid is: idist-run starts a rank in a lost
+  // one's place only where every running rank said so. In the padding before `rings`.
+  std::atomic<std::int32_t> admits_pid{0};
   Ring rings[kRings];
   GroupEntry groups[kGroups];
 };
