@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 46's 20-failure run as a test: bench/ddp/recovery_churn.sh (4 ranks of recover_check's MLP
 # under idist::Recovery, idist-run --max-restarts 20) with 20 failures injected at random times
-# and ranks, kill -9 and SIGSTOP mixed, each lost rank replaced. The run finishes with exit 0 in
+# and ranks, kill -9 and SIGSTOP mixed, each lost rank replaced (a replacement lost while it
+# starts too). The run finishes with exit 0 in
 # one attempt, at most one step redone per failure, every sample once, and the parameters as
 # close to a run without failures as one process is to 4 ranks (the world size alone).
 # usage: churn.sh IDIST_RUN RECOVER_CHECK
@@ -11,11 +12,13 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 failures=20
 steps=1000
-# The benchmark's failure every 1.5-2.5 s over a shorter run (30 ms of pause a step, not 20); a
+# A failure every 1.9-3.1 s (the benchmark's 1.5-2.5 s: with other tests loading the cores, a
+# replacement took longer to start than the next loss took to come, until every member of the
+# job was lost and it restarted from its checkpoint) over a run paced at 40 ms a step; a
 # frozen rank named after 2 s without a beat (the benchmark's 1 s starves on 2 busy cores); no
 # dropout, so that the runs differ only by the order of their reductions (each world size draws
 # its own dropout masks, which makes any two runs 0.1-0.3 apart: no test of anything).
-out=$(IDIST_RUN=$(realpath "$1") RECOVER_CHECK=$(realpath "$2") CHURN_PLOT=0 CHURN_HEARTBEAT=2 CHURN_PAUSE_MS=30 CHURN_DROPOUT=0 \
+out=$(IDIST_RUN=$(realpath "$1") RECOVER_CHECK=$(realpath "$2") CHURN_PLOT=0 CHURN_HEARTBEAT=2 CHURN_GAP=2.5 CHURN_PAUSE_MS=40 CHURN_DROPOUT=0 \
   bash "$ROOT/bench/ddp/recovery_churn.sh" $failures $steps "$TMP" 2>&1)
 echo "$out" | sed 's/^/  | /'
 line=$(grep "^# churn: " <<<"$out" | tail -1)
@@ -24,11 +27,13 @@ check "$failures failures injected (got $(value injected))" equals "$(value inje
   tail -20 "$TMP/churn.out" | sed 's/^/  | /'
 check "the job ends with exit 0 (got $(value exit))" equals "$(value exit)" 0 || tail -20 "$TMP/churn.out" | sed 's/^/  | /'
 check "... in one attempt: idist-run says it succeeded after its re-forms" \
-  eval 'grep -q "succeeded after [0-9]* re-forms (" "$TMP/churn.out" && ! grep -q "succeeded on attempt" "$TMP/churn.out"'
+  eval 'grep -q "succeeded after [0-9]* re-forms (" "$TMP/churn.out" && ! grep -q "succeeded on attempt" "$TMP/churn.out"' ||
+  grep -E "^idist-run: .*(live recovery|attempt|frozen|before it joined)" "$TMP/churn.out" | head -30 | cut -c1-300 | sed 's/^/  | /'
 check "every step done ($(value steps) of $steps)" equals "$(value steps)" $steps
 check "at most one step redone per failure ($(value redone) for $failures)" \
   eval '[ -n "$(value redone)" ] && [ "$(value redone)" -le $failures ]'
-check "every sample once ($(value seen) of $(value samples))" equals "$(value seen)" "$(value samples)"
+check "every sample once ($(value seen) of $(value samples))" \
+  eval '[ -n "$(value seen)" ] && [ "$(value seen)" = "$(value samples)" ]'
 check "a lost rank replaced at least $((failures / 2)) times (got $(value replaced))" \
   eval '[ -n "$(value replaced)" ] && [ "$(value replaced)" -ge $((failures / 2)) ]'
 # The world-size tolerance: how far one process is from 4 ranks (about 1e-4 after 1,000 steps).

@@ -100,7 +100,7 @@ std::string Departures::await_the_others(MPI_Comm comm, int size, std::uint64_t 
       BackoffPolicy{.spin = {}, .yield = std::chrono::milliseconds(1), .nap = std::chrono::milliseconds(1)});
   if (abandoned.empty())
     for (const auto& [r, d] : departed_)
-      if (d.calls > calls) return fmt::format("{}\tcollective #{}", r, d.calls - 1);
+      if (d.calls > calls) return fmt::format("{}\tcollective #{}", r, calls);  // the first it never began here
   return abandoned;
 }
 
