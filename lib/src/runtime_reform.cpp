@@ -292,9 +292,9 @@ namespace idist {
 
 ReformResult reform() { return detail::runtime("reform").reform(false); }
 ReformResult admit_replacements() { return detail::runtime("admit_replacements").reform(true); }
-void will_admit_replacements() {
+void will_admit_replacements(bool admits) {
   if (auto* segment = detail::launcher_segment())
-    segment->admits_pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_release);
+    segment->admits_pid.store(admits ? static_cast<std::int32_t>(::getpid()) : 0, std::memory_order_release);
 }
 bool replacement_waiting() {
   const auto* r = detail::runtime_if_initialized();

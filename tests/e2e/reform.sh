@@ -66,6 +66,17 @@ check "... no rank started in rank 1's place, and idist-run says why" eval \
   grep "live recovery" "$DIR/out"
 check "... ranks 0 and 2 finish as a world of 2" grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=2 sum=" "$DIR/out"
 
+# --status after a re-form says the generation and its world.
+start_job "$DIR/out" 3 --timeout 90 "$PROG" 120 30
+sleep 0.6
+kill -9 "$(pid_of "$DIR/out" 1)"
+for i in $(seq 100); do grep -q "^origin [0-9]* pid [0-9]*: generation 1" "$DIR/out" && break; sleep 0.05; done
+"$RUN" --status $job >"$DIR/status" 2>&1
+wait $job
+rc=$?
+check "--status after a re-form: live recovery's generation and world (exit $rc)" eval \
+  '[ $rc = 0 ] && grep -q "^live recovery: generation 1, a world of 2" "$DIR/status"' || cat "$DIR/status"
+
 # The same over gloo's TCP (shared memory carries a job on one host by default).
 IDIST_INTRANODE=off lose 3 9 1 "$PROG" 60 30
 check "over TCP (IDIST_INTRANODE=off), kill -9 of rank 1 of 3: exit 0 (got $rc)" test "$rc" = 0 || cat "$DIR/out"

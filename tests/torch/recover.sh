@@ -114,23 +114,27 @@ committed=$(grep "^recovered: generation 1 " out | grep -o "committed_ns=[0-9]*"
 ms=$(( (${committed:-0} - killed_ns) / 1000000 ))
 echo "# from the first kill to the survivors' next committed step: $ms ms (a step pauses 25 ms)"
 check "... the survivors' next step committed within 2 s of the kill ($ms ms)" test "$ms" -ge 0 -a "$ms" -lt 2000
-# A replacement (--max-restarts 1): rank 1 killed at step 8; idist-run starts a rank in its
+# A replacement (--max-restarts 2): rank 1 killed at step 8; idist-run starts a rank in its
+# place, which is killed too while it starts (before it joined), and another starts in its
 # place, which the 3 survivors admit at a step boundary they agree on (world 4 -> 3 -> 4); it
 # takes the job's state from one of them, and no checkpoint is read. Steps of 60 ms or more:
 # the replacement's start (a libtorch program's) must fit in what is left of the run.
 rm -rf ck
-"$RUN" -n 4 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress >out 2>&1 &
+"$RUN" -n 4 --max-restarts 2 "$CHECK" ck 48 --recover --pause-ms 60 --progress >out 2>&1 &
 job=$!
 for i in $(seq 1000); do grep -q "^step 8$" out && break; sleep 0.01; done
 survivors=$(for r in 0 2 3; do pid_of_rank $job $r; done | sort | tr '\n' ' ')
 kill -9 "$(pid_of_rank $job 1)"
+for i in $(seq 1000); do grep -q "starts in rank 1's place" out && break; sleep 0.01; done
+kill -9 "$(grep -o "rank 4 (pid [0-9]*) starts" out | grep -o "[0-9]*)" | tr -d ')')"
 for i in $(seq 1000); do grep -q "^recovered: generation 2 " out && break; sleep 0.01; done
 still=$(for p in $survivors; do [ -d /proc/$p ] && echo "$p"; done | tr '\n' ' ')
 wait $job
 rc=$?
 check "MLP, a replacement for a lost rank: exit 0 (got $rc)" test $rc = 0 || tail -5 out
-check "... idist-run started rank 4 in rank 1's place" grep -q "rank 4 (pid [0-9]*) starts in rank 1's place" out ||
-  grep -i "place\|restart" out
+check "... idist-run started rank 4 in rank 1's place, and rank 5 in rank 4's once that was killed before it joined" \
+  eval 'grep -q "rank 4 (pid [0-9]*) starts in rank 1.s place" out && grep -q "rank 4 was killed by SIGKILL (pid [0-9]*) before it joined" out && grep -q "rank 5 (pid [0-9]*) starts in rank 4.s place" out' ||
+  grep -i "place\|restart\|joined" out
 check "... the survivors admitted it: world 4 -> 3 -> 4" grep -q "^recovered: generation 2 world 4 after_step" out ||
   grep "^recovered" out
 check "... the survivors kept their processes ($still)" test "$still" = "$survivors"

@@ -198,6 +198,21 @@ TEST_CASE("frozen: a stamp that has not moved for the timeout, by the watcher's 
   CHECK_FALSE(frozen_for(other, -1000 * s, 50 * s + s / 2, 1000ms));
 }
 
+TEST_CASE("began: a rank's process begins to beat, said once per process") {
+  using idist::launchers::supervision::began_beating;
+  using idist::launchers::supervision::BeatSeen;
+  using idist::launchers::supervision::frozen_for;
+  BeatSeen seen;
+  CHECK_FALSE(began_beating(seen, 0));  // not opted in (yet)
+  CHECK(began_beating(seen, 42));       // init() with recovery
+  CHECK_FALSE(began_beating(seen, 42));
+  CHECK_FALSE(frozen_for(seen, 7, 1, 1000ms));  // the stamp's reading keeps it
+  CHECK_FALSE(began_beating(seen, 42));
+  CHECK_FALSE(began_beating(seen, 0));  // finalize(): it stopped
+  CHECK(began_beating(seen, 42));       // and a new init() in the same process
+  CHECK(began_beating(seen, 43));       // another program of the rank's script
+}
+
 TEST_CASE("the phase table") {
   CHECK(may_enter(Phase::starting, Phase::running));
   CHECK(may_enter(Phase::running, Phase::stopping));

@@ -430,12 +430,13 @@ Recovery::Recovery(torch::nn::Module& module, torch::optim::Optimizer& optimizer
     impl_->buffers.push_back(b);
     impl_->saved.push_back(b.detach().clone());
   }
-  if (is_replacement()) impl_->join_running();
-  // Its step() admits replacements: idist-run may start one in a lost rank's place.
+  // Its step() admits replacements: idist-run may start one in a lost rank's place. Said before
+  // a replacement joins, so that it counts as admitting once it is a member.
   will_admit_replacements();
+  if (is_replacement()) impl_->join_running();
 }
 
-Recovery::~Recovery() = default;
+Recovery::~Recovery() { will_admit_replacements(false); }
 
 void Recovery::Impl::joined_call() {
   if (!joined) return;

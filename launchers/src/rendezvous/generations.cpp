@@ -54,7 +54,7 @@ void Generations::lose(const std::vector<int>& ranks, std::string why) {
   }
   if (!member) return;
   leaving_.insert(leaving_.end(), ranks.begin(), ranks.end());
-  if (why_.empty() && joining_.empty()) since_ = std::chrono::steady_clock::now();
+  if (why_.empty()) since_ = std::chrono::steady_clock::now();  // admissions pending go back: not its start
   why_.push_back(std::move(why));
   settle();
 }
@@ -94,14 +94,17 @@ void Generations::admit_queued() {
 }
 
 bool Generations::joined(int origin) {
+  if (joined_.count(origin) > 0) return true;
   std::vector<std::string> keys;
   for (std::uint64_t g = 1; g <= generation_; ++g) keys.push_back(env::joined_key(g, origin));
   try {
     const auto joined = store_->check(keys);
-    return std::find(joined.begin(), joined.end(), true) != joined.end();
+    if (std::find(joined.begin(), joined.end(), true) == joined.end()) return false;
   } catch (const std::exception&) {
     return false;
   }
+  joined_.insert(origin);  // for good: the supervisor asks of every rank at every loss and end
+  return true;
 }
 
 void Generations::settle() {
@@ -114,6 +117,11 @@ void Generations::settle() {
 
 void Generations::ended(int rank) {
   leaving_.push_back(rank);
+  // A member that ended never joins the generation being timed: it has no time.
+  if (timing_ == generation_ && std::find(members_.begin(), members_.end(), rank) != members_.end()) {
+    timing_ = 0;
+    taken_timer_.cancel();
+  }
   try {
     store_->set(env::ended_key(rank), {});
   } catch (const std::exception&) {
@@ -156,9 +164,26 @@ void Generations::stand_down() {
   taken_timer_.cancel();
 }
 
+std::string Generations::status() {
+  if (generation_ == 0) return "";
+  auto out = fmt::format("live recovery: generation {}, a world of {}", generation_, members_.size());
+  if (timing_ == generation_) {
+    std::vector<std::string> keys;
+    for (int m : members_) keys.push_back(env::joined_key(generation_, m));
+    std::size_t joined = 0;
+    try {
+      for (bool j : store_->check(keys)) joined += j ? 1 : 0;
+    } catch (const std::exception&) {
+    }
+    const std::chrono::duration<double> since = std::chrono::steady_clock::now() - timing_since_;
+    out += fmt::format(", re-forming for {:.1f} s: {} of {} joined", since.count(), joined, members_.size());
+  }
+  return out + "\n";
+}
+
 void Generations::time_taken() {
   if (timing_ == 0 || standing_down_) return;
-  if (timing_ != generation_) {  // a newer one came first: its members take that one
+  if (timing_ != generation_) {  // its announcement failed after generation_ moved on
     timing_ = 0;
     return;
   }
@@ -175,7 +200,9 @@ void Generations::time_taken() {
   } catch (const std::exception&) {
     return;  // the store is gone with the attempt
   }
-  taken_timer_.expires_after(kTakenCheck);
+  // Closely for the first second (a re-form takes tenths), then as the admissions are looked at.
+  taken_timer_.expires_after(std::chrono::steady_clock::now() - timing_since_ < std::chrono::seconds(1) ? kTakenCheck
+                                                                                                   : kAdmitCheck);
   taken_timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](auto ec) {
     if (!ec && !alive.expired()) time_taken();
   });

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,9 @@ class Generations {
   // the attempt's failure: a loss never announced (every survivor ended first), or a member of
   // the last generation that ended without joining it (its program did not call reform()).
   std::string unrecovered();
+  // For --status: "" before any generation; else the current one, and where one is being
+  // taken, how long since it was called for and how many of its members joined.
+  std::string status();
   // The attempt is being stopped: nothing more is announced.
   void stand_down();
 
@@ -89,6 +93,7 @@ class Generations {
   boost::asio::steady_timer admit_timer_;
   std::uint64_t recovered_generation_ = 0;  // the last generation a loss made
   std::vector<int> recovered_members_;      // and its members
+  std::set<int> joined_;          // origins seen in a generation (joined() asks the store once)
   std::vector<std::string> why_;  // the losses not announced yet
   // Since when the losses or admissions not announced yet wait, and the announced generation
   // being timed (0: none) with its own start.

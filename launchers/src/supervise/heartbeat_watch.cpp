@@ -42,12 +42,19 @@ Beater beater(pid_t pid) {
 std::optional<std::chrono::duration<double>> frozen_for(BeatSeen& seen, std::int64_t stamp, std::int64_t now_ns,
                                                         std::chrono::milliseconds timeout) {
   if (stamp == 0 || timeout.count() <= 0 || stamp != seen.stamp) {
-    seen = {stamp, now_ns};
+    seen.stamp = stamp;
+    seen.since_ns = now_ns;
     return std::nullopt;
   }
   const std::chrono::duration<double> silent = std::chrono::nanoseconds(now_ns - seen.since_ns);
   if (silent <= timeout) return std::nullopt;
   return silent;
+}
+
+bool began_beating(BeatSeen& seen, pid_t pid) {
+  const bool began = pid != 0 && pid != seen.beating;
+  seen.beating = pid;
+  return began;
 }
 
 void stop_frozen(Rank& rank, pid_t pid, std::chrono::duration<double> silent, std::chrono::milliseconds timeout) {
@@ -57,10 +64,10 @@ void stop_frozen(Rank& rank, pid_t pid, std::chrono::duration<double> silent, st
   ::kill(-rank.record->pid, SIGKILL);
 }
 
-void HeartbeatWatch::start(std::function<LiveAttempt*()> watched, Frozen frozen) {
-  if (timeout_.count() <= 0) return;
+void HeartbeatWatch::start(std::function<LiveAttempt*()> watched, Frozen frozen, Began began) {
   watched_ = std::move(watched);
   frozen_ = std::move(frozen);
+  began_ = std::move(began);
   check();
 }
 
@@ -79,6 +86,7 @@ void HeartbeatWatch::check() {
     for (auto& rank : attempt->ranks) {
       if (!rank.running() || !rank.recorder || rank.record->frozen_for) continue;
       auto& seen = seen_[rank.record];
+      if (began_beating(seen, rank.recorder->beat_pid()) && began_) began_(*attempt, rank);
       const auto silent = frozen_for(seen, rank.recorder->beat_ns(), now, timeout_);
       if (!silent) continue;
       const pid_t pid = rank.recorder->beat_pid();

@@ -17,8 +17,6 @@ namespace {
 
 // A survivor failing this soon after a loss failed of it (see recent_loss).
 constexpr auto kConsequenceWindow = std::chrono::seconds(2);
-// How often a node of several looks whether all its ranks opted in yet (they do at init).
-constexpr auto kOptInCheck = std::chrono::milliseconds(100);
 
 std::string job_token(const Attempt& attempt) {
   const std::string tag = std::string(env::kJobToken) + "=";
@@ -47,9 +45,7 @@ LiveRecovery::LiveRecovery(asio::io_context& io, bool wanted, int min_world, Coo
     : io_(io),
       wanted_(wanted),
       min_world_(min_world),
-      coordinator_(coordinator),
-      opt_in_timer_(io),
-      joining_timer_(io) {}
+      coordinator_(coordinator) {}
 
 LiveRecovery::~LiveRecovery() = default;
 
@@ -118,32 +114,40 @@ void LiveRecovery::offer(Attempt& attempt) {
   }
 }
 
-void LiveRecovery::started(LiveAttempt& attempt) {
-  if (offered_ && joint()) watch_opt_in(attempt);
+void LiveRecovery::started(LiveAttempt& attempt) { maybe_capable(attempt); }
+
+void LiveRecovery::began(LiveAttempt& attempt, Rank& rank) {
+  maybe_capable(attempt);
+  const auto j = std::find_if(joining_.begin(), joining_.end(), [&](const auto& x) { return x.first == &rank; });
+  if (j == joining_.end()) return;
+  // Ready once it beats (in init(), waiting to be admitted).
+  if (generations_)
+    generations_->admit(rank.spec->rank, fmt::format("rank {} started in rank {}'s place", rank.spec->rank, j->second));
+  joining_.erase(j);
 }
 
-void LiveRecovery::watch_opt_in(LiveAttempt& attempt) {
+// Over several nodes, the rendezvous hears once every running rank here opted in (it beats).
+void LiveRecovery::maybe_capable(const LiveAttempt& attempt) {
+  if (!offered_ || !joint() || capable_) return;
   const auto& ranks = attempt.ranks;
   const bool running = std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running(); });
-  const bool all = std::all_of(attempt.ranks.begin(), attempt.ranks.end(), [](const Rank& r) {
+  const bool all = std::all_of(ranks.begin(), ranks.end(), [](const Rank& r) {
     return !r.running() || (r.recorder && r.recorder->beat_pid() != 0);
   });
-  if (!running) return;
-  if (all) {
-    capable_ = true;
-    return coordinator_->capable(attempt.record.index);
-  }
-  opt_in_timer_.expires_after(kOptInCheck);
-  opt_in_timer_.async_wait([this, &attempt](auto ec) {
-    if (!ec) watch_opt_in(attempt);
-  });
+  if (!running || !all) return;
+  capable_ = true;
+  coordinator_->capable(attempt.record.index);
 }
 
 bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) {
   if (waiting_to_join(attempt, rank)) {  // a replacement, whatever ended it: none of the job's work
+    std::erase_if(joining_, [&](const auto& j) { return j.first == &rank; });
     const auto how = fmt::format("rank {} {}", rank.spec->rank, detail::describe(*rank.record));
-    spdlog::warn("{} (pid {}) before it joined: the job goes on without it", how, rank.record->pid);
+    spdlog::warn("{} (pid {}) before it joined: it held none of the job's work", how, rank.record->pid);
     generations_->lose({rank.spec->rank}, how);
+    // Its place is still empty: another starts in it while --max-restarts lasts, else the world
+    // would shrink for good at each replacement lost while it started.
+    replace(attempt, rank, generations_->generation());
     return true;
   }
   // Over several nodes, only once this node said its ranks opted in: the rendezvous would refuse
@@ -229,24 +233,7 @@ void LiveRecovery::replace(LiveAttempt& a, const Rank& lost, std::uint64_t gener
                "boundary once it is ready",
                origin, record.pid, lost.spec->rank, replacements_, max_replacements_);
   joining_.emplace_back(&rank, lost.spec->rank);
-  if (joining_.size() == 1) watch_joining();
-}
-
-void LiveRecovery::watch_joining() {
-  std::erase_if(joining_, [&](const std::pair<Rank*, int>& j) {
-    const Rank& r = *j.first;
-    if (!r.running()) return true;  // lost before it was ready: take_loss had it
-    // Ready once it beats (in init(), waiting to be admitted); one with no recorder at once.
-    if (r.recorder && r.recorder->beat_pid() == 0) return false;
-    if (generations_)
-      generations_->admit(r.spec->rank, fmt::format("rank {} started in rank {}'s place", r.spec->rank, j.second));
-    return true;
-  });
-  if (joining_.empty()) return;
-  joining_timer_.expires_after(kOptInCheck);
-  joining_timer_.async_wait([this](auto ec) {
-    if (!ec) watch_joining();
-  });
+  if (!rank.recorder) began(a, rank);  // no heartbeat to wait for: ready now
 }
 
 void LiveRecovery::stop_unjoined(const LiveAttempt& attempt) {
@@ -274,7 +261,10 @@ std::optional<std::size_t> LiveRecovery::recent_loss(const LiveAttempt& attempt)
 void LiveRecovery::ended(const LiveAttempt& attempt, const Rank& rank) {
   if (!offered_) return;
   const bool others = std::any_of(attempt.ranks.begin(), attempt.ranks.end(), [&](const Rank& r) { return r.running(); });
-  if (joint()) return coordinator_->ended(attempt.record.index, rank.spec->rank);
+  if (joint()) {
+    coordinator_->ended(attempt.record.index, rank.spec->rank);
+    return maybe_capable(attempt);  // the others may all beat now
+  }
   if (others) generations_->ended(rank.spec->rank);
   if (others) stop_unjoined(attempt);
 }
@@ -294,9 +284,10 @@ void LiveRecovery::taken(std::uint64_t generation, double seconds) {
                common::measured_duration_text(std::chrono::duration<double>(seconds)));
 }
 
+std::string LiveRecovery::status_text() { return generations_ ? generations_->status() : std::string(); }
+
 void LiveRecovery::stand_down() {
-  opt_in_timer_.cancel();
-  joining_timer_.cancel();
+  joining_.clear();
   if (generations_) generations_->stand_down();
 }
 

@@ -71,6 +71,9 @@ class LiveRecovery {
   // The attempt's ranks have started: over several nodes, the rendezvous hears once every one
   // of them opted in.
   void started(LiveAttempt& attempt);
+  // `rank` of `attempt` began to beat (the heartbeat watch says so once): it opted in, and a
+  // replacement is ready to be admitted.
+  void began(LiveAttempt& attempt, Rank& rank);
   // `rank` of `attempt` has just ended; `root_cause`: as Blame says. True where the survivors
   // go on without it (said now; the generation is announced after a settle; over several
   // nodes, the caller reports the loss as recoverable and the rendezvous decides); false where
@@ -91,16 +94,17 @@ class LiveRecovery {
   void ended(const LiveAttempt& attempt, const Rank& rank);
   // Over several nodes: the rendezvous formed a generation; `line` says what changed.
   void reformed(LiveAttempt* attempt, std::uint64_t generation, const std::string& line);
+  // --status's line on live recovery, or "" (none offered here, or no generation yet).
+  std::string status_text();
   // The attempt is being stopped: nothing more is announced.
   void stand_down();
 
  private:
   bool joint() const { return coordinator_ != nullptr; }
-  void watch_opt_in(LiveAttempt& attempt);
+  // Over several nodes: says to the rendezvous once every running rank here beats.
+  void maybe_capable(const LiveAttempt& attempt);
   // Starts a rank in `lost`'s place, to join after `generation`.
   void replace(LiveAttempt& attempt, const Rank& lost, std::uint64_t generation);
-  // Announces each replacement once it beats (it is in init(), waiting to be admitted).
-  void watch_joining();
   // `rank` is a replacement that has not joined a generation yet (it waits in init()).
   bool waiting_to_join(const LiveAttempt& attempt, const Rank& rank) const;
   // The job's ranks all ended while replacements still wait to join: they stop, not as failures.
@@ -112,7 +116,6 @@ class LiveRecovery {
   bool wanted_;
   int min_world_;
   Coordinator* coordinator_;
-  asio::steady_timer opt_in_timer_;
   std::unique_ptr<rendezvous::Generations> generations_;  // one node: the store it hosts
   bool offered_ = false;
   bool capable_ = false;              // over several nodes: said that every rank here opted in
@@ -127,8 +130,7 @@ class LiveRecovery {
   StartRank start_rank_;
   std::size_t world0_ = 0;                         // the attempt's ranks at its start
   std::vector<const Rank*> to_replace_;            // lost, to be replaced once announced
-  std::vector<std::pair<Rank*, int>> joining_;     // replacements not ready yet, and whom they replace
-  asio::steady_timer joining_timer_;
+  std::vector<std::pair<Rank*, int>> joining_;     // replacements not beating yet, and whom they replace
   std::map<std::uint64_t, std::size_t> reform_index_;  // a generation's line in the record's reforms
 };
 

@@ -10,7 +10,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
 #include <boost/asio.hpp>
 #include <cerrno>
 #include <cstring>
@@ -73,9 +72,11 @@ class Supervisor {
       watch_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
                    [this](detail::StallReport report) { on_stall(std::move(report)); });
     beats_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
-                 [this](Rank& r, pid_t pid, auto silent) { stop_frozen(r, pid, silent, options_.heartbeat_timeout); });
+                 [this](Rank& r, pid_t pid, auto silent) { stop_frozen(r, pid, silent, options_.heartbeat_timeout); },
+                 [this](LiveAttempt& a, Rank& r) { recovery_.began(a, r); });
     if (options_.status_socket)
-      status_ = std::make_unique<detail::StatusServer>(io_, [this] { return watch_.status_text(started()); });
+      status_ = std::make_unique<detail::StatusServer>(
+          io_, [this] { return watch_.status_text(started()) + recovery_.status_text(); });
     if (auto& c = options_.coordinator)
       c->start(io_, {.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
                      .lost = [this](const std::string& why) { on_lost(why); },
@@ -119,10 +120,9 @@ class Supervisor {
   void start_attempt(int index) {
     if (!attempts_.empty()) enter(Phase::starting);  // the first attempt starts in it
     watch_.new_attempt();
-    auto live = std::make_unique<LiveAttempt>();
-    live->record.index = index;
-    live->record.start = WallClock::now();
-    attempts_.push_back(std::move(live));
+    auto& live = *attempts_.emplace_back(std::make_unique<LiveAttempt>());
+    live.record.index = index;
+    live.record.start = WallClock::now();
     if (!options_.coordinator) return launch(index);
     // A job over several nodes: the ranks start once every node is in.
     options_.coordinator->join(index, [this, generation = attempts_.size()](const std::optional<RemoteVerdict>& ended) {

@@ -144,9 +144,10 @@ IDIST_API ReformResult admit_replacements();
 // Says to idist-run that this rank admits replacements, at step boundaries, with
 // admit_replacements() (idist::Recovery says so for its program): idist-run starts a rank in a
 // lost one's place only where every running rank said so. A program that only calls reform()
-// leaves it unsaid and goes on with the smaller world, holding no idle replacement. No effect
-// outside idist-run.
-IDIST_API void will_admit_replacements();
+// leaves it unsaid and goes on with the smaller world, holding no idle replacement. `false`
+// takes it back (Recovery's destructor: the loop that admitted them is over). No effect outside
+// idist-run.
+IDIST_API void will_admit_replacements(bool admits = true);
 // True in a rank that idist-run started in a lost one's place, from init() (which joined it to
 // the running job) until it has taken the job's state from a running rank (idist::Recovery
 // does, then calls replacement_caught_up()). auto_model skips its wrap-time collectives there,
