@@ -2,9 +2,9 @@
 # Issue 46's 20-failure run as a test: bench/ddp/recovery_churn.sh (4 ranks of recover_check's MLP
 # under idist::Recovery, idist-run --max-restarts 20) with 20 failures injected at random times
 # and ranks, kill -9 and SIGSTOP mixed, each lost rank replaced (a replacement lost while it
-# starts too). The run finishes with exit 0 in
-# one attempt, at most one step redone per failure, every sample once, and the parameters as
-# close to a run without failures as one process is to 4 ranks (the world size alone).
+# starts too). The run finishes with exit 0 in one attempt, at most one step redone per
+# failure, every sample once, and the parameters as close to a run without failures as one
+# process is to 4 ranks (the world size alone).
 # usage: churn.sh IDIST_RUN RECOVER_CHECK
 source "$(dirname "$0")/../e2e/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

@@ -71,14 +71,9 @@ void Generations::admit_queued() {
   // would find the admission where the others are in the generation before it.
   bool taken = generation_ == 0;
   if (!taken) {
-    std::vector<std::string> keys;
-    for (int m : members_) keys.push_back(env::joined_key(generation_, m));
-    try {
-      const auto joined = store_->check(keys);
-      taken = std::find(joined.begin(), joined.end(), false) == joined.end();
-    } catch (const std::exception&) {
-      return;  // the store is gone with the attempt
-    }
+    const auto joined = members_joined();
+    if (!joined) return;  // the store is gone with the attempt
+    taken = *joined == members_.size();
   }
   if (!taken) {
     admit_timer_.expires_after(kAdmitCheck);
@@ -91,6 +86,17 @@ void Generations::admit_queued() {
   joining_.insert(joining_.end(), std::make_move_iterator(queued_.begin()), std::make_move_iterator(queued_.end()));
   queued_.clear();
   settle();
+}
+
+std::optional<std::size_t> Generations::members_joined() {
+  std::vector<std::string> keys;
+  for (int m : members_) keys.push_back(env::joined_key(generation_, m));
+  try {
+    const auto joined = store_->check(keys);
+    return static_cast<std::size_t>(std::count(joined.begin(), joined.end(), true));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 bool Generations::joined(int origin) {
@@ -168,15 +174,9 @@ std::string Generations::status() {
   if (generation_ == 0) return "";
   auto out = fmt::format("live recovery: generation {}, a world of {}", generation_, members_.size());
   if (timing_ == generation_) {
-    std::vector<std::string> keys;
-    for (int m : members_) keys.push_back(env::joined_key(generation_, m));
-    std::size_t joined = 0;
-    try {
-      for (bool j : store_->check(keys)) joined += j ? 1 : 0;
-    } catch (const std::exception&) {
-    }
     const std::chrono::duration<double> since = std::chrono::steady_clock::now() - timing_since_;
-    out += fmt::format(", re-forming for {:.1f} s: {} of {} joined", since.count(), joined, members_.size());
+    out += fmt::format(", re-forming for {:.1f} s: {} of {} joined", since.count(), members_joined().value_or(0),
+                       members_.size());
   }
   return out + "\n";
 }
@@ -187,18 +187,13 @@ void Generations::time_taken() {
     timing_ = 0;
     return;
   }
-  std::vector<std::string> keys;
-  for (int m : members_) keys.push_back(env::joined_key(generation_, m));
-  try {
-    const auto joined = store_->check(keys);
-    if (std::find(joined.begin(), joined.end(), false) == joined.end()) {
-      timing_ = 0;
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - timing_since_;
-      if (taken_) taken_(generation_, took.count());
-      return;
-    }
-  } catch (const std::exception&) {
-    return;  // the store is gone with the attempt
+  const auto joined = members_joined();
+  if (!joined) return;  // the store is gone with the attempt
+  if (*joined == members_.size()) {
+    timing_ = 0;
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - timing_since_;
+    if (taken_) taken_(generation_, took.count());
+    return;
   }
   // Closely for the first second (a re-form takes tenths), then as the admissions are looked at.
   taken_timer_.expires_after(std::chrono::steady_clock::now() - timing_since_ < std::chrono::seconds(1) ? kTakenCheck

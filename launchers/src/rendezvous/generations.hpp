@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -80,6 +81,9 @@ class Generations {
   void settle();
   void admit_queued();
   void time_taken();
+  // How many members of the current generation said they joined it; none where the store
+  // cannot tell.
+  std::optional<std::size_t> members_joined();
 
   std::unique_ptr<idist::detail::TcpStoreServer> store_;
   boost::asio::steady_timer settle_;
