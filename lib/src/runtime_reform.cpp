@@ -2,7 +2,8 @@
 // in the same processes. The first survivor to see the loss aborts every group of the
 // generation (the cascade), so that no survivor waits on it; each then waits in reform() for
 // idist-run's word on who goes on (supervise/recovery.hpp writes "members=..." under
-// env::generation_key(g) in the store it hosts), and they connect a new world there, under
+// env::generation_key(g) in the store it hosts), and they connect a new world there (on etcd:
+// in the store the word names), under
 // generation_prefix(g): nothing of an earlier generation, nor rank 0's store, is needed again.
 #include <spdlog/fmt/fmt.h>
 #include <unistd.h>
@@ -41,18 +42,36 @@ namespace {
   ::_exit(75);
 }
 
-std::vector<int> parse_members(const std::vector<char>& value, std::uint64_t g) {
-  std::string text(value.begin(), value.end());
-  if (text.ends_with(env::kGrowTag)) text.resize(text.size() - env::kGrowTag.size());
-  constexpr std::string_view kTag = "members=";
-  if (text.rfind(kTag, 0) != 0) throw std::runtime_error(fmt::format("idist-run's word on generation {} is unreadable: {}", g, text));
+struct GenerationWord {
   std::vector<int> members;
+  std::string store_host;  // empty: idist-run's own store (IDIST_RECOVERY_STORE)
+  int store_port = 0;
+};
+
+GenerationWord parse_word(const std::vector<char>& value, std::uint64_t g) {
+  std::string text(value.begin(), value.end());
+  const auto unreadable = [&] {
+    return std::runtime_error(fmt::format("idist-run's word on generation {} is unreadable: {}", g, text));
+  };
+  if (text.ends_with(env::kGrowTag)) text.resize(text.size() - env::kGrowTag.size());
+  GenerationWord word;
+  if (const auto at = text.find(env::kStoreTag); at != std::string::npos) {
+    const auto address = text.substr(at + env::kStoreTag.size());
+    const auto colon = address.rfind(':');
+    if (colon == std::string::npos || colon == 0) throw unreadable();
+    word.store_host = address.substr(0, colon);
+    word.store_port = std::stoi(address.substr(colon + 1));
+    text.resize(at);
+  }
+  constexpr std::string_view kTag = "members=";
+  if (text.rfind(kTag, 0) != 0) throw unreadable();
+  auto& members = word.members;
   for (std::size_t at = kTag.size(); at < text.size();) {
     const auto end = std::min(text.find(',', at), text.size());
     members.push_back(std::stoi(text.substr(at, end - at)));
     at = end + 1;
   }
-  return members;
+  return word;
 }
 
 }  // namespace
@@ -123,7 +142,10 @@ std::vector<int> Runtime::next_generation_members(const ErrorSite& site, Clock::
   // A slow survivor may find more than one generation formed since its own: the newest counts.
   while (generation_store_->check({env::generation_key(next + 1)})[0]) ++next;
   generation_ = next;
-  return parse_members(generation_store_->get(env::generation_key(next)), next);
+  auto said = parse_word(generation_store_->get(env::generation_key(next)), next);
+  connect_host_ = said.store_host.empty() ? contract_.recovery_host : said.store_host;
+  connect_port_ = said.store_host.empty() ? contract_.recovery_port : said.store_port;
+  return std::move(said.members);
 }
 
 void Runtime::adopt_generation(const std::vector<int>& members, int me) {
@@ -163,7 +185,7 @@ bool Runtime::connect_generation() {
   // IDIST_TIMEOUT. The watcher asks idist-run's store, on the connection reform() waited on,
   // whether a newer generation replaced this one.
   auto connection = std::make_shared<TcpStore>(
-      TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, contract_.timeout});
+      TcpStoreOptions{connect_host_, connect_port_, contract_.job_token, contract_.timeout});
   store_ = std::make_unique<PrefixStore>(connection, generation_prefix(generation_));
   std::atomic<bool> superseded = false;
   std::jthread watcher([&](std::stop_token stop) {

@@ -25,6 +25,10 @@
 
 namespace idist::detail {
 
+std::vector<char> hello_frame(std::string_view token) {
+  return wire::Writer(static_cast<std::uint8_t>(wire::Op::hello)).bytes(token).frame();
+}
+
 namespace {
 
 namespace asio = boost::asio;

@@ -173,6 +173,52 @@ netns_hosts_cleanup() {
   ip netns del "$NS_BRIDGE" 2>/dev/null
   return 0
 }
+# skip_without_etcd: exits 77 (skipped), saying so, where etcd is not installed.
+skip_without_etcd() {
+  command -v etcd >/dev/null && return 0
+  echo "SKIP: etcd not installed (Debian: etcd-server; scripts/setup.sh)"
+  exit 77
+}
+# netns_etcd I: a one-member etcd on host I, its client endpoint in ETCD_EP and its pid in
+# ETCD_PID (its data in $DIR), up once it answers (10 s at most; non-zero if it does not).
+netns_etcd() {
+  ETCD_EP=${ADDR_HOST[$1]}:2379
+  ip netns exec "${NS_HOST[$1]}" "$(command -v etcd)" --name m0 --data-dir "$DIR/etcd" \
+    --listen-client-urls "http://$ETCD_EP" --advertise-client-urls "http://$ETCD_EP" \
+    --listen-peer-urls "http://127.0.0.1:2380" --initial-advertise-peer-urls "http://127.0.0.1:2380" \
+    --initial-cluster "m0=http://127.0.0.1:2380" >"$DIR/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  disown $!
+  local _
+  for _ in $(seq 100); do
+    ip netns exec "${NS_HOST[$1]}" env ETCDCTL_API=3 etcdctl --endpoints "$ETCD_EP" endpoint health >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# idist_run_on_host I PATTERN: the pid of the idist-run in host I's namespace whose command
+# line matches PATTERN.
+idist_run_on_host() {
+  pgrep -f "$2" | while read -r p; do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = idist-run ] && ip netns identify "$p" 2>/dev/null | grep -qx "${NS_HOST[$1]}" && echo "$p"
+  done
+}
+# Live recovery over hosts: host I's output in $DIR/hI.out and exit code in $DIR/hI.rc, and
+# tests/e2e/reform_rank's lines in them ("origin 2 pid 4242", then "origin 2 pid 4242:
+# generation 1: ..." from the same process once it re-formed).
+origin_pid() { cat "$DIR"/h*.out | awk -v r="$1" '$1 == "origin" && $2 == r && $3 == "pid" {print $4; exit}'; }
+host_rc() { cat "$DIR/h$1.rc" 2>/dev/null || echo none; }
+same_processes() {
+  local origin
+  for origin in "$@"; do cat "$DIR"/h*.out | grep -q "^origin $origin pid $(origin_pid "$origin"): generation" || return 1; done
+}
+wait_for_origins() {
+  local i
+  for i in $(seq 600); do [ "$(cat "$DIR"/h*.out | grep -c "^origin [0-9]* pid")" -ge "$1" ] && return 0; sleep 0.05; done
+  return 1
+}
+show_hosts() { sed 's/^/  | /' "$DIR/h0.out" "$DIR/h1.out" | tail -60; }
+
 # on_host I NAME CMD...: CMD in host I's namespace with host name NAME (a UTS namespace of its own).
 on_host() {
   local i=$1 name=$2

@@ -7,11 +7,8 @@
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
 JOB_SUM=$(realpath "$3")
+skip_without_etcd
 ETCD=$(command -v etcd)
-if [ -z "$ETCD" ]; then
-  echo "SKIP: etcd not installed (Debian: etcd-server; scripts/setup.sh)"
-  exit 77
-fi
 DIR=$(mktemp -d /tmp/idist-etcd-netns.XXXXXX)
 tag=$$
 ETCD_PIDS=()

@@ -1,21 +1,17 @@
 // The rendezvous' rules (launchers/src/rendezvous/rules.hpp) case by case: events in, the next
 // state and the actions out, with no socket and no etcd. Both rendezvous apply these rules (the
 // built-in one per message, the etcd proposer per read of the job's keys), so this is where
-// their decisions, and the verdict's words, are checked; the last cases read etcd's keys as a
-// range answer gives them and check the state the proposer would write (etcd/proposal.hpp).
+// their decisions, and the verdict's words, are checked; test_proposal.cpp reads etcd's keys
+// into them.
 #include <doctest/doctest.h>
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "rendezvous/etcd/client.hpp"
-#include "rendezvous/etcd/proposal.hpp"
 #include "rendezvous/rules.hpp"
 
 namespace rules = idist::launchers::rendezvous::rules;
-namespace etcd = idist::launchers::etcd;
-namespace etcd_rdzv = idist::launchers::etcd_rdzv;
 using rules::Phase;
 
 namespace {
@@ -481,121 +477,4 @@ TEST_CASE("phases by name, as etcd stores them") {
   for (const auto p : {Phase::gathering, Phase::running, Phase::ending, Phase::done})
     CHECK(rules::phase_named(rules::phase_name(p)) == p);
   CHECK(rules::phase_named("nonsense") == Phase::gathering);
-}
-
-// --- the etcd rendezvous' proposer: the job's keys in, the next `state` out --------------------
-
-namespace {
-
-const std::string kPrefix = "/idist/rdzv/job/";
-
-// A /v3/kv/range answer as etcd gives it: keys and values base64, revisions as strings.
-struct Keys {
-  etcd_rdzv::Json kvs = etcd_rdzv::Json::array();
-  long long revision = 1;
-  Keys& put(const std::string& key, const etcd_rdzv::Json& value) {
-    kvs.push_back({{"key", etcd::base64(kPrefix + key)},
-                   {"value", etcd::base64(value.dump())},
-                   {"mod_revision", std::to_string(++revision)}});
-    return *this;
-  }
-  Keys& node(const std::string& id, const std::string& host, int join, int nproc = 2) {
-    return put("node/" + id, {{"host", host}, {"addr", "10.0.0." + host.substr(1)}, {"nproc", nproc}, {"join", join}, {"port", 29500}});
-  }
-  etcd_rdzv::Snapshot snapshot() const {
-    return etcd_rdzv::snapshot_of({{"header", {{"revision", std::to_string(revision)}}}, {"kvs", kvs}}, kPrefix);
-  }
-};
-
-// What the proposer would write after reading `keys`.
-std::optional<etcd_rdzv::Json> proposal(const Keys& keys, const rules::Limits& limits) {
-  const auto s = keys.snapshot();
-  const auto step = rules::decide(etcd_rdzv::rules_state(s, {.last_call = false, .dead_after = "5s"}), rules::Reconsider{}, limits);
-  return etcd_rdzv::next_state(s, step);
-}
-
-const rules::Limits kTwo{.min_nodes = 2, .max_nodes = 2, .max_restarts = 1, .needs_host = false};
-const etcd_rdzv::Json kRunning = {{"attempt", 3}, {"phase", "running"}, {"restarts_used", 0},
-                                  {"members", {"h1-10-a", "h2-20-b"}}, {"nproc", 2}};
-
-}  // namespace
-
-TEST_CASE("etcd: two nodes asking for attempt 0 close its round: members by host, node 0's address") {
-  Keys keys;
-  keys.node("h2-20-b", "h2", 0, 3).node("h1-10-a", "h1", 0);
-  const auto next = proposal(keys, kTwo);
-  REQUIRE(next.has_value());
-  CHECK((*next)["phase"] == "running");
-  CHECK((*next)["members"] == etcd_rdzv::Json({"h1-10-a", "h2-20-b"}));
-  CHECK((*next)["nproc"] == etcd_rdzv::Json({2, 3}));
-  CHECK((*next)["zero"] == etcd_rdzv::Json({{"addr", "10.0.0.1"}, {"port", 29500}}));
-  // One node alone: nothing to write yet (the proposer arms the last call only with MIN in).
-  Keys alone;
-  alone.node("h1-10-a", "h1", 0);
-  CHECK_FALSE(proposal(alone, kTwo).has_value());
-}
-
-TEST_CASE("etcd: a failure report and every member over: the next attempt, counted, with the verdict's words") {
-  Keys keys;
-  keys.put("state", kRunning).node("h1-10-a", "h1", 3).node("h2-20-b", "h2", 3);
-  keys.put("a/3/fail/h2-20-b", {{"rank", 3}, {"how", "exited with code 3"}, {"exit_code", 3}, {"root", false}});
-  keys.put("a/3/over/h1-10-a", etcd_rdzv::Json::object()).put("a/3/over/h2-20-b", etcd_rdzv::Json::object());
-  const auto next = proposal(keys, kTwo);
-  REQUIRE(next.has_value());
-  CHECK((*next)["phase"] == "gathering");
-  CHECK((*next)["attempt"] == 4);
-  CHECK((*next)["restarts_used"] == 1);
-  CHECK((*next)["prev"] == kRunning["members"]);
-  const auto& v = (*next)["verdict"];
-  CHECK(v["then"] == "restart");
-  CHECK(v["cause"] == "rank 3 on node 1 (h2) exited with code 3");
-  CHECK(v["restarts_left"] == 0);
-  CHECK(v["rank"] == 3);
-}
-
-TEST_CASE("etcd: a failure report while a member still stops its ranks: the attempt ends, the verdict waits") {
-  Keys keys;
-  keys.put("state", kRunning).node("h1-10-a", "h1", 3).node("h2-20-b", "h2", 3);
-  keys.put("a/3/fail/h1-10-a", {{"rank", 0}, {"how", "was killed by SIGSEGV"}, {"exit_code", 139}, {"root", true}});
-  const auto next = proposal(keys, kTwo);
-  REQUIRE(next.has_value());
-  CHECK((*next)["phase"] == "ending");
-  CHECK((*next)["cause"] == "rank 0 on node 0 (h1) was killed by SIGSEGV");
-  CHECK((*next)["reform"] == false);
-}
-
-TEST_CASE("etcd: a member whose lease expired, or that said why it left, is named; too few nodes end the job") {
-  Keys keys;
-  keys.put("state", kRunning).node("h1-10-a", "h1", 3).put("a/3/over/h1-10-a", etcd_rdzv::Json::object());
-  auto next = proposal(keys, {.min_nodes = 2, .max_nodes = 2, .max_restarts = 3, .needs_host = false});
-  REQUIRE(next.has_value());
-  CHECK((*next)["phase"] == "done");
-  CHECK((*next)["verdict"]["cause"] ==
-        "node 1 (h2) was lost: its etcd lease expired (no heartbeat for 5s); 1 node left, the job needs 2");
-  CHECK((*next)["verdict"]["ended_by"] == "nodes");
-  keys.put("left/h2-20-b", "interrupted by SIGTERM");
-  next = proposal(keys, {.min_nodes = 2, .max_nodes = 2, .max_restarts = 3, .needs_host = false});
-  CHECK((*next)["verdict"]["cause"] == "node 1 (h2) left the job: interrupted by SIGTERM; 1 node left, the job needs 2");
-}
-
-TEST_CASE("etcd: every member over without a failure: success") {
-  Keys keys;
-  keys.put("state", kRunning).node("h1-10-a", "h1", 3).node("h2-20-b", "h2", 3);
-  keys.put("a/3/over/h1-10-a", etcd_rdzv::Json::object()).put("a/3/over/h2-20-b", etcd_rdzv::Json::object());
-  const auto next = proposal(keys, kTwo);
-  REQUIRE(next.has_value());
-  CHECK((*next)["phase"] == "done");
-  CHECK((*next)["verdict"]["then"] == "success");
-}
-
-TEST_CASE("etcd: a node asking to join an elastic job with room re-forms it") {
-  Keys keys;
-  keys.put("state", kRunning).node("h1-10-a", "h1", 3).node("h2-20-b", "h2", 3).node("h3-30-c", "h3", 4);
-  const auto next = proposal(keys, {.min_nodes = 1, .max_nodes = 3, .max_restarts = 0, .needs_host = false});
-  REQUIRE(next.has_value());
-  CHECK((*next)["phase"] == "ending");
-  CHECK((*next)["reform"] == true);
-  CHECK((*next)["cause"] == "the node on h3 joined");
-  // A fixed N: it waits; nothing changes.
-  CHECK_FALSE(proposal(keys, kTwo).has_value());
 }

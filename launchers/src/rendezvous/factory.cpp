@@ -40,6 +40,8 @@ EtcdRendezvousOptions etcd_options(const RendezvousOptions& o, EtcdRendezvousOpt
   e.join_timeout = o.join_timeout;
   e.grace = o.grace;
   e.stall_timeout = o.stall_timeout;
+  e.recovery = o.recovery;
+  e.min_world = o.min_world;
   return e;
 }
 

@@ -113,6 +113,20 @@ bool Generations::joined(int origin) {
   return true;
 }
 
+void Generations::publish(std::uint64_t generation, const std::vector<int>& members, const std::string& store,
+                          const std::string& line, const std::vector<int>& local) {
+  if (standing_down_ || generation <= generation_) return;
+  const auto text = fmt::format("members={};store={}", fmt::join(members, ","), store);
+  store_->set(env::generation_key(generation), {text.begin(), text.end()});
+  generation_ = generation;
+  members_ = members;
+  last_line_ = line;
+  recovered_generation_ = generation;
+  recovered_members_.clear();
+  for (int m : members)
+    if (std::find(local.begin(), local.end(), m) != local.end()) recovered_members_.push_back(m);
+}
+
 void Generations::settle() {
   settle_.expires_after(kSettle);
   // A wait that completed is run even once this object is gone: the token says whether it is.

@@ -52,6 +52,12 @@ class Generations {
   // rank re-forming takes the newest, and must not find an admission where the others are in
   // the generation before it); and a loss announced first puts it back until that is joined.
   void admit(int origin, std::string why);
+  // Over several nodes on etcd, each node's idist-run hosts a store for its own ranks, and the
+  // rendezvous decides each generation (etcd/proposal.hpp): written here as decided, naming
+  // `store`, the one its world connects through. `local`: this node's ranks, the members whose
+  // joining this store sees.
+  void publish(std::uint64_t generation, const std::vector<int>& members, const std::string& store,
+               const std::string& line, const std::vector<int>& local);
   // Whether `origin` joined any generation (env::joined_key).
   bool joined(int origin);
   // `rank` ended its program (exit 0) while others run: said in the store, so that a survivor

@@ -192,7 +192,7 @@ class Decision {
       s_.departures.push_back(e.text);
       return maybe_decide();
     }
-    if (r != 0 && reform_in_place(f, ranks)) return maybe_decide();
+    if ((r != 0 || !limits_.needs_host) && reform_in_place(f, ranks)) return maybe_decide();
     record(f);
     maybe_decide();
   }
@@ -212,8 +212,9 @@ class Decision {
 
   // Live recovery: the survivors of `f` (which loses `ranks`) go on in place, where recovery is
   // offered, the attempt runs and did not end, every live member's ranks opted in, and the
-  // world stays at least --min-world. Node 0 hosts the generations' store: its loss is never
-  // survived, nor is it asked here (its ranks' loss is, like any other's).
+  // world stays at least --min-world. On the built-in rendezvous node 0 hosts the generations'
+  // store: its loss is never survived, nor is it asked here (its ranks' loss is, like any
+  // other's); on etcd every node hosts its own ranks' store, and node 0 is one like the others.
   bool reform_in_place(const Failure& f, const std::vector<int>& ranks) {
     if (!limits_.recovery || s_.phase != Phase::running || s_.reform || !f.root || ranks.empty()) return false;
     const auto gone = [&](int k) {

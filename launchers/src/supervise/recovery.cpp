@@ -29,7 +29,7 @@ std::string job_token(const Attempt& attempt) {
 }  // namespace
 
 std::string why_not_reform(const RecoveryFacts& f) {
-  if (!f.offered) return "recovery is not offered (--recovery off, --rdzv-backend etcd, or no generation store)";
+  if (!f.offered) return "recovery is not offered (--recovery off, or no generation store)";
   if (!f.lost) return "the rank failed on its own (a non-zero exit is the program's verdict, not a loss)";
   if (f.survivors == 0 && !f.joint) return "no rank is left";
   if (f.survivors < f.min_world && !f.joint)
@@ -82,7 +82,7 @@ void LiveRecovery::offer(Attempt& attempt) {
   if (!wanted_) return;
   std::string address;
   if (joint()) {
-    address = coordinator_->assignment().recovery_store;  // none: etcd's, or its store failed
+    address = coordinator_->assignment().recovery_store;  // none: its store failed
   } else {
     try {
       generations_ = std::make_unique<rendezvous::Generations>(

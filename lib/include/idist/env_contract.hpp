@@ -55,6 +55,9 @@ inline constexpr std::string_view kRecoveryStore = "IDIST_RECOVERY_STORE";
 // a replacement (origin 4) waits to join: the members admit it at a step boundary they agree on.
 inline std::string generation_key(unsigned long long g) { return "idist/recovery/" + std::to_string(g); }
 inline constexpr std::string_view kGrowTag = ";grow";
+// On etcd, where each node's idist-run hosts its own ranks' store, a generation's word names
+// the one its world connects through: "members=0,2,3;store=HOST:PORT".
+inline constexpr std::string_view kStoreTag = ";store=";
 // And each member of generation g says there that it joined it (connected its world), by its
 // generation-0 rank: a member that ends without joining left the loss unrecovered.
 inline std::string joined_key(unsigned long long g, int origin) {

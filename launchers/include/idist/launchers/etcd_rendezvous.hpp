@@ -36,6 +36,10 @@ struct EtcdRendezvousOptions {
   std::chrono::milliseconds join_timeout{300000};
   std::chrono::milliseconds grace{5000};
   std::chrono::milliseconds stall_timeout{0};  // --stall-timeout: job-wide stall reports (0: none)
+  // Live recovery (--recovery auto): each node hosts its ranks' generations store, and a lost
+  // rank or node, node 0 included, is re-formed without while the world stays >= min_world.
+  bool recovery = false;
+  int min_world = 1;
 };
 
 // The first of etcd's endpoints ("h1:2379,h2:2379"), as HOST:PORT; throws std::invalid_argument
@@ -66,6 +70,8 @@ class EtcdRendezvous final : public Coordinator {
             std::function<void(const RemoteVerdict&)> verdict) override;
   void finish(const std::string& outcome, std::function<void()> done) override;
   void stalled(int attempt) override;
+  void capable(int attempt) override;
+  void ended(int attempt, int rank) override;
   void detach() override;
 
   struct State;

@@ -32,6 +32,7 @@
 
 #include "client.hpp"
 #include "election.hpp"
+#include "node_recovery.hpp"
 #include "proposal.hpp"
 #include "proposer.hpp"
 #include "rendezvous/wire.hpp"
@@ -121,6 +122,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   int state_watch = -1;  // the state's watch, until this node proposes (it then watches the whole job)
   // Set once this node is the first candidate: it proposes the job's next states from then on.
   std::unique_ptr<etcd_rdzv::Proposer> office;
+  std::unique_ptr<etcd_rdzv::NodeRecovery> recovery;  // --recovery auto: this node's ranks' store
 
   std::string key(const std::string& rest) const { return prefix + rest; }
   std::string tried() const { return etcd::endpoints_text(endpoints); }
@@ -165,6 +167,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       lease_ttl = std::chrono::seconds(ttl);
       renewed = Clock::now();
       if (options.local_addr.empty()) options.local_addr = client->local_address();
+      if (recovery) recovery->identify(id, advertised(), lease, options.nproc);
       election = make_election();
       const Json also = Json::array({record_op(), Json{{"request_range", {{"key", base64(key("state"))}}}}});
       call("/v3/kv/txn", election->campaign(lease, id, also), [this](const std::string& error, const Json& j) {
@@ -246,7 +249,8 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
         },
         .read = [this] { read(); },
         .info = [this](const std::string& line) { info("{}", line); },
-        .etcd = tried()};
+        .etcd = tried(),
+        .self = [this](int attempt) { return recovery ? recovery->watched_as(attempt) : Json(); }};
     office = std::make_unique<etcd_rdzv::Proposer>(*io, options, prefix, std::move(out));
     // The whole job's watch sees the state too.
     if (state_watch >= 0) client->unwatch(std::exchange(state_watch, -1));
@@ -287,11 +291,14 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
 
   // This node's record: alive (its lease), and in which attempt it asks to be.
   Json record() const {
-    return Json{{"host", host},
-                {"addr", options.local_addr.empty() ? host : options.local_addr},
-                {"nproc", options.nproc},
-                {"join", join_attempt},
-                {"port", port ? port->port() : 0}};
+    Json r{{"host", host},
+           {"addr", advertised()},
+           {"nproc", options.nproc},
+           {"join", join_attempt},
+           {"port", port ? port->port() : 0},
+           {"lease", std::to_string(lease)}};
+    if (recovery) recovery->describe(r);
+    return r;
   }
   Json record_op() const { return put_op(key("node/" + id), record()); }
 
@@ -424,6 +431,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       if (events.end_attempt) events.end_attempt(cause);
     }
     stall_side(s);
+    recovery_side(s);
     // Our attempt's verdict: the job has moved on to a later attempt.
     if (verdict && k > over_attempt) {
       RemoteVerdict v = rendezvous::verdict_of(s.state.contains("verdict") ? s.state["verdict"] : Json::object());
@@ -443,6 +451,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     // Assigned: the attempt this node asked for (or a later one) runs with it.
     if ((phase == Phase::running || phase == Phase::ending) && k >= join_attempt && my_rank >= 0) {
       assignment = etcd_rdzv::assignment_of(s, static_cast<std::size_t>(my_rank));
+      if (recovery) {  // a store for this attempt (its ranks' token), whose port the record tells
+        assignment.recovery_store = recovery->open(assignment.attempt, advertised());
+        put_record();
+      }
       assigned = true;
       std::exchange(joined, nullptr)(std::nullopt);
     } else if (phase == Phase::gathering && join_attempt < k) {
@@ -480,6 +492,16 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
         events.report(field<std::vector<std::string>>(report, "lines", {}));
     }
   }
+
+  // Live recovery (node_recovery.hpp): the generation the proposer decided for this node's
+  // attempt, to its supervisor; the stores this node holds, to find a killed node at once.
+  void recovery_side(const Snapshot& s) {
+    if (!recovery || !assigned) return;
+    const auto reformed = recovery->follow(s, office != nullptr, assignment.attempt, assignment.rank_base);
+    if (reformed && events.reformed) events.reformed(reformed->generation, reformed->line);
+  }
+
+  std::string advertised() const { return options.local_addr.empty() ? host : options.local_addr; }
 
   void deliver(const RemoteVerdict& v) {
     if (verdict) return std::exchange(verdict, nullptr)(v);
@@ -548,6 +570,14 @@ void EtcdRendezvous::start(boost::asio::io_context& io, Events events) {
   s.io = &io;
   s.events = std::move(events);
   for (auto* t : {&s.beat_timer, &s.finish_timer}) *t = std::make_unique<asio::steady_timer>(io);
+  if (s.options.recovery) {
+    std::weak_ptr<State> weak = state_;
+    s.recovery = std::make_unique<etcd_rdzv::NodeRecovery>(
+        io, s.options.token, s.prefix, [weak](const std::string& path, Json body, std::function<void()> then) {
+          if (auto self = weak.lock(); self && self->standing < State::Standing::gave_up)
+            self->call(path, std::move(body), [then](const std::string&, const Json&) { then(); });
+        });
+  }
   s.client = std::make_shared<etcd::Client>(
       io, etcd::ClientOptions{.endpoints = s.endpoints,
                               .user = s.options.user,
@@ -581,6 +611,10 @@ void EtcdRendezvous::join(int attempt, std::function<void(const std::optional<Re
 void EtcdRendezvous::failed(int attempt, const LocalFailure& failure) {
   auto& s = *state_;
   if (s.lease == 0 || s.finished()) return;
+  // A loss its other ranks may re-form without: one key holds them all (two ranks killed
+  // together must not overwrite each other).
+  if (failure.recoverable && s.recovery)
+    return s.put(s.key(fmt::format("a/{}/lost/{}", attempt, s.id)), s.recovery->lost(failure));
   s.put(s.key(fmt::format("a/{}/fail/{}", attempt, s.id)), rendezvous::failure_json(failure));
 }
 
@@ -600,6 +634,16 @@ void EtcdRendezvous::stalled(int attempt) {
   if (s.lease == 0 || s.finished() || !s.assigned || attempt != s.assignment.attempt || s.options.stall_timeout.count() <= 0)
     return;
   s.put(s.key(fmt::format("a/{}/stalled/{}", attempt, s.id)), Json::object());
+}
+
+void EtcdRendezvous::capable(int attempt) {
+  if (auto& s = *state_; s.lease != 0 && !s.finished() && s.recovery)
+    s.put(s.key(fmt::format("a/{}/capable/{}", attempt, s.id)), Json::object());
+}
+
+void EtcdRendezvous::ended(int attempt, int rank) {
+  if (auto& s = *state_; s.lease != 0 && !s.finished() && s.recovery)
+    s.put(s.key(fmt::format("a/{}/ended/{}", attempt, s.id)), s.recovery->ended(rank));
 }
 
 void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> done) {
@@ -647,6 +691,7 @@ void EtcdRendezvous::detach() {
   s.client.reset();
   for (auto* t : {&s.beat_timer, &s.finish_timer}) t->reset();
   s.office.reset();
+  s.recovery.reset();
 }
 
 }  // namespace idist::launchers

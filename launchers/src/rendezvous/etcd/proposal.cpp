@@ -3,6 +3,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -73,10 +74,14 @@ Snapshot snapshot_of(const Json& j, const std::string& prefix) {
                      .addr = field<std::string>(value, "addr", ""),
                      .nproc = std::max(1, field<int>(value, "nproc", 1)),
                      .join = field<int>(value, "join", -1),
-                     .port = field<int>(value, "port", 0)};
+                     .port = field<int>(value, "port", 0),
+                     .store = field<int>(value, "store", 0),
+                     .store_for = field<int>(value, "store_for", -1),
+                     .lease = field<std::string>(value, "lease", "")};
         s.nodes[n.id] = n;
-      } else if (rest.rfind("left/", 0) == 0) {
-        s.left[rest.substr(5)] = value.is_string() ? value.get<std::string>() : std::string("?");
+      } else if (rest.rfind("left/", 0) == 0 || rest.rfind("gone/", 0) == 0) {
+        auto& into = rest[0] == 'l' ? s.left : s.gone;
+        into[rest.substr(5)] = value.is_string() ? value.get<std::string>() : std::string("?");
       } else if (rest.rfind("a/", 0) == 0) {
         // a/K/fail/ID, a/K/over/ID
         const auto slash = rest.find('/', 2);
@@ -88,7 +93,8 @@ Snapshot snapshot_of(const Json& j, const std::string& prefix) {
       }
     }
   const std::string mine = std::to_string(s.attempt()) + "/";
-  for (auto [kind, into] : {std::pair{"fail", &s.fails}, {"over", &s.overs}, {"stalled", &s.stalls}, {"views", &s.views}})
+  for (auto [kind, into] : {std::pair{"fail", &s.fails}, {"over", &s.overs}, {"stalled", &s.stalls}, {"views", &s.views},
+                            {"lost", &s.losts}, {"capable", &s.capables}, {"ended", &s.endeds}})
     for (auto& [k, r] : reports[kind])
       if (k.rfind(mine, 0) == 0) (*into)[k.substr(mine.size())] = r;
   return s;
@@ -97,6 +103,8 @@ Snapshot snapshot_of(const Json& j, const std::string& prefix) {
 std::string member_name(const Snapshot& s, std::size_t r) { return fmt::format("node {} ({})", r, host_of(s.member(r))); }
 
 std::string lost_text(const Snapshot& s, std::size_t r, const std::string& dead_after) {
+  if (const auto g = s.gone.find(s.member(r)); g != s.gone.end())
+    return fmt::format("{} was lost: {}", member_name(s, r), g->second);
   if (const auto l = s.left.find(s.member(r)); l != s.left.end())
     return fmt::format("{} left the job: {}", member_name(s, r), l->second);
   return fmt::format("{} was lost: its etcd lease expired (no heartbeat for {})", member_name(s, r), dead_after);
@@ -184,7 +192,117 @@ std::vector<rules::Candidate> candidates(const Snapshot& s, int from) {
   return out;
 }
 
+bool has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// A loss re-formed without, as the state keeps it: its node rank with it.
+Json recovered_json(const rules::Failure& f) {
+  Json j = rendezvous::failure_json(LocalFailure{.rank = f.rank, .how = f.how, .exit_code = f.exit_code,
+                                                 .root_cause = f.root, .lost_peer = f.lost_peer, .recoverable = true});
+  j["node_rank"] = f.node_rank;
+  return j;
+}
+
+// The ranks whose program ended while others ran, as the members said (a/K/ended/ID).
+std::vector<int> ended_ranks(const Snapshot& s) {
+  std::vector<int> out;
+  for (const auto& [id, r] : s.endeds)
+    if (r.body.is_array())
+      for (const auto& k : r.body)
+        if (k.is_number_integer() && !has(out, k.get<int>())) out.push_back(k.get<int>());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The generation the survivors go on as after `step` re-formed without its losses: every rank
+// of the members still running that is neither lost nor ended, connecting through the store of
+// the first one's node.
+Json next_generation(const Snapshot& s, const rules::Step& step) {
+  const auto& st = step.state;
+  const auto ended = ended_ranks(s);
+  Json members = Json::array();
+  std::string store;
+  for (const auto& m : st.members) {
+    if (m.gone || m.over) continue;
+    bool any = false;
+    for (int k = m.base; k < m.base + m.nproc; ++k)
+      if (!has(st.lost_ranks, k) && !has(ended, k)) {
+        members.push_back(k);
+        any = true;
+      }
+    const auto node = s.nodes.find(m.id);
+    if (any && store.empty() && node != s.nodes.end() && node->second.store > 0 &&
+        node->second.store_for == s.attempt())
+      store = fmt::format("{}:{}", node->second.addr, node->second.store);
+  }
+  std::vector<std::string> why;
+  for (const auto& action : step.actions)
+    if (const auto* r = std::get_if<rules::ReformInPlace>(&action)) why.push_back(r->why);
+  const auto gen = s.state.value("gen", Json::object());
+  int before = 0;
+  if (gen.contains("members") && gen["members"].is_array()) {
+    before = static_cast<int>(gen["members"].size());
+  } else {
+    for (const auto& m : st.members) before += m.nproc;
+  }
+  return Json{{"g", field<std::uint64_t>(gen, "g", 0) + 1},
+              {"members", members},
+              {"store", store},
+              {"line", fmt::format("{}; world {} -> {}", fmt::join(why, ", "), before, members.size())}};
+}
+
 }  // namespace
+
+namespace {
+
+// The losses in `st` (rules_state's) to weigh one by one, taken out of its failures.
+std::vector<rules::Event> pending_losses(const Snapshot& s, rules::State& st) {
+  std::vector<rules::Event> out;
+  if (st.phase != rules::Phase::running || st.reform) return out;
+  const auto member_gone = [&](const rules::Failure& f) {
+    return f.rank < 0 && f.node_rank >= 0 && f.node_rank < static_cast<int>(st.members.size()) &&
+           st.members[static_cast<std::size_t>(f.node_rank)].gone;
+  };
+  // Another failure (a non-zero exit, a rank its node could not re-form without) ends the
+  // attempt whatever else happened.
+  if (!std::all_of(st.failures.begin(), st.failures.end(), member_gone)) return out;
+  std::vector<std::pair<long long, rules::Failure>> reported;
+  for (std::size_t r = 0; r < st.members.size(); ++r) {
+    const auto it = s.losts.find(st.members[r].id);
+    if (it == s.losts.end() || !it->second.body.is_array()) continue;
+    for (const auto& j : it->second.body) {
+      auto f = rendezvous::failure_of(j, static_cast<int>(r));
+      f.recoverable = true;
+      if (f.rank >= 0 && !has(st.lost_ranks, f.rank)) reported.emplace_back(it->second.revision, std::move(f));
+    }
+  }
+  std::stable_sort(reported.begin(), reported.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [revision, f] : reported) out.push_back(rules::Fail{std::move(f)});
+  for (const auto& f : st.failures) {
+    auto& m = st.members[static_cast<std::size_t>(f.node_rank)];
+    m.gone = false;  // the rules mark it gone as they hear it
+    out.push_back(rules::Lost{.id = m.id, .text = f.how, .prev_rank = -1, .nodes_left = 0});
+  }
+  st.failures.clear();
+  return out;
+}
+
+}  // namespace
+
+rules::Step decide_read(const Snapshot& s, const ProposerView& view, const rules::Event& event,
+                        const rules::Limits& limits) {
+  auto state = rules_state(s, view);
+  std::vector<rules::Action> actions;
+  if (limits.recovery && std::holds_alternative<rules::Reconsider>(event))
+    for (const auto& loss : pending_losses(s, state)) {
+      auto weighed = rules::decide(std::move(state), loss, limits);
+      state = std::move(weighed.state);
+      std::move(weighed.actions.begin(), weighed.actions.end(), std::back_inserter(actions));
+    }
+  auto step = rules::decide(std::move(state), event, limits);
+  step.actions.insert(step.actions.begin(), std::make_move_iterator(actions.begin()),
+                      std::make_move_iterator(actions.end()));
+  return step;
+}
 
 rules::State rules_state(const Snapshot& s, const ProposerView& view) {
   rules::State st;
@@ -199,12 +317,27 @@ rules::State rules_state(const Snapshot& s, const ProposerView& view) {
     const std::string id = s.member(r);
     const bool over = s.overs.count(id) > 0;
     const bool gone = !s.nodes.count(id);
-    st.members.push_back(rules::Member{.id = id, .host = host_of(id), .nproc = s.nproc(r), .base = base, .over = over, .gone = gone});
+    st.members.push_back(rules::Member{.id = id, .host = host_of(id), .nproc = s.nproc(r), .base = base, .over = over,
+                                       .gone = gone, .capable = s.capables.count(id) > 0});
     base += s.nproc(r);
     if (gone && over) st.departures.push_back(lost_text(s, r, view.dead_after));
   }
   st.waiting = candidates(s, st.attempt);
+  st.lost_ranks = field<std::vector<int>>(s.state, "lost_ranks", {});
+  for (const auto& j : s.state.value("recovered", Json::array()))
+    st.recovered.push_back(rendezvous::failure_of(j, field<int>(j, "node_rank", -1)));
   st.failures = failures(s, view);
+  // A loss re-formed without is no failure: not the rank's final word that its node says in
+  // "over", nor a member gone whose ranks were all re-formed without.
+  std::erase_if(st.failures, [&](const rules::Failure& f) {
+    if (f.rank >= 0) return has(st.lost_ranks, f.rank);
+    if (f.node_rank < 0 || f.node_rank >= static_cast<int>(st.members.size())) return false;
+    const auto& m = st.members[static_cast<std::size_t>(f.node_rank)];
+    for (int k = m.base; k < m.base + m.nproc; ++k)
+      if (!has(st.lost_ranks, k)) return false;
+    st.departures.push_back(f.how);
+    return true;
+  });
   return st;
 }
 
@@ -244,18 +377,32 @@ std::optional<Json> next_state(const Snapshot& s, const rules::Step& step) {
     next["members"] = members;
     next["nproc"] = same ? Json(st.members.empty() ? 1 : st.members.front().nproc) : nprocs;
     next["zero"] = zero == s.nodes.end() ? Json::object() : Json{{"addr", zero->second.addr}, {"port", zero->second.port}};
-    next.erase("prev");
-    next.erase("cause");
+    for (const char* k : {"prev", "cause", "gen", "lost_ranks", "recovered", "ended"}) next.erase(k);
     next["reform"] = false;
     return next;
+  }
+  bool changed = false;
+  if (std::any_of(step.actions.begin(), step.actions.end(),
+                  [](const rules::Action& a) { return std::holds_alternative<rules::ReformInPlace>(a); })) {
+    next["gen"] = next_generation(s, step);
+    next["lost_ranks"] = st.lost_ranks;
+    Json recovered = Json::array();
+    for (const auto& f : st.recovered) recovered.push_back(recovered_json(f));
+    next["recovered"] = recovered;
+    changed = true;
+  }
+  if (const auto ended = ended_ranks(s); st.phase == rules::Phase::running && !ended.empty() &&
+                                         field<std::vector<int>>(s.state, "ended", {}) != ended) {
+    next["ended"] = ended;
+    changed = true;
   }
   if (st.phase == rules::Phase::ending && s.phase() != rules::Phase::ending) {
     next["phase"] = rules::phase_name(rules::Phase::ending);
     next["cause"] = st.cause;
     next["reform"] = st.reform;
-    return next;
+    changed = true;
   }
-  return std::nullopt;
+  return changed ? std::optional(next) : std::nullopt;
 }
 
 }  // namespace idist::launchers::etcd_rdzv

@@ -8,14 +8,25 @@
 //   state                 {attempt, phase: gathering|running|ending|done, restarts_used,
 //                          members: [ID...] (node rank = index), nproc: N or [N...],
 //                          zero: {addr, port} (rank 0's store), cause, reform, verdict (the
-//                          last one), prev: the last attempt's members, gathers, look, report}
+//                          last one), prev: the last attempt's members, gathers, look, report;
+//                          live recovery: gen {g, members, store, line} (the generation the
+//                          survivors go on as), lost_ranks, recovered (the losses behind
+//                          them: not failures at the next read), ended (ranks whose program
+//                          ended while others ran), proposer {id, addr, store, for, lease}:
+//                          the node the others watch}
 //   election/LEASE        (lease) a candidate to propose, valued its node's ID: the one created
 //                          first proposes (election.hpp)
 //   election_last         (lease) the candidate key queued last: the next one's predecessor
-//   node/ID               (lease) {host, addr, nproc, join, port}: alive, and asks to be in
-//                          attempt `join` or later
+//   node/ID               (lease) {host, addr, nproc, join, port, store, store_for, lease}:
+//                          alive, and asks to be in attempt `join` or later; `store`: its
+//                          generations store's port, for attempt `store_for`; `lease`: its id
+//   gone/ID               why node ID was found gone (its store closed: store_watch.hpp)
 //   a/K/fail/ID           (lease) a rank of attempt K failed on node ID first
 //   a/K/over/ID           (lease) every rank of attempt K is gone on node ID {failure?}
+//   a/K/lost/ID           (lease) [failure...]: ranks of node ID lost, which its other ranks
+//                          (all opted in) may re-form without (live recovery)
+//   a/K/capable/ID        (lease) every rank of node ID opted in to live recovery
+//   a/K/ended/ID          (lease) [rank...]: ranks of node ID whose program ended (exit 0)
 //   a/K/stalled/ID        (lease) a rank of node ID stalled: a job-wide report is asked for
 //   a/K/views/ID          (lease) node ID's ranks, for the report the state's `look` asks
 //   left/ID               why node ID's idist-run left before the job's end
@@ -44,6 +55,9 @@ struct NodeRecord {
   int nproc = 1;
   int join = -1;  // the attempt it asks to be in (or a later one); -1: none
   int port = 0;
+  int store = 0;  // its generations store's port (live recovery); 0: none
+  int store_for = -1;  // the attempt that store is for
+  std::string lease;   // its etcd lease's id
 };
 
 struct Report {
@@ -57,8 +71,8 @@ struct Snapshot {
   long long state_revision = 0;  // 0: no state yet (attempt 0 gathers)
   Json state = Json{{"attempt", 0}, {"phase", "gathering"}, {"restarts_used", 0}};
   std::map<std::string, NodeRecord> nodes;
-  std::map<std::string, Report> fails, overs, stalls, views;  // of the state's attempt
-  std::map<std::string, std::string> left;
+  std::map<std::string, Report> fails, overs, stalls, views, losts, capables, endeds;  // of the state's attempt
+  std::map<std::string, std::string> left, gone;
 
   int attempt() const;
   rules::Phase phase() const;
@@ -85,6 +99,13 @@ int node_rank_of(const Snapshot& s, const std::string& id);
 Assignment assignment_of(const Snapshot& s, std::size_t r);
 
 rules::State rules_state(const Snapshot& s, const ProposerView& view);
+
+// What the rules decide at a read of the job: `event` (Reconsider, or a timer's), after, where
+// live recovery is offered, each loss the read holds, weighed on its own as the built-in
+// rendezvous hears them: ranks a node reported lost (Fail), members gone (Lost). None is
+// weighed where another failure ends the attempt anyway.
+rules::Step decide_read(const Snapshot& s, const ProposerView& view, const rules::Event& event,
+                        const rules::Limits& limits);
 
 // The next value of the `state` key after `step` (a successor of `s`'s), or none when the
 // rules changed nothing that is kept there. `zero`: node 0's record, for rank 0's address.

@@ -38,7 +38,9 @@ rules::Limits Proposer::limits() const {
   return rules::Limits{.min_nodes = options_.min_nodes,
                        .max_nodes = options_.max_nodes,
                        .max_restarts = options_.max_restarts,
-                       .needs_host = false};
+                       .needs_host = false,
+                       .recovery = options_.recovery,
+                       .min_world = options_.min_world};
 }
 
 // How long the verdict waits for a member to stop its ranks before it is dropped.
@@ -53,10 +55,17 @@ void Proposer::propose(const Snapshot& s) {
   else if (phase == Phase::ending && stop_passed_)
     event = rules::StopPassed{common::duration_text(stop_limit())};
   const ProposerView view{.last_call = last_call_for_ == s.attempt(), .dead_after = common::duration_text(options_.dead_after)};
-  const auto step = rules::decide(rules_state(s, view), event, limits());
+  const auto step = decide_read(s, view, event, limits());
   for (const auto& action : step.actions)
     if (std::holds_alternative<rules::ArmLastCall>(action)) arm_last_call(s.attempt());
-  const auto next = next_state(s, step);
+  auto next = next_state(s, step);
+  // Live recovery: the others watch this node's store (store_watch.hpp), as the state names it.
+  if (options_.recovery && step.state.phase == Phase::running && out_.self) {
+    if (const auto me = out_.self(s.attempt()); !me.is_null() && s.state.value("proposer", Json()) != me) {
+      if (!next) next = s.state;
+      (*next)["proposer"] = me;
+    }
+  }
   if (!next) {
     if (phase == Phase::running) propose_stall_report(s);
     return;
@@ -110,7 +119,7 @@ bool Proposer::clear_leftover(const Snapshot& s, const std::string& self) {
   if (s.phase() != Phase::done || others) return false;
   out_.info("clearing what a finished job with this id left in etcd");
   txn_ops(s, Json::array({Json{{"request_delete_range", {{"key", etcd::base64(prefix_ + "state")}}}}, delete_range("a/"),
-                          delete_range("left/")}));
+                          delete_range("left/"), delete_range("gone/")}));
   return true;
 }
 

@@ -24,6 +24,9 @@ class Proposer {
     std::function<void()> read;          // read the job again: its answer comes back to propose()
     std::function<void(const std::string&)> info;
     std::string etcd;  // the endpoints tried, for words
+    // This node as the others watch it under live recovery ({id, addr, store, for, lease}),
+    // once its store for `attempt` is open; null before.
+    std::function<Json(int attempt)> self;
   };
   Proposer(boost::asio::io_context& io, const EtcdRendezvousOptions& options, std::string prefix, Io out);
 

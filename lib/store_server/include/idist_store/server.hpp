@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace idist::detail {
@@ -31,6 +32,10 @@ struct StoreServerOptions {
   std::chrono::milliseconds hello_timeout = std::chrono::seconds(30);
   std::chrono::milliseconds frame_timeout = std::chrono::seconds(30);
 };
+
+// The first frame a client sends (HELLO token), for a process that holds a connection only to
+// learn when the store's host is gone (etcd's rendezvous watching the nodes' idist-run).
+std::vector<char> hello_frame(std::string_view token);
 
 class TcpStoreServer {
  public:
