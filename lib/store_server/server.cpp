@@ -467,6 +467,7 @@ struct TcpStoreServer::Impl {
   void take(tcp::socket socket) {
     if (state.sessions.size() >= state.options.max_connections && !evict_a_stranger(full_text()))
       return refuse_connection(socket);
+    ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
     boost::system::error_code ec;
     socket.set_option(tcp::no_delay(true), ec);
     auto session = std::make_shared<Session>(state, std::move(socket));
@@ -555,6 +556,9 @@ TcpStoreServer::TcpStoreServer(const StoreServerOptions& options) : impl_(std::m
   auto try_bind = [&](const tcp::endpoint& ep) {
     acceptor.close(ec);
     if (acceptor.open(ep.protocol(), ec)) return;
+    // Not into the processes the host starts (idist-run's ranks): the port must close when the
+    // host ends, or a rank would hold it open past idist-run's death.
+    ::fcntl(acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
     // SO_REUSEADDR is what lets us take over the port idist-run reserved for us.
     acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
     if (acceptor.bind(ep, ec)) return;

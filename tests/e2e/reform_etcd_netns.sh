@@ -12,13 +12,13 @@ skip_without_etcd
 tag=$$
 ETCD_PID=
 trap 'kill -9 $ETCD_PID 2>/dev/null; pkill -9 -f "rdzv-id reform-etcd-$tag" 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; netns_hosts_cleanup; rm -rf "$DIR"' EXIT
-if ! command -v unshare >/dev/null || ! netns_hosts $tag 3; then
+if ! command -v unshare >/dev/null || ! netns_hosts $tag 4; then
   echo "SKIP: cannot create network namespaces on a bridge here (needs root, iproute2, unshare, CAP_NET_ADMIN)"
   exit 77
 fi
 export IDIST_TIMEOUT=30
-NAMES=(alpha bravo)
-check "etcd is up on host 2" netns_etcd 2
+NAMES=(alpha bravo charlie)
+check "etcd is up on host 3" netns_etcd 3
 EP=$ETCD_EP
 run=0
 
@@ -31,8 +31,8 @@ start() {
   shift
   rm -f "$DIR/h$i.rc"
   : >"$DIR/h$i.out"
-  (on_host "$i" "${NAMES[i]}" timeout 90 "$RUN" --rdzv-backend etcd --nnodes 2 --rdzv-endpoint "$EP" \
-     --rdzv-id "reform-etcd-$tag-$run" ${CONF:+--rdzv-conf "$CONF"} -n 2 --grace 1 "$@" \
+  (on_host "$i" "${NAMES[i]}" timeout 90 "$RUN" --rdzv-backend etcd --nnodes "${NNODES:-2}" --rdzv-endpoint "$EP" \
+     --rdzv-id "reform-etcd-$tag-$run" ${CONF:+--rdzv-conf "$CONF"} -n "${NPROC[i]:-2}" --grace 1 "$@" \
      "$PROG" 60 30 >"$DIR/h$i.out" 2>&1
    echo $? >"$DIR/h$i.rc") &
 }
@@ -110,6 +110,23 @@ run_and_lose 0
 check "etcd: kill -9 of rank 0 (host 0): exit 0 on both hosts (got $(host_rc 0)/$(host_rc 1))" equals "$(host_rc 0)/$(host_rc 1)" 0/0 || show_hosts
 check "... ranks 1, 2 and 3 re-formed in their own processes, every step done, one redone" eval \
   'same_processes 1 2 3 && grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=3 sum=" "$DIR/h0.out"'
+
+# Three nodes of 1, 2 and 2 ranks: node 0's only rank and node 2's idist-run killed together.
+# Node 0's idist-run, its ranks all lost, stays to the end and says the job went on without them.
+run=$((run + 1))
+NNODES=3 NPROC=(1 2 2)
+for i in 0 1 2; do start $i; done
+wait_for_origins 5
+sleep 0.6
+kill -9 "$(origin_pid 0)" $(agent_of 2)
+wait
+check "etcd, 3 nodes: rank 0 (node 0's only rank) and node 2 killed together: nodes 0 and 1 exit 0 (got $(host_rc 0)/$(host_rc 1))" \
+  equals "$(host_rc 0)/$(host_rc 1)" 0/0 || show_hosts
+check "... ranks 1 and 2 re-formed in their own processes, as a world of 2" eval \
+  'same_processes 1 2 && grep -q "^reform_rank: done steps=60 redone=1 reforms=[12] world=2 sum=" "$DIR/h1.out"'
+check "... node 0 names both losses" grep -qE "succeeded after [12] re-forms? \(.*rank 0 on node 0 \(alpha\) was killed by SIGKILL" "$DIR/h0.out"
+NNODES=2 NPROC=()
+rm -f "$DIR/h2.out" "$DIR/h2.rc"  # the two-host cases count and read every host's lines
 
 # --recovery off: the loss ends the attempt on both hosts, as without live recovery.
 run_and_lose 3 --recovery off

@@ -194,6 +194,40 @@ TEST_CASE("etcd recovery: node 0 lost whole (its store closed, or its lease): no
   CHECK((*next)["verdict"]["then"] == "success");
 }
 
+TEST_CASE("etcd recovery: a member whose only ranks were lost says so in its over at the same read: recovered") {
+  auto keys = recovering();
+  const etcd_rdzv::Json rank2 = {{"rank", 2}, {"how", "was killed by SIGKILL"}, {"exit_code", 137}, {"root", true},
+                                 {"recoverable", true}};
+  keys.put("a/3/lost/h2-20-b", etcd_rdzv::Json::array({rank2, kRank3Killed}));
+  keys.put("a/3/over/h2-20-b", {{"failure", rank2}});
+  const auto next = proposal(keys, kRecovering);
+  REQUIRE(next.has_value());
+  CHECK((*next)["phase"] == "running");
+  CHECK((*next)["gen"]["members"] == etcd_rdzv::Json({0, 1}));
+  CHECK((*next)["gen"]["store"] == "10.0.0.1:40001");
+  CHECK((*next)["lost_ranks"] == etcd_rdzv::Json({2, 3}));
+}
+
+TEST_CASE("etcd recovery: a rank lost and a node gone at the same read (its capable key gone with it): one generation") {
+  Keys keys;
+  keys.put("state", {{"attempt", 3}, {"phase", "running"}, {"restarts_used", 0},
+                     {"members", {"h1-10-a", "h2-20-b", "h3-30-c"}}, {"nproc", {1, 2, 2}}});
+  keys.node("h1-10-a", "h1", 3, 1).node("h2-20-b", "h2", 3);  // h3's lease revoked: its keys are gone
+  keys.put("a/3/capable/h1-10-a", etcd_rdzv::Json::object()).put("a/3/capable/h2-20-b", etcd_rdzv::Json::object());
+  const etcd_rdzv::Json rank0 = {{"rank", 0}, {"how", "was killed by SIGKILL"}, {"exit_code", 137}, {"root", true},
+                                 {"recoverable", true}};
+  keys.put("a/3/lost/h1-10-a", etcd_rdzv::Json::array({rank0})).put("a/3/over/h1-10-a", {{"failure", rank0}});
+  keys.put("gone/h3-30-c", "its idist-run ended or was killed");
+  const auto next = proposal(keys, {.min_nodes = 3, .max_nodes = 3, .max_restarts = 0, .needs_host = false,
+                                    .recovery = true, .min_world = 1});
+  REQUIRE(next.has_value());
+  CHECK((*next)["phase"] == "running");
+  CHECK((*next)["gen"]["members"] == etcd_rdzv::Json({1, 2}));
+  CHECK((*next)["gen"]["store"] == "10.0.0.2:40002");
+  CHECK((*next)["gen"]["line"] == "node 2 (h3) was lost: its idist-run ended or was killed, rank 0 on node 0 (h1) was "
+                                  "killed by SIGKILL; world 5 -> 2");
+}
+
 TEST_CASE("etcd recovery: refused where a member did not opt in, below --min-world, or without recovery") {
   auto keys = recovering();
   keys.put("a/3/lost/h2-20-b", etcd_rdzv::Json::array({kRank3Killed}));

@@ -303,6 +303,17 @@ TEST_CASE("live recovery: a rank lost where every member opted in re-forms in pl
   CHECK(r.verdict().then == rules::Verdict::Then::success);
 }
 
+TEST_CASE("live recovery: a member whose every rank was lost says the loss again when it is over: no failure") {
+  auto r = recovering_two();
+  r.on(lost_rank(1, 2)).on(lost_rank(1, 3));
+  auto last_word = lost_rank(1, 3).failure;
+  r.on(rules::Over{1, last_word});
+  CHECK(r.state.phase == Phase::running);
+  CHECK(r.action<rules::EndAttempt>() == std::nullopt);
+  r.on(rules::Over{0, std::nullopt});
+  CHECK(r.verdict().then == rules::Verdict::Then::success);
+}
+
 TEST_CASE("live recovery: a node lost goes with its ranks; node 0's loss, a member not capable, --min-world end it") {
   auto r = recovering_two();
   r.on(lost_rank(1, 2));

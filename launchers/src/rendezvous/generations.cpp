@@ -117,7 +117,9 @@ void Generations::publish(std::uint64_t generation, const std::vector<int>& memb
                           const std::string& line, const std::vector<int>& local) {
   if (standing_down_ || generation <= generation_) return;
   const auto text = fmt::format("members={};store={}", fmt::join(members, ","), store);
-  store_->set(env::generation_key(generation), {text.begin(), text.end()});
+  // Every key up to it: a node may read the state past a generation (a read answered after a
+  // newer change), and a rank waits for the one after its own, then takes the newest.
+  for (auto g = generation_ + 1; g <= generation; ++g) store_->set(env::generation_key(g), {text.begin(), text.end()});
   generation_ = generation;
   members_ = members;
   last_line_ = line;

@@ -123,7 +123,11 @@ class Decision {
     // The member's final word on which of its ranks failed first (its supervisor weighs ranks
     // that failed together): it replaces what its "fail" said, in its place, so that the
     // order of the members' first reports stays the order blame() reads.
-    if (e.failure) {
+    // A member whose ranks were all lost says so as its final word, after, or on etcd at the same
+    // read as, the loss the others re-formed without: recovered, no failure.
+    const bool recovered = e.failure && std::find(s_.lost_ranks.begin(), s_.lost_ranks.end(), e.failure->rank) !=
+                                            s_.lost_ranks.end();
+    if (e.failure && !recovered) {
       Failure f = *e.failure;
       f.node_rank = e.node_rank;
       const auto mine = std::find_if(s_.failures.begin(), s_.failures.end(),

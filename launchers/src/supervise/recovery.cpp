@@ -284,6 +284,12 @@ void LiveRecovery::taken(std::uint64_t generation, double seconds) {
                common::measured_duration_text(std::chrono::duration<double>(seconds)));
 }
 
+void LiveRecovery::forgive(const LiveAttempt& attempt, std::optional<std::size_t>& first_failure) const {
+  if (joint() && attempt_ == &attempt && first_failure && *first_failure < attempt.ranks.size() &&
+      std::find(lost_.begin(), lost_.end(), &attempt.ranks[*first_failure]) != lost_.end())
+    first_failure.reset();
+}
+
 std::string LiveRecovery::status_text() { return generations_ ? generations_->status() : std::string(); }
 
 void LiveRecovery::stand_down() {

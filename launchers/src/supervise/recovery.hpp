@@ -89,6 +89,10 @@ class LiveRecovery {
   // the loss unrecovered: the index of the lost rank, which the attempt's failure is, as without
   // live recovery. Nothing where every loss was recovered from.
   std::optional<std::size_t> unrecovered(const LiveAttempt& attempt);
+  // The job succeeded: over several nodes, a first failure that is a loss this node gave the
+  // rendezvous to re-form without is none (a node whose every rank was lost says its failure
+  // before it hears the re-form; the success verdict says the job went on without it).
+  void forgive(const LiveAttempt& attempt, std::optional<std::size_t>& first_failure) const;
   // `rank` of `attempt` ended its program (exit 0) while others run: said in the store, so that
   // a survivor waiting in reform() for it raises at once (uneven steps are not a loss).
   void ended(const LiveAttempt& attempt, const Rank& rank);

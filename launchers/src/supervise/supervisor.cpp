@@ -46,9 +46,7 @@ class Supervisor {
       : make_attempt_(make_attempt), options_(options), host_(common::host_name("localhost")) {
     for (const int sig : options_.forward_signals) forward_signals_.add(sig);
     for (const int sig : detail::kTeardownSignals)
-      if (std::find(options_.forward_signals.begin(), options_.forward_signals.end(), sig) ==
-          options_.forward_signals.end())
-        teardown_signals_.add(sig);
+      if (std::ranges::find(options_.forward_signals, sig) == options_.forward_signals.end()) teardown_signals_.add(sig);
     detail::attach_log(&console_);
   }
   ~Supervisor() { detail::attach_log(nullptr); }
@@ -563,6 +561,7 @@ class Supervisor {
     auto& a = current();
     using Then = RemoteVerdict::Then;
     if (v.then != Then::success && a.record.ended_by.empty()) a.record.ended_by = v.cause;
+    if (v.then == Then::success) recovery_.forgive(a, a.record.first_failure);
     // One line for the job, the same on every node; the named rank's own lines where it ran.
     if (v.then != Then::success)
       spdlog::error("attempt {} ended: {}{}", a.record.index, v.cause, verdict_then(v, stop_, options_.max_restarts));

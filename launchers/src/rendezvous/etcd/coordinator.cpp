@@ -419,6 +419,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     }
     if (phase == Phase::done) {
       standing = Standing::verdict_read;
+      if (recovery) recovery->stand_down();
       return deliver(rendezvous::verdict_of(s.state["verdict"]));
     }
     if (joined && on_joining_side(s)) return;

@@ -32,11 +32,14 @@ void NodeRecovery::gone(const std::string& id) {
   if (l == leases_.end()) return;
   const auto lease = l->second;
   leases_.erase(l);
+  found_gone_.push_back(id);  // its record stays until its lease goes: not watched again
   spdlog::info("rendezvous (etcd): node {}'s idist-run is gone (its store closed): revoking its lease", id);
   const nlohmann::json why = fmt::format("its idist-run ended or was killed (its store closed; seen from {})",
                                          etcd_rdzv::host_of(id_));
+  // Under this node's lease: the job's keys go with the last node's, and this one is no longer
+  // needed once this node is gone too.
   const auto key = prefix_ + "gone/" + id;
-  call_("/v3/kv/put", {{"key", etcd::base64(key)}, {"value", etcd::base64(why.dump())}}, [this, lease] {
+  call_("/v3/kv/put", {{"key", etcd::base64(key)}, {"value", etcd::base64(why.dump())}, {"lease", lease_}}, [this, lease] {
     call_("/v3/lease/revoke", {{"ID", lease}}, [] {});
   });
 }
@@ -93,12 +96,14 @@ void NodeRecovery::watch(const Snapshot& s, bool proposing, int attempt) {
   if (watched_attempt_ != k || !running) {
     watch_.clear();  // a new attempt's stores are other ones
     leases_.clear();
+    found_gone_.clear();
     watched_attempt_ = k;
   }
   if (!running || k != attempt) return;
   const auto token = fmt::format("{}#{}", token_, k);
   const auto hold = [&](const std::string& id, const std::string& addr, int port, const std::string& lease) {
     if (id == id_ || port <= 0 || lease.empty()) return;
+    if (std::find(found_gone_.begin(), found_gone_.end(), id) != found_gone_.end()) return;
     leases_[id] = lease;
     watch_.watch(id, addr, port, token);
   };
@@ -147,6 +152,9 @@ std::optional<NodeRecovery::Reformed> NodeRecovery::follow(const Snapshot& s, bo
 
 void NodeRecovery::stand_down() {
   if (generations_) generations_->stand_down();
+  // Nodes leave as the job ends: their stores close, and that is no loss.
+  watch_.clear();
+  leases_.clear();
 }
 
 }  // namespace idist::launchers::etcd_rdzv

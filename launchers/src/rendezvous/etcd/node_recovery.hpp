@@ -62,7 +62,7 @@ class NodeRecovery {
   // This node as the others watch it while it proposes ({id, addr, store, for, lease}), once
   // its store for `attempt` is open; null before.
   nlohmann::json watched_as(int attempt) const;
-  // The attempt ends: nothing more is written.
+  // The attempt ends (or the job): nothing more is written, and no store held.
   void stand_down();
 
  private:
@@ -80,6 +80,7 @@ class NodeRecovery {
   int nproc_ = 1;
   StoreWatch watch_;
   std::map<std::string, std::string> leases_;  // of the nodes watched, by id
+  std::vector<std::string> found_gone_;        // in this attempt
   int watched_attempt_ = -1;
 };
 

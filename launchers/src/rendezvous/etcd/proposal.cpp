@@ -103,10 +103,11 @@ Snapshot snapshot_of(const Json& j, const std::string& prefix) {
 std::string member_name(const Snapshot& s, std::size_t r) { return fmt::format("node {} ({})", r, host_of(s.member(r))); }
 
 std::string lost_text(const Snapshot& s, std::size_t r, const std::string& dead_after) {
-  if (const auto g = s.gone.find(s.member(r)); g != s.gone.end())
-    return fmt::format("{} was lost: {}", member_name(s, r), g->second);
+  // Said by the node itself before it went, so before what another saw of its going.
   if (const auto l = s.left.find(s.member(r)); l != s.left.end())
     return fmt::format("{} left the job: {}", member_name(s, r), l->second);
+  if (const auto g = s.gone.find(s.member(r)); g != s.gone.end())
+    return fmt::format("{} was lost: {}", member_name(s, r), g->second);
   return fmt::format("{} was lost: its etcd lease expired (no heartbeat for {})", member_name(s, r), dead_after);
 }
 
@@ -130,7 +131,7 @@ Assignment assignment_of(const Snapshot& s, std::size_t r) {
                         .rank_base = base,
                         .master_addr = field<std::string>(zero, "addr", host_of(s.member(0))),
                         .master_port = field<int>(zero, "port", 0),
-                        .recovery_store = {}};  // live recovery on etcd: not yet (docs/RECOVERY.md)
+                        .recovery_store = {}};  // this node's own store (coordinator.cpp)
 }
 
 namespace {
@@ -262,9 +263,6 @@ std::vector<rules::Event> pending_losses(const Snapshot& s, rules::State& st) {
     return f.rank < 0 && f.node_rank >= 0 && f.node_rank < static_cast<int>(st.members.size()) &&
            st.members[static_cast<std::size_t>(f.node_rank)].gone;
   };
-  // Another failure (a non-zero exit, a rank its node could not re-form without) ends the
-  // attempt whatever else happened.
-  if (!std::all_of(st.failures.begin(), st.failures.end(), member_gone)) return out;
   std::vector<std::pair<long long, rules::Failure>> reported;
   for (std::size_t r = 0; r < st.members.size(); ++r) {
     const auto it = s.losts.find(st.members[r].id);
@@ -275,14 +273,28 @@ std::vector<rules::Event> pending_losses(const Snapshot& s, rules::State& st) {
       if (f.rank >= 0 && !has(st.lost_ranks, f.rank)) reported.emplace_back(it->second.revision, std::move(f));
     }
   }
-  std::stable_sort(reported.begin(), reported.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [revision, f] : reported) out.push_back(rules::Fail{std::move(f)});
+  // A member whose ranks were all lost says the same loss in its "over": the lost key's event
+  // weighs it. Another failure (a non-zero exit, a rank its node could not re-form without)
+  // ends the attempt whatever else happened.
+  const auto reported_loss = [&](const rules::Failure& f) {
+    return f.rank >= 0 &&
+           std::any_of(reported.begin(), reported.end(), [&](const auto& r) { return r.second.rank == f.rank; });
+  };
+  if (!std::all_of(st.failures.begin(), st.failures.end(),
+                   [&](const rules::Failure& f) { return member_gone(f) || reported_loss(f); }))
+    return out;
+  std::erase_if(st.failures, reported_loss);
+  // Members gone first: their keys went with their lease, "capable" too, which the rules ask of
+  // every member still there when they weigh a loss.
   for (const auto& f : st.failures) {
     auto& m = st.members[static_cast<std::size_t>(f.node_rank)];
     m.gone = false;  // the rules mark it gone as they hear it
+    m.capable = true;
     out.push_back(rules::Lost{.id = m.id, .text = f.how, .prev_rank = -1, .nodes_left = 0});
   }
   st.failures.clear();
+  std::stable_sort(reported.begin(), reported.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [revision, f] : reported) out.push_back(rules::Fail{std::move(f)});
   return out;
 }
 

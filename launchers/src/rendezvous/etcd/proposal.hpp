@@ -20,7 +20,8 @@
 //   node/ID               (lease) {host, addr, nproc, join, port, store, store_for, lease}:
 //                          alive, and asks to be in attempt `join` or later; `store`: its
 //                          generations store's port, for attempt `store_for`; `lease`: its id
-//   gone/ID               why node ID was found gone (its store closed: store_watch.hpp)
+//   gone/ID               (lease of the node that saw it) why node ID was found gone (its store
+//                          closed: store_watch.hpp)
 //   a/K/fail/ID           (lease) a rank of attempt K failed on node ID first
 //   a/K/over/ID           (lease) every rank of attempt K is gone on node ID {failure?}
 //   a/K/lost/ID           (lease) [failure...]: ranks of node ID lost, which its other ranks
