@@ -33,7 +33,7 @@ start() {
   : >"$DIR/h$i.out"
   (on_host "$i" "${NAMES[i]}" timeout 90 "$RUN" --rdzv-backend etcd --nnodes "${NNODES:-2}" --rdzv-endpoint "$EP" \
      --rdzv-id "reform-etcd-$tag-$run" ${CONF:+--rdzv-conf "$CONF"} -n "${NPROC[i]:-2}" --grace 1 "$@" \
-     "$PROG" 60 30 >"$DIR/h$i.out" 2>&1
+     "$PROG" "${STEPS:-60}" 30 >"$DIR/h$i.out" 2>&1
    echo $? >"$DIR/h$i.rc") &
 }
 # run_and_lose VICTIM [options...]: both hosts, and once every rank printed its pid (and 0.6 s
@@ -77,14 +77,25 @@ echo "# each survivor's redone step, from the loss it saw (ms): $(awk '/redone [
 check "... each survivor's redone step completed within 2 s of the loss (no lease TTL waited for)" eval \
   'awk "/redone [0-9.]+ ms after the loss/ { n++; if (\$6 + 0 >= 2000) bad = 1 } END { exit !(n == 2 && !bad) }" "$DIR/h1.out"'
 
-# Host 1's idist-run killed: the proposer (node 0) holds its store, and finds it gone at once.
-CONF= run_and_lose host1
+# Host 1's idist-run killed: the proposer (node 0) holds its store, and finds it gone at once;
+# `idist-run --status` on host 0 then names the generation.
+run=$((run + 1))
+CONF= STEPS=150 start 0
+CONF= STEPS=150 start 1
+wait_for_origins 4
+sleep 0.6
+kill -9 $(agent_of 1)
+wait_for_lines "$DIR/h0.out" ": generation 1:" 2
+status=$(ip netns exec "${NS_HOST[0]}" "$RUN" --status "$(agent_of 0)" 2>&1)
+wait
 check "etcd: kill -9 of node 1's idist-run: host 0 ends with exit 0 (got $(host_rc 0))" equals "$(host_rc 0)" 0 || show_hosts
 check "... ranks 0 and 1 re-formed in their own processes, as a world of 2" eval \
-  'same_processes 0 1 && grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=2 sum=" "$DIR/h0.out"'
+  'same_processes 0 1 && grep -q "^reform_rank: done steps=150 redone=1 reforms=1 world=2 sum=" "$DIR/h0.out"'
 check "... within 2 s of the loss, named" eval \
   'awk "/redone [0-9.]+ ms after the loss/ { n++; if (\$6 + 0 >= 2000) bad = 1 } END { exit !(n == 2 && !bad) }" "$DIR/h0.out" &&
    grep -qE "node 1 \(bravo\) was lost: its idist-run ended or was killed" "$DIR/h0.out"'
+check "... --status on host 0 names the generation the job went on as" \
+  grep -q "live recovery: generation 1 (node 1 (bravo) was lost: .*; world 4 -> 2)" <<<"$status" || echo "$status" | tail -5
 
 # Host 1 frozen whole (its idist-run and ranks under SIGSTOP): nothing closes, so its lease
 # expires after node_timeout, and host 0 goes on; continued, host 1 fails, its ranks fenced out.

@@ -303,6 +303,19 @@ TEST_CASE("live recovery: a rank lost where every member opted in re-forms in pl
   CHECK(r.verdict().then == rules::Verdict::Then::success);
 }
 
+TEST_CASE("live recovery: ranks whose program ended are not counted among those that go on (--min-world)") {
+  auto r = recovering_two(3);
+  r.on(rules::Ended{1});
+  r.on(lost_rank(1, 3));
+  CHECK(r.state.phase == Phase::ending);
+  CHECK(r.logs().front() == "live recovery: rank 3 on node 1 (hb) was killed by SIGKILL; 2 ranks would be left, "
+                            "fewer than --min-world 3: the attempt ends");
+  auto all = recovering_two();  // every other rank ended: nobody would go on, so the loss stands
+  for (int k : {0, 1, 2}) all.on(rules::Ended{k});
+  all.on(lost_rank(1, 3));
+  CHECK(all.action<rules::ReformInPlace>() == std::nullopt);
+}
+
 TEST_CASE("live recovery: a member whose every rank was lost says the loss again when it is over: no failure") {
   auto r = recovering_two();
   r.on(lost_rank(1, 2)).on(lost_rank(1, 3));

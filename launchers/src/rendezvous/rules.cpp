@@ -33,6 +33,10 @@ class Decision {
   void on(const Capable& e) {
     if (ended_or_running() && valid(e.node_rank)) s_.members[static_cast<std::size_t>(e.node_rank)].capable = true;
   }
+  void on(const Ended& e) {
+    if (ended_or_running() && std::find(s_.ended_ranks.begin(), s_.ended_ranks.end(), e.rank) == s_.ended_ranks.end())
+      s_.ended_ranks.push_back(e.rank);
+  }
   void on(const Over& e) { over(e); }
   void on(const Lost& e) { lost(e); }
   void on(const LastCall& e) {
@@ -221,12 +225,10 @@ class Decision {
   // other's); on etcd every node hosts its own ranks' store, and node 0 is one like the others.
   bool reform_in_place(const Failure& f, const std::vector<int>& ranks) {
     if (!limits_.recovery || s_.phase != Phase::running || s_.reform || !f.root || ranks.empty()) return false;
-    const auto gone = [&](int k) {
-      return std::find(s_.lost_ranks.begin(), s_.lost_ranks.end(), k) != s_.lost_ranks.end() ||
-             std::find(ranks.begin(), ranks.end(), k) != ranks.end();
-    };
+    const auto in = [](const std::vector<int>& v, int k) { return std::find(v.begin(), v.end(), k) != v.end(); };
+    const auto gone = [&](int k) { return in(s_.lost_ranks, k) || in(ranks, k) || in(s_.ended_ranks, k); };
     // Who goes on: the ranks of members still running (not over: those ended their program)
-    // that are neither lost already nor lost now.
+    // that are neither lost already nor lost now, nor ended.
     int left = 0;
     for (const auto& m : s_.members) {
       if (m.gone) continue;
@@ -343,6 +345,7 @@ class Decision {
                .last_call = false,
                .verdict = std::move(v),
                .lost_ranks = {},
+               .ended_ranks = {},
                .recovered = {}};
   }
 
@@ -421,6 +424,7 @@ void Decision::place(std::vector<Candidate> in) {
   s_.reform = false;
   s_.last_call = false;
   s_.lost_ranks.clear();
+  s_.ended_ranks.clear();
   s_.recovered.clear();
   out_.push_back(Assign{});
   log("attempt {}: {}, world size {}", s_.attempt, plural(count, "node"), base);

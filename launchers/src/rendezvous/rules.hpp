@@ -111,6 +111,7 @@ struct State {
   bool last_call = false;           // this round's last call has passed
   std::optional<Verdict> verdict;   // the last one given
   std::vector<int> lost_ranks;      // global ranks this attempt re-formed without (live recovery)
+  std::vector<int> ended_ranks;     // and those whose program ended (exit 0) while others ran
   std::vector<Failure> recovered;   // the losses behind them: a later failure may still be of one
 };
 std::string failure_text(const State& state, const Failure& f);  // "rank 3 on node 1 (h) exited with code 3"
@@ -156,7 +157,11 @@ struct HostLeft {  // node 0's idist-run leaves before the job's end; `why`: its
 struct Capable {  // every rank of this member opted in to live recovery
   int node_rank = -1;
 };
-using Event = std::variant<Reconsider, Join, Fail, Over, Lost, LastCall, JoinTimeout, StopPassed, HostLeft, Capable>;
+struct Ended {  // a rank's program ended (exit 0) while others run: no member of what follows
+  int rank = -1;
+};
+using Event =
+    std::variant<Reconsider, Join, Fail, Over, Lost, LastCall, JoinTimeout, StopPassed, HostLeft, Capable, Ended>;
 
 // --- what follows ---------------------------------------------------------------------------
 struct Assign {};       // the round closed: the state's members are the attempt's; tell each its part

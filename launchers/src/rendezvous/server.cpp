@@ -197,7 +197,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       return;
     }
     if (type == "ended") {
-      if (of_this_attempt(*node, m) && generations) generations->ended(field<int>(m, "rank", -1));
+      if (!of_this_attempt(*node, m)) return;
+      apply(rules::Ended{field<int>(m, "rank", -1)});
+      if (generations) generations->ended(field<int>(m, "rank", -1));
       return;
     }
     if (type == "stalled") return on_stalled(m);

@@ -78,6 +78,7 @@ void LiveRecovery::offer(Attempt& attempt) {
   to_replace_.clear();
   joining_.clear();
   reform_index_.clear();
+  heard_.clear();
   world0_ = attempt.processes.size();
   if (!wanted_) return;
   std::string address;
@@ -273,6 +274,7 @@ void LiveRecovery::reformed(LiveAttempt* attempt, std::uint64_t generation, cons
   if (attempt == nullptr) return;
   spdlog::info("generation {}: the job went on ({})", generation, line);
   attempt->record.reforms.push_back(line);
+  heard_ = fmt::format("live recovery: generation {} ({})\n", generation, line);
   if (attempt == attempt_) covered_ = lost_.size();
 }
 
@@ -290,7 +292,7 @@ void LiveRecovery::forgive(const LiveAttempt& attempt, std::optional<std::size_t
     first_failure.reset();
 }
 
-std::string LiveRecovery::status_text() { return generations_ ? generations_->status() : std::string(); }
+std::string LiveRecovery::status_text() { return generations_ ? generations_->status() : heard_; }
 
 void LiveRecovery::stand_down() {
   joining_.clear();

@@ -98,7 +98,8 @@ class LiveRecovery {
   void ended(const LiveAttempt& attempt, const Rank& rank);
   // Over several nodes: the rendezvous formed a generation; `line` says what changed.
   void reformed(LiveAttempt* attempt, std::uint64_t generation, const std::string& line);
-  // --status's line on live recovery, or "" (none offered here, or no generation yet).
+  // --status's line on live recovery, or "" (none offered here, or no generation yet); over
+  // several nodes, the last generation the rendezvous formed.
   std::string status_text();
   // The attempt is being stopped: nothing more is announced.
   void stand_down();
@@ -124,6 +125,7 @@ class LiveRecovery {
   bool offered_ = false;
   bool capable_ = false;              // over several nodes: said that every rank here opted in
   std::size_t covered_ = 0;           // over several nodes: lost_[..covered_] a generation went on from
+  std::string heard_;                 // over several nodes: --status's line on the last generation
   std::vector<const Rank*> lost_;     // every rank lost this attempt
   std::size_t announced_ = 0;         // lost_[announced_..] are not announced yet
   std::size_t last_cause_ = 0;        // lost_[last_cause_]: the last generation's first loss

@@ -336,6 +336,7 @@ rules::State rules_state(const Snapshot& s, const ProposerView& view) {
   }
   st.waiting = candidates(s, st.attempt);
   st.lost_ranks = field<std::vector<int>>(s.state, "lost_ranks", {});
+  st.ended_ranks = ended_ranks(s);
   for (const auto& j : s.state.value("recovered", Json::array()))
     st.recovered.push_back(rendezvous::failure_of(j, field<int>(j, "node_rank", -1)));
   st.failures = failures(s, view);
