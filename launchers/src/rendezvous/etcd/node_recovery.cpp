@@ -20,6 +20,8 @@ NodeRecovery::NodeRecovery(boost::asio::io_context& io, std::string token, std::
       call_(std::move(call)),
       watch_(io, [this](const std::string& id) { gone(id); }) {}
 
+NodeRecovery::~NodeRecovery() = default;
+
 void NodeRecovery::identify(const std::string& id, const std::string& addr, long long lease, int nproc) {
   id_ = id;
   addr_ = addr;
@@ -39,12 +41,9 @@ void NodeRecovery::gone(const std::string& id) {
   // Under this node's lease: the job's keys go with the last node's, and this one is no longer
   // needed once this node is gone too.
   const auto key = prefix_ + "gone/" + id;
-  call_("/v3/kv/put", {{"key", etcd::base64(key)}, {"value", etcd::base64(why.dump())}, {"lease", lease_}}, [this, lease] {
-    call_("/v3/lease/revoke", {{"ID", lease}}, [] {});
-  });
+  const nlohmann::json put{{"key", etcd::base64(key)}, {"value", etcd::base64(why.dump())}, {"lease", lease_}};
+  call_("/v3/kv/put", put, [this, lease] { call_("/v3/lease/revoke", {{"ID", lease}}, [] {}); });
 }
-
-NodeRecovery::~NodeRecovery() = default;
 
 std::string NodeRecovery::open(int attempt, const std::string& addr) {
   // The last attempt's store stays open for one attempt more: a node that still holds it (its
