@@ -225,7 +225,8 @@ CommandLine::CommandLine(CLI::App& app, Options& o) : app_(app), options_(o) {
   app.add_option("-n,--iters", o.iters,
                  "Timed calls per size; 0 (the default): as many as fit in --time-per-size, at least 5")
       ->check(CLI::Range(0, 100000000))->capture_default_str();
-  app.add_option("-t,--time-per-size", o.seconds_per_size, "Seconds per size when -n is 0")
+  app.add_option("-t,--time-per-size", o.seconds_per_size,
+                 "Seconds per size when -n is 0 (given, up to 5,000,000 calls; by default at most 20,000)")
       ->check(CLI::Range(1e-3, 3600.0))->capture_default_str();
   app.add_option("-c,--check", check_, "Check every element of the result (1) or not (0)")
       ->check(CLI::Range(0, 1))->capture_default_str();
@@ -240,6 +241,7 @@ std::optional<int> CommandLine::parse(int argc, char** argv) {
     options_.dtypes = pick(dtypes_, kDTypes, dtype_names());
     options_.ops = pick(ops_, kOps, op_names());
     options_.check = check_ != 0;
+    options_.seconds_given = app_.count("--time-per-size") > 0;
     if (const auto why = problem(); !why.empty()) return usage_error(app_.get_name(), why);
     return std::nullopt;
   } catch (const CLI::CallForHelp& e) {

@@ -75,12 +75,16 @@ struct Options {
   int warmup = 5;
   int iters = 0;  // 0: as many as fit in seconds_per_size (at least kMinIters)
   double seconds_per_size = 0.2;
+  bool seconds_given = false;  // -t on the command line: it, not kMaxIters, bounds the loop
   bool check = true;
   bool json = false;
 };
 
 inline constexpr int kMinIters = 5;
 inline constexpr int kMaxIters = 20000;
+// With -t given, the loop fills it up to this many calls (8 bytes of timing each): a small
+// size's 20,000 calls take milliseconds, too short a sample beside another job.
+inline constexpr int kMaxTimedIters = 5000000;
 
 // What a run's results are labelled with.
 struct Subject {
@@ -418,10 +422,9 @@ class Runner {
     int iters = options_.iters;
     if (iters == 0) {
       // Every rank sizes the loop from the slowest rank's warm-up, so all run the same count.
-      const double mine = warm_us / warmup;
-      const auto all = comm_.all_gather_doubles(std::span<const double>(&mine, 1));
-      const double slowest = std::max(*std::max_element(all.begin(), all.end()), 1e-3);
-      iters = static_cast<int>(std::clamp(options_.seconds_per_size * 1e6 / slowest, double{kMinIters}, double{kMaxIters}));
+      const double slowest = options_.seconds_given ? probe_us(prepare, call) : slowest_us(warm_us / warmup);
+      const double most = options_.seconds_given ? kMaxTimedIters : kMaxIters;
+      iters = static_cast<int>(std::clamp(options_.seconds_per_size * 1e6 / slowest, double{kMinIters}, most));
     }
     std::vector<double> calls(static_cast<std::size_t>(iters));
     comm_.barrier();
@@ -436,6 +439,27 @@ class Runner {
     const auto middle = calls.begin() + static_cast<std::ptrdiff_t>(calls.size() / 2);
     std::nth_element(calls.begin(), middle, calls.end());
     return {total_us / iters, *middle, iters};
+  }
+
+  double slowest_us(double mine) {
+    const auto all = comm_.all_gather_doubles(std::span<const double>(&mine, 1));
+    return std::max(*std::max_element(all.begin(), all.end()), 1e-3);
+  }
+
+  // With -t given, a call's time from runs of 1, 2, 4... calls (the same on every rank) until
+  // one takes 10 ms or 4096 calls: the warm-up's first calls (connections, page faults) would
+  // make a small size's estimate tens of times too long, and -t a tenth of what it says.
+  template <class Prepare, class Call>
+  double probe_us(Prepare& prepare, Call& call) {
+    for (int n = 1;; n *= 2) {
+      const auto start = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        prepare();
+        call();
+      }
+      const double slowest = slowest_us(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      if (slowest >= 10000 || n >= 4096) return slowest / n;
+    }
   }
 
   // Every rank's (mean time, wrong elements, took part) into one row, alike on every rank.
