@@ -467,6 +467,8 @@ struct TcpStoreServer::Impl {
   void take(tcp::socket socket) {
     if (state.sessions.size() >= state.options.max_connections && !evict_a_stranger(full_text()))
       return refuse_connection(socket);
+    // As the listener's (below): a connection accepted here is not the processes' the host
+    // starts (a rank holding idist-run's watcher open would hide idist-run's death).
     ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
     boost::system::error_code ec;
     socket.set_option(tcp::no_delay(true), ec);

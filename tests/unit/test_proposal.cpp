@@ -228,6 +228,21 @@ TEST_CASE("etcd recovery: a rank lost and a node gone at the same read (its capa
                                   "killed by SIGKILL; world 5 -> 2");
 }
 
+TEST_CASE("etcd recovery: a rank that fails after a loss its node re-formed without is the failure, not hidden") {
+  auto keys = recovering();
+  keys.put("a/3/lost/h2-20-b", etcd_rdzv::Json::array({kRank3Killed}));
+  auto next = proposal(keys, kRecovering);
+  REQUIRE(next.has_value());
+  keys.put("state", *next);  // re-formed without rank 3
+  // Rank 2 then exits 1; its node's "over" names rank 3, the loss, as its first failure.
+  keys.put("a/3/fail/h2-20-b", {{"rank", 2}, {"how", "exited with code 1"}, {"exit_code", 1}, {"root", false}});
+  keys.put("a/3/over/h2-20-b", {{"failure", kRank3Killed}});
+  next = proposal(keys, kRecovering);
+  REQUIRE(next.has_value());
+  CHECK((*next)["phase"] == "ending");
+  CHECK((*next)["cause"] == "rank 2 on node 1 (h2) exited with code 1");
+}
+
 TEST_CASE("etcd recovery: refused where a member did not opt in, below --min-world, or without recovery") {
   auto keys = recovering();
   keys.put("a/3/lost/h2-20-b", etcd_rdzv::Json::array({kRank3Killed}));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <stdexcept>
 
 #include "idist/env_contract.hpp"
 #include "idist_store/server.hpp"
@@ -116,6 +117,10 @@ bool Generations::joined(int origin) {
 void Generations::publish(std::uint64_t generation, const std::vector<int>& members, const std::string& store,
                           const std::string& line, const std::vector<int>& local) {
   if (standing_down_ || generation <= generation_) return;
+  // Keys up to it are written (below): a word from etcd this far ahead is not the job's.
+  if (generation - generation_ > 1000)
+    throw std::runtime_error(fmt::format("generation {} is {} past this store's {}", generation,
+                                         generation - generation_, generation_));
   const auto text = fmt::format("members={};store={}", fmt::join(members, ","), store);
   // Every key up to it: a node may read the state past a generation (a read answered after a
   // newer change), and a rank waits for the one after its own, then takes the newest.

@@ -287,9 +287,15 @@ void LiveRecovery::taken(std::uint64_t generation, double seconds) {
 }
 
 void LiveRecovery::forgive(const LiveAttempt& attempt, std::optional<std::size_t>& first_failure) const {
-  if (joint() && attempt_ == &attempt && first_failure && *first_failure < attempt.ranks.size() &&
-      std::find(lost_.begin(), lost_.end(), &attempt.ranks[*first_failure]) != lost_.end())
-    first_failure.reset();
+  const auto lost = [&](const Rank& r) { return std::find(lost_.begin(), lost_.end(), &r) != lost_.end(); };
+  if (!joint() || attempt_ != &attempt || !first_failure || *first_failure >= attempt.ranks.size() ||
+      !lost(attempt.ranks[*first_failure]))
+    return;
+  // Only where every other rank here ended well: one that failed on its own is this node's
+  // failure, whatever the verdict (which then cannot be success; this is the last guard).
+  for (const auto& r : attempt.ranks)
+    if (!lost(r) && r.record->status && !detail::succeeded(*r.record->status)) return;
+  first_failure.reset();
 }
 
 std::string LiveRecovery::status_text() { return generations_ ? generations_->status() : heard_; }

@@ -136,16 +136,30 @@ Assignment assignment_of(const Snapshot& s, std::size_t r) {
 
 namespace {
 
+// Whether rank `rank` of member `id` is a loss re-formed without, or reported to be (live
+// recovery): a member's "over" may name it as its first failure.
+bool loss_of(const Snapshot& s, const std::string& id, int rank) {
+  for (const auto& j : s.state.value("lost_ranks", Json::array()))
+    if (j.is_number_integer() && j.get<int>() == rank) return true;
+  const auto lost = s.losts.find(id);
+  if (lost == s.losts.end() || !lost->second.body.is_array()) return false;
+  return std::any_of(lost->second.body.begin(), lost->second.body.end(),
+                     [&](const Json& f) { return field<int>(f, "rank", -1) == rank; });
+}
+
 // Failures of the running attempt, in the order they were written (a member's "over" says its
-// final word, in the place of its "fail"): reports first, then members that vanished without
-// saying their ranks were gone.
+// final word, in the place of its "fail", unless that word is a loss the others re-form
+// without, which would hide the "fail": a rank that exited non-zero after it, say): reports
+// first, then members that vanished without saying their ranks were gone.
 std::vector<rules::Failure> failures(const Snapshot& s, const ProposerView& view) {
   std::vector<std::pair<long long, rules::Failure>> out;
   for (std::size_t r = 0; r < s.members().size(); ++r) {
     const std::string id = s.member(r);
     const auto over = s.overs.find(id);
     const auto fail = s.fails.find(id);
-    if (over != s.overs.end() && over->second.body.contains("failure")) {
+    const bool over_says_loss = over != s.overs.end() && over->second.body.contains("failure") &&
+                                loss_of(s, id, field<int>(over->second.body["failure"], "rank", -1));
+    if (over != s.overs.end() && over->second.body.contains("failure") && !(over_says_loss && fail != s.fails.end())) {
       const long long revision = fail != s.fails.end() ? fail->second.revision : over->second.revision;
       out.emplace_back(revision, rendezvous::failure_of(over->second.body["failure"], static_cast<int>(r)));
     } else if (fail != s.fails.end()) {
