@@ -2,6 +2,11 @@
 //   reform_rank STEPS STEP_MS
 // Each step all_reduces a vector of (step + 1)s and checks the sum against the world's size;
 // where a peer is lost (PeerLostError), the rank re-forms (idist::reform) and redoes the step.
+// Survivors may be a step apart: a ring's all_reduce of step k can complete on some while it
+// raises on another (the lost rank's last sends reached only some). So after a re-form they
+// agree on the step (its max over the new world), and one behind takes step k's result, which
+// every rank that completed it got, as idist::Recovery's reconcile takes a step from a rank
+// ahead.
 // With REFORM_RANK_SLOW=R, rank R (of generation 0) waits 500 ms after a loss before it
 // re-forms: a slow survivor, which a test can kill while the others connect without it. With
 // REFORM_RANK_LATE=R, rank R waits 3 s after its last step before finalize(): a test kills it
@@ -44,11 +49,24 @@ int main(int argc, char** argv) try {
   double sum = 0;
   // From a loss seen to the redone step's end: what the loss cost this rank.
   std::chrono::steady_clock::time_point lost_at{};
+  bool reconcile = false;
+  int world_before = 0;  // of the world whose step may have completed on some ranks only
   for (int step = 0; step < steps;) {
-    std::fill(x.begin(), x.end(), static_cast<float>(step + 1));
     try {
+      if (reconcile) {
+        const int ahead = idist::all_reduce(step, idist::AllReduceOptions{.op = idist::ReduceOp::MAX});
+        if (ahead > step) {
+          sum += static_cast<double>(step + 1) * world_before;
+          std::printf("origin %d: step %d taken from the ranks ahead\n", origin, step);
+          ++step;
+        }
+        reconcile = false;
+        if (step >= steps) break;
+      }
+      std::fill(x.begin(), x.end(), static_cast<float>(step + 1));
       idist::all_reduce(x);
     } catch (const idist::PeerLostError& e) {
+      if (!reconcile) world_before = idist::get_world_size();
       lost_at = std::chrono::steady_clock::now();
       if (slow == origin) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       const auto r = idist::reform();
@@ -60,6 +78,7 @@ int main(int argc, char** argv) try {
                   static_cast<int>(::getpid()), static_cast<unsigned long long>(r.generation), r.old_rank, r.rank,
                   r.world_size, lost.c_str(), step);
       std::fflush(stdout);
+      reconcile = true;
       continue;
     }
     const float want = static_cast<float>((step + 1) * idist::get_world_size());
