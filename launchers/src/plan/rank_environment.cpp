@@ -168,10 +168,14 @@ std::vector<std::string> rank_command(const LaunchPlan& plan, int index) {
   return command;
 }
 
+std::string attempt_token(const std::string& job_token, int attempt) {
+  return job_token + "#" + std::to_string(attempt);
+}
+
 void apply_assignment(LaunchPlan& plan, int attempt, int node_rank, int nnodes, int world_size, int rank_base,
                       int master_port) {
   auto& job = plan.job;
-  job.job_token = plan.rendezvous->token + "#" + std::to_string(attempt);
+  job.job_token = attempt_token(plan.rendezvous->token, attempt);
   job.node_rank = node_rank;
   job.nnodes = nnodes;
   job.world_size = world_size;

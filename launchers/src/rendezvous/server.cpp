@@ -12,6 +12,7 @@
 
 #include "idist/common/duration.hpp"
 #include "idist/common/flight_recorder.hpp"
+#include "idist/launchers/plan.hpp"
 #include "generations.hpp"
 #include "rules.hpp"
 #include "stall/stall_report.hpp"
@@ -376,7 +377,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     try {
       if (ec) throw std::runtime_error(ec.message());
       generations = std::make_unique<Generations>(
-          io, here.address().to_string(), fmt::format("{}#{}", options.token, state.attempt), world,
+          io, here.address().to_string(), attempt_token(options.token, state.attempt), world,
           [this, attempt = state.attempt](std::uint64_t g, const std::vector<int>&, const std::string& line, bool) {
             if (state.attempt != attempt || phase() != Phase::running) return;
             for (const auto& n : live_members())

@@ -182,6 +182,9 @@ Attempt attempt_of(LaunchPlan& plan, const std::string& path, int restart_count,
 // another, even on a port the two happen to share.
 void apply_assignment(LaunchPlan& plan, int attempt, int node_rank, int nnodes, int world_size, int rank_base,
                       int master_port);
+// That token: "JOB#ATTEMPT". The stores idist-run hosts for an attempt's generations (live
+// recovery) take the same, so that a rank of another attempt is refused there too.
+std::string attempt_token(const std::string& job_token, int attempt);
 
 // Whether this host's ranks could take UCX between hosts, as far as idist-run can tell without
 // starting them: the ucx plugin found where libidist looks and loaded (in a child), or why not.

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "client.hpp"
+#include "idist/launchers/plan.hpp"
 #include "rendezvous/generations.hpp"
 #include "rendezvous/wire.hpp"
 
@@ -57,7 +58,7 @@ std::string NodeRecovery::open(int attempt, const std::string& addr) {
     // Every address: the other nodes' ranks connect here when this node's store is a
     // generation's; the job's token keeps strangers out.
     generations_ = std::make_unique<rendezvous::Generations>(
-        io_, "0.0.0.0", fmt::format("{}#{}", token_, attempt), 0,
+        io_, "0.0.0.0", attempt_token(token_, attempt), 0,
         [](std::uint64_t, const std::vector<int>&, const std::string&, bool) {});
   } catch (const std::exception& e) {
     spdlog::warn("rendezvous (etcd): live recovery is off for attempt {}: cannot start its store ({})", attempt,
@@ -99,7 +100,7 @@ void NodeRecovery::watch(const Snapshot& s, bool proposing, int attempt) {
     watched_attempt_ = k;
   }
   if (!running || k != attempt) return;
-  const auto token = fmt::format("{}#{}", token_, k);
+  const auto token = attempt_token(token_, k);
   const auto hold = [&](const std::string& id, const std::string& addr, int port, const std::string& lease) {
     if (id == id_ || port <= 0 || lease.empty()) return;
     if (std::find(found_gone_.begin(), found_gone_.end(), id) != found_gone_.end()) return;
