@@ -118,6 +118,8 @@ std::vector<int> decode_hosts(const std::vector<char>& bytes, int world_size) {
 // a size error far from its cause. So rank 0 compares them at the join.
 constexpr std::string_view kLiveRecovery = "live recovery";
 
+}  // namespace
+
 std::string agreed_settings(const env::Contract& c, const std::string& backend, bool recovery) {
   const auto bytes = [](const std::optional<std::size_t>& v) {
     return !v ? std::string("unset") : *v == env::Contract::Tuning::kNever ? std::string("off") : std::to_string(*v);
@@ -142,6 +144,8 @@ void recovery_carriers(env::Contract& c, const ErrorSite& site) {
                       "IDIST_INTERHOST=ucx (or set it to gloo), or run without recovery");
   c.interhost = "gloo";
 }
+
+namespace {
 
 // The first line where `theirs` (rank `rank`'s) differs from rank 0's `ours`, as one sentence
 // that says what to do; empty where they agree.
@@ -372,6 +376,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
         throw Error(site, "started as a replacement (IDIST_REPLACEMENT) without InitOptions::recovery");
       backend_ = backend;
       recovery_ = true;
+      recovery_carriers(contract_, site);  // as the ranks it joins did, from the same environment
       join_running(site);
       rendezvous_ = true;
       return watch_generations();

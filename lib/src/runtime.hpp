@@ -131,6 +131,8 @@ class Runtime {
   // order), and this rank's new place taken from it.
   std::vector<int> next_generation_members(const ErrorSite& site, std::chrono::steady_clock::time_point deadline);
   void adopt_generation(const std::vector<int>& members, int me);
+  // LOCAL_RANK and LOCAL_WORLD_SIZE as hosts_ says, once a generation's join learnt it.
+  void place_on_hosts();
   // init() of a replacement (IDIST_REPLACEMENT): the running job's first generation after the
   // one it started in that has it, in place of the rendezvous at MASTER_ADDR.
   void join_running(const ErrorSite& site);
@@ -201,6 +203,13 @@ decltype(auto) raised_at(const ErrorSite& site, F&& f) {
     throw Error(site, e.what());
   }
 }
+
+// The settings every rank must agree on, compared at each join (init, and each generation's):
+// "NAME=VALUE" lines.
+std::string agreed_settings(const env::Contract& c, const std::string& backend, bool recovery);
+// Live recovery carries traffic between hosts over gloo's TCP (UCX cannot abort): sets
+// IDIST_INTERHOST so, or throws where the user asked for UCX by name.
+void recovery_carriers(env::Contract& c, const ErrorSite& site);
 
 // A number for each runtime, and each generation of one (reform()): groups die with it, and
 // the flight recorder numbers calls afresh under it.

@@ -149,23 +149,19 @@ std::vector<int> Runtime::next_generation_members(const ErrorSite& site, Clock::
 }
 
 void Runtime::adopt_generation(const std::vector<int>& members, int me) {
-  // hosts_ and origins_ follow the ranks into their new order; hosts are numbered afresh.
-  std::vector<int> hosts, seen;
-  for (int origin : members) {
-    const auto old = static_cast<std::size_t>(std::find(origins_.begin(), origins_.end(), origin) - origins_.begin());
-    // A replacement runs where idist-run runs, on one host with the others (supervise/recovery.hpp).
-    const int host = old < hosts_.size() ? hosts_[old] : 0;
-    auto it = std::find(seen.begin(), seen.end(), host);
-    if (it == seen.end()) it = seen.insert(seen.end(), host);
-    hosts.push_back(static_cast<int>(it - seen.begin()));
-  }
-  hosts_ = std::move(hosts);
+  // Where each member runs is learnt again at the generation's join (connect_generation): a
+  // replacement knows nothing of the world it joins, and may run on any node.
+  hosts_.clear();
   origins_ = members;
+  contract_.rank = me;
+  contract_.world_size = static_cast<int>(members.size());
+}
+
+void Runtime::place_on_hosts() {
   auto& c = contract_;
-  c.rank = me;
-  c.world_size = static_cast<int>(members.size());
-  c.local_rank = static_cast<int>(std::count(hosts_.begin(), hosts_.begin() + me, hosts_[static_cast<std::size_t>(me)]));
-  c.local_world_size = static_cast<int>(std::count(hosts_.begin(), hosts_.end(), hosts_[static_cast<std::size_t>(me)]));
+  const auto me = static_cast<std::size_t>(c.rank);
+  c.local_rank = static_cast<int>(std::count(hosts_.begin(), hosts_.begin() + c.rank, hosts_[me]));
+  c.local_world_size = static_cast<int>(std::count(hosts_.begin(), hosts_.end(), hosts_[me]));
 }
 
 bool Runtime::loss_after(std::uint64_t g) {
@@ -203,6 +199,11 @@ bool Runtime::connect_generation() {
     }
   });
   try {
+    // As at init: each member says where it runs and what it agreed to, so the new world
+    // learns its hosts (shared memory among a host's ranks) and refuses a replacement
+    // started with other settings.
+    join(Clock::now() + contract_.timeout, agreed_settings(contract_, backend_, recovery_));
+    place_on_hosts();
     connect_world(&superseded);
   } catch (const std::exception&) {
     watcher.request_stop();
