@@ -215,9 +215,8 @@ std::vector<int> join_verdict(Store& store, const std::string& prefix, const env
 // Rank 0, its join timed out: the timed-out connection is closed; a fresh one to our own
 // server finds out who came, tells them, and gives them a moment to read it before the store
 // goes away with us. Returns what it told them.
-std::string tell_who_is_missing(const env::Contract& c, const std::string& prefix,
+std::string tell_who_is_missing(Store& probe, const env::Contract& c, const std::string& prefix,
                                 const std::vector<std::string>& rank_keys) {
-  TcpStore probe(TcpStoreOptions{c.master_addr, c.master_port, c.job_token, std::chrono::seconds(2)});
   const auto ranks = check_all(probe, rank_keys);
   const auto verdict = describe_missing(ranks, check_all(probe, numbered_keys(prefix + "node/", c.nnodes)));
   probe.set(prefix + "result", {verdict.begin(), verdict.end()});
@@ -285,7 +284,7 @@ void Runtime::join(Clock::time_point deadline, const std::string& settings) {
   } catch (const TimeoutFailure& e) {
     std::string verdict;
     try {
-      verdict = tell_who_is_missing(c, prefix, rank_keys);
+      verdict = tell_who_is_missing(*probe_store(std::chrono::seconds(2)), c, prefix, rank_keys);
     } catch (const std::exception&) {
       throw TimeoutFailure(waited + e.what());
     }
