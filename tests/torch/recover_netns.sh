@@ -4,9 +4,11 @@
 # killed mid-epoch, and the MLP with dropout (recover_check) with the whole of host 1 killed (its
 # idist-run, its ranks with it): host 0 ends with exit 0 in one attempt, one step redone, every
 # sample once, and parameters bit for bit those of checkpoint restarts at the step the re-form
-# went on from, on the same hosts: 2 + 2 ranks to that step, then the survivors' layout. The
-# references run with IDIST_INTERHOST=gloo, as live recovery does (UCX cannot abort a lost
-# peer's connections), since UCX's rails between hosts add in another order.
+# went on from, on the same hosts: 2 + 2 ranks to that step, then the survivors' layout. Then
+# replacements (--max-restarts) started on the lost rank's host, admitted live, and one that the
+# job's end leaves unadmitted. The references run with IDIST_INTERHOST=gloo, as live recovery
+# does (UCX cannot abort a lost peer's connections), since UCX's rails between hosts add in
+# another order.
 # usage: recover_netns.sh IDIST_RUN EXAMPLES_DIR RECOVER_CHECK     exits 77 (skipped) without namespaces
 source "$(dirname "$0")/../e2e/lib.sh"
 recover_programs "$@"
@@ -85,4 +87,66 @@ IDIST_INTERHOST=gloo both 2 2 "$CHECK" refck "$at"
 theirs=$(grep "^recover_check: done" ref.out | grep -o "params=.*")
 check "... $mine, bit for bit those of 2 + 2 ranks to step $at, then 2 on host 0's layout" \
   eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]' || tail -3 ref.out
+# A replacement over two hosts (--max-restarts 2: the job's budget, which the rendezvous
+# spends): rank 3 (host 1) killed at step 8; host 1's idist-run starts rank 4 in its place,
+# which is killed too while it starts (before it joined), then rank 5 in its place, which the
+# survivors admit at a step boundary (world 4 -> 3 -> 4). The new world learns at its join that
+# rank 5 runs on host 1, so it is laid out as 2 + 2 again: bit for bit the checkpoint restarts.
+rm -rf ck refck
+job
+on 0 2 --max-restarts 2 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+on 1 2 --max-restarts 2 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+for i in $(seq 1500); do grep -q "^step 8$" h0.out && break; sleep 0.01; done
+survivors=$(for r in 0 1 2; do rank_pid "$CHECK" $r; done | sort | tr '\n' ' ')
+kill -9 "$(rank_pid "$CHECK" 3)"
+for i in $(seq 1000); do grep -q "starts in rank 3's place" h1.out && break; sleep 0.01; done
+kill -9 "$(grep -o "rank 4 (pid [0-9]*) starts" h1.out | grep -o "[0-9]*)" | tr -d ')')"
+for i in $(seq 1500); do grep -q "^recovered: generation 2 " h0.out && break; sleep 0.01; done
+still=$(for p in $survivors; do [ -d /proc/$p ] && echo "$p"; done | tr '\n' ' ')
+wait
+cat h0.out h1.out >out
+check "MLP, a replacement on host 1 for its lost rank 3: both hosts end with exit 0" \
+  eval 'grep -q "succeeded after 2 re-forms" h0.out && grep -q "succeeded after 2 re-forms" h1.out' || tail -n 5 h0.out h1.out
+check "... rank 4 started in rank 3's place on host 1, rank 5 in rank 4's once that was killed before it joined" \
+  eval 'grep -q "rank 4 (pid [0-9]*) starts in rank 3.s place" h1.out && grep -q "rank 4 was killed by SIGKILL (pid [0-9]*) before it joined" h1.out && grep -q "rank 5 (pid [0-9]*) starts in rank 4.s place" h1.out' ||
+  grep -i "place\|joined" out
+check "... the survivors admitted it: world 4 -> 3 -> 4" grep -q "^recovered: generation 2 world 4 after_step" h0.out ||
+  grep "^recovered" out
+check "... the survivors kept their processes ($still)" test "$still" = "$survivors"
+check "... every step done, one redone, every sample once" \
+  grep -q "^recover_check: done steps=48 redone=1 resumed_from=0 seen=3072 " out || grep done out
+first=$(grep "^recovered: generation 1 " h0.out | grep -o "after_step [0-9]*" | awk '{print $2}')
+second=$(grep "^recovered: generation 2 " h0.out | grep -o "after_step [0-9]*" | awk '{print $2}')
+mine=$(grep -o "params=.*" out)
+IDIST_INTERHOST=gloo both 2 2 "$CHECK" refck "$first"
+IDIST_INTERHOST=gloo both 2 1 "$CHECK" refck "$second"
+IDIST_INTERHOST=gloo both 2 2 "$CHECK" refck 48
+theirs=$(grep -h "^recover_check: done" h0.out h1.out | grep -o "params=.*" | head -1)
+check "... $mine, bit for bit those of 2 + 2 ranks to step $first, 2 + 1 to step $second, then 2 + 2" \
+  eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]' || tail -n 3 h0.out h1.out
+
+# Host 1 runs one rank: once it is lost, none of host 1's runs, and its idist-run waits for the
+# rendezvous' answer (a replacement) before it says it is over. Killed at step 8, the replacement
+# is admitted; killed at step 45 of 48, the job's ranks end first, and it is stopped.
+for at in 8 45; do
+  rm -rf ck
+  job
+  on 0 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+  on 1 1 -v --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+  for i in $(seq 1500); do grep -q "^step $at$" h0.out && break; sleep 0.01; done
+  kill -9 "$(rank_pid "$CHECK" 2)"
+  wait
+  cat h0.out h1.out >out
+  if [ $at = 8 ]; then
+    check "one rank on host 1, lost at step 8: its replacement is admitted (world 3 -> 2 -> 3), exit 0 on both" \
+      eval 'grep -q "^recovered: generation 2 world 3 " h0.out && [ "$(grep -c "succeeded after 2 re-forms" out)" = 2 ]' ||
+      grep -h "succeeded\|ended\|place\|^recovered" out
+  else
+    check "... lost at step 45: its replacement is stopped once the job's ranks end, exit 0 on both" \
+      eval 'grep -q "rank 3 (pid [0-9]*) stops: the job.s ranks ended before they admitted it" h1.out && [ "$(grep -c "succeeded after 1 re-form" out)" = 2 ]' ||
+      grep -h "succeeded\|ended\|place\|stops" out
+  fi
+  check "... every step done, every sample once" grep -q "^recover_check: done steps=48 redone=[01] resumed_from=0 seen=3072 " out ||
+    grep done out
+done
 finish

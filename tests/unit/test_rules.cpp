@@ -327,6 +327,78 @@ TEST_CASE("live recovery: a member whose every rank was lost says the loss again
   CHECK(r.verdict().then == rules::Verdict::Then::success);
 }
 
+TEST_CASE("live recovery: a rank lost on a node still there is replaced while the budget lasts, its node taking it") {
+  auto r = running_two({.min_nodes = 2, .max_nodes = 2, .max_restarts = 2, .needs_host = true, .recovery = true,
+                        .min_world = 1, .replacements = true});
+  r.on(rules::Capable{0}).on(rules::Capable{1});
+  const auto replaceable = [](int node_rank, int rank) {
+    auto f = lost_rank(node_rank, rank);
+    f.failure.replaceable = true;
+    return f;
+  };
+  r.on(replaceable(1, 3));
+  const auto replaced = [&] { return r.action<rules::ReformInPlace>()->replace; };
+  REQUIRE(replaced().size() == 1);
+  CHECK(replaced()[0].node_rank == 1);
+  CHECK(replaced()[0].lost == 3);
+  CHECK(replaced()[0].origin == 4);  // after the attempt's 4 ranks
+  CHECK(r.state.restarts_used == 1);
+  CHECK(r.logs().back() == "live recovery: rank 4 starts on node 1 (hb) in rank 3's place (1 of --max-restarts 2)");
+  r.on(replaceable(1, 4));  // lost before it joined: another in its place
+  REQUIRE(replaced().size() == 1);
+  CHECK(replaced()[0].lost == 4);
+  CHECK(replaced()[0].origin == 5);
+  r.on(replaceable(0, 0));  // the budget is spent: the world shrinks, and node 0 hears so
+  CHECK(r.action<rules::ReformInPlace>()->lost == std::vector<int>{0});
+  REQUIRE(replaced().size() == 1);
+  CHECK(replaced()[0].origin == -1);
+  r.on(rules::Lost{.id = "b", .text = "node 1 (hb) was lost", .prev_rank = 1, .nodes_left = 1});
+  CHECK(r.action<rules::ReformInPlace>()->lost == std::vector<int>{2, 5});  // its replacement goes with it
+  CHECK(replaced().empty());
+  r.on(rules::Over{0, std::nullopt});
+  CHECK(r.verdict().then == rules::Verdict::Then::success);
+
+  auto waits = running_two({.min_nodes = 2, .max_nodes = 2, .max_restarts = 1, .needs_host = true, .recovery = true,
+                            .min_world = 1, .replacements = true});
+  waits.on(rules::Capable{0}).on(rules::Capable{1}).on(replaceable(1, 3));
+  const auto never = [](int) { return false; };
+  // Rank 4 starts in 3's place; while a member of the generation {0, 1, 2} runs, it may be admitted.
+  CHECK(rules::unjoined_after_members_ended(waits.state, {0, 1, 2}, never).empty());
+  waits.on(rules::Ended{0}).on(rules::Ended{1}).on(rules::Ended{2});
+  CHECK(rules::unjoined_after_members_ended(waits.state, {0, 1, 2}, never) == std::vector<int>{4});
+  // Admitted (a member) but never connected: nobody is left to connect with it either.
+  CHECK(rules::unjoined_after_members_ended(waits.state, {0, 1, 2, 4}, never) == std::vector<int>{4});
+  CHECK(rules::unjoined_after_members_ended(waits.state, {0, 1, 2, 4}, [](int) { return true; }).empty());
+  // A member lost (not re-formed without yet) is no member that could admit it.
+  CHECK(rules::unjoined_after_members_ended(waits.state, {0, 1, 2, 3}, never) == std::vector<int>{4});
+
+  // A replacement not admitted yet is nobody who goes on: rank 2's loss, after the others ended,
+  // is the attempt's failure; and its own loss is none.
+  auto alone = running_two({.min_nodes = 2, .max_nodes = 2, .max_restarts = 1, .needs_host = true, .recovery = true,
+                            .min_world = 1, .replacements = true});
+  alone.on(rules::Capable{0}).on(rules::Capable{1}).on(replaceable(1, 3));
+  alone.on(rules::Ended{0}).on(rules::Ended{1}).on(rules::Over{0, std::nullopt});
+  alone.on(replaceable(1, 4));  // killed while it starts: no failure
+  CHECK(alone.state.phase == Phase::running);
+  CHECK(alone.state.failures.empty());
+  alone.on(lost_rank(1, 2));
+  CHECK(alone.state.phase == Phase::ending);
+  auto admitted = running_two({.min_nodes = 2, .max_nodes = 2, .max_restarts = 1, .needs_host = true,
+                               .recovery = true, .min_world = 1, .replacements = true});
+  admitted.on(rules::Capable{0}).on(rules::Capable{1}).on(replaceable(1, 3));
+  admitted.on(rules::Generation{{0, 1, 2}}).on(rules::Generation{{0, 1, 2, 4}});
+  CHECK(admitted.state.admitted == std::vector<int>{4});
+  admitted.on(lost_rank(1, 2));  // rank 4 goes on: a member now
+  CHECK(admitted.state.phase == Phase::running);
+  CHECK(admitted.action<rules::ReformInPlace>()->lost == std::vector<int>{2});
+
+  auto etcd = recovering_two();  // no replacements offered (etcd), or a rank whose node's others do not admit one
+  auto f = lost_rank(1, 3);
+  f.failure.replaceable = true;
+  etcd.on(f);
+  CHECK(etcd.action<rules::ReformInPlace>()->replace.empty());
+}
+
 TEST_CASE("live recovery: a node lost goes with its ranks; node 0's loss, a member not capable, --min-world end it") {
   auto r = recovering_two();
   r.on(lost_rank(1, 2));

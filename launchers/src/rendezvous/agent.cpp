@@ -210,7 +210,14 @@ struct NodeAgent::State {
                                                     false)}});
     } else if (type == "reformed") {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.reformed)
-        events.reformed(field<std::uint64_t>(m, "generation", 0), field<std::string>(m, "line", ""));
+        events.reformed(field<std::uint64_t>(m, "generation", 0), field<std::string>(m, "line", ""),
+                        field<std::vector<int>>(m, "members", {}));
+    } else if (type == "replace") {
+      if (field<int>(m, "attempt", -1) == assignment.attempt && events.replace)
+        events.replace(field<int>(m, "lost", -1), field<int>(m, "origin", -1), field<std::uint64_t>(m, "after", 0));
+    } else if (type == "members_ended") {
+      if (field<int>(m, "attempt", -1) == assignment.attempt && events.members_ended)
+        events.members_ended(field<std::vector<int>>(m, "unjoined", {}));
     } else if (type == "report") {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.report)
         events.report(field<std::vector<std::string>>(m, "lines", {}));
@@ -424,6 +431,10 @@ void NodeAgent::capable(int attempt) {
 
 void NodeAgent::ended(int attempt, int rank) {
   state_->send(Json{{"t", "ended"}, {"attempt", attempt}, {"rank", rank}});
+}
+
+void NodeAgent::admit(int attempt, int origin, const std::string& why) {
+  state_->send(Json{{"t", "admit"}, {"attempt", attempt}, {"origin", origin}, {"why", why}});
 }
 
 void NodeAgent::finish(const std::string& outcome, std::function<void()> done) {

@@ -61,7 +61,7 @@ void Generations::lose(const std::vector<int>& ranks, std::string why) {
 }
 
 void Generations::admit(int origin, std::string why) {
-  if (standing_down_) return;
+  if (standing_down_ || ending_) return;
   queued_.emplace_back(origin, std::move(why));
   admit_queued();
 }
@@ -144,6 +144,7 @@ void Generations::settle() {
 
 void Generations::ended(int rank) {
   leaving_.push_back(rank);
+  ending_ = true;
   // A member that ended never joins the generation being timed: it has no time.
   if (timing_ == generation_ && std::find(members_.begin(), members_.end(), rank) != members_.end()) {
     timing_ = 0;
@@ -228,6 +229,7 @@ void Generations::announce() {
   // A wait re-armed after its last one completed: announced already.
   if (why_.empty() && joining_.empty()) return;
   const bool loss = !why_.empty();
+  if (!loss && ending_) return joining_.clear();  // nobody is left to admit it at a step boundary
   std::vector<int> members;
   for (int m : members_)
     if (std::find(leaving_.begin(), leaving_.end(), m) == leaving_.end()) members.push_back(m);

@@ -62,9 +62,10 @@ class Generations {
   bool joined(int origin);
   // `rank` ended its program (exit 0) while others run: said in the store, so that a survivor
   // waiting in reform() for it raises at once (uneven steps are not a loss), and it is no
-  // member of what follows.
+  // member of what follows. No replacement is admitted from then on: the ranks are finishing.
   void ended(int rank);
   std::uint64_t generation() const { return generation_; }
+  const std::vector<int>& members() const { return members_; }  // the current generation's
   // Losses are waiting for the settle (admissions are not losses).
   bool pending() const { return !why_.empty(); }
   // Every member of the last generation a loss made said it joined (env::joined_key); true
@@ -113,6 +114,8 @@ class Generations {
   Taken taken_;
   std::string last_line_;         // what the last generation went on without
   bool standing_down_ = false;
+  // A rank ended its program: the job's ranks are finishing, and admit no replacement.
+  bool ending_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -27,8 +27,14 @@ class Decision {
   void on(const Join& e) { join(e.node); }
   void on(const Fail& e) {
     if (!ended_or_running() || !valid(e.failure.node_rank)) return;
+    if (unadmitted(e.failure.rank)) return lose_unadmitted(e.failure);
     if (e.failure.recoverable && reform_in_place(e.failure, {e.failure.rank})) return;
     record(e.failure);
+  }
+  void on(const Generation& e) {
+    for (const auto& m : s_.members)
+      for (int k : m.extra)
+        if (has(e.members, k) && !has(s_.admitted, k)) s_.admitted.push_back(k);
   }
   void on(const Capable& e) {
     if (ended_or_running() && valid(e.node_rank)) s_.members[static_cast<std::size_t>(e.node_rank)].capable = true;
@@ -194,7 +200,7 @@ class Decision {
     const Failure f{.node_rank = r, .rank = -1, .how = e.text, .exit_code = 1, .root = true, .lost_peer = {},
                     .recoverable = true};
     std::vector<int> ranks;
-    for (int k = m.base; k < m.base + m.nproc; ++k)
+    for (int k : ranks_of(m))
       if (std::find(s_.lost_ranks.begin(), s_.lost_ranks.end(), k) == s_.lost_ranks.end()) ranks.push_back(k);
     if (ranks.empty()) {  // its ranks were all lost, and re-formed without already
       s_.departures.push_back(e.text);
@@ -234,7 +240,7 @@ class Decision {
       if (m.gone) continue;
       if (!m.capable) return false;
       if (m.over) continue;
-      for (int k = m.base; k < m.base + m.nproc; ++k) left += gone(k) ? 0 : 1;
+      for (int k : ranks_of(m)) left += gone(k) || unadmitted(k) ? 0 : 1;
     }
     for (int k : ranks)
       if (std::find(s_.lost_ranks.begin(), s_.lost_ranks.end(), k) != s_.lost_ranks.end()) return false;
@@ -248,8 +254,47 @@ class Decision {
     s_.lost_ranks.insert(s_.lost_ranks.end(), ranks.begin(), ranks.end());
     s_.recovered.push_back(f);
     log("attempt {}: {}; the other {} go on without it (live recovery)", s_.attempt, why, plural(left, "rank"));
-    out_.push_back(ReformInPlace{ranks, why});
+    out_.push_back(ReformInPlace{ranks, why, replacements(f)});
     return true;
+  }
+
+  // A rank lost on a node still there, whose other ranks admit one, is replaced while the
+  // restart budget lasts (each spends one, as a restart would): its origin follows the
+  // attempt's ranks and the replacements before it, so that every node's are the job's own.
+  // Its node hears either way (origin -1: none), and waits for the answer before it is over.
+  std::vector<Replacement> replacements(const Failure& f) {
+    if (!limits_.replacements || !f.replaceable || f.rank < 0 || !valid(f.node_rank)) return {};
+    auto& m = s_.members[static_cast<std::size_t>(f.node_rank)];
+    if (m.gone || s_.restarts_used >= limits_.max_restarts) return {Replacement{f.node_rank, f.rank, -1}};
+    int origin = 0;
+    for (const auto& other : s_.members) origin += other.nproc + static_cast<int>(other.extra.size());
+    ++s_.restarts_used;
+    m.extra.push_back(origin);
+    log("live recovery: rank {} starts on node {} ({}) in rank {}'s place ({} of --max-restarts {})", origin,
+        f.node_rank, m.host, f.rank, s_.restarts_used, limits_.max_restarts);
+    return {Replacement{f.node_rank, f.rank, origin}};
+  }
+
+  static bool has(const std::vector<int>& v, int k) { return std::find(v.begin(), v.end(), k) != v.end(); }
+
+  // A replacement no generation has had yet: it holds none of the job's work, so its loss is no
+  // failure and nobody re-forms without it; another may start in its place.
+  bool unadmitted(int rank) const {
+    return std::any_of(s_.members.begin(), s_.members.end(), [&](const Member& m) { return has(m.extra, rank); }) &&
+           !has(s_.admitted, rank);
+  }
+  void lose_unadmitted(const Failure& f) {
+    if (has(s_.lost_ranks, f.rank)) return;
+    s_.lost_ranks.push_back(f.rank);
+    if (s_.phase == Phase::running && !s_.reform)
+      out_.push_back(ReformInPlace{{f.rank}, failure_text(s_, f), replacements(f)});
+  }
+
+  static std::vector<int> ranks_of(const Member& m) {
+    std::vector<int> out;
+    for (int k = m.base; k < m.base + m.nproc; ++k) out.push_back(k);
+    out.insert(out.end(), m.extra.begin(), m.extra.end());
+    return out;
   }
 
   // --- rounds -------------------------------------------------------------------------------
@@ -480,7 +525,7 @@ const Failure* Decision::blame() const {
       if (f.rank == peer) return true;
       if (f.rank >= 0 || f.node_rank < 0 || f.node_rank >= static_cast<int>(s_.members.size())) return false;
       const auto& m = s_.members[static_cast<std::size_t>(f.node_rank)];
-      return peer >= m.base && peer < m.base + m.nproc;
+      return holds(m, peer);
     });
     return it == among.end() ? nullptr : &*it;
   };
@@ -509,6 +554,10 @@ std::string name_of(const Candidate& c) {
   return c.prev_rank >= 0 ? fmt::format("node {} ({})", c.prev_rank, c.host) : fmt::format("the node on {}", c.host);
 }
 
+bool holds(const Member& m, int rank) {
+  return (rank >= m.base && rank < m.base + m.nproc) || std::find(m.extra.begin(), m.extra.end(), rank) != m.extra.end();
+}
+
 std::string already_full(int max_nodes) { return fmt::format("the job already has its {} nodes", max_nodes); }
 
 std::string failure_text(const State& state, const Failure& f) {
@@ -516,6 +565,27 @@ std::string failure_text(const State& state, const Failure& f) {
   const bool known = f.node_rank >= 0 && f.node_rank < static_cast<int>(state.members.size());
   const std::string host = known ? state.members[static_cast<std::size_t>(f.node_rank)].host : std::string("?");
   return fmt::format("rank {} on node {} ({}) {}", f.rank, f.node_rank, host, f.how);
+}
+
+std::vector<int> unjoined_after_members_ended(const State& state, const std::vector<int>& members,
+                                              const std::function<bool(int)>& joined) {
+  const auto in = [](const std::vector<int>& v, int k) { return std::find(v.begin(), v.end(), k) != v.end(); };
+  int world0 = 0;
+  for (const auto& m : state.members) world0 += m.nproc;
+  std::vector<int> unjoined;
+  for (int k : members) {
+    if (in(state.ended_ranks, k) || in(state.lost_ranks, k)) continue;
+    if (k >= world0 && !joined(k)) {
+      unjoined.push_back(k);
+      continue;
+    }
+    const auto m = std::find_if(state.members.begin(), state.members.end(), [&](const Member& m) { return holds(m, k); });
+    if (m == state.members.end() || !(m->over || m->gone)) return {};
+  }
+  for (const auto& m : state.members)
+    for (int k : m.extra)
+      if (!in(members, k) && !in(state.lost_ranks, k)) unjoined.push_back(k);
+  return unjoined;
 }
 
 const Member* member_of(const State& state, const std::string& id) {

@@ -18,6 +18,7 @@
 // rank the named one says it lost; the verdict's words, the same on either rendezvous.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +47,10 @@ struct Limits {
   // up); the world may shrink to min_world ranks.
   bool recovery = false;
   int min_world = 1;
+  // A rank lost on a node still there may be replaced (a rank started in its place, which the
+  // survivors admit live), spending the restart budget: the built-in rendezvous. (On etcd, not
+  // yet.)
+  bool replacements = false;
 };
 
 // A node that asks to be in the next round.
@@ -72,7 +77,10 @@ struct Member {
   bool over = false;  // its ranks of this attempt are gone
   bool gone = false;  // lost, or dropped
   bool capable = false;  // every rank of it opted in to live recovery (it said so: Capable)
+  std::vector<int> extra = {};  // replacements started on it (live recovery), by their origins
 };
+// Whether `rank` (a global rank, or a replacement's origin) runs on `m`.
+bool holds(const Member& m, int rank);
 
 // A failure some member reported, or a member lost, in the current attempt.
 struct Failure {
@@ -83,6 +91,7 @@ struct Failure {
   bool root = false;   // crashed, killed by a signal nobody sent, or a lost node (policy.hpp's Blame)
   std::optional<int> lost_peer;  // it said it lost its connection to this rank
   bool recoverable = false;  // a loss its node's other ranks (all opted in) may re-form without
+  bool replaceable = false;  // and they admit a replacement in its place (idist::Recovery's step)
 };
 
 struct Verdict {
@@ -113,8 +122,15 @@ struct State {
   std::vector<int> lost_ranks;      // global ranks this attempt re-formed without (live recovery)
   std::vector<int> ended_ranks;     // and those whose program ended (exit 0) while others ran
   std::vector<Failure> recovered;   // the losses behind them: a later failure may still be of one
+  std::vector<int> admitted = {};   // replacements (Member::extra) a generation has had as members
 };
 std::string failure_text(const State& state, const Failure& f);  // "rank 3 on node 1 (h) exited with code 3"
+// Live recovery: where every rank of the generation `members` that joined it ended (or its
+// node is over), the replacements that never joined (granted, or admitted and not connected):
+// nobody is left to admit them. Empty while a member runs. `joined`: whether an origin joined
+// any generation.
+std::vector<int> unjoined_after_members_ended(const State& state, const std::vector<int>& members,
+                                              const std::function<bool(int)>& joined);
 // The member with this id, or nullptr.
 const Member* member_of(const State& state, const std::string& id);
 int node_rank_of(const State& state, const std::string& id);  // -1: not a member
@@ -160,8 +176,11 @@ struct Capable {  // every rank of this member opted in to live recovery
 struct Ended {  // a rank's program ended (exit 0) while others run: no member of what follows
   int rank = -1;
 };
-using Event =
-    std::variant<Reconsider, Join, Fail, Over, Lost, LastCall, JoinTimeout, StopPassed, HostLeft, Capable, Ended>;
+struct Generation {  // live recovery: a generation of these members (origins) was announced
+  std::vector<int> members;
+};
+using Event = std::variant<Reconsider, Join, Fail, Over, Lost, LastCall, JoinTimeout, StopPassed, HostLeft, Capable,
+                           Ended, Generation>;
 
 // --- what follows ---------------------------------------------------------------------------
 struct Assign {};       // the round closed: the state's members are the attempt's; tell each its part
@@ -187,9 +206,17 @@ struct Log {
 };
 // Live recovery: the survivors go on without `lost` (global ranks), in place; `why` names the
 // loss ("rank 3 on node 1 (h) was killed by SIGKILL"). The attempt goes on.
+// Replacements asked for go with it: `origin` starts on node `node_rank` in `lost`'s place, or
+// -1 where the budget is spent.
+struct Replacement {
+  int node_rank = -1;
+  int lost = -1;
+  int origin = -1;
+};
 struct ReformInPlace {
   std::vector<int> lost;
   std::string why;
+  std::vector<Replacement> replace;
 };
 using Action = std::variant<Assign, ArmLastCall, EndAttempt, Drop, Refuse, Announce, Log, ReformInPlace>;
 

@@ -123,8 +123,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Clock::time_point next_gather{};              // every node asks at once: one gather answers all
   launchers::detail::CallKeys stalls_reported;  // this attempt's, job-wide
   asio::steady_timer gather_timer{io};
-  // Live recovery: the current attempt's generations' store (options.recovery).
+  // Live recovery: the current attempt's generations' store (options.recovery), and the
+  // replacements its nodes were last told to stop (members_ended).
   std::unique_ptr<Generations> generations;
+  std::vector<int> told_unjoined;
 
   template <class... Args>
   void info(fmt::format_string<Args...> format, Args&&... args) {
@@ -201,6 +203,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       if (!of_this_attempt(*node, m)) return;
       apply(rules::Ended{field<int>(m, "rank", -1)});
       if (generations) generations->ended(field<int>(m, "rank", -1));
+      return;
+    }
+    if (type == "admit") {
+      if (of_this_attempt(*node, m) && generations)
+        generations->admit(field<int>(m, "origin", -1), field<std::string>(m, "why", ""));
       return;
     }
     if (type == "stalled") return on_stalled(m);
@@ -312,6 +319,18 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     apply(over);
   }
 
+  // Live recovery: replacements nobody is left to admit are stopped by their nodes, so that
+  // the verdict does not wait for them. Looked at after every event (once it changes).
+  void maybe_members_ended() {
+    if (!generations || phase() != Phase::running) return;
+    auto unjoined = rules::unjoined_after_members_ended(state, generations->members(),
+                                                        [this](int k) { return generations->joined(k); });
+    if (unjoined.empty() || unjoined == told_unjoined) return;
+    told_unjoined = unjoined;
+    for (const auto& n : live_members())
+      n->connection->send(Json{{"t", "members_ended"}, {"attempt", state.attempt}, {"unjoined", unjoined}});
+  }
+
   bool last_outstanding(int node_rank) const {
     for (std::size_t r = 0; r < state.members.size(); ++r)
       if (static_cast<int>(r) != node_rank && !state.members[r].over && !state.members[r].gone) return false;
@@ -331,6 +350,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       for (const auto& action : step.actions) std::visit([this](const auto& a) { act(a); }, action);
     }
     applying = false;
+    maybe_members_ended();
   }
 
   NodePtr node_of(const std::string& id) const {
@@ -370,7 +390,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // recovery is off (not asked, or the store cannot listen: then a loss ends the attempt).
   int host_generations(int world) {
     generations.reset();
+    told_unjoined.clear();
     limits.recovery = false;
+    limits.replacements = false;
     if (!options.recovery) return 0;
     boost::system::error_code ec;
     const auto here = acceptor.local_endpoint(ec);
@@ -378,10 +400,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       if (ec) throw std::runtime_error(ec.message());
       generations = std::make_unique<Generations>(
           io, here.address().to_string(), attempt_token(options.token, state.attempt), world,
-          [this, attempt = state.attempt](std::uint64_t g, const std::vector<int>&, const std::string& line, bool) {
+          [this, attempt = state.attempt](std::uint64_t g, const std::vector<int>& members, const std::string& line,
+                                          bool) {
             if (state.attempt != attempt || phase() != Phase::running) return;
+            apply(rules::Generation{members});
             for (const auto& n : live_members())
-              n->connection->send(Json{{"t", "reformed"}, {"attempt", attempt}, {"generation", g}, {"line", line}});
+              n->connection->send(Json{
+                  {"t", "reformed"}, {"attempt", attempt}, {"generation", g}, {"line", line}, {"members", members}});
           });
       generations->on_taken([](std::uint64_t g, double seconds) {
         spdlog::info("rendezvous: generation {}: every member joined it, {} after it was called for", g,
@@ -393,11 +418,22 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       return 0;
     }
     limits.recovery = true;
+    limits.replacements = true;
     return generations->port();
   }
 
   void act(const rules::ReformInPlace& r) {
-    if (generations) generations->lose(r.lost, r.why);
+    if (!generations) return;
+    generations->lose(r.lost, r.why);
+    // Started now, it waits in init() for the first generation after the current one that has
+    // it (origin -1: none, which its node waits to hear before it is over).
+    for (const auto& k : r.replace)
+      if (const auto n = node_of(state.members[static_cast<std::size_t>(k.node_rank)].id))
+        n->connection->send(Json{{"t", "replace"},
+                                 {"attempt", state.attempt},
+                                 {"lost", k.lost},
+                                 {"origin", k.origin},
+                                 {"after", generations->generation()}});
   }
 
   void act(const rules::ArmLastCall&) {

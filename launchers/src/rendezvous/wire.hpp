@@ -177,6 +177,7 @@ inline Json failure_json(const LocalFailure& f) {
   Json j{{"rank", f.rank}, {"how", f.how}, {"exit_code", f.exit_code}, {"root", f.root_cause}};
   if (f.lost_peer) j["lost_peer"] = *f.lost_peer;
   if (f.recoverable) j["recoverable"] = true;
+  if (f.replaceable) j["replaceable"] = true;
   return j;
 }
 inline rules::Failure failure_of(const Json& m, int node_rank) {
@@ -188,6 +189,7 @@ inline rules::Failure failure_of(const Json& m, int node_rank) {
   f.root = field<bool>(m, "root", false);
   if (m.contains("lost_peer") && m["lost_peer"].is_number_integer()) f.lost_peer = m["lost_peer"].get<int>();
   f.recoverable = field<bool>(m, "recoverable", false);
+  f.replaceable = field<bool>(m, "replaceable", false);
   return f;
 }
 

@@ -49,14 +49,33 @@ LiveRecovery::LiveRecovery(asio::io_context& io, bool wanted, int min_world, Coo
 
 LiveRecovery::~LiveRecovery() = default;
 
-void LiveRecovery::allow_replacements(int max, StartRank start) {
+Coordinator::Events LiveRecovery::hear(Coordinator::Events events, std::function<LiveAttempt*()> current) {
+  events.reformed = [this, current](std::uint64_t g, const std::string& line, const std::vector<int>& members) {
+    reformed(current(), g, line, members);
+  };
+  events.replace = [this, current](int lost, int origin, std::uint64_t after) {
+    replace_granted(current(), lost, origin, after);
+  };
+  events.members_ended = [this, current](const std::vector<int>& unjoined) { members_ended(current(), unjoined); };
+  return events;
+}
+
+void LiveRecovery::allow_replacements(int max, StartRank start, std::function<void()> recheck) {
   max_replacements_ = max;
   start_rank_ = std::move(start);
+  recheck_ = std::move(recheck);
+}
+
+void LiveRecovery::answered(int lost) {
+  if (awaited_.empty()) return;
+  if (lost < 0) awaited_.clear();
+  std::erase(awaited_, lost);
+  if (awaited_.empty() && recheck_) recheck_();
 }
 
 void LiveRecovery::make_room(LiveAttempt& a) const {
   const auto n = a.attempt.processes.size();
-  const auto room = n + static_cast<std::size_t>(wanted_ && !joint() ? max_replacements_ : 0);
+  const auto room = n + static_cast<std::size_t>(wanted_ ? max_replacements_ : 0);
   a.attempt.processes.reserve(room);
   a.record.ranks.reserve(room);
   a.ranks.reserve(room);
@@ -77,8 +96,10 @@ void LiveRecovery::offer(Attempt& attempt) {
   attempt_ = nullptr;
   to_replace_.clear();
   joining_.clear();
+  awaited_.clear();
   reform_index_.clear();
   heard_.clear();
+  admitted_.clear();
   world0_ = attempt.processes.size();
   if (!wanted_) return;
   std::string address;
@@ -122,8 +143,9 @@ void LiveRecovery::began(LiveAttempt& attempt, Rank& rank) {
   const auto j = std::find_if(joining_.begin(), joining_.end(), [&](const auto& x) { return x.first == &rank; });
   if (j == joining_.end()) return;
   // Ready once it beats (in init(), waiting to be admitted).
-  if (generations_)
-    generations_->admit(rank.spec->rank, fmt::format("rank {} started in rank {}'s place", rank.spec->rank, j->second));
+  const auto why = fmt::format("rank {} started in rank {}'s place", rank.spec->rank, j->second);
+  if (joint()) coordinator_->admit(attempt.record.index, rank.spec->rank, why);
+  if (generations_) generations_->admit(rank.spec->rank, why);
   joining_.erase(j);
 }
 
@@ -141,6 +163,7 @@ void LiveRecovery::maybe_capable(const LiveAttempt& attempt) {
 }
 
 bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) {
+  if (joint() && waiting_to_join(attempt, rank)) return lose_unjoined(attempt, rank);
   if (waiting_to_join(attempt, rank)) {  // a replacement, whatever ended it: none of the job's work
     std::erase_if(joining_, [&](const auto& j) { return j.first == &rank; });
     const auto how = fmt::format("rank {} {}", rank.spec->rank, detail::describe(*rank.record));
@@ -178,7 +201,8 @@ bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) 
                  how, rank.record->pid);
     LocalFailure f{.rank = rank.spec->rank, .how = detail::describe(*rank.record),
                    .exit_code = detail::exit_code_of(*rank.record->status), .root_cause = true, .lost_peer = {},
-                   .recoverable = true};
+                   .recoverable = true, .replaceable = replaceable(rank, admitting == facts.survivors)};
+    if (f.replaceable) awaited_.push_back(f.rank);
     coordinator_->failed(attempt.record.index, f);
     return true;
   }
@@ -198,12 +222,58 @@ bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) 
   return true;
 }
 
-bool LiveRecovery::waiting_to_join(const LiveAttempt& attempt, const Rank& rank) const {
-  const auto index = static_cast<std::size_t>(&rank - attempt.ranks.data());
-  return !joint() && generations_ && index >= world0_ && !generations_->joined(rank.spec->rank);
+// Over several nodes: a replacement lost before the job admitted it (no generation has it).
+// The rendezvous hears it as a recoverable loss, and may grant another in its place; it is no
+// loss of this node's (nothing re-forms without it), so it is not among lost_.
+bool LiveRecovery::lose_unjoined(LiveAttempt& attempt, Rank& rank) {
+  std::erase_if(joining_, [&](const auto& j) { return j.first == &rank; });
+  const auto how = detail::describe(*rank.record);
+  spdlog::warn("rank {} {} (pid {}) before it joined: it held none of the job's work", rank.spec->rank, how,
+               rank.record->pid);
+  const int code = rank.record->status ? detail::exit_code_of(*rank.record->status) : 1;
+  const LocalFailure f{.rank = rank.spec->rank, .how = how, .exit_code = code, .root_cause = true,
+                       .lost_peer = {}, .recoverable = true, .replaceable = replaceable(rank, true)};
+  if (f.replaceable) awaited_.push_back(f.rank);
+  coordinator_->failed(attempt.record.index, f);
+  return true;
 }
 
-void LiveRecovery::replace(LiveAttempt& a, const Rank& lost, std::uint64_t generation) {
+bool LiveRecovery::replaceable(const Rank& rank, bool survivors_admit) const {
+  return survivors_admit && start_rank_ && max_replacements_ > 0 && !rank.spec->entry &&
+         (!joint() || coordinator_->grants_replacements());
+}
+
+void LiveRecovery::replace_granted(LiveAttempt* attempt, int lost, int origin, std::uint64_t after) {
+  // Only an answer awaited: the attempt may be stopping here meanwhile (stand_down), and no rank
+  // may start then.
+  if (std::find(awaited_.begin(), awaited_.end(), lost) == awaited_.end()) return;
+  if (attempt != nullptr && origin >= 0)
+    for (const auto& r : attempt->ranks)
+      if (r.spec->rank == lost) {
+        replace(*attempt, r, after, origin);
+        break;
+      }
+  answered(lost);  // started, or it could not be: either way nothing more is awaited for it
+}
+
+void LiveRecovery::members_ended(LiveAttempt* attempt, const std::vector<int>& unjoined) {
+  if (attempt == nullptr) return;
+  std::vector<const Rank*> waiting;
+  for (const auto& r : attempt->ranks)
+    if (r.running() && std::find(unjoined.begin(), unjoined.end(), r.spec->rank) != unjoined.end())
+      waiting.push_back(&r);
+  stop_waiting(waiting);
+}
+
+bool LiveRecovery::waiting_to_join(const LiveAttempt& attempt, const Rank& rank) const {
+  const auto index = static_cast<std::size_t>(&rank - attempt.ranks.data());
+  if (index < world0_) return false;
+  // Over several nodes, once a generation has it: its loss is then the job's to re-form without.
+  if (joint()) return admitted_.count(rank.spec->rank) == 0;
+  return generations_ && !generations_->joined(rank.spec->rank);
+}
+
+void LiveRecovery::replace(LiveAttempt& a, const Rank& lost, std::uint64_t generation, std::optional<int> granted) {
   if (a.ranks.size() == a.ranks.capacity() || replacements_ >= max_replacements_ || !start_rank_) return;
   if (lost.spec->entry) {  // a forked function: forking again now would copy our threads' locks
     spdlog::warn("live recovery: rank {} is not replaced: its ranks are forks of this process (idist::spawn), which "
@@ -211,7 +281,9 @@ void LiveRecovery::replace(LiveAttempt& a, const Rank& lost, std::uint64_t gener
                  lost.spec->rank);
     return;
   }
-  const int origin = static_cast<int>(a.ranks.size());
+  // Over several nodes the rendezvous numbers it (after the job's ranks, and every node's
+  // replacements before it); on one node, the next index of the attempt's ranks.
+  const int origin = granted.value_or(static_cast<int>(a.ranks.size()));
   auto& spec = a.attempt.processes.emplace_back(*lost.spec);
   spec.rank = origin;
   const auto tag = std::string(env::kReplacement) + "=";
@@ -245,7 +317,12 @@ void LiveRecovery::stop_unjoined(const LiveAttempt& attempt) {
     if (!waiting_to_join(attempt, r)) return;  // a rank of the job runs on
     waiting.push_back(&r);
   }
+  stop_waiting(waiting);
+}
+
+void LiveRecovery::stop_waiting(const std::vector<const Rank*>& waiting) {
   for (const Rank* r : waiting) {
+    if (r->record->collateral) continue;  // told already
     spdlog::info("rank {} (pid {}) stops: the job's ranks ended before they admitted it", r->spec->rank,
                  r->record->pid);
     r->record->collateral = true;
@@ -270,8 +347,10 @@ void LiveRecovery::ended(const LiveAttempt& attempt, const Rank& rank) {
   if (others) stop_unjoined(attempt);
 }
 
-void LiveRecovery::reformed(LiveAttempt* attempt, std::uint64_t generation, const std::string& line) {
+void LiveRecovery::reformed(LiveAttempt* attempt, std::uint64_t generation, const std::string& line,
+                            const std::vector<int>& members) {
   if (attempt == nullptr) return;
+  admitted_.insert(members.begin(), members.end());
   spdlog::info("generation {}: the job went on ({})", generation, line);
   attempt->record.reforms.push_back(line);
   heard_ = fmt::format("live recovery: generation {} ({})\n", generation, line);
@@ -302,6 +381,7 @@ std::string LiveRecovery::status_text() { return generations_ ? generations_->st
 
 void LiveRecovery::stand_down() {
   joining_.clear();
+  answered(-1);
   if (generations_) generations_->stand_down();
 }
 

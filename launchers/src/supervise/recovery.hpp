@@ -12,10 +12,11 @@
 // and reports a loss as recoverable; the rendezvous' rules decide for the job, node 0's
 // rendezvous hosts the store, and every node hears of each generation (Events::reformed).
 //
-// Replacements (one node, --max-restarts N): once a loss is announced, a rank is started in the
-// lost one's place (IDIST_REPLACEMENT), under an origin of its own (the next index of the
-// attempt's ranks); once it beats, it is announced as ready (";grow"), and the running ranks
-// admit it at a step boundary they agree on (idist::Recovery). At most N in the job.
+// Replacements (--max-restarts N): a rank is started in the lost one's place
+// (IDIST_REPLACEMENT), under an origin of its own: on one node once the loss is announced, as
+// the next index of the attempt's ranks; over several, once the rendezvous grants it from the
+// job's budget (with the loss, before its generation), numbered by it. Once it beats, it is announced as ready (";grow"), and the running ranks admit
+// it at a step boundary they agree on (idist::Recovery). At most N in the job.
 
 #include <boost/asio.hpp>
 #include <chrono>
@@ -24,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,9 +60,14 @@ class LiveRecovery {
   LiveRecovery& operator=(const LiveRecovery&) = delete;
 
   // Replacements: at most `max` in the job; `start` starts a rank made here (the process
-  // context, in the attempt's log directory) and says why where it cannot.
+  // context, in the attempt's log directory) and says why where it cannot; `recheck`, later
+  // on the loop, looks again whether the attempt's ranks are all gone, once none is awaited.
   using StartRank = std::function<std::optional<std::string>(Rank&)>;
-  void allow_replacements(int max, StartRank start);
+  void allow_replacements(int max, StartRank start, std::function<void()> recheck);
+  // Over several nodes: a loss here was said to be replaceable and the rendezvous has not
+  // answered yet (a replacement, or a generation without one): a node whose every rank is
+  // gone is not over yet, since one may start.
+  bool awaiting_replacement() const { return !awaited_.empty(); }
   // Sizes the attempt's ranks and records as its processes, with room for the replacements, so
   // that adding one moves no rank (the supervisor keeps pointers to them).
   void make_room(LiveAttempt& attempt) const;
@@ -96,8 +103,17 @@ class LiveRecovery {
   // `rank` of `attempt` ended its program (exit 0) while others run: said in the store, so that
   // a survivor waiting in reform() for it raises at once (uneven steps are not a loss).
   void ended(const LiveAttempt& attempt, const Rank& rank);
-  // Over several nodes: the rendezvous formed a generation; `line` says what changed.
-  void reformed(LiveAttempt* attempt, std::uint64_t generation, const std::string& line);
+  // Over several nodes: what the rendezvous says of recovery goes to the calls below, for the
+  // attempt `current` answers.
+  Coordinator::Events hear(Coordinator::Events events, std::function<LiveAttempt*()> current);
+  // Over several nodes: the rendezvous formed a generation of `members`; `line` says what changed.
+  void reformed(LiveAttempt* attempt, std::uint64_t generation, const std::string& line,
+                const std::vector<int>& members);
+  // Over several nodes: the rendezvous granted a replacement (Coordinator::Events::replace).
+  void replace_granted(LiveAttempt* attempt, int lost, int origin, std::uint64_t after);
+  // Over several nodes: every member of the job's generation ended; the replacements `unjoined`
+  // that run here stop, not as failures.
+  void members_ended(LiveAttempt* attempt, const std::vector<int>& unjoined);
   // --status's line on live recovery, or "" (none offered here, or no generation yet); over
   // several nodes, the last generation the rendezvous formed.
   std::string status_text();
@@ -108,12 +124,18 @@ class LiveRecovery {
   bool joint() const { return coordinator_ != nullptr; }
   // Over several nodes: says to the rendezvous once every running rank here beats.
   void maybe_capable(const LiveAttempt& attempt);
-  // Starts a rank in `lost`'s place, to join after `generation`.
-  void replace(LiveAttempt& attempt, const Rank& lost, std::uint64_t generation);
-  // `rank` is a replacement that has not joined a generation yet (it waits in init()).
+  // Starts a rank in `lost`'s place, to join after `generation`, as `origin` where the
+  // rendezvous numbered it.
+  void replace(LiveAttempt& attempt, const Rank& lost, std::uint64_t generation, std::optional<int> origin = {});
+  bool lose_unjoined(LiveAttempt& attempt, Rank& rank);
+  // Whether a rank may be started in `rank`'s place, where the ranks left admit one.
+  bool replaceable(const Rank& rank, bool survivors_admit) const;
+  // `rank` is a replacement that has not joined a generation yet (it waits in init()); over
+  // several nodes, that no generation the rendezvous announced named it.
   bool waiting_to_join(const LiveAttempt& attempt, const Rank& rank) const;
   // The job's ranks all ended while replacements still wait to join: they stop, not as failures.
   void stop_unjoined(const LiveAttempt& attempt);
+  void stop_waiting(const std::vector<const Rank*>& waiting);
   // Generation `generation` was taken by every member `seconds` after it was called for.
   void taken(std::uint64_t generation, double seconds);
 
@@ -132,12 +154,16 @@ class LiveRecovery {
   LiveAttempt* attempt_ = nullptr;
   std::chrono::steady_clock::time_point last_loss_{};
   int max_replacements_ = 0;
-  int replacements_ = 0;  // in the job
+  int replacements_ = 0;  // started here (on one node, the job's)
   StartRank start_rank_;
+  std::function<void()> recheck_;
+  std::vector<int> awaited_;  // over several nodes: losses said to be replaceable, not answered yet
+  void answered(int lost);    // one of them was answered (all: -1)
   std::size_t world0_ = 0;                         // the attempt's ranks at its start
   std::vector<const Rank*> to_replace_;            // lost, to be replaced once announced
   std::vector<std::pair<Rank*, int>> joining_;     // replacements not beating yet, and whom they replace
   std::map<std::uint64_t, std::size_t> reform_index_;  // a generation's line in the record's reforms
+  std::set<int> admitted_;  // over several nodes: the origins generations have named
 };
 
 }  // namespace idist::launchers::supervision

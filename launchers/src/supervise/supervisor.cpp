@@ -60,11 +60,7 @@ class Supervisor {
     if (!detail::become_subreaper())
       spdlog::warn("cannot become a child subreaper ({}): processes the ranks leave behind may outlive the job",
                    std::strerror(errno));
-    arm_signals();
-    if (options_.timeout) {
-      timeout_timer_.expires_after(*options_.timeout);
-      timeout_timer_.async_wait([this](auto ec) { on_timeout(ec); });
-    }
+    arm_outside_ends();
     // Also without stall reports: the reading dates the ranks' calls, which --status shows.
     if (options_.stall_timeout.count() > 0 || options_.status_socket)
       watch_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
@@ -75,14 +71,17 @@ class Supervisor {
     if (options_.status_socket)
       status_ = std::make_unique<detail::StatusServer>(
           io_, [this] { return watch_.status_text(started()) + recovery_.status_text(); });
-    if (auto& c = options_.coordinator)
-      c->start(io_, {.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
-                     .lost = [this](const std::string& why) { on_lost(why); },
-                     .views = [this] { return watch_.job_views(started()); },
-                     .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); },
-                     .reformed = [this](auto g, const auto& line) { recovery_.reformed(started(), g, line); }});
-    recovery_.allow_replacements(options_.max_restarts,
-                                 [this](Rank& r) { return procs_.start(r, attempt_log_dir(current().record.index)); });
+    if (auto& c = options_.coordinator) {
+      Coordinator::Events events{.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
+                                 .lost = [this](const std::string& why) { on_lost(why); },
+                                 .views = [this] { return watch_.job_views(started()); },
+                                 .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); },
+                                 .reformed = {}, .replace = {}, .members_ended = {}};  // LiveRecovery's: hear()
+      c->start(io_, recovery_.hear(std::move(events), [this] { return started(); }));
+    }
+    recovery_.allow_replacements(
+        options_.max_restarts, [this](Rank& r) { return procs_.start(r, attempt_log_dir(current().record.index)); },
+        [this] { asio::post(io_, [this, n = attempts_.size()] { if (n == attempts_.size()) check_ranks_gone(); }); });
     start_attempt(0);
     io_.run();  // until done(): the job, then the console's last lines
     watch_.close();  // a gdb thread still at work posts nothing to io_ from now on
@@ -107,10 +106,13 @@ class Supervisor {
     phase_ = to;
   }
 
-  void arm_signals() {
+  void arm_outside_ends() {
     child_signal_.async_wait([this](auto ec, int) { on_child_signal(ec); });
     teardown_signals_.async_wait([this](auto ec, int sig) { on_teardown_signal(ec, sig); });
     forward_signals_.async_wait([this](auto ec, int sig) { on_forward_signal(ec, sig); });
+    if (!options_.timeout) return;
+    timeout_timer_.expires_after(*options_.timeout);
+    timeout_timer_.async_wait([this](auto ec) { on_timeout(ec); });
   }
 
   // --- starting ---------------------------------------------------------------------------
@@ -208,8 +210,7 @@ class Supervisor {
     check_ranks_gone();
   }
 
-  // Makes `rank`, just reaped, the attempt's first failure if it is one (see Blame), and
-  // stops the others at the first.
+  // Makes `rank`, just reaped, the attempt's first failure if it is one (Blame); stops the rest.
   void judge(Rank& rank) {
     auto& a = current();
     const Blame blame = blame_of(*rank.record);
@@ -281,8 +282,7 @@ class Supervisor {
   void check_ranks_gone() {
     if (attempts_.empty() || phase_ == Phase::starting) return;  // no rank yet: none can be gone
     auto& a = current();
-    if (a.ranks_gone || std::any_of(a.ranks.begin(), a.ranks.end(), [](const Rank& r) { return r.running(); }))
-      return;
+    if (a.ranks_gone || recovery_.awaiting_replacement() || std::ranges::any_of(a.ranks, &Rank::running)) return;
     a.ranks_gone = true;
     kill_timer_.cancel();
     const auto left = has_children() ? detail::descendants_of(::getpid()) : std::vector<pid_t>();

@@ -31,6 +31,7 @@ struct LocalFailure {
   bool root_cause = false;       // crashed or killed by a signal nobody sent, not a non-zero exit
   std::optional<int> lost_peer;  // the rank it said it lost its connection to
   bool recoverable = false;      // a loss this node's other ranks (all opted in) can re-form without
+  bool replaceable = false;      // and they admit a rank started in its place (will_admit_replacements)
 };
 
 // What the job does after an attempt every node has ended.
@@ -72,9 +73,15 @@ class Coordinator {
     // stall_report.hpp); then the report's lines, the same on every node.
     std::function<std::string()> views;
     std::function<void(const std::vector<std::string>& lines)> report;
-    // Live recovery: the job went on as `generation` without a lost rank or node, as `line`
-    // says ("rank 3 on node 1 (h) was killed by SIGKILL; world 4 -> 3").
-    std::function<void(std::uint64_t generation, const std::string& line)> reformed;
+    // Live recovery: the job went on as `generation` of `members` (origins), as `line` says
+    // ("rank 3 on node 1 (h) was killed by SIGKILL; world 4 -> 3").
+    std::function<void(std::uint64_t generation, const std::string& line, const std::vector<int>& members)> reformed;
+    // The rendezvous granted a replacement here: `origin` starts in `lost`'s place, to join
+    // a generation after `after`.
+    std::function<void(int lost, int origin, std::uint64_t after)> replace;
+    // Every member of the current generation ended: the replacements `unjoined` (origins),
+    // which never joined, never will.
+    std::function<void(const std::vector<int>& unjoined)> members_ended;
   };
   virtual ~Coordinator() = default;
   virtual void start(boost::asio::io_context& io, Events events) = 0;
@@ -104,6 +111,11 @@ class Coordinator {
   // in; and a rank of it ended its program (exit 0) while others run.
   virtual void capable(int /*attempt*/) {}
   virtual void ended(int /*attempt*/, int /*rank*/) {}
+  // Whether a loss reported as replaceable is answered by Events::replace (the built-in
+  // rendezvous grants replacements; etcd does not yet).
+  virtual bool grants_replacements() const { return false; }
+  // A replacement started here (Events::replace) is ready to be admitted, as `why` says.
+  virtual void admit(int /*attempt*/, int /*origin*/, const std::string& /*why*/) {}
   // The event loop is about to go: let go of everything bound to it.
   virtual void detach() = 0;
 };

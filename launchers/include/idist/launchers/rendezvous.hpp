@@ -83,6 +83,8 @@ class NodeAgent final : public Coordinator {
   void stalled(int attempt) override;
   void capable(int attempt) override;
   void ended(int attempt, int rank) override;
+  void admit(int attempt, int origin, const std::string& why) override;
+  bool grants_replacements() const override { return true; }
   void finish(const std::string& outcome, std::function<void()> done) override;
   void detach() override;
 

@@ -499,7 +499,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   void recovery_side(const Snapshot& s) {
     if (!recovery || !assigned) return;
     const auto reformed = recovery->follow(s, office != nullptr, assignment.attempt, assignment.rank_base);
-    if (reformed && events.reformed) events.reformed(reformed->generation, reformed->line);
+    if (reformed && events.reformed) events.reformed(reformed->generation, reformed->line, {});
   }
 
   std::string advertised() const { return options.local_addr.empty() ? host : options.local_addr; }
