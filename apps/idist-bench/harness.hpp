@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -82,8 +83,9 @@ struct Options {
 
 inline constexpr int kMinIters = 5;
 inline constexpr int kMaxIters = 20000;
-// With -t given, the loop fills it up to this many calls (8 bytes of timing each): a small
-// size's 20,000 calls take milliseconds, too short a sample beside another job.
+// With -t given, the loop fills it (a small size's 20,000 calls take milliseconds, too short a
+// sample beside another job): in batches of at most this many calls, the first this many of
+// which are kept for the median (8 bytes each); the mean counts them all.
 inline constexpr int kMaxTimedIters = 5000000;
 
 // What a run's results are labelled with.
@@ -426,19 +428,37 @@ class Runner {
       const double most = options_.seconds_given ? kMaxTimedIters : kMaxIters;
       iters = static_cast<int>(std::clamp(options_.seconds_per_size * 1e6 / slowest, double{kMinIters}, most));
     }
-    std::vector<double> calls(static_cast<std::size_t>(iters));
-    comm_.barrier();
-    for (auto& us : calls) {
-      prepare();
-      const auto t0 = Clock::now();
-      call();
-      us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    }
+    // Each call's time, the first kMaxTimedIters of them kept for the median.
+    std::vector<double> calls;
+    calls.reserve(static_cast<std::size_t>(iters));
     double total_us = 0;
-    for (const double us : calls) total_us += us;
+    std::int64_t made = 0;
+    comm_.barrier();
+    // With -t, batches until the time is spent: a probe taken while the machine was busy (a
+    // neighbour's burst) overestimates a call, and one batch would then end far short of -t.
+    // Each batch is sized from the one before, alike on every rank (their slowest).
+    for (double spent_us = 0;;) {
+      const auto batch_start = Clock::now();
+      for (int i = 0; i < iters; ++i) {
+        prepare();
+        const auto t0 = Clock::now();
+        call();
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        total_us += us;
+        if (calls.size() < static_cast<std::size_t>(kMaxTimedIters)) calls.push_back(us);
+      }
+      made += iters;
+      if (!options_.seconds_given || options_.iters != 0) break;
+      const double took = slowest_us(std::chrono::duration<double, std::micro>(Clock::now() - batch_start).count());
+      spent_us += took;
+      const double left = options_.seconds_per_size * 1e6 - spent_us;
+      if (left <= 0) break;
+      iters = static_cast<int>(std::clamp(left / (took / iters), 1.0, double{kMaxTimedIters}));
+    }
+    iters = static_cast<int>(std::min<std::int64_t>(made, std::numeric_limits<int>::max()));
     const auto middle = calls.begin() + static_cast<std::ptrdiff_t>(calls.size() / 2);
     std::nth_element(calls.begin(), middle, calls.end());
-    return {total_us / iters, *middle, iters};
+    return {total_us / static_cast<double>(made), *middle, iters};
   }
 
   double slowest_us(double mine) {

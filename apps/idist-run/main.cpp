@@ -411,9 +411,7 @@ int run(const Cli& cli) {
                    a.node_rank, a.nnodes, a.rank_base, a.rank_base + plan.local_count - 1, a.world_size,
                    plan.job.master_addr, a.master_port);
     }
-    auto attempt = L::attempt_of(plan, path, restart_count, environ);
-    binding->notice().hand_to(attempt);
-    return attempt;
+    return L::attempt_of(plan, path, restart_count, environ);
   };
   supervise.run_id = plan.job.run_id;
   const int code = L::supervise(make_attempt, supervise);

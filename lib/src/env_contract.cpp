@@ -130,7 +130,6 @@ Contract read_contract(const Lookup& lookup) {
       fail(kCpusShared, *v, "expected auto, 1 or 0");
     }
   }
-  if (auto v = env.get_int(kCpusSharedFd, 0, std::numeric_limits<int>::max())) c.cpus_shared_fd = *v;
   if (auto v = env.get_int(kRestartCount, 0, std::numeric_limits<int>::max())) c.restart_count = *v;
   if (auto v = env.get(kRecoveryStore); v && !v->empty()) {
     const auto colon = v->rfind(':');

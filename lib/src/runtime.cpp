@@ -90,27 +90,50 @@ int number_of(std::vector<T>& seen, const T& value) {
   return static_cast<int>(it - seen.begin());
 }
 
-// hosts[r] for every rank, sent as 32-bit numbers.
-std::vector<char> encode_hosts(const std::vector<int>& hosts) {
-  std::vector<char> out(hosts.size() * sizeof(std::int32_t));
-  for (std::size_t r = 0; r < hosts.size(); ++r) {
-    const auto h = static_cast<std::int32_t>(hosts[r]);
+// The machine a host identity runs on (common::host_identity: "NAME BOOT_ID PID_NS"): fake
+// hosts (namespaces, containers) of one machine share its cpus.
+std::string machine_of(const std::string& identity) {
+  const auto from = identity.find(' ');
+  if (from == std::string::npos) return identity;
+  return identity.substr(from + 1, identity.find(' ', from + 1) - from - 1);
+}
+
+// The table rank 0 hands every rank: hosts[r], then machines[r], as 32-bit numbers.
+std::vector<char> encode_table(const std::vector<int>& hosts, const std::vector<int>& machines) {
+  std::vector<int> all = hosts;
+  all.insert(all.end(), machines.begin(), machines.end());
+  std::vector<char> out(all.size() * sizeof(std::int32_t));
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const auto h = static_cast<std::int32_t>(all[r]);
     std::memcpy(out.data() + r * sizeof(h), &h, sizeof(h));
   }
   return out;
 }
 
-std::vector<int> decode_hosts(const std::vector<char>& bytes, int world_size) {
-  if (bytes.size() != static_cast<std::size_t>(world_size) * sizeof(std::int32_t))
+struct HostTable {
+  std::vector<int> hosts, machines;
+};
+
+// The waits yield where this job's ranks on this rank's machine (fake hosts of one machine
+// included) outnumber its cores: they wait for each other, and a spinner would keep its core
+// from the very rank it waits for (common/cpus_shared.hpp).
+void follow_machine(const env::Contract& c, const std::vector<int>& machines) {
+  const auto mine = machines[static_cast<std::size_t>(c.rank)];
+  follow_cpus_shared(c, static_cast<int>(std::count(machines.begin(), machines.end(), mine)));
+}
+
+HostTable decode_table(const std::vector<char>& bytes, int world_size) {
+  const auto n = static_cast<std::size_t>(world_size);
+  if (bytes.size() != 2 * n * sizeof(std::int32_t))
     throw std::runtime_error("rank 0's table of hosts has " + std::to_string(bytes.size()) + " bytes, not " +
-                             std::to_string(world_size * 4) + ": do all ranks run the same idist?");
-  std::vector<int> hosts(static_cast<std::size_t>(world_size));
-  for (std::size_t r = 0; r < hosts.size(); ++r) {
+                             std::to_string(world_size * 8) + ": do all ranks run the same idist?");
+  HostTable table{std::vector<int>(n), std::vector<int>(n)};
+  for (std::size_t r = 0; r < 2 * n; ++r) {
     std::int32_t h = 0;
     std::memcpy(&h, bytes.data() + r * sizeof(h), sizeof(h));
-    hosts[r] = h;
+    (r < n ? table.hosts[r] : table.machines[r - n]) = h;
   }
-  return hosts;
+  return table;
 }
 
 // The choices both ends of a message follow, as "NAME=VALUE" lines: where ranks differ, a
@@ -196,8 +219,8 @@ namespace {
 
 // A rank other than 0 at the join: rank 0's verdict, by `until`. The table of hosts where
 // everyone came with the same settings; else throws what rank 0 found, having acknowledged it.
-std::vector<int> join_verdict(Store& store, const std::string& prefix, const env::Contract& c,
-                              Clock::time_point until, const std::string& waited) {
+HostTable join_verdict(Store& store, const std::string& prefix, const env::Contract& c, Clock::time_point until,
+                       const std::string& waited) {
   const std::string result_key = prefix + "result";
   try {
     store.wait({result_key}, remaining(until));
@@ -205,7 +228,7 @@ std::vector<int> join_verdict(Store& store, const std::string& prefix, const env
     throw TimeoutFailure(waited + "rank 0 never reported who was missing");
   }
   const auto verdict = store.get(result_key);
-  if (verdict.empty()) return decode_hosts(store.get(prefix + "hosts"), c.world_size);
+  if (verdict.empty()) return decode_table(store.get(prefix + "hosts"), c.world_size);
   store.set(prefix + "ack/" + std::to_string(c.rank), {});
   // A verdict that starts with kRefused: everyone came, but not with the same settings.
   if (verdict.front() == kRefused) throw std::runtime_error(std::string(verdict.begin() + 1, verdict.end()));
@@ -249,26 +272,29 @@ void Runtime::join(Clock::time_point deadline, const std::string& settings) {
 
   if (c.rank != 0) {
     // Only rank 0 waits for everyone (N keys, not N^2); the others wait for its verdict.
-    hosts_ = join_verdict(*store_, prefix, c, deadline + kMargin, waited);
-    return;
+    auto table = join_verdict(*store_, prefix, c, deadline + kMargin, waited);
+    hosts_ = std::move(table.hosts);
+    return follow_machine(c, table.machines);
   }
 
   const auto rank_keys = numbered_keys(prefix + "rank/", c.world_size);
   try {
     wait_all(*store_, rank_keys, deadline);
-    std::vector<std::string> identities;
+    std::vector<std::string> identities, machine_ids;
+    std::vector<int> machines;
     std::string refused;
     for (int r = 0; r < c.world_size; ++r) {
       const auto value = store_->get(rank_keys[static_cast<std::size_t>(r)]);
       const std::string text(value.begin(), value.end());
       const auto newline = std::min(text.find('\n'), text.size());
       hosts_.push_back(number_of(identities, text.substr(0, newline)));
+      machines.push_back(number_of(machine_ids, machine_of(text.substr(0, newline))));
       if (refused.empty()) refused = settings_difference(settings, text.substr(std::min(newline + 1, text.size())), r);
     }
     if (refused.empty()) {
-      store_->set(hosts_key, encode_hosts(hosts_));
+      store_->set(hosts_key, encode_table(hosts_, machines));
       store_->set(result_key, {});
-      return;
+      return follow_machine(c, machines);
     }
     // Everyone is here, so everyone hears why, before the store goes away with rank 0.
     const auto verdict = kRefused + refused;

@@ -202,9 +202,8 @@ TEST_CASE("IDIST_INTERHOST: auto by default, auto/ucx/gloo, anything else one er
                        "IDIST_INTERHOST='rdma': expected auto, ucx or gloo", env::ContractError);
 }
 
-TEST_CASE("IDIST_CPUS_SHARED: auto by default, auto or a yes/no; IDIST_CPUS_SHARED_FD a descriptor") {
+TEST_CASE("IDIST_CPUS_SHARED: auto by default, auto or a yes/no") {
   CHECK(env::read_contract(from({})).cpus_shared == "auto");
-  CHECK(env::read_contract(from({})).cpus_shared_fd == -1);
   CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", "auto"}})).cpus_shared == "auto");
   CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", "AUTO"}})).cpus_shared == "auto");
   CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", ""}})).cpus_shared == "auto");
@@ -212,8 +211,6 @@ TEST_CASE("IDIST_CPUS_SHARED: auto by default, auto or a yes/no; IDIST_CPUS_SHAR
   CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED", "0"}})).cpus_shared == "0");
   CHECK_THROWS_WITH_AS(env::read_contract(from({{"IDIST_CPUS_SHARED", "sometimes"}})),
                        "IDIST_CPUS_SHARED='sometimes': expected auto, 1 or 0", env::ContractError);
-  CHECK(env::read_contract(from({{"IDIST_CPUS_SHARED_FD", "7"}})).cpus_shared_fd == 7);
-  CHECK_THROWS_AS(env::read_contract(from({{"IDIST_CPUS_SHARED_FD", "-1"}})), env::ContractError);
 }
 
 TEST_CASE("every yes/no variable reads alike: 1/true/yes, 0/false/no, any case; else one error naming it") {

@@ -104,16 +104,14 @@ TEST_CASE("under torchrun's agent store the ranks create rank 0's store instead 
   CHECK(std::none_of(vars.begin(), vars.end(), [](const auto& v) { return v.starts_with("TORCHELASTIC_USE_AGENT_STORE="); }));
 }
 
-TEST_CASE("an outer job's descriptors (flight recorder, cpus-shared notice) reach a rank we exec, not one we spawn") {
-  const std::vector<std::string> outer = {"IDIST_RECORDER_FD=5", "IDIST_CPUS_SHARED_FD=6"};
+TEST_CASE("an outer job's flight recorder descriptor reaches a rank we exec, not one we spawn") {
+  const std::vector<std::string> outer = {"IDIST_RECORDER_FD=5"};
   const auto spawned = environment_of(make_plan(options(2), from({})), 0, outer);
   CHECK_FALSE(spawned.contains("IDIST_RECORDER_FD"));
-  CHECK_FALSE(spawned.contains("IDIST_CPUS_SHARED_FD"));
   const auto plan = make_plan(options(), from(kTorchrunRank1));
   REQUIRE(plan.mode == Mode::exec);
   const auto execd = environment_of(plan, 0, outer);
   CHECK(execd.at("IDIST_RECORDER_FD") == "5");
-  CHECK(execd.at("IDIST_CPUS_SHARED_FD") == "6");
 }
 
 TEST_CASE("dry_run_json survives arguments that are not UTF-8") {

@@ -239,14 +239,12 @@ TEST_CASE("a job bound by default lets go when another runs unbound for want of 
   CHECK(affinity() == std::to_string(mask.front()));
   CHECK_FALSE(bound.let_go_if_shared());  // nobody else here
   CHECK(bound.claimed() == mask);
-  CHECK_FALSE(bound.notice().raised());
   {
     UnboundMark other(dir);
     REQUIRE(other.held());
     CHECK(bound.let_go_if_shared());
   }
   CHECK(affinity() == cpu_list(mask));
-  CHECK(bound.notice().raised());  // its ranks now wait yielding
   // Whoever holds "shared" exclusively (anyone who may open it) cannot keep a job waiting.
   {
     const int fd = ::open((dir / "shared").c_str(), O_RDONLY);
@@ -262,7 +260,7 @@ TEST_CASE("a job bound by default lets go when another runs unbound for want of 
   ::waitpid(rank, nullptr, 0);
 }
 
-TEST_CASE("bound by request (--bind): stays bound when another job runs unbound, but tells its ranks") {
+TEST_CASE("bound by request (--bind): stays bound when another job runs unbound") {
   using idist::launchers::CpuClaims;
   using idist::launchers::HeldBinding;
   TempDir tmp;
@@ -271,86 +269,34 @@ TEST_CASE("bound by request (--bind): stays bound when another job runs unbound,
   CpuClaims claims;
   claims.claim_free(mask, dir);
   HeldBinding bound(HeldBinding::Role::bound_by_request, std::move(claims), mask, dir);
-  bound.follow_others();
-  CHECK_FALSE(bound.notice().raised());
-  {
-    idist::launchers::UnboundMark other(dir);
-    REQUIRE(other.held());
-    bound.follow_others();
-    CHECK_FALSE(bound.let_go_if_shared());
-    CHECK(bound.notice().raised());
-    CHECK(bound.claimed() == mask);
-    CHECK(bound.take_note().find("ours stay bound (--bind)") != std::string::npos);
-  }
-  // The other job ended: bound ranks with a cpu each spin again.
-  bound.follow_others();
-  CHECK_FALSE(bound.notice().raised());
-  // The same from its watcher, every 200 ms.
-  bound.watch();
-  {
-    idist::launchers::UnboundMark other(dir);
-    for (int i = 0; i < 300 && !bound.notice().raised(); ++i) ::usleep(10'000);
-    CHECK(bound.notice().raised());
-  }
-  for (int i = 0; i < 300 && bound.notice().raised(); ++i) ::usleep(10'000);
-  CHECK_FALSE(bound.notice().raised());
-  // A job that runs unbound for want of cpus is told from its start.
-  HeldBinding wanting(HeldBinding::Role::unbound_for_want, CpuClaims{}, mask, dir);
-  CHECK(wanting.notice().raised());
-  HeldBinding alone(HeldBinding::Role::unbound, CpuClaims{}, mask, dir);
-  CHECK_FALSE(alone.notice().raised());
+  idist::launchers::UnboundMark other(dir);
+  REQUIRE(other.held());
+  CHECK_FALSE(bound.let_go_if_shared());
+  CHECK(bound.claimed() == mask);
 }
 
-TEST_CASE("the cpus-shared notice: handed to every rank, read by the library as idist-run raises it") {
+TEST_CASE("the ranks' waits yield where the job's ranks on the machine outnumber its cores, not for other jobs") {
   using idist::detail::cpus_shared;
   using idist::detail::follow_cpus_shared;
-  idist::launchers::CpusSharedNotice notice;
-  idist::launchers::Attempt attempt;
-  attempt.processes.resize(2);
-  notice.hand_to(attempt);
-  int fd = -1;
-  for (const auto& process : attempt.processes) {
-    REQUIRE(process.env.size() == 1);
-    REQUIRE(process.env[0].starts_with("IDIST_CPUS_SHARED_FD="));
-    fd = std::stoi(process.env[0].substr(21));
-    CHECK(process.pass_fds == std::vector<int>{fd});
-  }
+  const int cores = idist::common::host_cores();
   idist::env::Contract contract;
-  contract.cpus_shared_fd = fd;
-  follow_cpus_shared(contract);
+  follow_cpus_shared(contract, cores);
   CHECK_FALSE(cpus_shared());
-  notice.raise();  // mid-run: the next wait sees it
+  follow_cpus_shared(contract, cores + 1);  // fake hosts of one job on this machine
   CHECK(cpus_shared());
   contract.cpus_shared = "0";  // the user's word wins
-  follow_cpus_shared(contract);
+  follow_cpus_shared(contract, cores + 1);
   CHECK_FALSE(cpus_shared());
   idist::env::Contract forced;
   forced.cpus_shared = "1";
   follow_cpus_shared(forced);
   CHECK(cpus_shared());
-  // More ranks on the host than cores: shared, whatever idist-run saw.
+  // More ranks on the host than cores (LOCAL_WORLD_SIZE): shared, before any join counts them.
   idist::env::Contract crowded;
-  crowded.local_world_size = crowded.world_size = 4 * idist::common::host_cores();
+  crowded.local_world_size = crowded.world_size = 4 * cores;
   follow_cpus_shared(crowded);
   CHECK(cpus_shared());
-  // A descriptor that is no notice (a stale IDIST_CPUS_SHARED_FD): not shared, never SIGBUS.
-  TempDir tmp;
-  const auto empty = tmp.path / "empty";
-  std::ofstream(empty).close();
-  const int file = ::open(empty.c_str(), O_RDONLY);
-  int pipe_fds[2];
-  REQUIRE(::pipe(pipe_fds) == 0);
-  const int closed = ::dup(pipe_fds[1]);
-  ::close(closed);
-  for (const int bad : {file, pipe_fds[0], closed}) {
-    CAPTURE(bad);
-    idist::env::Contract stale;
-    stale.cpus_shared_fd = bad;
-    follow_cpus_shared(forced);
-    follow_cpus_shared(stale);
-    CHECK_FALSE(cpus_shared());
-  }
-  for (const int open_fd : {file, pipe_fds[0], pipe_fds[1]}) ::close(open_fd);
   follow_cpus_shared(idist::env::Contract{});
   CHECK_FALSE(cpus_shared());
 }
+

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,11 +13,9 @@
 #include <chrono>
 #include <string>
 
-#include "idist/common/cpus_shared.hpp"
 #include "idist/launchers/resources.hpp"
 #include "parse_whole.hpp"
 #include "supervise/process_tree.hpp"
-#include "supervise/spawn.hpp"
 
 namespace idist::launchers {
 namespace {
@@ -208,48 +205,9 @@ std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus) {
   return reached;
 }
 
-CpusSharedNotice::CpusSharedNotice() {
-  // Only the ranks keep it (hand_to), not whatever else idist-run starts.
-  fd_ = detail::memfd_for_ranks("idist-cpus-shared", sizeof(common::CpusSharedPage));
-  if (fd_ < 0) return;
-  void* p = ::mmap(nullptr, sizeof(common::CpusSharedPage), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) {
-    ::close(fd_);
-    fd_ = -1;
-    return;
-  }
-  page_ = new (p) common::CpusSharedPage();
-}
-
-CpusSharedNotice::~CpusSharedNotice() {
-  if (page_ != nullptr) ::munmap(page_, sizeof(common::CpusSharedPage));
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void CpusSharedNotice::set(bool shared) {
-  if (page_ != nullptr) page_->shared.store(shared ? 1 : 0, std::memory_order_relaxed);
-}
-
-bool CpusSharedNotice::raised() const {
-  return page_ != nullptr && page_->shared.load(std::memory_order_relaxed) != 0;
-}
-
-void CpusSharedNotice::hand_to(Attempt& attempt) const {
-  if (fd_ < 0) return;
-  // An outer job's value is not among the processes' variables (rank_environment).
-  const auto var = std::string(env::kCpusSharedFd) + "=" + std::to_string(fd_);
-  for (auto& process : attempt.processes) {
-    process.env.push_back(var);
-    process.pass_fds.push_back(fd_);
-  }
-}
-
 HeldBinding::HeldBinding(Role role, CpuClaims claims, std::vector<int> mask, std::filesystem::path dir)
     : role_(role), claims_(std::move(claims)), mask_(std::move(mask)), dir_(std::move(dir)) {
-  if (role_ == Role::unbound_for_want || role_ == Role::bound_over_claims) {
-    mark_.emplace(dir_);
-    notice_.raise();
-  }
+  if (role_ == Role::unbound_for_want || role_ == Role::bound_over_claims) mark_.emplace(dir_);
 }
 
 HeldBinding::~HeldBinding() {
@@ -269,22 +227,10 @@ bool HeldBinding::let_go_if_shared() {
   const auto reached = rebind_tree(::getpid(), mask_);
   claims_.release();
   let_go_ = true;
-  notice_.raise();
   note_ = fmt::format("another idist-run job here runs unbound for want of free cpus: ours unbound too ({} "
-                      "process(es) then running, now on cpus {}), so that the scheduler places both jobs' ranks, "
-                      "and they wait yielding the processor",
+                      "process(es) then running, now on cpus {}), so that the scheduler places both jobs' ranks",
                       reached, cpu_list(mask_));
   return true;
-}
-
-void HeldBinding::follow_others() {
-  const std::lock_guard lock(mu_);
-  if (role_ != Role::bound_by_request) return;
-  const bool shared = others_run_unbound(dir_);
-  if (shared && !notice_.raised())
-    note_ = "another idist-run job here runs unbound for want of free cpus: ours stay bound (--bind), and wait "
-            "yielding the processor while it runs";
-  notice_.set(shared);
 }
 
 std::string HeldBinding::take_note() {
@@ -294,8 +240,7 @@ std::string HeldBinding::take_note() {
 
 void HeldBinding::watch() {
   // Nothing claimed (no usable directory): nobody can ask us to let go.
-  const bool bound = role_ == Role::bound_by_default || role_ == Role::bound_by_request;
-  if (!bound || watcher_.joinable() || claimed().empty()) return;
+  if (role_ != Role::bound_by_default || watcher_.joinable() || claimed().empty()) return;
   watcher_ = std::thread([this] {
     auto nap = [this](std::chrono::milliseconds total) {
       for (auto slept = std::chrono::milliseconds(0); slept < total && !stop_; slept += std::chrono::milliseconds(10))
@@ -304,10 +249,6 @@ void HeldBinding::watch() {
     // Nothing thrown may leave the thread (std::terminate would end the job): a failed look
     // only leaves the ranks as they are.
     try {
-      if (role_ == Role::bound_by_request) {
-        for (; !stop_; nap(std::chrono::milliseconds(200))) follow_others();
-        return;
-      }
       while (!stop_ && !let_go_if_shared()) nap(std::chrono::milliseconds(200));
       nap(std::chrono::seconds(1));
       if (!stop_) rebind_tree(::getpid(), mask_);

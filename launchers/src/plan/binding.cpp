@@ -42,8 +42,7 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   const bool too_few_free = !view.claimed.empty() && static_cast<std::size_t>(ranks) > free.size();
   if (bind == Bind::never) {
     plan.binding = "not bound: --no-bind (or IDIST_BIND=0, or bind: false in a config file)";
-    if (too_few_free) plan.binding += "; " + others + ", which leaves fewer than a cpu per rank: they wait yielding "
-                                      "the processor";
+    if (too_few_free) plan.binding += "; " + others + ", which leaves fewer than a cpu per rank";
     plan.binding_wants_cpus = too_few_free;
     return;
   }
@@ -69,7 +68,7 @@ void bind_ranks(LaunchPlan& plan, Bind bind, int ranks, const CpuView& view) {
   }
   if (too_few_free) {
     plan.binding = "not bound: " + here + ", and " + others + ", which leaves fewer than a cpu per rank; the "
-                   "scheduler may move them (--bind forces it), and they wait yielding the processor";
+                   "scheduler may move them (--bind forces it)";
     plan.binding_wants_cpus = true;
     return;
   }

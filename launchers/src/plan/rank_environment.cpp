@@ -130,10 +130,9 @@ std::vector<std::string> rank_environment(const LaunchPlan& plan, int index, cha
   // A value inherited from an outer job must not leak into ours (ours re-sets what it keeps).
   // (IDIST_RECOVERY_STORE: only the idist-run that supervises the rank may offer recovery.)
   for (auto name : {env::kJobToken, env::kRunId, env::kLauncher, env::kRecoveryStore}) vars.erase(std::string(name));
-  // Nor an outer job's descriptors into ranks we spawn: they get ours (their flight recorder,
-  // the cpus-shared notice). A rank we exec in place is the outer job's, and keeps them.
-  if (plan.mode == Mode::spawn)
-    for (auto name : {env::kRecorderFd, env::kCpusSharedFd}) vars.erase(std::string(name));
+  // Nor an outer job's flight recorder into ranks we spawn: they get ours. A rank we exec in
+  // place is the outer job's, and keeps it.
+  if (plan.mode == Mode::spawn) vars.erase(std::string(env::kRecorderFd));
   for (const auto& name : plan.unset) vars.erase(name);
   for (auto& [name, value] : env::to_variables(rank_contract(plan, index))) vars[name] = value;
   for (const auto& [name, value] : plan.rank_defaults) vars.emplace(name, value);

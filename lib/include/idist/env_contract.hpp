@@ -72,11 +72,9 @@ inline std::string ended_key(int origin) { return "idist/recovery/ended/" + std:
 inline constexpr std::string_view kReplacement = "IDIST_REPLACEMENT";
 // 0: nothing is recorded (to measure what recording costs); 1, the default: always on.
 inline constexpr std::string_view kFlightRecorder = "IDIST_FLIGHT_RECORDER";
-// Whether the rank's cpus are shared with other busy processes, so that its waits yield the
-// processor rather than spin: auto (the default: as idist-run's notice says), 1 or 0.
+// Whether the rank's waits yield the processor rather than spin: auto (the default: where the
+// job's ranks on this machine outnumber its cores), 1 or 0.
 inline constexpr std::string_view kCpusShared = "IDIST_CPUS_SHARED";
-// The descriptor of idist-run's notice that the cpus are shared (idist/common/cpus_shared.hpp).
-inline constexpr std::string_view kCpusSharedFd = "IDIST_CPUS_SHARED_FD";
 // Byte counts that move a measured threshold (docs/BENCHMARKS.md), to measure it again on
 // other hardware; unset, the measured default stands.
 inline constexpr std::string_view kUcxRingFrom = "IDIST_UCX_RING_FROM";      // ucx all_reduce by ring from here
@@ -125,7 +123,6 @@ struct Contract {
   bool debug = false;
   bool flight_recorder = true;  // IDIST_FLIGHT_RECORDER
   std::string cpus_shared = "auto";  // IDIST_CPUS_SHARED: "auto", "1" or "0"
-  int cpus_shared_fd = -1;           // IDIST_CPUS_SHARED_FD; -1: no notice
   bool store_bind_all = false;
   std::string recovery_host;  // IDIST_RECOVERY_STORE; empty: idist-run offers no recovery
   int recovery_port = 0;

@@ -1,10 +1,15 @@
 #pragma once
 // Whether this rank's waits give the processor away at every turn instead of spinning: where
-// its cpus are shared with another job's ranks (idist-run's notice, idist/common/cpus_shared.hpp,
-// which may be raised mid-run), where its host's ranks outnumber the cores, or where
-// IDIST_CPUS_SHARED=1 says so. Every wait asks it when it starts, and the spinning ones (shm,
-// ucx) again every few turns: one load from a page that changes once in a while. (A group's own
-// ranks outnumbering the cores is the shm backend's to see: its WaitPolicy.)
+// the job's ranks on its machine outnumber the cores (fake hosts of one machine included), or
+// where IDIST_CPUS_SHARED=1 says so. Ranks on their own cores spin while they wait for a peer,
+// which answers within microseconds; ranks that outnumber the cores must yield instead, or the
+// spinner keeps the core from the very rank it waits for for a whole time slice (two fake hosts
+// of 2 ranks on 2 cpus: small all_reduces at 20-25 us or at 76-110 us per call; every waiting
+// rank yielding: never the slow mode, docs/BENCHMARKS.md). Another job's ranks on the same cpus
+// are no reason: this job's waits wait for none of them, and spinning beside them costs them no
+// more than Open MPI's spinning does (bench/beside_job.sh, issue 48). Every wait asks it when it
+// starts, and the spinning ones (shm, ucx) again every few turns. (A group's own ranks
+// outnumbering the cores is the shm backend's to see: its WaitPolicy.)
 
 #include <atomic>
 #include <cstdint>
@@ -14,10 +19,10 @@
 
 namespace idist::detail {
 
-// From now on (init): IDIST_CPUS_SHARED=1 or 0 fixes the answer; auto says shared where
-// LOCAL_WORLD_SIZE exceeds the host's cores, else follows the notice that IDIST_CPUS_SHARED_FD
-// names (none, or one that cannot be read: not shared).
-void follow_cpus_shared(const env::Contract& contract);
+// From now on (init, and again once the join counted `ranks_here`, the job's ranks on this
+// machine): IDIST_CPUS_SHARED=1 or 0 fixes the answer; auto says shared where they (or
+// LOCAL_WORLD_SIZE) exceed the machine's cores.
+void follow_cpus_shared(const env::Contract& contract, int ranks_here = 0);
 
 // The word the waits read: nonzero while they should yield. Exported for the backend plugins.
 IDIST_API const std::atomic<std::uint32_t>& cpus_shared_word();

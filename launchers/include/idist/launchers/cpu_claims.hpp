@@ -32,10 +32,6 @@
 #include "idist/env_contract.hpp"
 #include "idist/launchers/process_spec.hpp"
 
-namespace idist::common {
-struct CpusSharedPage;  // idist/common/cpus_shared.hpp
-}
-
 namespace idist::launchers {
 
 inline constexpr std::string_view kCpuClaimsVar = "IDIST_CPU_CLAIMS";
@@ -90,40 +86,19 @@ bool others_run_unbound(const std::filesystem::path& dir);
 // threads started meanwhile); returns how many processes it reached.
 std::size_t rebind_tree(pid_t root, const std::vector<int>& cpus);
 
-// The page that tells a job's ranks their cpus are shared (idist/common/cpus_shared.hpp): a
-// memfd made once per job and handed to the ranks of every attempt. Where it cannot be made,
-// there is none, and the ranks wait as if they had their cpus to themselves.
-class CpusSharedNotice {
- public:
-  CpusSharedNotice();
-  CpusSharedNotice(const CpusSharedNotice&) = delete;
-  CpusSharedNotice& operator=(const CpusSharedNotice&) = delete;
-  ~CpusSharedNotice();
-  void set(bool shared);
-  void raise() { set(true); }
-  bool raised() const;
-  // Every process of `attempt` gets the page: IDIST_CPUS_SHARED_FD, and the descriptor kept
-  // across exec.
-  void hand_to(Attempt& attempt) const;
-
- private:
-  int fd_ = -1;
-  common::CpusSharedPage* page_ = nullptr;
-};
-
-// A spawning job's binding among the other jobs of the machine, for as long as it lives. Where
-// its ranks share cpus with another job's, it raises their CpusSharedNotice (see Role).
+// A spawning job's binding among the other jobs of the machine, for as long as it lives. Its
+// ranks' waits do not follow it: they spin beside another job's ranks, as Open MPI's do, and
+// yield only where the job's own ranks outnumber the cores (the library's cpus_shared.hpp).
 class HeldBinding {
  public:
   enum class Role {
-    bound_by_default,   // holds its cpus; lets go when another job runs unbound for want of them,
-                        // and raises the notice for good (its ranks then run unbound for good)
-    bound_by_request,   // --bind, every cpu claimed: never lets go; the notice raised while
-                        // another job runs unbound for want of cpus
+    bound_by_default,   // holds its cpus; lets go when another job runs unbound for want of them
+                        // (its ranks then run unbound for good)
+    bound_by_request,   // --bind, every cpu claimed: never lets go
     bound_over_claims,  // --bind onto cpus another job claimed: holds an UnboundMark, so that
-                        // jobs bound by default let go; the notice raised for good
+                        // jobs bound by default let go
     unbound_for_want,   // too few cpus left free by others' claims (default binding, or
-                        // --no-bind): holds an UnboundMark; the notice raised for good
+                        // --no-bind): holds an UnboundMark
     unbound,            // --no-bind, or nobody else's claims in the way: nothing to hold
   };
   HeldBinding(Role role, CpuClaims claims, std::vector<int> mask, std::filesystem::path dir);
@@ -131,22 +106,16 @@ class HeldBinding {
   HeldBinding& operator=(const HeldBinding&) = delete;
   ~HeldBinding();
   // Bound by default, where another job here runs unbound for want of cpus: rebinds every
-  // process below us to the whole mask, lets go of the cpus, raises the notice and leaves a
-  // note (take_note). Returns whether it has let go, now or before: an attempt about to spawn
+  // process below us to the whole mask, lets go of the cpus and leaves a note (take_note). Returns whether it has let go, now or before: an attempt about to spawn
   // its ranks spawns them unbound then.
   bool let_go_if_shared();
-  // Bound by request: the notice raised where another job runs unbound for want of cpus,
-  // lowered where none does (a note the first time it rises).
-  void follow_others();
   // The line that says it let go, once (empty otherwise): for the caller to log from a thread
   // that may write to the console, which the watcher may not.
   std::string take_note();
   // The same every 200 ms from now on, on a thread of its own (call once the supervisor has
   // forked what it forks): let_go_if_shared until it lets go, then one more pass a second later
-  // for ranks an attempt was spawning meanwhile; follow_others for as long as the job runs.
-  // Idempotent.
+  // for ranks an attempt was spawning meanwhile. Idempotent.
   void watch();
-  const CpusSharedNotice& notice() const { return notice_; }
   Role role() const { return role_; }
   std::vector<int> claimed() const;  // the cpus it holds now
   bool marked() const { return mark_ && mark_->held(); }  // holds an UnboundMark
@@ -157,7 +126,6 @@ class HeldBinding {
   std::vector<int> mask_;
   std::filesystem::path dir_;
   std::optional<UnboundMark> mark_;
-  CpusSharedNotice notice_;
   mutable std::mutex mu_;  // let_go_if_shared from the attempt's thread and the watcher
   bool let_go_ = false;
   std::string note_;

@@ -118,7 +118,7 @@ class ShmBackend final : public Backend {
       if (h != init.hosts.front())
         throw InStepError("the shm backend needs every rank of the group on one host");
     const int cores = common::host_cores();
-    // More ranks than cores elsewhere (LOCAL_WORLD_SIZE, other jobs) is common/cpus_shared.hpp's.
+    // More of the job's ranks on this machine than cores (fake hosts) is common/cpus_shared.hpp's.
     policy_.oversubscribed = size_ > cores;
     // Every member must step the same way: decided from what all of them see alike (the group's
     // size, the host's processors), not from their LOCAL_WORLD_SIZE, which a user may set.
