@@ -1,10 +1,11 @@
 #!/bin/bash
 # Issue 48: an 8-byte all_reduce on 2 ranks beside another idist job (a 2-rank train_cifar10,
 # started first, so that it binds its ranks and the benchmark's idist-run finds the cpus
-# claimed), alternating in one run: idist's default (waits that yield where the cpus are
-# shared), idist spinning (IDIST_CPUS_SHARED=0), mpirun (Open MPI's default: bound, spinning)
-# and nothing, the order reversed every other round. Each window is one 2.5 s run of the
-# benchmark (idist-bench -t: a loop that fills it); per window, its mean call, and the
+# claimed), alternating in one run: idist's default (since issue 48's fix it spins beside
+# another job; it once yielded from the first turn), idist spinning (IDIST_CPUS_SHARED=0),
+# mpirun (Open MPI's default: bound, spinning) and nothing, the order reversed every other
+# round. Each window is one 2.5 s run of the benchmark (idist-bench -t: batches until the time
+# is spent); per window, its mean call, and the
 # neighbour's epochs finished per second with their median time (its own clock).
 #   usage: bench/beside_job.sh BUILD_DIR [ROUNDS]      prints one line per way
 set -euo pipefail

@@ -1,8 +1,8 @@
 #!/bin/bash
-# Waits that yield where the cpus are shared (IDIST_CPUS_SHARED=auto, the default) against
-# waits that ignore it (=0), beside Open MPI, between two fake hosts with 2 ranks each: 4 ranks
-# on this machine's cores, which idist-run's cpu claims see (the second host's job finds the
-# cpus claimed and runs unbound; the first lets go and both are told). Each round runs
+# Waits that yield where the job's ranks on the machine outnumber its cores
+# (IDIST_CPUS_SHARED=auto, the default) against waits that never yield (=0), beside Open MPI,
+# between two fake hosts with 2 ranks each: 4 ranks of one job on this machine's cores, which
+# each join counts (the boot id of each rank's host identity). Each round runs
 # bench/ucx_two_hosts.sh once per way (auto, 0, Open MPI), so that the three share this
 # machine's mode of the moment. Prints per size, for each way, the median of the runs' medians,
 # the best run and how many runs were slower than SLOW us (default 60: the slow mode of 4

@@ -84,8 +84,8 @@ struct Options {
 inline constexpr int kMinIters = 5;
 inline constexpr int kMaxIters = 20000;
 // With -t given, the loop fills it (a small size's 20,000 calls take milliseconds, too short a
-// sample beside another job): in batches of at most this many calls, the first this many of
-// which are kept for the median (8 bytes each); the mean counts them all.
+// sample beside another job), in batches of at most this many calls. Whatever the count (-n
+// too), the first this many calls are kept for the median (8 bytes each); the mean counts all.
 inline constexpr int kMaxTimedIters = 5000000;
 
 // What a run's results are labelled with.
@@ -430,7 +430,7 @@ class Runner {
     }
     // Each call's time, the first kMaxTimedIters of them kept for the median.
     std::vector<double> calls;
-    calls.reserve(static_cast<std::size_t>(iters));
+    calls.reserve(static_cast<std::size_t>(std::min(iters, kMaxTimedIters)));
     double total_us = 0;
     std::int64_t made = 0;
     comm_.barrier();

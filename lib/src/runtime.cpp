@@ -90,12 +90,15 @@ int number_of(std::vector<T>& seen, const T& value) {
   return static_cast<int>(it - seen.begin());
 }
 
-// The machine a host identity runs on (common::host_identity: "NAME BOOT_ID PID_NS"): fake
-// hosts (namespaces, containers) of one machine share its cpus.
+// The machine a host identity runs on (common::host_identity: "NAME BOOT_ID PID_NS", read from
+// the end: a name may hold a space): fake hosts (namespaces, containers) of one machine share its
+// cpus. Without a boot id, the host is its own machine.
 std::string machine_of(const std::string& identity) {
-  const auto from = identity.find(' ');
-  if (from == std::string::npos) return identity;
-  return identity.substr(from + 1, identity.find(' ', from + 1) - from - 1);
+  const auto last = identity.rfind(' ');
+  const auto before = last == std::string::npos || last == 0 ? std::string::npos : identity.rfind(' ', last - 1);
+  if (before == std::string::npos) return identity;
+  const auto boot = identity.substr(before + 1, last - before - 1);
+  return boot == "no-boot-id" ? identity : boot;
 }
 
 // The table rank 0 hands every rank: hosts[r], then machines[r], as 32-bit numbers.
@@ -391,6 +394,7 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
       adopt(*native, site);
       site.rank = contract_.rank;
       site.world_size = contract_.world_size;
+      follow_cpus_shared(contract_);  // MPI's count of the ranks on this node; no join follows
     }
     if (contract_.world_size == 1 || native) {
       // A backend with its own world needs no rendezvous; the store still serves sub-groups'

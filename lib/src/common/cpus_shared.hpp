@@ -8,8 +8,9 @@
 // rank yielding: never the slow mode, docs/BENCHMARKS.md). Another job's ranks on the same cpus
 // are no reason: this job's waits wait for none of them, and spinning beside them costs them no
 // more than Open MPI's spinning does (bench/beside_job.sh, issue 48). Every wait asks it when it
-// starts, and the spinning ones (shm, ucx) again every few turns. (A group's own ranks
-// outnumbering the cores is the shm backend's to see: its WaitPolicy.)
+// starts (the spinning ones again every few turns, which costs one load). (A group's own ranks
+// outnumbering the cores is the shm backend's to see: its WaitPolicy.) It changes only at a join
+// (init, a re-form), on the thread making it; waits of other threads read it as they come.
 
 #include <atomic>
 #include <cstdint>
@@ -19,9 +20,9 @@
 
 namespace idist::detail {
 
-// From now on (init, and again once the join counted `ranks_here`, the job's ranks on this
-// machine): IDIST_CPUS_SHARED=1 or 0 fixes the answer; auto says shared where they (or
-// LOCAL_WORLD_SIZE) exceed the machine's cores.
+// From now on (init, and again once a join counted `ranks_here`, the job's ranks on this
+// machine): IDIST_CPUS_SHARED=1 or 0 fixes the answer; auto says shared where they (before any
+// join: LOCAL_WORLD_SIZE) exceed the machine's cores.
 void follow_cpus_shared(const env::Contract& contract, int ranks_here = 0);
 
 // The word the waits read: nonzero while they should yield. Exported for the backend plugins.

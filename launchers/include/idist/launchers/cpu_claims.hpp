@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "idist/env_contract.hpp"
-#include "idist/launchers/process_spec.hpp"
 
 namespace idist::launchers {
 
