@@ -35,10 +35,10 @@
 // by the halves' rule. The rank still posts its arrival (and its note) as every step does, so a
 // wait that outlasts the spin, a dead peer, a mismatch or a late deadline all go the usual way.
 //
-// all_reduce and reduce: small buffers (and any buffer on 2 ranks) are reduced whole by every
-// rank that needs the result, in rank order, so all ranks get the same bits; larger ones on
-// more ranks split the work: each rank reduces its slice of every rank's chunk into its other
-// half, then every rank copies the slices out (reduce-scatter, then all-gather, in the segment).
+// all_reduce and reduce: small buffers (on 2 ranks, up to 128 KiB) are reduced whole by every
+// rank that needs the result, in rank order, so all ranks get the same bits; larger ones split
+// the work: each rank reduces its slice of every rank's chunk into its other half, then every
+// rank copies the slices out (reduce-scatter, then all-gather, in the segment).
 
 #include "backends/shm/shm_backend.hpp"
 
@@ -90,6 +90,11 @@ std::size_t ring_bytes(int size) {
 // Below this, reducing the whole buffer on every rank beats splitting it (one step instead of
 // two, no copy back).
 constexpr std::size_t kWholeReduceBytes = 16 * KiB;
+// On 2 ranks, up to here: each rank's read of its peer's half costs the same either way, and
+// splitting adds a step; from here the split's halved reduction and copies win (1 MiB: 104-114
+// us split against 144-159 whole, Open MPI 104-115; 512 KiB: 50-53 against 72-79; 256 KiB
+// even; 2026-11-30, issue 48, docs/BENCHMARKS.md item 17).
+constexpr std::size_t kSplitTwoFrom = 128 * KiB;
 
 // One cache line of a box: bytes, then the step they are for, stored last (release). A reader
 // that sees the step in every line of a box has all its bytes: the lines travel at once,
@@ -515,7 +520,7 @@ class ShmBackend final : public Backend {
       const auto len = std::min(per_round, count - at);
       char* mine = p + at * element;
       std::memcpy(writable_half(), mine, len * element);
-      if (size_ == 2 || len * element <= kWholeReduceBytes) {
+      if ((size_ == 2 && len * element < kSplitTwoFrom) || len * element <= kWholeReduceBytes) {
         last_step();
         if (wants) reduce_all(fn, mine, len);
         if (wants && average) divide(mine, len, dtype, size_);
