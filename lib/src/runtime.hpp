@@ -86,9 +86,6 @@ class Runtime {
   // are named (with their node) rather than surfacing as the backend's anonymous timeout. It
   // also brings `settings` (agreed_settings) to rank 0, which refuses the job where they differ.
   void join(std::chrono::steady_clock::time_point deadline, const std::string& settings);
-  // A connection of its own to the store the current generation's world meets in (rank 0's at
-  // init; a re-form's, under its prefix), for a look after store_'s own timed out.
-  std::unique_ptr<Store> probe_store(std::chrono::milliseconds timeout) const;
 
   // IDIST_INTRANODE=shm refused where shared memory would carry nothing of the world: under
   // another backend than gloo, or where no two ranks share a host. (What carries a gloo world

@@ -103,14 +103,6 @@ void Runtime::drop_groups() {
   take_groups();
 }
 
-std::unique_ptr<Store> Runtime::probe_store(std::chrono::milliseconds timeout) const {
-  const auto& c = contract_;
-  if (generation_ == 0) return std::make_unique<TcpStore>(TcpStoreOptions{c.master_addr, c.master_port, c.job_token, timeout});
-  return std::make_unique<PrefixStore>(
-      std::make_shared<TcpStore>(TcpStoreOptions{connect_host_, connect_port_, c.job_token, timeout}),
-      generation_prefix(generation_));
-}
-
 Store& Runtime::generation_store() {
   if (!generation_store_)
     generation_store_ = std::make_shared<TcpStore>(

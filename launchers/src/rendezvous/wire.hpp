@@ -15,8 +15,9 @@
 //   views {attempt, id, ranks}                   report {attempt, lines}
 //
 //   capable {attempt}                            assign's recovery_port (live recovery offered)
-//   ended {attempt, rank}                        reformed {attempt, generation, line}
-//   fail's recoverable: true
+//   ended {attempt, rank}                        reformed {attempt, generation, line, members}
+//   admit {attempt, origin, why}                 replace {attempt, lost, origin, after}
+//   fail's recoverable, replaceable: true        members_ended {attempt, unjoined}
 //
 // An agent joins, runs its ranks once assigned, says "fail" at its first failing rank and
 // "over" once its ranks are gone; the rendezvous answers every node's "over" with one verdict
@@ -25,8 +26,11 @@
 // the report made from all their "views" (stall_report.hpp) to every node. An agent that
 // leaves before the job's verdict says why ("leave"), so that the others hear its cause.
 // Live recovery (node 0 hosts the generations' store at recovery_port): an agent whose ranks
-// all opted in says "capable"; its loss of a rank, "fail" with recoverable; a rank that
-// ended its program while others run, "ended"; every node hears each generation ("reformed").
+// all opted in says "capable"; its loss of a rank, "fail" with recoverable (and replaceable,
+// where its other ranks admit a replacement: the rendezvous answers "replace", origin -1 for
+// none); a rank that ended its program while others run, "ended"; a replacement that beats,
+// "admit"; every node hears each generation ("reformed", with its members), and where every
+// member ended, which replacements never joined ("members_ended").
 
 #include <fcntl.h>
 

@@ -15,8 +15,9 @@
 // Replacements (--max-restarts N): a rank is started in the lost one's place
 // (IDIST_REPLACEMENT), under an origin of its own: on one node once the loss is announced, as
 // the next index of the attempt's ranks; over several, once the rendezvous grants it from the
-// job's budget (with the loss, before its generation), numbered by it. Once it beats, it is announced as ready (";grow"), and the running ranks admit
-// it at a step boundary they agree on (idist::Recovery). At most N in the job.
+// job's budget (with the loss, before its generation), numbered by it. Once it beats, it is
+// announced as ready (";grow"), and the running ranks admit it at a step boundary they agree on
+// (idist::Recovery). At most N in the job.
 
 #include <boost/asio.hpp>
 #include <chrono>

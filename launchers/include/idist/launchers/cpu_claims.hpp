@@ -105,8 +105,9 @@ class HeldBinding {
   HeldBinding& operator=(const HeldBinding&) = delete;
   ~HeldBinding();
   // Bound by default, where another job here runs unbound for want of cpus: rebinds every
-  // process below us to the whole mask, lets go of the cpus and leaves a note (take_note). Returns whether it has let go, now or before: an attempt about to spawn
-  // its ranks spawns them unbound then.
+  // process below us to the whole mask, lets go of the cpus and leaves a note (take_note).
+  // Returns whether it has let go, now or before: an attempt about to spawn its ranks spawns
+  // them unbound then.
   bool let_go_if_shared();
   // The line that says it let go, once (empty otherwise): for the caller to log from a thread
   // that may write to the console, which the watcher may not.
