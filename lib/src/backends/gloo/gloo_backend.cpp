@@ -555,6 +555,13 @@ class GlooBackend final : public Backend {
   template <class F>
   void guard(const char* op, F&& f) const {
     gloo_enforce::calling(op);
+    // Aborted before the call: its sockets are shut down, and a send posted on a pair that
+    // already failed is never completed by Gloo (it waits out the call's timeout: a survivor
+    // held 60 s in e2e.reform over TCP, the abort having come just before its all_reduce).
+    if (aborted_->set.load(std::memory_order_acquire)) {
+      std::lock_guard lock(aborted_->mu);
+      throw AbortedFailure(-1, "this rank aborted the group: " + aborted_->why);
+    }
     guard_with(peer_names_.get(), std::forward<F>(f));
   }
 
