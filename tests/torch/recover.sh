@@ -14,12 +14,17 @@ recover_programs "$@"
 export OMP_NUM_THREADS=1
 small=(--width 8 --samples 1024 --batch-size 32 --epochs 2 --learning-rate 0.01 --log-every 4)
 
-# pid_of_rank RUN_PID RANK: the child of idist-run that is RANK.
+# pid_of_rank RUN_PID RANK: the child of idist-run that is RANK (asked again for up to 2 s: a
+# look under CI's load once found none).
 pid_of_rank() {
-  local p
-  for p in $(pgrep -P "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$p"; return; }
+  local p i
+  for i in $(seq 20); do
+    for p in $(pgrep -P "$1"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$p"; return; }
+    done
+    sleep 0.1
   done
+  echo "# pid_of_rank: no child of $1 is RANK=$2" >&2
 }
 
 # killed_mid_run LABEL N VICTIM [ENV...]: N ranks, VICTIM killed in epoch 1's 12th iteration.
