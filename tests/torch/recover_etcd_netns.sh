@@ -3,7 +3,8 @@
 # etcd in a third. The MLP with dropout (recover_check) with node 0 killed whole (its idist-run,
 # its ranks with it, and it proposes: it started first): host 1 ends with exit 0 in one attempt,
 # its ranks re-formed in place, one step redone, every sample once, and parameters bit for
-# bit those of checkpoint restarts at the step the re-form went on from.
+# bit those of checkpoint restarts at the step the re-form went on from. Then a replacement
+# (--max-restarts), granted by the proposer and started on the lost rank's host, admitted live.
 # usage: recover_etcd_netns.sh IDIST_RUN EXAMPLES_DIR RECOVER_CHECK     exits 77 (skipped) without namespaces or etcd
 source "$(dirname "$0")/../e2e/lib.sh"
 recover_programs "$@"
@@ -51,4 +52,68 @@ wait
 theirs=$(grep "^recover_check: done" ref.out | grep -o "params=.*")
 check "... $mine, bit for bit those of 2 + 2 ranks to step $at, then 2 on host 1's layout" \
   eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]' || tail -3 ref.out h0.out h1.out
+
+# A replacement on etcd: rank 3 (host 1) killed at step 8; the proposer grants rank 4 from the
+# job's budget, host 1's idist-run starts it, and once both nodes' ranks joined generation 1 it
+# is admitted in generation 2 (world 4 -> 3 -> 4), laid out on host 1: bit for bit the
+# checkpoint restarts at 2 + 2, 2 + 1, then 2 + 2 ranks.
+rank_pid() { pgrep -f "^$1 " | while read -r p; do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "$p"; done | head -1; }
+rm -rf ck refck
+job=$((job + 1))
+on 0 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+sleep 0.3
+on 1 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+for i in $(seq 1500); do grep -q "^step 8$" h0.out && break; sleep 0.01; done
+survivors=$(for r in 0 1 2; do rank_pid "$CHECK" $r; done | sort | tr '\n' ' ')
+kill -9 "$(rank_pid "$CHECK" 3)"
+for i in $(seq 1500); do grep -q "^recovered: generation 2 " h0.out && break; sleep 0.01; done
+still=$(for p in $survivors; do [ -d /proc/$p ] && echo "$p"; done | tr '\n' ' ')
+wait
+cat h0.out h1.out >out
+check "etcd: a replacement on host 1 for its lost rank 3: both hosts end with exit 0" \
+  eval 'grep -q "succeeded after 2 re-forms" h0.out && grep -q "succeeded after 2 re-forms" h1.out' || tail -n 5 h0.out h1.out
+check "... rank 4 started in rank 3's place on host 1, admitted: world 4 -> 3 -> 4" \
+  eval 'grep -q "rank 4 (pid [0-9]*) starts in rank 3.s place" h1.out && grep -q "^recovered: generation 2 world 4 after_step" h0.out' ||
+  grep -h "place\|^recovered\|generation" out
+check "... the survivors kept their processes ($still)" test "$still" = "$survivors"
+check "... every step done, one redone, every sample once" \
+  grep -q "^recover_check: done steps=48 redone=1 resumed_from=0 seen=3072 " out || grep done out
+first=$(grep "^recovered: generation 1 " h0.out | grep -o "after_step [0-9]*" | awk '{print $2}')
+second=$(grep "^recovered: generation 2 " h0.out | grep -o "after_step [0-9]*" | awk '{print $2}')
+mine=$(grep -o "params=.*" out)
+for spec in "2 $first" "1 $second" "2 48"; do
+  set -- $spec
+  job=$((job + 1))
+  IDIST_INTERHOST=gloo on 0 2 "$CHECK" refck "$2"
+  IDIST_INTERHOST=gloo on 1 "$1" "$CHECK" refck "$2"
+  wait
+done
+theirs=$(grep -h "^recover_check: done" h0.out h1.out | grep -o "params=.*" | head -1)
+check "... $mine, bit for bit those of 2 + 2 ranks to step $first, 2 + 1 to step $second, then 2 + 2" \
+  eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]' || tail -n 3 h0.out h1.out
+# Host 1 runs one rank: once it is lost, its idist-run waits for the proposer's answer (a
+# replacement) before it says it is over. Killed at step 8, the replacement is admitted; at step
+# 45 of 48, the job's ranks end first: the proposer names it unjoined, and its node stops it.
+for at in 8 45; do
+  rm -rf ck
+  job=$((job + 1))
+  on 0 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+  sleep 0.3
+  on 1 1 -v --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+  for i in $(seq 1500); do grep -q "^step $at$" h0.out && break; sleep 0.01; done
+  kill -9 "$(rank_pid "$CHECK" 2)"
+  wait
+  cat h0.out h1.out >out
+  if [ $at = 8 ]; then
+    check "etcd: one rank on host 1, lost at step 8: its replacement is admitted (world 3 -> 2 -> 3), exit 0 on both" \
+      eval 'grep -q "^recovered: generation 2 world 3 " h0.out && [ "$(grep -c "succeeded after 2 re-forms" out)" = 2 ]' ||
+      grep -h "succeeded\|ended\|place\|^recovered" out
+  else
+    check "... lost at step 45: its replacement is stopped once the job's ranks end, exit 0 on both" \
+      eval 'grep -q "rank 3 (pid [0-9]*) stops: the job.s ranks ended before they admitted it" h1.out && [ "$(grep -c "succeeded after 1 re-form" out)" = 2 ]' ||
+      grep -h "succeeded\|ended\|place\|stops" out
+  fi
+  check "... every step done, every sample once" grep -q "^recover_check: done steps=48 redone=[01] resumed_from=0 seen=3072 " out ||
+    grep done out
+done
 finish

@@ -160,7 +160,8 @@ TEST_CASE("etcd recovery: a rank its node reports lost: a generation without it,
   CHECK((*next)["gen"] == etcd_rdzv::Json({{"g", 1},
                                            {"members", {0, 1, 2}},
                                            {"store", "10.0.0.1:40001"},
-                                           {"line", "rank 3 on node 1 (h2) was killed by SIGKILL; world 4 -> 3"}}));
+                                           {"line", "rank 3 on node 1 (h2) was killed by SIGKILL; world 4 -> 3"},
+                                           {"last_loss", 1}}));
   CHECK((*next)["lost_ranks"] == etcd_rdzv::Json({3}));
   CHECK((*next)["recovered"][0]["node_rank"] == 1);
   // Read again with that state: the loss is no failure, and nothing more is written.
@@ -285,4 +286,149 @@ TEST_CASE("etcd recovery: ranks whose program ended are said in the state, and n
   REQUIRE(fresh.has_value());
   CHECK_FALSE(fresh->contains("gen"));
   CHECK_FALSE(fresh->contains("lost_ranks"));
+}
+
+namespace {
+
+rules::Limits replacing() {
+  auto limits = kRecovering;
+  limits.max_restarts = 2;
+  limits.replacements = true;
+  return limits;
+}
+
+etcd_rdzv::Json replaceable(etcd_rdzv::Json failure) {
+  failure["replaceable"] = true;
+  return failure;
+}
+
+// kRank3Killed, replaceable, read and decided: generation 1 of ranks 0-2, rank 4 granted on node 1.
+Keys replaced() {
+  auto keys = recovering();
+  keys.put("a/3/lost/h2-20-b", etcd_rdzv::Json::array({replaceable(kRank3Killed)}));
+  keys.put("state", *proposal(keys, replacing()));
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("etcd recovery: a replaceable loss is granted a replacement, admitted alone once every member's node joined") {
+  const auto limits = replacing();
+  auto keys = recovering();
+  keys.put("a/3/lost/h2-20-b", etcd_rdzv::Json::array({replaceable(kRank3Killed)}));
+  auto next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["gen"]["members"] == etcd_rdzv::Json({0, 1, 2}));
+  CHECK((*next)["grants"] == etcd_rdzv::Json::array({{{"node", "h2-20-b"}, {"lost", 3}, {"origin", 4}}}));
+  CHECK((*next)["extra"] == etcd_rdzv::Json({{"h2-20-b", {4}}}));
+  CHECK((*next)["restarts_used"] == 1);
+  keys.put("state", *next);
+  CHECK_FALSE(proposal(keys, limits).has_value());
+  // Ready, but admitted only once every member's node said its ranks joined generation 1.
+  keys.put("a/3/admit/h2-20-b", etcd_rdzv::Json::array({{{"origin", 4}, {"why", "rank 4 started in rank 3's place"}}}));
+  CHECK_FALSE(proposal(keys, limits).has_value());
+  keys.put("a/3/joined/h1-10-a", {{"g", 1}, {"origins", etcd_rdzv::Json::array()}});
+  CHECK_FALSE(proposal(keys, limits).has_value());
+  keys.put("a/3/joined/h2-20-b", {{"g", 1}, {"origins", etcd_rdzv::Json::array()}});
+  next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["gen"] == etcd_rdzv::Json({{"g", 2},
+                                           {"members", {0, 1, 2, 4}},
+                                           {"store", "10.0.0.1:40001"},
+                                           {"grow", true},
+                                           {"line", "rank 4 started in rank 3's place; world 3 -> 4"},
+                                           {"last_loss", 1}}));
+  CHECK((*next)["admitted"] == etcd_rdzv::Json({4}));
+  keys.put("state", *next);
+  CHECK_FALSE(proposal(keys, limits).has_value());
+  // A loss before rank 4 joined: the others re-form without it (mid-step), and admit it anew
+  // once they took that generation.
+  const etcd_rdzv::Json rank1 = {{"rank", 1}, {"how", "was killed by SIGKILL"}, {"exit_code", 137}, {"root", true},
+                                 {"recoverable", true}};
+  keys.put("a/3/lost/h1-10-a", etcd_rdzv::Json::array({rank1}));
+  next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["gen"]["g"] == 3);
+  CHECK((*next)["gen"]["members"] == etcd_rdzv::Json({0, 2}));
+  CHECK((*next)["gen"]["line"] == "rank 1 on node 0 (h1) was killed by SIGKILL; world 4 -> 2");
+  keys.put("state", *next);
+  keys.put("a/3/joined/h1-10-a", {{"g", 3}, {"origins", etcd_rdzv::Json::array()}});
+  keys.put("a/3/joined/h2-20-b", {{"g", 3}, {"origins", etcd_rdzv::Json::array()}});
+  next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["gen"]["members"] == etcd_rdzv::Json({0, 2, 4}));
+  CHECK((*next)["gen"]["grow"] == true);
+}
+
+TEST_CASE("etcd recovery: a replacement lost before any generation had it: another in its place, nobody re-forms") {
+  const auto limits = replacing();
+  auto keys = replaced();
+  const etcd_rdzv::Json rank4 = {{"rank", 4}, {"how", "was killed by SIGKILL"}, {"exit_code", 137}, {"root", true},
+                                 {"recoverable", true}};
+  keys.put("a/3/lost/h2-20-b", etcd_rdzv::Json::array({replaceable(kRank3Killed), replaceable(rank4)}));
+  auto next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["gen"]["g"] == 1);  // nobody re-forms
+  CHECK((*next)["grants"][1] == etcd_rdzv::Json({{"node", "h2-20-b"}, {"lost", 4}, {"origin", 5}}));
+  CHECK((*next)["extra"] == etcd_rdzv::Json({{"h2-20-b", {4, 5}}}));
+  CHECK((*next)["restarts_used"] == 2);
+  // The budget spent: the next one is refused (origin -1), which its node waits to hear.
+  keys.put("state", *next);
+  const etcd_rdzv::Json rank5 = {{"rank", 5}, {"how", "was killed by SIGKILL"}, {"exit_code", 137}, {"root", true},
+                                 {"recoverable", true}};
+  keys.put("a/3/lost/h2-20-b",
+           etcd_rdzv::Json::array({replaceable(kRank3Killed), replaceable(rank4), replaceable(rank5)}));
+  next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["grants"][2] == etcd_rdzv::Json({{"node", "h2-20-b"}, {"lost", 5}, {"origin", -1}}));
+  CHECK((*next)["gen"]["g"] == 1);
+}
+
+TEST_CASE("etcd recovery: every member ended before a replacement joined: it is named unjoined, to be stopped") {
+  const auto limits = replacing();
+  auto keys = replaced();
+  keys.put("a/3/ended/h1-10-a", etcd_rdzv::Json({0, 1}));
+  CHECK_FALSE(proposal(keys, limits).value_or(etcd_rdzv::Json::object()).contains("unjoined"));
+  keys.put("a/3/ended/h2-20-b", etcd_rdzv::Json({2}));
+  const auto next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["unjoined"] == etcd_rdzv::Json({4}));
+  // And a replacement ready then is not admitted: the ranks are finishing.
+  CHECK((*next)["gen"]["g"] == 1);
+}
+
+TEST_CASE("etcd recovery: a node lost whole after its replacement joined: the world re-forms without it, replacement too") {
+  const auto limits = replacing();
+  auto keys = replaced();
+  keys.put("a/3/admit/h2-20-b", etcd_rdzv::Json::array({{{"origin", 4}, {"why", "rank 4 started in rank 3's place"}}}));
+  keys.put("a/3/joined/h1-10-a", {{"g", 1}, {"origins", etcd_rdzv::Json::array()}});
+  keys.put("a/3/joined/h2-20-b", {{"g", 1}, {"origins", etcd_rdzv::Json::array()}});
+  keys.put("state", *proposal(keys, limits));
+  keys.put("a/3/joined/h2-20-b", {{"g", 2}, {"origins", {4}}});
+  keys.kvs.erase(keys.kvs.begin() + 2);  // node/h2-20-b: its lease revoked
+  keys.put("gone/h2-20-b", "its idist-run ended or was killed (its store closed; seen from h1)");
+  const auto next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["gen"]["g"] == 3);
+  CHECK((*next)["gen"]["members"] == etcd_rdzv::Json({0, 1}));
+  CHECK((*next)["gen"]["last_loss"] == 3);
+}
+
+TEST_CASE("etcd recovery: a replacement admitted but not joined is not counted: a loss that leaves nobody else fails") {
+  auto limits = replacing();
+  limits.min_world = 3;
+  auto keys = replaced();
+  keys.put("a/3/admit/h2-20-b", etcd_rdzv::Json::array({{{"origin", 4}, {"why", "rank 4 started in rank 3's place"}}}));
+  keys.put("a/3/joined/h1-10-a", {{"g", 1}, {"origins", etcd_rdzv::Json::array()}});
+  keys.put("a/3/joined/h2-20-b", {{"g", 1}, {"origins", etcd_rdzv::Json::array()}});
+  keys.put("state", *proposal(keys, limits));
+  // Generation 2 admits rank 4, which has not joined it: a loss now leaves 0 and 2 (not 4),
+  // fewer than --min-world 3, so the attempt ends rather than writing a world of 2.
+  const etcd_rdzv::Json rank1 = {{"rank", 1}, {"how", "was killed by SIGKILL"}, {"exit_code", 137}, {"root", true},
+                                 {"recoverable", true}};
+  keys.put("a/3/lost/h1-10-a", etcd_rdzv::Json::array({rank1}));
+  const auto next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["phase"] == "ending");
+  CHECK((*next)["gen"]["g"] == 2);
 }

@@ -115,23 +115,38 @@ bool Generations::joined(int origin) {
 }
 
 void Generations::publish(std::uint64_t generation, const std::vector<int>& members, const std::string& store,
-                          const std::string& line, const std::vector<int>& local) {
+                          const std::string& line, const std::vector<int>& local, std::uint64_t last_loss) {
   if (standing_down_ || generation <= generation_) return;
   // Keys up to it are written (below): a word from etcd this far ahead is not the job's.
   if (generation - generation_ > 1000)
     throw std::runtime_error(fmt::format("generation {} is {} past this store's {}", generation,
                                          generation - generation_, generation_));
   const auto text = fmt::format("members={};store={}", fmt::join(members, ","), store);
+  const auto grown = text + std::string(env::kGrowTag);
   // Every key up to it: a node may read the state past a generation (a read answered after a
   // newer change), and a rank waits for the one after its own, then takes the newest.
-  for (auto g = generation_ + 1; g <= generation; ++g) store_->set(env::generation_key(g), {text.begin(), text.end()});
+  for (auto g = generation_ + 1; g <= generation; ++g) {
+    const auto& word = g > last_loss ? grown : text;
+    store_->set(env::generation_key(g), {word.begin(), word.end()});
+  }
+  const bool loss = last_loss > std::max(generation_, recovered_generation_);
   generation_ = generation;
   members_ = members;
+  if (!loss) return;  // it only admits: the job may end before its members take it
   last_line_ = line;
-  recovered_generation_ = generation;
+  recovered_generation_ = last_loss;
   recovered_members_.clear();
   for (int m : members)
     if (std::find(local.begin(), local.end(), m) != local.end()) recovered_members_.push_back(m);
+}
+
+bool Generations::joined_current(const std::vector<int>& ranks) {
+  std::vector<std::string> keys;
+  for (int r : ranks)
+    if (std::find(members_.begin(), members_.end(), r) != members_.end())
+      keys.push_back(env::joined_key(generation_, r));
+  const auto joined = store_->check(keys);
+  return std::all_of(joined.begin(), joined.end(), [](bool b) { return b; });
 }
 
 void Generations::settle() {

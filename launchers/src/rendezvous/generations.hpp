@@ -55,9 +55,14 @@ class Generations {
   // Over several nodes on etcd, each node's idist-run hosts a store for its own ranks, and the
   // rendezvous decides each generation (etcd/proposal.hpp): written here as decided, naming
   // `store`, the one its world connects through. `local`: this node's ranks, the members whose
-  // joining this store sees.
+  // joining this store sees. `last_loss`: the newest generation a loss made, up to `generation`;
+  // those after it only admit replacements (";grow"). A node whose read skipped generations
+  // writes each key up to it as a loss, so that a rank waiting on one is superseded.
   void publish(std::uint64_t generation, const std::vector<int>& members, const std::string& store,
-               const std::string& line, const std::vector<int>& local);
+               const std::string& line, const std::vector<int>& local, std::uint64_t last_loss);
+  // Whether every one of `ranks` that is a member of the current generation said it joined it.
+  // Throws where the store cannot tell.
+  bool joined_current(const std::vector<int>& ranks);
   // Whether `origin` joined any generation (env::joined_key).
   bool joined(int origin);
   // `rank` ended its program (exit 0) while others run: said in the store, so that a survivor

@@ -48,8 +48,7 @@ struct Limits {
   bool recovery = false;
   int min_world = 1;
   // A rank lost on a node still there may be replaced (a rank started in its place, which the
-  // survivors admit live), spending the restart budget: the built-in rendezvous. (On etcd, not
-  // yet.)
+  // survivors admit live), spending the restart budget.
   bool replacements = false;
 };
 

@@ -7,15 +7,17 @@
 // losses of a short settle have come in. A failing exit of the program's own (non-zero) still
 // ends the attempt: that is the program's verdict, not a loss.
 //
-// On one node this decides alone and hosts the store. Over several nodes (the built-in
-// rendezvous) it is the node's half: it says that its ranks opted in (Coordinator::capable)
-// and reports a loss as recoverable; the rendezvous' rules decide for the job, node 0's
-// rendezvous hosts the store, and every node hears of each generation (Events::reformed).
+// On one node this decides alone and hosts the store. Over several nodes it is the node's
+// half: it says that its ranks opted in (Coordinator::capable) and reports a loss as
+// recoverable; the rendezvous' rules decide for the job, the store is node 0's rendezvous' (on
+// etcd each node's own, every node writing what the proposer decided), and every node hears of
+// each generation (Events::reformed).
 //
 // Replacements (--max-restarts N): a rank is started in the lost one's place
 // (IDIST_REPLACEMENT), under an origin of its own: on one node once the loss is announced, as
 // the next index of the attempt's ranks; over several, once the rendezvous grants it from the
-// job's budget (with the loss, before its generation), numbered by it. Once it beats, it is
+// job's budget with the loss (told before its generation on the built-in rendezvous, after it on
+// etcd), numbered by it. Once it beats, it is
 // announced as ready (";grow"), and the running ranks admit it at a step boundary they agree on
 // (idist::Recovery). At most N in the job.
 

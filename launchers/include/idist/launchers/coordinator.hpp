@@ -111,8 +111,8 @@ class Coordinator {
   // in; and a rank of it ended its program (exit 0) while others run.
   virtual void capable(int /*attempt*/) {}
   virtual void ended(int /*attempt*/, int /*rank*/) {}
-  // Whether a loss reported as replaceable is answered by Events::replace (the built-in
-  // rendezvous grants replacements; etcd does not yet).
+  // Whether a loss reported as replaceable is answered by Events::replace (both rendezvous do,
+  // where live recovery is on).
   virtual bool grants_replacements() const { return false; }
   // A replacement started here (Events::replace) is ready to be admitted, as `why` says.
   virtual void admit(int /*attempt*/, int /*origin*/, const std::string& /*why*/) {}

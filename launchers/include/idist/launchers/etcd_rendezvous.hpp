@@ -72,6 +72,8 @@ class EtcdRendezvous final : public Coordinator {
   void stalled(int attempt) override;
   void capable(int attempt) override;
   void ended(int attempt, int rank) override;
+  void admit(int attempt, int origin, const std::string& why) override;
+  bool grants_replacements() const override;
   void detach() override;
 
   struct State;

@@ -24,11 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
-#include <map>
 #include <random>
-#include <set>
-#include <tuple>
 
 #include "client.hpp"
 #include "election.hpp"
@@ -154,6 +150,11 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
       if (!error.empty()) return give_up("lost etcd: " + error);
       if (then) then();
     });
+  }
+
+  // Live recovery's word under a/K/KIND/ID, the body from this node's part in it.
+  void say(int attempt, const char* kind, const std::function<Json(etcd_rdzv::NodeRecovery&)>& body) {
+    if (lease != 0 && !finished() && recovery) put(key(fmt::format("a/{}/{}/{}", attempt, kind, id)), body(*recovery));
   }
 
   // The lease, then one transaction: this node's record put, its candidate key put, and the
@@ -497,9 +498,7 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
   // Live recovery (node_recovery.hpp): the generation the proposer decided for this node's
   // attempt, to its supervisor; the stores this node holds, to find a killed node at once.
   void recovery_side(const Snapshot& s) {
-    if (!recovery || !assigned) return;
-    const auto reformed = recovery->follow(s, office != nullptr, assignment.attempt, assignment.rank_base);
-    if (reformed && events.reformed) events.reformed(reformed->generation, reformed->line, {});
+    if (recovery && assigned) recovery->follow(s, office != nullptr, assignment.attempt, assignment.rank_base, events);
   }
 
   std::string advertised() const { return options.local_addr.empty() ? host : options.local_addr; }
@@ -638,14 +637,15 @@ void EtcdRendezvous::stalled(int attempt) {
 }
 
 void EtcdRendezvous::capable(int attempt) {
-  if (auto& s = *state_; s.lease != 0 && !s.finished() && s.recovery)
-    s.put(s.key(fmt::format("a/{}/capable/{}", attempt, s.id)), Json::object());
+  state_->say(attempt, "capable", [](auto&) { return Json::object(); });
 }
-
 void EtcdRendezvous::ended(int attempt, int rank) {
-  if (auto& s = *state_; s.lease != 0 && !s.finished() && s.recovery)
-    s.put(s.key(fmt::format("a/{}/ended/{}", attempt, s.id)), s.recovery->ended(rank));
+  state_->say(attempt, "ended", [&](auto& r) { return r.ended(rank); });
 }
+void EtcdRendezvous::admit(int attempt, int origin, const std::string& why) {
+  state_->say(attempt, "admit", [&](auto& r) { return r.admit(origin, why); });
+}
+bool EtcdRendezvous::grants_replacements() const { return state_->options.recovery; }
 
 void EtcdRendezvous::finish(const std::string& outcome, std::function<void()> done) {
   auto& s = *state_;

@@ -19,7 +19,8 @@ NodeRecovery::NodeRecovery(boost::asio::io_context& io, std::string token, std::
       token_(std::move(token)),
       prefix_(std::move(prefix)),
       call_(std::move(call)),
-      watch_(io, [this](const std::string& id) { gone(id); }) {}
+      watch_(io, [this](const std::string& id) { gone(id); }),
+      joined_timer_(io) {}
 
 NodeRecovery::~NodeRecovery() = default;
 
@@ -53,6 +54,13 @@ std::string NodeRecovery::open(int attempt, const std::string& addr) {
   lost_ = nlohmann::json::array();
   ended_ = nlohmann::json::array();
   ended_said_.clear();
+  admits_ = nlohmann::json::array();
+  grants_told_ = 0;
+  unjoined_told_.clear();
+  joined_said_ = 0;
+  origins_said_.clear();
+  standing_down_ = false;
+  joined_timer_.cancel();
   attempt_ = attempt;
   try {
     // Every address: the other nodes' ranks connect here when this node's store is a
@@ -83,6 +91,11 @@ nlohmann::json NodeRecovery::lost(const LocalFailure& failure) {
 nlohmann::json NodeRecovery::ended(int rank) {
   ended_.push_back(rank);
   return ended_;
+}
+
+nlohmann::json NodeRecovery::admit(int origin, const std::string& why) {
+  admits_.push_back(nlohmann::json{{"origin", origin}, {"why", why}});
+  return admits_;
 }
 
 nlohmann::json NodeRecovery::watched_as(int attempt) const {
@@ -119,17 +132,17 @@ void NodeRecovery::watch(const Snapshot& s, bool proposing, int attempt) {
          field<std::string>(p, "lease", ""));
 }
 
-std::optional<NodeRecovery::Reformed> NodeRecovery::follow(const Snapshot& s, bool proposing, int attempt,
-                                                           int rank_base) {
-  if (!generations_ || s.attempt() < attempt) return std::nullopt;
+void NodeRecovery::follow(const Snapshot& s, bool proposing, int attempt, int rank_base,
+                          const Coordinator::Events& events) {
+  if (!generations_ || s.attempt() < attempt) return;
   watch(s, proposing, attempt);
-  if (s.attempt() > attempt || s.phase() != rules::Phase::running) {
-    stand_down();
-    return std::nullopt;
-  }
+  if (s.attempt() > attempt || s.phase() != rules::Phase::running) return stand_down();
   const auto& state = s.state;
-  std::vector<int> local;
-  for (int r = 0; r < nproc_; ++r) local.push_back(rank_base + r);
+  local_.clear();
+  for (int r = 0; r < nproc_; ++r) local_.push_back(rank_base + r);
+  for (int k : field<std::vector<int>>(state.value("extra", nlohmann::json::object()), id_.c_str(), {}))
+    local_.push_back(k);
+  std::uint64_t reformed = 0;
   try {
     for (int rank : field<std::vector<int>>(state, "ended", {}))
       if (std::find(ended_said_.begin(), ended_said_.end(), rank) == ended_said_.end()) {
@@ -138,20 +151,77 @@ std::optional<NodeRecovery::Reformed> NodeRecovery::follow(const Snapshot& s, bo
       }
     const auto gen = state.value("gen", nlohmann::json::object());
     const auto g = field<std::uint64_t>(gen, "g", 0);
-    if (g <= generations_->generation()) return std::nullopt;
-    const auto line = field<std::string>(gen, "line", "");
-    generations_->publish(g, field<std::vector<int>>(gen, "members", {}), field<std::string>(gen, "store", ""), line,
-                          local);
-    return Reformed{g, line};
+    if (g > generations_->generation()) {
+      generations_->publish(g, field<std::vector<int>>(gen, "members", {}), field<std::string>(gen, "store", ""),
+                            field<std::string>(gen, "line", ""), local_, field<std::uint64_t>(gen, "last_loss", g));
+      reformed = g;
+    }
   } catch (const std::exception& e) {
     // The survivors wait in vain, and their IDIST_TIMEOUT ends it: say why now.
     spdlog::error("live recovery: cannot write the job's next generation into this node's store: {}", e.what());
-    return std::nullopt;
+    return;
   }
+  const auto gen = state.value("gen", nlohmann::json::object());
+  if (reformed > 0 && events.reformed)
+    events.reformed(reformed, field<std::string>(gen, "line", ""), field<std::vector<int>>(gen, "members", {}));
+  tell(s, events);
+}
+
+// The replacements granted here since the last read, and those nobody is left to admit.
+void NodeRecovery::tell(const Snapshot& s, const Coordinator::Events& events) {
+  const auto grants = s.state.value("grants", nlohmann::json::array());
+  for (; grants_told_ < grants.size(); ++grants_told_) {
+    const auto& k = grants[grants_told_];
+    if (field<std::string>(k, "node", "") == id_ && events.replace)
+      events.replace(field<int>(k, "lost", -1), field<int>(k, "origin", -1), generations_->generation());
+  }
+  const auto unjoined = field<std::vector<int>>(s.state, "unjoined", {});
+  if (!unjoined.empty() && unjoined != unjoined_told_ && events.members_ended) events.members_ended(unjoined);
+  unjoined_told_ = unjoined;
+  if (!grants.empty()) say_joined();
+}
+
+// a/K/joined/ID: the newest generation whose members here all joined it (the proposer admits
+// replacements only then), and the replacements here that joined one (a loss from then on
+// re-forms with them), each said as soon as it is so: a loss in between would leave out a
+// replacement that joined, and fence it.
+void NodeRecovery::say_joined() {
+  const auto g = generations_ ? generations_->generation() : 0;
+  if (g == 0) return;
+  joined_timer_.cancel();
+  bool all = false;
+  std::vector<int> origins;
+  try {
+    all = generations_->joined_current(local_);
+    for (auto k = local_.begin() + nproc_; k < local_.end(); ++k)  // its replacements
+      if (generations_->joined(*k)) origins.push_back(*k);
+  } catch (const std::exception&) {
+    return;  // the store is gone with the attempt
+  }
+  if ((all && g > joined_said_) || origins != origins_said_) {
+    if (all) joined_said_ = g;
+    origins_said_ = origins;
+    const auto key = fmt::format("{}a/{}/joined/{}", prefix_, attempt_, id_);
+    const nlohmann::json value{{"g", joined_said_}, {"origins", origins}};
+    call_("/v3/kv/put", {{"key", etcd::base64(key)}, {"value", etcd::base64(value.dump())}, {"lease", lease_}}, [] {});
+  }
+  if (all) return;
+  // A re-form takes tenths of a second: closely until then, then as the built-in store looks.
+  if (joined_since_ != g) {
+    joined_since_ = g;
+    joined_from_ = std::chrono::steady_clock::now();
+  }
+  const bool early = std::chrono::steady_clock::now() - joined_from_ < std::chrono::seconds(1);
+  joined_timer_.expires_after(std::chrono::milliseconds(early ? 10 : 100));
+  joined_timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_), attempt = attempt_](auto ec) {
+    if (!ec && !alive.expired() && attempt == attempt_ && !standing_down_) say_joined();
+  });
 }
 
 void NodeRecovery::stand_down() {
   if (generations_) generations_->stand_down();
+  standing_down_ = true;
+  joined_timer_.cancel();
   // Nodes leave as the job ends: their stores close, and that is no loss.
   watch_.clear();
   leases_.clear();

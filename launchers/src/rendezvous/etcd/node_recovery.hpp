@@ -7,6 +7,7 @@
 // loses only that node's store, which no survivor uses after the next generation.
 
 #include <boost/asio.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -48,17 +49,19 @@ class NodeRecovery {
   // those whose program ended (a/K/ended/ID), each time the whole list.
   nlohmann::json lost(const LocalFailure& failure);
   nlohmann::json ended(int rank);
-  struct Reformed {
-    std::uint64_t generation = 0;
-    std::string line;
-  };
+  // A replacement started here is ready to be admitted, as `why` says: what this node says
+  // under a/K/admit/ID, each time the whole list.
+  nlohmann::json admit(int origin, const std::string& why);
   // The job as read by this node, which runs `attempt` (its first rank `rank_base`): a
-  // generation decided for it since the last call is written into the store, and returned for
-  // the supervisor; the ranks that ended elsewhere are said in the store too, for survivors
-  // waiting on them. And the stores it holds: the proposer (`proposing`) every member's, the
-  // others the proposer's (as the state names it). Whoever sees one close says why under
-  // gone/ID and revokes that node's lease, which ends its keys and election place at once.
-  std::optional<Reformed> follow(const Snapshot& s, bool proposing, int attempt, int rank_base);
+  // generation decided for it since the last call is written into the store and told to the
+  // supervisor (`events.reformed`), as are the replacements granted here (`replace`) and those
+  // nobody is left to admit (`members_ended`); the ranks that ended elsewhere are said in the
+  // store too, for survivors waiting on them. Once this node's members of a generation joined it,
+  // a/K/joined/ID says so, where replacements were granted (the proposer admits them then). And
+  // the stores it holds: the proposer (`proposing`) every member's, the others the proposer's (as
+  // the state names it). Whoever sees one close says why under gone/ID and revokes that node's
+  // lease, which ends its keys and election place at once.
+  void follow(const Snapshot& s, bool proposing, int attempt, int rank_base, const Coordinator::Events& events);
   // This node as the others watch it while it proposes ({id, addr, store, for, lease}), once
   // its store for `attempt` is open; null before.
   nlohmann::json watched_as(int attempt) const;
@@ -82,6 +85,19 @@ class NodeRecovery {
   std::map<std::string, std::string> leases_;  // of the nodes watched, by id
   std::vector<std::string> found_gone_;        // in this attempt
   int watched_attempt_ = -1;
+  // Replacements: the admissions asked for, the grants told (a count of the state's list), the
+  // last `unjoined` told, this node's members (its ranks and replacements), and the generation
+  // whose joining a/K/joined/ID said last.
+  nlohmann::json admits_ = nlohmann::json::array();
+  std::size_t grants_told_ = 0;
+  std::vector<int> unjoined_told_, local_, origins_said_;
+  std::uint64_t joined_said_ = 0, joined_since_ = 0;
+  std::chrono::steady_clock::time_point joined_from_{};
+  boost::asio::steady_timer joined_timer_;
+  bool standing_down_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  void tell(const Snapshot& s, const Coordinator::Events& events);
+  void say_joined();
 };
 
 }  // namespace idist::launchers::etcd_rdzv

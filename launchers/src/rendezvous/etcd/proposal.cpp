@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <numeric>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -94,7 +95,8 @@ Snapshot snapshot_of(const Json& j, const std::string& prefix) {
     }
   const std::string mine = std::to_string(s.attempt()) + "/";
   for (auto [kind, into] : {std::pair{"fail", &s.fails}, {"over", &s.overs}, {"stalled", &s.stalls}, {"views", &s.views},
-                            {"lost", &s.losts}, {"capable", &s.capables}, {"ended", &s.endeds}})
+                            {"lost", &s.losts}, {"capable", &s.capables}, {"ended", &s.endeds},
+                            {"admit", &s.admits}, {"joined", &s.joineds}})
     for (auto& [k, r] : reports[kind])
       if (k.rfind(mine, 0) == 0) (*into)[k.substr(mine.size())] = r;
   return s;
@@ -228,41 +230,144 @@ std::vector<int> ended_ranks(const Snapshot& s) {
   return out;
 }
 
-// The generation the survivors go on as after `step` re-formed without its losses: every rank
-// of the members still running that is neither lost nor ended, connecting through the store of
-// the first one's node.
+// The members of the current generation: its word in the state, or every rank of the attempt.
+std::vector<int> current_members(const Snapshot& s, const rules::State& st) {
+  if (const auto gen = s.state.value("gen", Json::object()); gen.contains("members"))
+    return field<std::vector<int>>(gen, "members", {});
+  int world = 0;
+  for (const auto& m : st.members) world += m.nproc;
+  std::vector<int> out(static_cast<std::size_t>(world));
+  std::iota(out.begin(), out.end(), 0);
+  return out;
+}
+
+// The member that runs rank (or replacement) `k`, or nullptr.
+const rules::Member* holder(const rules::State& st, int k) {
+  const auto m = std::find_if(st.members.begin(), st.members.end(), [&](const rules::Member& m) { return rules::holds(m, k); });
+  return m == st.members.end() ? nullptr : &*m;
+}
+
+// Whether replacement `origin` joined a generation, as its node said (a/K/joined/ID).
+bool joined_any(const Snapshot& s, int origin) {
+  return std::any_of(s.joineds.begin(), s.joineds.end(), [&](const auto& j) {
+    return has(field<std::vector<int>>(j.second.body, "origins", {}), origin);
+  });
+}
+
+// "addr:port" of node `id`'s generations store for the state's attempt; "" where it has none.
+std::string store_of(const Snapshot& s, const std::string& id) {
+  const auto node = s.nodes.find(id);
+  if (node == s.nodes.end() || node->second.store <= 0 || node->second.store_for != s.attempt()) return "";
+  return fmt::format("{}:{}", node->second.addr, node->second.store);
+}
+
+// The generation the survivors go on as after `step` re-formed without its losses: the current
+// one's members that are still running and neither lost nor ended, connecting through the store
+// of the first one's node. A replacement admitted that has not joined yet is left out: the loss
+// re-forms mid-step, and it is admitted anew once this generation is taken (admission()).
 Json next_generation(const Snapshot& s, const rules::Step& step) {
   const auto& st = step.state;
   const auto ended = ended_ranks(s);
+  const auto before = current_members(s, st);
   Json members = Json::array();
   std::string store;
-  for (const auto& m : st.members) {
-    if (m.gone || m.over) continue;
-    bool any = false;
-    for (int k = m.base; k < m.base + m.nproc; ++k)
-      if (!has(st.lost_ranks, k) && !has(ended, k)) {
-        members.push_back(k);
-        any = true;
-      }
-    const auto node = s.nodes.find(m.id);
-    if (any && store.empty() && node != s.nodes.end() && node->second.store > 0 &&
-        node->second.store_for == s.attempt())
-      store = fmt::format("{}:{}", node->second.addr, node->second.store);
+  for (int k : before) {
+    const auto* m = holder(st, k);
+    if (!m || m->gone || m->over || has(st.lost_ranks, k) || has(ended, k)) continue;
+    if (has(m->extra, k) && !joined_any(s, k)) continue;
+    members.push_back(k);
+    if (store.empty()) store = store_of(s, m->id);
   }
   std::vector<std::string> why;
   for (const auto& action : step.actions)
     if (const auto* r = std::get_if<rules::ReformInPlace>(&action)) why.push_back(r->why);
-  const auto gen = s.state.value("gen", Json::object());
-  int before = 0;
-  if (gen.contains("members") && gen["members"].is_array()) {
-    before = static_cast<int>(gen["members"].size());
-  } else {
-    for (const auto& m : st.members) before += m.nproc;
-  }
-  return Json{{"g", field<std::uint64_t>(gen, "g", 0) + 1},
+  const auto g = field<std::uint64_t>(s.state.value("gen", Json::object()), "g", 0) + 1;
+  return Json{{"g", g},
               {"members", members},
               {"store", store},
-              {"line", fmt::format("{}; world {} -> {}", fmt::join(why, ", "), before, members.size())}};
+              {"line", fmt::format("{}; world {} -> {}", fmt::join(why, ", "), before.size(), members.size())},
+              {"last_loss", g}};
+}
+
+// Replacements ready (a/K/admit/ID) join in a generation of their own (";grow": nobody is lost,
+// and the members admit them at a step boundary), as Generations::admit does on the built-in
+// rendezvous: only once every member's node said its ranks joined the current generation (one
+// still re-forming takes the newest, and would find the admission where the others are in the
+// one before), and none after a rank ended its program (the ranks are finishing).
+std::optional<Json> admission(const Snapshot& s, const rules::State& st) {
+  const auto gen = s.state.value("gen", Json::object());
+  const auto g = field<std::uint64_t>(gen, "g", 0);
+  if (st.phase != rules::Phase::running || st.reform || g == 0 || !ended_ranks(s).empty()) return std::nullopt;
+  const auto members = field<std::vector<int>>(gen, "members", {});
+  std::vector<int> ready;
+  std::vector<std::string> why;
+  for (const auto& m : st.members) {
+    const auto a = s.admits.find(m.id);
+    if (m.gone || m.over || a == s.admits.end() || !a->second.body.is_array()) continue;
+    for (const auto& j : a->second.body) {
+      const int k = field<int>(j, "origin", -1);
+      if (!has(m.extra, k) || has(members, k) || has(st.lost_ranks, k) || has(ready, k)) continue;
+      ready.push_back(k);
+      why.push_back(field<std::string>(j, "why", fmt::format("rank {} is ready", k)));
+    }
+  }
+  if (ready.empty()) return std::nullopt;
+  for (int k : members) {
+    const auto* m = holder(st, k);
+    if (!m || m->gone || m->over) return std::nullopt;  // a loss the next read weighs
+    const auto j = s.joineds.find(m->id);
+    if (j == s.joineds.end() || field<std::uint64_t>(j->second.body, "g", 0) < g) return std::nullopt;
+  }
+  auto grown = members;
+  grown.insert(grown.end(), ready.begin(), ready.end());
+  return Json{{"g", g + 1},
+              {"members", grown},
+              {"store", field<std::string>(gen, "store", "")},
+              {"grow", true},
+              {"line", fmt::format("{}; world {} -> {}", fmt::join(why, ", "), members.size(), grown.size())},
+              {"last_loss", field<std::uint64_t>(gen, "last_loss", g)}};
+}
+
+// What `step` changed of live recovery's replacements in `next`: the grants with its losses,
+// each node's replacements, the budget; or a generation admitting those ready; and the ones
+// nobody is left to admit. Whether anything changed.
+bool replacements(const Snapshot& s, const rules::Step& step, bool reformed, Json& next) {
+  const auto& st = step.state;
+  bool changed = false;
+  auto grants = s.state.value("grants", Json::array());
+  for (const auto& action : step.actions)
+    if (const auto* r = std::get_if<rules::ReformInPlace>(&action))
+      for (const auto& k : r->replace)
+        grants.push_back(Json{{"node", st.members[static_cast<std::size_t>(k.node_rank)].id},
+                              {"lost", k.lost},
+                              {"origin", k.origin}});
+  if (grants != s.state.value("grants", Json::array())) {
+    Json extra = Json::object();
+    for (const auto& m : st.members)
+      if (!m.extra.empty()) extra[m.id] = m.extra;
+    next["grants"] = grants;
+    next["extra"] = extra;
+    next["restarts_used"] = st.restarts_used;
+    changed = true;
+  }
+  if (!reformed)
+    if (auto grown = admission(s, st)) {
+      auto admitted = field<std::vector<int>>(s.state, "admitted", {});
+      for (int k : field<std::vector<int>>(*grown, "members", {}))
+        if (holder(st, k) && has(holder(st, k)->extra, k) && !has(admitted, k)) admitted.push_back(k);
+      next["gen"] = std::move(*grown);
+      next["admitted"] = admitted;
+      changed = true;
+    }
+  if (st.phase == rules::Phase::running && s.state.contains("extra")) {
+    const auto unjoined = rules::unjoined_after_members_ended(st, current_members(s, st),
+                                                              [&](int k) { return joined_any(s, k); });
+    if (!unjoined.empty() && unjoined != field<std::vector<int>>(s.state, "unjoined", {})) {
+      next["unjoined"] = unjoined;
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 }  // namespace
@@ -339,29 +444,38 @@ rules::State rules_state(const Snapshot& s, const ProposerView& view) {
   st.reform = field<bool>(s.state, "reform", false);
   st.last_call = view.last_call;
   int base = 0;
+  const auto extra = s.state.value("extra", Json::object());
   for (std::size_t r = 0; r < s.members().size(); ++r) {
     const std::string id = s.member(r);
     const bool over = s.overs.count(id) > 0;
     const bool gone = !s.nodes.count(id);
     st.members.push_back(rules::Member{.id = id, .host = host_of(id), .nproc = s.nproc(r), .base = base, .over = over,
-                                       .gone = gone, .capable = s.capables.count(id) > 0});
+                                       .gone = gone, .capable = s.capables.count(id) > 0,
+                                       .extra = field<std::vector<int>>(extra, id.c_str(), {})});
     base += s.nproc(r);
     if (gone && over) st.departures.push_back(lost_text(s, r, view.dead_after));
   }
   st.waiting = candidates(s, st.attempt);
   st.lost_ranks = field<std::vector<int>>(s.state, "lost_ranks", {});
+  // Admitted, as the rules count it, once its node said it joined: one admitted and not joined
+  // yet holds none of the job's work, and is left out of a generation a loss makes meanwhile
+  // (next_generation), so that the world the rules count is the one written.
+  for (int k : field<std::vector<int>>(s.state, "admitted", {}))
+    if (joined_any(s, k)) st.admitted.push_back(k);
   st.ended_ranks = ended_ranks(s);
   for (const auto& j : s.state.value("recovered", Json::array()))
     st.recovered.push_back(rendezvous::failure_of(j, field<int>(j, "node_rank", -1)));
   st.failures = failures(s, view);
   // A loss re-formed without is no failure: not the rank's final word that its node says in
-  // "over", nor a member gone whose ranks were all re-formed without.
+  // "over", nor a member gone whose ranks in the current generation (its replacements there
+  // too) were all re-formed without.
+  const auto members = current_members(s, st);
   std::erase_if(st.failures, [&](const rules::Failure& f) {
     if (f.rank >= 0) return has(st.lost_ranks, f.rank);
     if (f.node_rank < 0 || f.node_rank >= static_cast<int>(st.members.size())) return false;
     const auto& m = st.members[static_cast<std::size_t>(f.node_rank)];
-    for (int k = m.base; k < m.base + m.nproc; ++k)
-      if (!has(st.lost_ranks, k)) return false;
+    for (int k : members)
+      if (rules::holds(m, k) && !has(st.lost_ranks, k)) return false;
     st.departures.push_back(f.how);
     return true;
   });
@@ -404,20 +518,28 @@ std::optional<Json> next_state(const Snapshot& s, const rules::Step& step) {
     next["members"] = members;
     next["nproc"] = same ? Json(st.members.empty() ? 1 : st.members.front().nproc) : nprocs;
     next["zero"] = zero == s.nodes.end() ? Json::object() : Json{{"addr", zero->second.addr}, {"port", zero->second.port}};
-    for (const char* k : {"prev", "cause", "gen", "lost_ranks", "recovered", "ended"}) next.erase(k);
+    for (const char* k :
+         {"prev", "cause", "gen", "lost_ranks", "recovered", "ended", "grants", "extra", "admitted", "unjoined"})
+      next.erase(k);
     next["reform"] = false;
     return next;
   }
   bool changed = false;
-  if (std::any_of(step.actions.begin(), step.actions.end(),
-                  [](const rules::Action& a) { return std::holds_alternative<rules::ReformInPlace>(a); })) {
-    next["gen"] = next_generation(s, step);
+  std::vector<int> lost;
+  for (const auto& action : step.actions)
+    if (const auto* r = std::get_if<rules::ReformInPlace>(&action)) lost.insert(lost.end(), r->lost.begin(), r->lost.end());
+  const auto before = current_members(s, st);
+  // A replacement lost before any generation had it: nobody re-forms (its grant is kept below).
+  const bool reformed = std::any_of(lost.begin(), lost.end(), [&](int k) { return has(before, k); });
+  if (reformed) next["gen"] = next_generation(s, step);
+  if (!lost.empty()) {
     next["lost_ranks"] = st.lost_ranks;
     Json recovered = Json::array();
     for (const auto& f : st.recovered) recovered.push_back(recovered_json(f));
     next["recovered"] = recovered;
     changed = true;
   }
+  changed = replacements(s, step, reformed, next) || changed;
   if (const auto ended = ended_ranks(s); st.phase == rules::Phase::running && !ended.empty() &&
                                          field<std::vector<int>>(s.state, "ended", {}) != ended) {
     next["ended"] = ended;

@@ -9,11 +9,16 @@
 //                          members: [ID...] (node rank = index), nproc: N or [N...],
 //                          zero: {addr, port} (rank 0's store), cause, reform, verdict (the
 //                          last one), prev: the last attempt's members, gathers, look, report;
-//                          live recovery: gen {g, members, store, line} (the generation the
-//                          survivors go on as), lost_ranks, recovered (the losses behind
+//                          live recovery: gen {g, members, store, line, last_loss, grow} (the
+//                          generation the survivors go on as; last_loss: the newest one a loss
+//                          made; grow: it only admits replacements), lost_ranks, recovered (the losses behind
 //                          them: not failures at the next read), ended (ranks whose program
 //                          ended while others ran), proposer {id, addr, store, for, lease}:
-//                          the node the others watch}
+//                          the node the others watch; replacements: grants [{node, lost,
+//                          origin}] (origin -1: refused), extra {ID: [origin...]} (started on
+//                          node ID), admitted [origin...] (a generation had them), unjoined
+//                          [origin...] (every member ended before they joined: stop them);
+//                          a generation that only admits them has `grow`}
 //   election/LEASE        (lease) a candidate to propose, valued its node's ID: the one created
 //                          first proposes (election.hpp)
 //   election_last         (lease) the candidate key queued last: the next one's predecessor
@@ -28,6 +33,9 @@
 //                          (all opted in) may re-form without (live recovery)
 //   a/K/capable/ID        (lease) every rank of node ID opted in to live recovery
 //   a/K/ended/ID          (lease) [rank...]: ranks of node ID whose program ended (exit 0)
+//   a/K/admit/ID          (lease) [{origin, why}...]: replacements of node ID ready to be admitted
+//   a/K/joined/ID         (lease) {g, origins}: node ID's members of generation g all joined it;
+//                          origins: its replacements that joined one
 //   a/K/stalled/ID        (lease) a rank of node ID stalled: a job-wide report is asked for
 //   a/K/views/ID          (lease) node ID's ranks, for the report the state's `look` asks
 //   left/ID               why node ID's idist-run left before the job's end
@@ -72,7 +80,8 @@ struct Snapshot {
   long long state_revision = 0;  // 0: no state yet (attempt 0 gathers)
   Json state = Json{{"attempt", 0}, {"phase", "gathering"}, {"restarts_used", 0}};
   std::map<std::string, NodeRecord> nodes;
-  std::map<std::string, Report> fails, overs, stalls, views, losts, capables, endeds;  // of the state's attempt
+  std::map<std::string, Report> fails, overs, stalls, views, losts, capables, endeds, admits,
+      joineds;  // of the state's attempt
   std::map<std::string, std::string> left, gone;
 
   int attempt() const;

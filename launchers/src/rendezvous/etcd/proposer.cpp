@@ -40,7 +40,8 @@ rules::Limits Proposer::limits() const {
                        .max_restarts = options_.max_restarts,
                        .needs_host = false,
                        .recovery = options_.recovery,
-                       .min_world = options_.min_world};
+                       .min_world = options_.min_world,
+                       .replacements = options_.recovery};
 }
 
 // How long the verdict waits for a member to stop its ranks before it is dropped.
@@ -72,6 +73,9 @@ void Proposer::propose(const Snapshot& s) {
   }
   for (const auto& action : step.actions)
     if (const auto* log = std::get_if<rules::Log>(&action); log && !log->debug) out_.info(log->line);
+  if (const auto gen = next->value("gen", Json::object()); field<bool>(gen, "grow", false) && gen != s.state.value("gen", Json()))
+    out_.info(fmt::format("generation {}: {} (live recovery)", field<std::uint64_t>(gen, "g", 0),
+                          field<std::string>(gen, "line", "")));
   if (step.state.attempt == s.attempt()) return txn(s, *next);
   // The next attempt: the reports of the last one go.
   txn(s, *next, {delete_range(fmt::format("a/{}/", s.attempt()))});
