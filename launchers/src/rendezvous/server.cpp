@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <map>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "generations.hpp"
 #include "rules.hpp"
 #include "stall/stall_report.hpp"
+#include "strangers.hpp"
 
 // The rules (rules.hpp) decide; this file keeps the sockets, the wire and the timers: it turns
 // messages, closed connections and timers into the rules' events, and their actions into
@@ -101,24 +101,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     std::vector<NodePtr> waiting;
   };
   std::optional<Gather> gather;
-  // Strangers refused (another protocol, another job's idist-run, silence). A flood of them
-  // must not flood the log: the first is logged at once, the rest in one line a second with
-  // their count, addresses and reasons (a few named, the rest counted).
-  static constexpr std::size_t kNamed = 3;
-  struct Refused {
-    std::size_t count = 0;
-    std::vector<std::string> addresses;  // the first kNamed distinct
-    std::vector<std::pair<std::string, std::size_t>> reasons;  // the first kNamed distinct, counted
-    std::size_t other_reasons = 0;
-  };
-  Refused refused;
-  Clock::time_point refused_logged{};
-  bool refused_timer_armed = false;
-  asio::steady_timer refused_timer{io};
-  // Refusals for another job identity, by address: a node started with a mistyped --rdzv-id is
-  // what "node 1 never joined" usually means, and the join timeout's message says so.
-  std::map<std::string, int> other_job;
-  int other_job_unnamed = 0;  // beyond the addresses remembered
+  Strangers strangers{io, options.quiet};
   std::uint64_t gathers = 0;
   Clock::time_point next_gather{};              // every node asks at once: one gather answers all
   launchers::detail::CallKeys stalls_reported;  // this attempt's, job-wide
@@ -270,12 +253,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (field<std::string>(m, "token", "") != options.token) {
       node->refused = true;
       note_refused(node, "wrong or missing job identity (--rdzv-id / IDIST_JOB_TOKEN)");
-      const auto& address = node->connection->address();
-      if (other_job.count(address) || other_job.size() < 64) {
-        ++other_job[address];
-      } else {
-        ++other_job_unnamed;
-      }
+      strangers.other_job(node->connection->address());
       return refuse(node, "wrong or missing job identity: pass the same --rdzv-id (or IDIST_JOB_TOKEN) on every node");
     }
     node->host = field<std::string>(m, "host", node->connection->peer());
@@ -513,68 +491,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     join_timer.async_wait([weak = weak_from_this(), round = state.attempt](auto ec) {
       auto self = weak.lock();
       if (ec || !self || self->phase() != Phase::gathering || self->state.attempt != round) return;
-      self->apply(rules::JoinTimeout{common::duration_text(self->options.join_timeout), self->other_job_text()});
+      self->apply(rules::JoinTimeout{common::duration_text(self->options.join_timeout), self->strangers.other_job_text()});
     });
   }
-
-  // --- refused strangers ----------------------------------------------------------------------
 
   void note_refused(const NodePtr& node, const std::string& why) {
-    if (options.quiet) return;
-    const auto now = Clock::now();
-    if (!refused_timer_armed && now - refused_logged >= std::chrono::seconds(1)) {
-      refused_logged = now;
-      spdlog::warn("rendezvous: refused a connection from {}: {}", node->connection->peer(), why);
-      return;
-    }
-    ++refused.count;
-    const auto& address = node->connection->address();
-    auto& addresses = refused.addresses;
-    if (addresses.size() < kNamed && std::find(addresses.begin(), addresses.end(), address) == addresses.end())
-      addresses.push_back(address);
-    auto& reasons = refused.reasons;
-    const auto reason = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == why; });
-    if (reason != refused.reasons.end()) {
-      ++reason->second;
-    } else if (reasons.size() < kNamed) {
-      reasons.emplace_back(why, 1);
-    } else {
-      ++refused.other_reasons;
-    }
-    if (refused_timer_armed) return;
-    refused_timer_armed = true;
-    refused_timer.expires_at(refused_logged + std::chrono::seconds(1));
-    refused_timer.async_wait([weak = weak_from_this()](auto ec) {
-      if (auto self = weak.lock(); self && !ec) self->log_refused();
-    });
-  }
-
-  // The refusals counted since the last line, in one line.
-  void log_refused() {
-    refused_timer_armed = false;
-    if (refused.count == 0) return;
-    auto r = std::exchange(refused, Refused{});
-    refused_logged = Clock::now();
-    std::vector<std::string> reasons;
-    const bool one_reason = r.reasons.size() == 1 && r.other_reasons == 0;
-    for (const auto& [why, n] : r.reasons) reasons.push_back(one_reason ? why : fmt::format("{} (x{})", why, n));
-    if (r.other_reasons > 0) reasons.push_back(fmt::format("other reasons (x{})", r.other_reasons));
-    spdlog::warn("rendezvous: refused {} connection{} from {}{} in the last second: {}", r.count,
-                 r.count == 1 ? "" : "s", fmt::join(r.addresses, ", "), r.addresses.size() < kNamed ? "" : " and others",
-                 fmt::join(reasons, "; "));
-  }
-
-  // "; refused 1 connection from 10.0.0.2 with another job id (--rdzv-id)", or nothing.
-  std::string other_job_text() const {
-    if (other_job.empty()) return "";
-    int count = other_job_unnamed;
-    std::vector<std::string> addresses;
-    for (const auto& [address, n] : other_job) {
-      count += n;
-      addresses.push_back(address);
-    }
-    return fmt::format("; refused {} connection{} from {}{} with another job id (--rdzv-id)", count,
-                       count == 1 ? "" : "s", fmt::join(addresses, ", "), other_job_unnamed > 0 ? " and others" : "");
+    strangers.refused(node->connection->peer(), node->connection->address(), why);
   }
 
   void on_close(const NodePtr& node, const std::string& why) {
@@ -616,8 +538,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     last_call_timer.cancel();
     join_timer.cancel();
     drain_timer.cancel();
-    if (refused.count > 0) log_refused();  // the count its timer would have logged
-    refused_timer.cancel();
+    strangers.flush();
     for (const auto& n : std::vector<NodePtr>(nodes)) n->connection->close("the job is over");
   }
 
