@@ -432,3 +432,48 @@ TEST_CASE("etcd recovery: a replacement admitted but not joined is not counted: 
   CHECK((*next)["phase"] == "ending");
   CHECK((*next)["gen"]["g"] == 2);
 }
+
+TEST_CASE("etcd recovery: a node joins an elastic job live where every member's ranks admit replacements") {
+  auto limits = replacing();
+  limits.max_nodes = 3;
+  const auto admitting = [](Keys keys) {
+    keys.put("a/3/capable/h1-10-a", {{"admits", true}}).put("a/3/capable/h2-20-b", {{"admits", true}});
+    return keys;
+  };
+  auto keys = admitting(recovering());
+  keys.put("node/h3-30-c", {{"host", "h3"}, {"addr", "10.0.0.3"}, {"nproc", 2}, {"join", 4}, {"port", 29500},
+                            {"store", 40003}, {"store_for", 3}, {"recovery", true}});
+  auto next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["phase"] == "running");
+  CHECK((*next)["members"] == etcd_rdzv::Json({"h1-10-a", "h2-20-b", "h3-30-c"}));
+  CHECK((*next)["nproc"] == etcd_rdzv::Json({2, 2, 0}));
+  CHECK((*next)["extra"] == etcd_rdzv::Json({{"h3-30-c", {4, 5}}}));
+  CHECK((*next)["live"] == etcd_rdzv::Json({{"h3-30-c", 0}}));
+  keys.put("state", *next);
+  const auto a = etcd_rdzv::assignment_of(keys.snapshot(), 2);
+  CHECK(a.rank_base == 4);
+  CHECK(a.joins_after == 0);
+  CHECK(etcd_rdzv::assignment_of(keys.snapshot(), 1).joins_after == -1);
+  // Its ranks ready: admitted together (not one by one as its puts come) in generation 1,
+  // through node 0's store.
+  keys.put("a/3/admit/h3-30-c", etcd_rdzv::Json::array({{{"origin", 4}, {"why", "rank 4 joined with node 2"}}}));
+  CHECK_FALSE(proposal(keys, limits).has_value());
+  keys.put("a/3/admit/h3-30-c", etcd_rdzv::Json::array({{{"origin", 4}, {"why", "rank 4 joined with node 2"}},
+                                                        {{"origin", 5}, {"why", "rank 5 joined with node 2"}}}));
+  next = proposal(keys, limits);
+  REQUIRE(next.has_value());
+  CHECK((*next)["gen"]["g"] == 1);
+  CHECK((*next)["gen"]["members"] == etcd_rdzv::Json({0, 1, 2, 3, 4, 5}));
+  CHECK((*next)["gen"]["grow"] == true);
+  CHECK((*next)["gen"]["store"] == "10.0.0.1:40001");
+  CHECK((*next)["admitted"] == etcd_rdzv::Json({4, 5}));
+
+  // A node whose idist-run offers no recovery, or members that do not admit: it re-forms.
+  auto off = admitting(recovering());
+  off.put("node/h3-30-c", {{"host", "h3"}, {"addr", "10.0.0.3"}, {"nproc", 2}, {"join", 4}});
+  CHECK((*proposal(off, limits))["phase"] == "ending");
+  auto plain = recovering();
+  plain.put("node/h3-30-c", {{"host", "h3"}, {"addr", "10.0.0.3"}, {"nproc", 2}, {"join", 4}, {"recovery", true}});
+  CHECK((*proposal(plain, limits))["phase"] == "ending");
+}

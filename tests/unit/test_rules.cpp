@@ -574,3 +574,53 @@ TEST_CASE("phases by name, as etcd stores them") {
     CHECK(rules::phase_named(rules::phase_name(p)) == p);
   CHECK(rules::phase_named("nonsense") == Phase::gathering);
 }
+
+TEST_CASE("live recovery: a node joins an elastic job live where every member's ranks admit replacements") {
+  const rules::Limits limits{.min_nodes = 2, .max_nodes = 3, .max_restarts = 0, .needs_host = true, .recovery = true,
+                             .min_world = 1, .replacements = true};
+  const auto recovering = [](rules::Candidate c) {
+    c.recovers = true;
+    return rules::Join{c};
+  };
+  // Opted in, but not admitting replacements yet: the job re-forms with it, as without recovery.
+  auto r = running_two(limits);
+  r.on(rules::Capable{0, true}).on(rules::Capable{1, false});
+  r.on(recovering(node("c", "hc")));
+  CHECK(r.state.phase == Phase::ending);
+  CHECK(r.state.reform);
+  // Nor does a node whose idist-run offers no live recovery (--recovery off) join live.
+  auto off = running_two(limits);
+  off.on(rules::Capable{0, true}).on(rules::Capable{1, true});
+  off.on(rules::Join{node("c", "hc")});
+  CHECK(off.state.reform);
+
+  auto live = running_two(limits);
+  live.on(rules::Capable{0, true}).on(rules::Capable{1}).on(rules::Capable{1, true});
+  live.on(recovering(node("c", "hc", 3)));
+  CHECK(live.state.phase == Phase::running);
+  CHECK_FALSE(live.state.reform);
+  const auto joined = live.action<rules::JoinLive>();
+  REQUIRE(joined.has_value());
+  CHECK(joined->id == "c");
+  CHECK(joined->node_rank == 2);
+  CHECK(joined->origins == std::vector<int>{4, 5, 6});  // after the job's 4 ranks
+  REQUIRE(live.state.members.size() == 3);
+  CHECK(live.state.members[2].nproc == 0);
+  CHECK(live.state.waiting.empty());
+  CHECK(live.state.restarts_used == 0);  // not counted
+  // Not admitted yet: its ranks' loss is none, and they are not counted among those that go on.
+  live.on(lost_rank(2, 5));
+  CHECK(live.state.phase == Phase::running);
+  CHECK(live.state.failures.empty());
+  // Admitted: a member like any; every member over: success.
+  live.on(rules::Generation{{0, 1, 2, 3, 4, 6}});
+  CHECK(live.state.admitted == std::vector<int>{4, 6});
+  live.on(rules::Over{0, std::nullopt}).on(rules::Over{1, std::nullopt}).on(rules::Over{2, std::nullopt});
+  CHECK(live.verdict().then == rules::Verdict::Then::success);
+
+  // A rank that ended, or a failure being weighed: the ranks are finishing, so it re-forms.
+  auto ended = running_two(limits);
+  ended.on(rules::Capable{0, true}).on(rules::Capable{1, true}).on(rules::Ended{3});
+  ended.on(recovering(node("c", "hc")));
+  CHECK(ended.state.reform);
+}

@@ -189,6 +189,7 @@ struct NodeAgent::State {
       assignment.master_port = field<int>(m, "master_port", 0);
       const int recovery_port = field<int>(m, "recovery_port", 0);
       assignment.recovery_store = recovery_port > 0 ? fmt::format("{}:{}", options.host, recovery_port) : "";
+      assignment.joins_after = field<long long>(m, "joins_after", -1);
       guard_timer->cancel();
       if (auto done = std::exchange(joined, nullptr)) done(std::nullopt);
     } else if (type == "end") {
@@ -371,7 +372,7 @@ void NodeAgent::join(int attempt, std::function<void(const std::optional<RemoteV
   s.joined = std::move(joined);
   Json message{{"t", "join"},     {"token", s.options.token}, {"host", common::host_name("localhost")},
                {"nproc", s.options.nproc}, {"hosting", s.server != nullptr}, {"attempt", attempt},
-               {"grace_ms", s.options.grace.count()}};
+               {"grace_ms", s.options.grace.count()}, {"recovery", s.options.recovery}};
   if (s.options.node_rank) message["node_rank"] = *s.options.node_rank;
   if (s.server) {
     // Rank 0's store gets a fresh port for every attempt, taken while the last one is held.
@@ -424,9 +425,9 @@ void NodeAgent::stalled(int attempt) {
   if (s.connection && !s.connection->closed()) s.connection->send(Json{{"t", "stalled"}, {"attempt", attempt}});
 }
 
-void NodeAgent::capable(int attempt) {
+void NodeAgent::capable(int attempt, bool admits) {
   state_->opted_in = attempt;
-  state_->send(Json{{"t", "capable"}, {"attempt", attempt}});
+  state_->send(Json{{"t", "capable"}, {"attempt", attempt}, {"admits", admits}});
 }
 
 void NodeAgent::ended(int attempt, int rank) {

@@ -37,7 +37,10 @@ class Decision {
         if (has(e.members, k) && !has(s_.admitted, k)) s_.admitted.push_back(k);
   }
   void on(const Capable& e) {
-    if (ended_or_running() && valid(e.node_rank)) s_.members[static_cast<std::size_t>(e.node_rank)].capable = true;
+    if (!ended_or_running() || !valid(e.node_rank)) return;
+    auto& m = s_.members[static_cast<std::size_t>(e.node_rank)];
+    m.capable = true;
+    m.admits = m.admits || e.admits;
   }
   void on(const Ended& e) {
     if (ended_or_running() && std::find(s_.ended_ranks.begin(), s_.ended_ranks.end(), e.rank) == s_.ended_ranks.end())
@@ -95,11 +98,13 @@ class Decision {
     if (s_.phase != Phase::running) return;
     if (!s_.reform && !s_.failures.empty()) return end_for(s_.failures.front());
     maybe_decide();
-    if (s_.phase == Phase::running && !s_.waiting.empty() && has_room()) reform(name_of(s_.waiting.front()));
+    if (s_.phase != Phase::running || s_.waiting.empty() || !has_room()) return;
+    const auto c = s_.waiting.front();
+    c.recovers && joins_live() ? join_live(c) : reform(name_of(c));
   }
 
   // An elastic job (MIN:MAX) with fewer than MAX members re-forms for a node that asks to join,
-  // as torchrun's does.
+  // as torchrun's does (or, with live recovery, takes it in live: join_live).
   bool has_room() const { return limits_.max_nodes > limits_.min_nodes && live_members() < limits_.max_nodes; }
 
   void join(const Candidate& c) {
@@ -114,10 +119,38 @@ class Decision {
     if (c.wanted_rank && *c.wanted_rank >= limits_.max_nodes)
       return refuse(c.id, fmt::format("--node-rank {} is not below --nnodes {}", *c.wanted_rank, limits_.max_nodes));
     if (s_.phase == Phase::gathering) return maybe_close_round();
-    // Running: a node that arrives now joins the next attempt, at once where there is room.
+    // Running: a node that arrives now joins the next attempt, at once where there is room (or
+    // this one, live).
     if (s_.phase != Phase::running) return;
-    if (has_room()) return reform(name_of(c));
+    if (has_room()) return c.recovers && joins_live() ? join_live(c) : reform(name_of(c));
     if (limits_.max_nodes == limits_.min_nodes) refuse(c.id, already_full(limits_.max_nodes));
+  }
+
+  // Live recovery: a node joins the running attempt in place of a re-form where the world can
+  // admit ranks live (recovery and replacements offered, nothing failed or ended, every
+  // member's ranks opted in and admit replacements).
+  bool joins_live() const {
+    if (!limits_.recovery || !limits_.replacements || s_.reform || !s_.failures.empty() || !s_.ended_ranks.empty())
+      return false;
+    return std::all_of(s_.members.begin(), s_.members.end(),
+                       [](const Member& m) { return m.gone || m.over || (m.capable && m.admits); });
+  }
+
+  // Its ranks are replacements in all but the lost rank: numbered after the job's ranks and
+  // every replacement (kept as its Member::extra, its nproc 0), admitted together once they are
+  // all ready, taking the job's state from the running ranks. Not counted against --max-restarts. It is
+  // taken as capable and admitting: its ranks are started as replacements, which opt in.
+  void join_live(const Candidate& c) {
+    int origin = 0;
+    for (const auto& m : s_.members) origin += m.nproc + static_cast<int>(m.extra.size());
+    Member joined{.id = c.id, .host = c.host, .nproc = 0, .base = origin, .capable = true, .admits = true};
+    for (int i = 0; i < c.nproc; ++i) joined.extra.push_back(origin + i);
+    const int r = static_cast<int>(s_.members.size());
+    s_.members.push_back(joined);
+    unwait(c.id);
+    log("node {} ({}) joins attempt {} live as ranks {} to {}: the running ranks admit them at a step boundary "
+        "(live recovery)", r, c.host, s_.attempt, origin, origin + c.nproc - 1);
+    out_.push_back(JoinLive{c.id, r, s_.members.back().extra});
   }
 
   void reform(const std::string& name) {

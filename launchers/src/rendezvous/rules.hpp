@@ -12,7 +12,8 @@
 // tests/unit/test_rules.cpp feeds it events, case by case, and reads what it decided.
 //
 // The rules: rounds of MIN..MAX nodes closed at MAX or at the last call after MIN; a node that
-// asks to join while an elastic job runs with room re-forms it (not counted); the first failure
+// asks to join while an elastic job runs with room re-forms it (not counted), or joins it live
+// where every rank admits replacements (live recovery); the first failure
 // ends the attempt on every node; the verdict waits for every member's ranks to be gone (a
 // member that never stops is dropped); one restart budget; blame a root cause first, then the
 // rank the named one says it lost; the verdict's words, the same on either rendezvous.
@@ -63,6 +64,7 @@ struct Candidate {
   // Which candidates a round prefers past MAX, and the last tie of the node ranks: the order
   // of joining on the built-in rendezvous; on etcd, which has none, its rank order.
   std::uint64_t order = 0;
+  bool recovers = false;  // its idist-run offers live recovery (it may join a running attempt live)
 };
 std::string name_of(const Candidate& c);  // "node 1 (h)" once it ran, else "the node on h"
 // Why a node cannot join a job of a fixed N that runs.
@@ -77,6 +79,7 @@ struct Member {
   bool gone = false;  // lost, or dropped
   bool capable = false;  // every rank of it opted in to live recovery (it said so: Capable)
   std::vector<int> extra = {};  // replacements started on it (live recovery), by their origins
+  bool admits = false;  // and every running rank of it admits replacements (Capable::admits)
 };
 // Whether `rank` (a global rank, or a replacement's origin) runs on `m`.
 bool holds(const Member& m, int rank);
@@ -171,6 +174,7 @@ struct HostLeft {  // node 0's idist-run leaves before the job's end; `why`: its
 };
 struct Capable {  // every rank of this member opted in to live recovery
   int node_rank = -1;
+  bool admits = false;  // and every running one admits replacements at a step boundary
 };
 struct Ended {  // a rank's program ended (exit 0) while others run: no member of what follows
   int rank = -1;
@@ -217,7 +221,14 @@ struct ReformInPlace {
   std::string why;
   std::vector<Replacement> replace;
 };
-using Action = std::variant<Assign, ArmLastCall, EndAttempt, Drop, Refuse, Announce, Log, ReformInPlace>;
+// Live recovery: node `id` joins the running attempt as member `node_rank`, its ranks numbered
+// `origins` (after the job's ranks and every replacement), admitted live as replacements are.
+struct JoinLive {
+  std::string id;
+  int node_rank = -1;
+  std::vector<int> origins;
+};
+using Action = std::variant<Assign, ArmLastCall, EndAttempt, Drop, Refuse, Announce, Log, ReformInPlace, JoinLive>;
 
 struct Step {
   State state;

@@ -179,7 +179,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       return;
     }
     if (type == "capable") {
-      if (of_this_attempt(*node, m)) apply(rules::Capable{node->node_rank});
+      if (of_this_attempt(*node, m)) apply(rules::Capable{node->node_rank, field<bool>(m, "admits", false)});
       return;
     }
     if (type == "ended") {
@@ -273,7 +273,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                                        .hosting = node->hosting,
                                        .wanted_rank = node->wanted_rank,
                                        .prev_rank = node->node_rank,
-                                       .order = node->order}});
+                                       .order = node->order,
+                                       .recovers = field<bool>(m, "recovery", false)}});
   }
 
   bool of_this_attempt(const Node& node, const Json& m) const {
@@ -342,25 +343,46 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     for (const auto& m : members) world += m.nproc;
     const auto zero = node_of(members.front().id);
     const int master_port = zero ? zero->master_port : 0;
-    const int recovery_port = host_generations(world);
+    host_generations(world);
     for (std::size_t r = 0; r < members.size(); ++r) {
       const auto n = node_of(members[r].id);
       if (!n) continue;
       n->node_rank = static_cast<int>(r);
-      Json assign{{"t", "assign"},
-                  {"attempt", state.attempt},
-                  {"node_rank", r},
-                  {"nnodes", members.size()},
-                  {"world_size", world},
-                  {"rank_base", members[r].base},
-                  {"master_port", master_port}};
-      if (recovery_port > 0) assign["recovery_port"] = recovery_port;
-      n->connection->send(assign);
+      n->connection->send(assign_message(r, world, master_port));
     }
     stalls_reported.clear();
     last_call_timer.cancel();
     last_call_armed = false;
     join_timer.cancel();
+  }
+
+  // Member r's part in the attempt: its node rank, its first rank, rank 0's port, and the
+  // generations' store where live recovery is on.
+  Json assign_message(std::size_t r, int world, int master_port) const {
+    Json assign{{"t", "assign"},
+                {"attempt", state.attempt},
+                {"node_rank", r},
+                {"nnodes", state.members.size()},
+                {"world_size", world},
+                {"rank_base", state.members[r].base},
+                {"master_port", master_port}};
+    if (generations) assign["recovery_port"] = generations->port();
+    return assign;
+  }
+
+  // A node that joins the running attempt live: told its part as a round's member is, and
+  // after which generation its ranks, started as replacements, wait to be admitted.
+  void act(const rules::JoinLive& j) {
+    const auto n = node_of(j.id);
+    const auto zero = node_of(state.members.front().id);
+    if (!n || !generations) return;
+    n->node_rank = j.node_rank;
+    // Its ranks' RANK is their origin: a world that holds it (the runtime takes its own from the
+    // generation that admits them).
+    auto assign = assign_message(static_cast<std::size_t>(j.node_rank), j.origins.back() + 1,
+                                 zero ? zero->master_port : 0);
+    assign["joins_after"] = generations->generation();
+    n->connection->send(assign);
   }
 
   // A generations' store for the attempt that starts, at the rendezvous' own address (which

@@ -5,7 +5,8 @@
 //
 //   agent -> rendezvous                          rendezvous -> agent
 //   join  {token, host, nproc, node_rank?,       assign  {attempt, node_rank, nnodes, world_size,
-//          hosting, master_port, grace_ms}                rank_base, master_port}
+//          hosting, master_port, grace_ms,                rank_base, master_port}
+//          recovery}
 //   fail  {attempt, rank, how, exit_code}        end     {attempt, cause}: stop your ranks
 //   over  {attempt, failure?{rank,how,exit_code}} verdict {attempt, then: restart|success|failure,
 //   leave {why}: then it closes                           cause?, exit_code?, restarts_left}
@@ -14,7 +15,8 @@
 //   stalled {attempt}                            look {attempt, id}
 //   views {attempt, id, ranks}                   report {attempt, lines}
 //
-//   capable {attempt}                            assign's recovery_port (live recovery offered)
+//   capable {attempt, admits?}                   assign's recovery_port (live recovery offered),
+//                                                        joins_after (a node joining it live)
 //   ended {attempt, rank}                        reformed {attempt, generation, line, members}
 //   admit {attempt, origin, why}                 replace {attempt, lost, origin, after}
 //   fail's recoverable, replaceable: true        members_ended {attempt, unjoined}
@@ -26,7 +28,8 @@
 // the report made from all their "views" (stall_report.hpp) to every node. An agent that
 // leaves before the job's verdict says why ("leave"), so that the others hear its cause.
 // Live recovery (node 0 hosts the generations' store at recovery_port): an agent whose ranks
-// all opted in says "capable"; its loss of a rank, "fail" with recoverable (and replaceable,
+// all opted in says "capable" (again with admits, once they all admit replacements: a node
+// may then join the running attempt live, assigned with joins_after); its loss of a rank, "fail" with recoverable (and replaceable,
 // where its other ranks admit a replacement: the rendezvous answers "replace", origin -1 for
 // none); a rank that ended its program while others run, "ended"; a replacement that beats,
 // "admit"; every node hears each generation ("reformed", with its members), and where every

@@ -86,7 +86,8 @@ void HeartbeatWatch::check() {
     for (auto& rank : attempt->ranks) {
       if (!rank.running() || !rank.recorder || rank.record->frozen_for) continue;
       auto& seen = seen_[rank.record];
-      if (began_beating(seen, rank.recorder->beat_pid()) && began_) began_(*attempt, rank);
+      const bool admitting = rank.recorder->admits_pid() != 0 && !std::exchange(seen.admitting, true);
+      if ((began_beating(seen, rank.recorder->beat_pid()) || admitting) && began_) began_(*attempt, rank);
       const auto silent = frozen_for(seen, rank.recorder->beat_ns(), now, timeout_);
       if (!silent) continue;
       const pid_t pid = rank.recorder->beat_pid();

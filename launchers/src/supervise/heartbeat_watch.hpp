@@ -30,6 +30,7 @@ struct BeatSeen {
   std::int64_t stamp = 0;
   std::int64_t since_ns = 0;
   pid_t beating = 0;  // the process it last saw beat (Began said of it)
+  bool admitting = false;  // it was seen to admit replacements (Began said so too)
 };
 
 // Takes the stamp read at `now_ns` into `seen`, and says how long it has not moved where that
@@ -58,7 +59,8 @@ class HeartbeatWatch {
   // Nothing with a timeout of 0.
   using Frozen = std::function<void(Rank&, pid_t, std::chrono::duration<double>)>;
   // And `began` for each rank whose process began to beat (it opted in, in init(): live
-  // recovery's word that the rank takes part), once for each process, also with a timeout of 0.
+  // recovery's word that the rank takes part), once for each process, also with a timeout of 0;
+  // and again once it admits replacements (idist::will_admit_replacements()).
   using Began = std::function<void(LiveAttempt&, Rank&)>;
   void start(std::function<LiveAttempt*()> watched, Frozen frozen, Began began);
   void stop();

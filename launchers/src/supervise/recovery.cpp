@@ -90,6 +90,7 @@ void LiveRecovery::offer(Attempt& attempt) {
   generations_.reset();
   offered_ = false;
   capable_ = false;
+  admits_said_ = false;
   covered_ = 0;
   lost_.clear();
   announced_ = 0;
@@ -129,37 +130,68 @@ void LiveRecovery::offer(Attempt& attempt) {
   }
   if (address.empty()) return;
   offered_ = true;
+  // A node that joins the attempt live (rules::JoinLive): its ranks are replacements of no lost
+  // rank, admitted once they beat, as any.
+  const auto joins_after = joint() ? coordinator_->assignment().joins_after : -1;
+  if (joins_after >= 0) world0_ = 0;
   const auto tag = std::string(env::kRecoveryStore) + "=";
   for (auto& p : attempt.processes) {
     std::erase_if(p.env, [&](const std::string& e) { return e.rfind(tag, 0) == 0; });
     p.env.push_back(tag + address);
+    if (joins_after >= 0) p.env.push_back(fmt::format("{}={}@{}", env::kReplacement, p.rank, joins_after));
   }
 }
 
-void LiveRecovery::started(LiveAttempt& attempt) { maybe_capable(attempt); }
+void LiveRecovery::started(LiveAttempt& attempt) {
+  if (world0_ == 0)
+    for (auto& r : attempt.ranks) joining_.emplace_back(&r, -1);
+  maybe_capable(attempt);
+}
 
 void LiveRecovery::began(LiveAttempt& attempt, Rank& rank) {
   maybe_capable(attempt);
   const auto j = std::find_if(joining_.begin(), joining_.end(), [&](const auto& x) { return x.first == &rank; });
   if (j == joining_.end()) return;
   // Ready once it beats (in init(), waiting to be admitted).
-  const auto why = fmt::format("rank {} started in rank {}'s place", rank.spec->rank, j->second);
-  if (joint()) coordinator_->admit(attempt.record.index, rank.spec->rank, why);
-  if (generations_) generations_->admit(rank.spec->rank, why);
-  joining_.erase(j);
+  if (j->second >= 0) {
+    const auto why = fmt::format("rank {} started in rank {}'s place", rank.spec->rank, j->second);
+    if (joint()) coordinator_->admit(attempt.record.index, rank.spec->rank, why);
+    if (generations_) generations_->admit(rank.spec->rank, why);
+    joining_.erase(j);
+    return;
+  }
+  admit_joined_node(attempt);
 }
 
-// Over several nodes, the rendezvous hears once every running rank here opted in (it beats).
+// A node joining live: its ranks together, in one generation, once every one still there beats
+// (one lost meanwhile no longer holds the others back).
+void LiveRecovery::admit_joined_node(const LiveAttempt& attempt) {
+  const auto waits = [](const auto& x) {
+    return x.second < 0 && x.first->running() && x.first->recorder && x.first->recorder->beat_pid() == 0;
+  };
+  if (std::any_of(joining_.begin(), joining_.end(), waits)) return;
+  for (const auto& [r, lost] : joining_)
+    if (lost < 0 && r->running())
+      coordinator_->admit(attempt.record.index, r->spec->rank,
+                          fmt::format("rank {} joined with node {}", r->spec->rank, coordinator_->assignment().node_rank));
+  std::erase_if(joining_, [](const auto& x) { return x.second < 0; });
+}
+
+// Over several nodes, the rendezvous hears once every running rank here opted in (it beats),
+// and again once every one admits replacements (a node may then join the attempt live).
 void LiveRecovery::maybe_capable(const LiveAttempt& attempt) {
-  if (!offered_ || !joint() || capable_) return;
+  if (!offered_ || !joint() || admits_said_) return;
   const auto& ranks = attempt.ranks;
   const bool running = std::any_of(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running(); });
-  const bool all = std::all_of(ranks.begin(), ranks.end(), [](const Rank& r) {
-    return !r.running() || (r.recorder && r.recorder->beat_pid() != 0);
-  });
-  if (!running || !all) return;
+  const auto every = [&](auto said) {
+    return std::all_of(ranks.begin(), ranks.end(), [&](const Rank& r) { return !r.running() || (r.recorder && said(r)); });
+  };
+  if (!running || !every([](const Rank& r) { return r.recorder->beat_pid() != 0; })) return;
+  const bool admits = every([](const Rank& r) { return r.recorder->admits_pid() != 0; });
+  if (capable_ && !admits) return;
   capable_ = true;
-  coordinator_->capable(attempt.record.index);
+  admits_said_ = admits;
+  coordinator_->capable(attempt.record.index, admits);
 }
 
 bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) {
@@ -235,6 +267,7 @@ bool LiveRecovery::lose_unjoined(LiveAttempt& attempt, Rank& rank) {
                        .lost_peer = {}, .recoverable = true, .replaceable = replaceable(rank, true)};
   if (f.replaceable) awaited_.push_back(f.rank);
   coordinator_->failed(attempt.record.index, f);
+  admit_joined_node(attempt);
   return true;
 }
 

@@ -79,10 +79,10 @@ class LiveRecovery {
   // not offered.
   void offer(Attempt& attempt);
   // The attempt's ranks have started: over several nodes, the rendezvous hears once every one
-  // of them opted in.
+  // of them opted in; on a node joining the attempt live, they are all replacements to admit.
   void started(LiveAttempt& attempt);
-  // `rank` of `attempt` began to beat (the heartbeat watch says so once): it opted in, and a
-  // replacement is ready to be admitted.
+  // `rank` of `attempt` began to beat (the heartbeat watch says so once, and again once it
+  // admits replacements): it opted in, and a replacement is ready to be admitted.
   void began(LiveAttempt& attempt, Rank& rank);
   // `rank` of `attempt` has just ended; `root_cause`: as Blame says. True where the survivors
   // go on without it (said now; the generation is announced after a settle; over several
@@ -125,8 +125,11 @@ class LiveRecovery {
 
  private:
   bool joint() const { return coordinator_ != nullptr; }
-  // Over several nodes: says to the rendezvous once every running rank here beats.
+  // Over several nodes: says to the rendezvous once every running rank here beats, and again
+  // once every one admits replacements.
   void maybe_capable(const LiveAttempt& attempt);
+  // On a node joining the attempt live: its ranks' admission, once every one still there beats.
+  void admit_joined_node(const LiveAttempt& attempt);
   // Starts a rank in `lost`'s place, to join after `generation`, as `origin` where the
   // rendezvous numbered it.
   void replace(LiveAttempt& attempt, const Rank& lost, std::uint64_t generation, std::optional<int> origin = {});
@@ -149,6 +152,7 @@ class LiveRecovery {
   std::unique_ptr<rendezvous::Generations> generations_;  // one node: the store it hosts
   bool offered_ = false;
   bool capable_ = false;              // over several nodes: said that every rank here opted in
+  bool admits_said_ = false;          // and that every one admits replacements
   std::size_t covered_ = 0;           // over several nodes: lost_[..covered_] a generation went on from
   std::string heard_;                 // over several nodes: --status's line on the last generation
   std::vector<const Rank*> lost_;     // every rank lost this attempt
@@ -162,9 +166,9 @@ class LiveRecovery {
   std::function<void()> recheck_;
   std::vector<int> awaited_;  // over several nodes: losses said to be replaceable, not answered yet
   void answered(int lost);    // one of them was answered (all: -1)
-  std::size_t world0_ = 0;                         // the attempt's ranks at its start
+  std::size_t world0_ = 0;                         // the attempt's ranks at its start (0: it joined live)
   std::vector<const Rank*> to_replace_;            // lost, to be replaced once announced
-  std::vector<std::pair<Rank*, int>> joining_;     // replacements not beating yet, and whom they replace
+  std::vector<std::pair<Rank*, int>> joining_;     // replacements not beating yet, and whom they replace (-1: none)
   std::map<std::uint64_t, std::size_t> reform_index_;  // a generation's line in the record's reforms
   std::set<int> admitted_;  // over several nodes: the origins generations have named
 };

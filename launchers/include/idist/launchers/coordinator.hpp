@@ -60,6 +60,9 @@ struct Assignment {
   std::string master_addr;  // rank 0's host; empty: the plan's (the built-in rendezvous' endpoint)
   int master_port = 0;
   std::string recovery_store;  // host:port of the job's generation store; empty: no live recovery
+  // This node joins the attempt live (rules::JoinLive): its ranks, started as replacements, wait
+  // to be admitted after this generation; -1: it starts with the attempt.
+  long long joins_after = -1;
 };
 
 // How the attempts of a job spread over nodes are decided together (rendezvous.hpp). The
@@ -108,8 +111,9 @@ class Coordinator {
   // comes back through Events::report. Nothing where there is nobody to ask.
   virtual void stalled(int /*attempt*/) {}
   // Live recovery (where the assignment has a recovery_store): every rank of this node opted
-  // in; and a rank of it ended its program (exit 0) while others run.
-  virtual void capable(int /*attempt*/) {}
+  // in (said again with `admits` once every running one admits replacements); and a rank of it
+  // ended its program (exit 0) while others run.
+  virtual void capable(int /*attempt*/, bool /*admits*/) {}
   virtual void ended(int /*attempt*/, int /*rank*/) {}
   // Whether a loss reported as replaceable is answered by Events::replace (both rendezvous do,
   // where live recovery is on).

@@ -70,7 +70,7 @@ class EtcdRendezvous final : public Coordinator {
             std::function<void(const RemoteVerdict&)> verdict) override;
   void finish(const std::string& outcome, std::function<void()> done) override;
   void stalled(int attempt) override;
-  void capable(int attempt) override;
+  void capable(int attempt, bool admits) override;
   void ended(int attempt, int rank) override;
   void admit(int attempt, int origin, const std::string& why) override;
   bool grants_replacements() const override;

@@ -24,7 +24,8 @@
 //    deadline, not at the next heartbeat. An agent that loses the rendezvous stops its ranks
 //    and exits, naming it: the rendezvous host is a single point of failure (README).
 //  - Elastic (MIN < MAX): a round closes at MAX nodes, or at MIN after `last_call`; a node that
-//    arrives while the job runs makes it re-form at once (not counted as a restart, nor is any
+//    arrives while the job runs makes it re-form at once, or joins live where every running rank
+//    admits replacements (live recovery; rules::JoinLive) (not counted as a restart, nor is any
 //    failure the re-form causes), and a lost node is left out of the next attempt if MIN remain;
 //    with fewer (or a fixed N), a node lost between attempts ends the job at once.
 //  - Cost: one join and one assignment per node per attempt, whatever the job's size.
@@ -81,7 +82,7 @@ class NodeAgent final : public Coordinator {
   void over(int attempt, const std::optional<LocalFailure>& failure,
             std::function<void(const RemoteVerdict&)> verdict) override;
   void stalled(int attempt) override;
-  void capable(int attempt) override;
+  void capable(int attempt, bool admits) override;
   void ended(int attempt, int rank) override;
   void admit(int attempt, int origin, const std::string& why) override;
   bool grants_replacements() const override { return true; }

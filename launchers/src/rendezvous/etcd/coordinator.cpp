@@ -450,8 +450,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     const int k = s.attempt();
     const Phase phase = s.phase();
     const int my_rank = etcd_rdzv::node_rank_of(s, id);
-    // Assigned: the attempt this node asked for (or a later one) runs with it.
-    if ((phase == Phase::running || phase == Phase::ending) && k >= join_attempt && my_rank >= 0) {
+    // Assigned: the attempt this node asked for (or a later one) runs with it, or it joined the
+    // running one live.
+    const bool live = my_rank >= 0 && s.state.value("live", Json::object()).contains(id);
+    if ((phase == Phase::running || phase == Phase::ending) && (k >= join_attempt || live) && my_rank >= 0) {
       assignment = etcd_rdzv::assignment_of(s, static_cast<std::size_t>(my_rank));
       if (recovery) {  // a store for this attempt (its ranks' token), whose port the record tells
         assignment.recovery_store = recovery->open(assignment.attempt, advertised());
@@ -636,8 +638,8 @@ void EtcdRendezvous::stalled(int attempt) {
   s.put(s.key(fmt::format("a/{}/stalled/{}", attempt, s.id)), Json::object());
 }
 
-void EtcdRendezvous::capable(int attempt) {
-  state_->say(attempt, "capable", [](auto&) { return Json::object(); });
+void EtcdRendezvous::capable(int attempt, bool admits) {
+  state_->say(attempt, "capable", [admits](auto&) { return Json{{"admits", admits}}; });
 }
 void EtcdRendezvous::ended(int attempt, int rank) {
   state_->say(attempt, "ended", [&](auto& r) { return r.ended(rank); });

@@ -81,6 +81,7 @@ int NodeRecovery::port() const { return generations_ ? generations_->port() : 0;
 void NodeRecovery::describe(nlohmann::json& record) const {
   record["store"] = port();
   record["store_for"] = attempt_;
+  record["recovery"] = true;  // it may join a running attempt live
 }
 
 nlohmann::json NodeRecovery::lost(const LocalFailure& failure) {
@@ -138,10 +139,13 @@ void NodeRecovery::follow(const Snapshot& s, bool proposing, int attempt, int ra
   watch(s, proposing, attempt);
   if (s.attempt() > attempt || s.phase() != rules::Phase::running) return stand_down();
   const auto& state = s.state;
+  // Its ranks, then its replacements (a node that joined live has only those).
+  const auto extra = field<std::vector<int>>(state.value("extra", nlohmann::json::object()), id_.c_str(), {});
+  const bool live = std::find(extra.begin(), extra.end(), rank_base) != extra.end();
   local_.clear();
-  for (int r = 0; r < nproc_; ++r) local_.push_back(rank_base + r);
-  for (int k : field<std::vector<int>>(state.value("extra", nlohmann::json::object()), id_.c_str(), {}))
-    local_.push_back(k);
+  for (int r = 0; r < (live ? 0 : nproc_); ++r) local_.push_back(rank_base + r);
+  own_ = local_.size();
+  local_.insert(local_.end(), extra.begin(), extra.end());
   std::uint64_t reformed = 0;
   try {
     for (int rank : field<std::vector<int>>(state, "ended", {}))
@@ -178,7 +182,7 @@ void NodeRecovery::tell(const Snapshot& s, const Coordinator::Events& events) {
   const auto unjoined = field<std::vector<int>>(s.state, "unjoined", {});
   if (!unjoined.empty() && unjoined != unjoined_told_ && events.members_ended) events.members_ended(unjoined);
   unjoined_told_ = unjoined;
-  if (!grants.empty()) say_joined();
+  if (s.state.contains("extra")) say_joined();
 }
 
 // a/K/joined/ID: the newest generation whose members here all joined it (the proposer admits
@@ -193,7 +197,7 @@ void NodeRecovery::say_joined() {
   std::vector<int> origins;
   try {
     all = generations_->joined_current(local_);
-    for (auto k = local_.begin() + nproc_; k < local_.end(); ++k)  // its replacements
+    for (auto k = local_.begin() + static_cast<std::ptrdiff_t>(own_); k < local_.end(); ++k)  // its replacements
       if (generations_->joined(*k)) origins.push_back(*k);
   } catch (const std::exception&) {
     return;  // the store is gone with the attempt

@@ -91,6 +91,7 @@ class NodeRecovery {
   nlohmann::json admits_ = nlohmann::json::array();
   std::size_t grants_told_ = 0;
   std::vector<int> unjoined_told_, local_, origins_said_;
+  std::size_t own_ = 0;  // local_'s first ones that are no replacements
   std::uint64_t joined_said_ = 0, joined_since_ = 0;
   std::chrono::steady_clock::time_point joined_from_{};
   boost::asio::steady_timer joined_timer_;

@@ -78,7 +78,8 @@ Snapshot snapshot_of(const Json& j, const std::string& prefix) {
                      .port = field<int>(value, "port", 0),
                      .store = field<int>(value, "store", 0),
                      .store_for = field<int>(value, "store_for", -1),
-                     .lease = field<std::string>(value, "lease", "")};
+                     .lease = field<std::string>(value, "lease", ""),
+                     .recovery = field<bool>(value, "recovery", false)};
         s.nodes[n.id] = n;
       } else if (rest.rfind("left/", 0) == 0 || rest.rfind("gone/", 0) == 0) {
         auto& into = rest[0] == 'l' ? s.left : s.gone;
@@ -126,14 +127,23 @@ Assignment assignment_of(const Snapshot& s, std::size_t r) {
     world += s.nproc(m);
   }
   const auto zero = s.state.value("zero", Json::object());
-  return Assignment{.attempt = s.attempt(),
-                        .node_rank = static_cast<int>(r),
-                        .nnodes = static_cast<int>(s.members().size()),
-                        .world_size = world,
-                        .rank_base = base,
-                        .master_addr = field<std::string>(zero, "addr", host_of(s.member(0))),
-                        .master_port = field<int>(zero, "port", 0),
-                        .recovery_store = {}};  // this node's own store (coordinator.cpp)
+  Assignment a{.attempt = s.attempt(),
+               .node_rank = static_cast<int>(r),
+               .nnodes = static_cast<int>(s.members().size()),
+               .world_size = world,
+               .rank_base = base,
+               .master_addr = field<std::string>(zero, "addr", host_of(s.member(0))),
+               .master_port = field<int>(zero, "port", 0),
+               .recovery_store = {}};  // this node's own store (coordinator.cpp)
+  // A node that joined the attempt live (rules::JoinLive): its ranks are its replacements.
+  const auto id = s.member(r);
+  if (const auto live = s.state.value("live", Json::object()); live.contains(id)) {
+    const auto origins = field<std::vector<int>>(s.state.value("extra", Json::object()), id.c_str(), {});
+    a.rank_base = origins.empty() ? world : origins.front();
+    a.world_size = origins.empty() ? world : origins.back() + 1;  // RANK is the origin (server.cpp)
+    a.joins_after = field<long long>(live, id.c_str(), 0);
+  }
+  return a;
 }
 
 namespace {
@@ -198,7 +208,8 @@ std::vector<rules::Candidate> candidates(const Snapshot& s, int from) {
                                    .hosting = false,
                                    .wanted_rank = std::nullopt,
                                    .prev_rank = p == prev.end() ? -1 : p->second,
-                                   .order = 0});
+                                   .order = 0,
+                                   .recovers = n.recovery});
   }
   std::stable_sort(out.begin(), out.end(), [](const rules::Candidate& a, const rules::Candidate& b) {
     const int ra = a.prev_rank >= 0 ? a.prev_rank : INT_MAX;
@@ -297,35 +308,67 @@ Json next_generation(const Snapshot& s, const rules::Step& step) {
 std::optional<Json> admission(const Snapshot& s, const rules::State& st) {
   const auto gen = s.state.value("gen", Json::object());
   const auto g = field<std::uint64_t>(gen, "g", 0);
-  if (st.phase != rules::Phase::running || st.reform || g == 0 || !ended_ranks(s).empty()) return std::nullopt;
-  const auto members = field<std::vector<int>>(gen, "members", {});
+  if (st.phase != rules::Phase::running || st.reform || !ended_ranks(s).empty()) return std::nullopt;
+  const auto members = current_members(s, st);
+  if (members.empty()) return std::nullopt;
   std::vector<int> ready;
   std::vector<std::string> why;
+  const auto live = s.state.value("live", Json::object());
   for (const auto& m : st.members) {
     const auto a = s.admits.find(m.id);
     if (m.gone || m.over || a == s.admits.end() || !a->second.body.is_array()) continue;
+    std::vector<int> mine;
+    std::vector<std::string> words;
     for (const auto& j : a->second.body) {
       const int k = field<int>(j, "origin", -1);
-      if (!has(m.extra, k) || has(members, k) || has(st.lost_ranks, k) || has(ready, k)) continue;
-      ready.push_back(k);
-      why.push_back(field<std::string>(j, "why", fmt::format("rank {} is ready", k)));
+      if (!has(m.extra, k) || has(members, k) || has(st.lost_ranks, k) || has(mine, k)) continue;
+      mine.push_back(k);
+      words.push_back(field<std::string>(j, "why", fmt::format("rank {} is ready", k)));
     }
+    // A node that joined live says its ranks one put at a time: together, once all are said.
+    if (live.contains(m.id) && std::any_of(m.extra.begin(), m.extra.end(), [&](int k) {
+          return !has(mine, k) && !has(members, k) && !has(st.lost_ranks, k);
+        }))
+      continue;
+    ready.insert(ready.end(), mine.begin(), mine.end());
+    why.insert(why.end(), words.begin(), words.end());
   }
   if (ready.empty()) return std::nullopt;
   for (int k : members) {
     const auto* m = holder(st, k);
     if (!m || m->gone || m->over) return std::nullopt;  // a loss the next read weighs
     const auto j = s.joineds.find(m->id);
-    if (j == s.joineds.end() || field<std::uint64_t>(j->second.body, "g", 0) < g) return std::nullopt;
+    if (g > 0 && (j == s.joineds.end() || field<std::uint64_t>(j->second.body, "g", 0) < g)) return std::nullopt;
   }
   auto grown = members;
   grown.insert(grown.end(), ready.begin(), ready.end());
+  // Generation 0's world connects through rank 0's store; the first after it through the
+  // first member's node's generations store, as a loss's would.
+  const auto store = g > 0 ? field<std::string>(gen, "store", "") : store_of(s, holder(st, members.front())->id);
   return Json{{"g", g + 1},
               {"members", grown},
-              {"store", field<std::string>(gen, "store", "")},
+              {"store", store},
               {"grow", true},
               {"line", fmt::format("{}; world {} -> {}", fmt::join(why, ", "), members.size(), grown.size())},
               {"last_loss", field<std::uint64_t>(gen, "last_loss", g)}};
+}
+
+// Node `j.id` joins the running attempt live: a member whose ranks (nproc 0) are its
+// replacements, after the current generation, which its assignment says (assignment_of).
+void join_live(const Snapshot& s, const rules::Step& step, const rules::JoinLive& j, Json& next) {
+  const auto& st = step.state;
+  Json members = Json::array(), nprocs = Json::array(), extra = Json::object();
+  for (const auto& m : st.members) {
+    members.push_back(m.id);
+    nprocs.push_back(m.nproc);
+    if (!m.extra.empty()) extra[m.id] = m.extra;
+  }
+  next["members"] = members;
+  next["nproc"] = nprocs;
+  next["extra"] = extra;
+  auto live = s.state.value("live", Json::object());
+  live[j.id] = field<std::uint64_t>(s.state.value("gen", Json::object()), "g", 0);
+  next["live"] = live;
 }
 
 // What `step` changed of live recovery's replacements in `next`: the grants with its losses,
@@ -451,7 +494,9 @@ rules::State rules_state(const Snapshot& s, const ProposerView& view) {
     const bool gone = !s.nodes.count(id);
     st.members.push_back(rules::Member{.id = id, .host = host_of(id), .nproc = s.nproc(r), .base = base, .over = over,
                                        .gone = gone, .capable = s.capables.count(id) > 0,
-                                       .extra = field<std::vector<int>>(extra, id.c_str(), {})});
+                                       .extra = field<std::vector<int>>(extra, id.c_str(), {}),
+                                       .admits = s.capables.count(id) > 0 &&
+                                                 field<bool>(s.capables.at(id).body, "admits", false)});
     base += s.nproc(r);
     if (gone && over) st.departures.push_back(lost_text(s, r, view.dead_after));
   }
@@ -519,7 +564,7 @@ std::optional<Json> next_state(const Snapshot& s, const rules::Step& step) {
     next["nproc"] = same ? Json(st.members.empty() ? 1 : st.members.front().nproc) : nprocs;
     next["zero"] = zero == s.nodes.end() ? Json::object() : Json{{"addr", zero->second.addr}, {"port", zero->second.port}};
     for (const char* k :
-         {"prev", "cause", "gen", "lost_ranks", "recovered", "ended", "grants", "extra", "admitted", "unjoined"})
+         {"prev", "cause", "gen", "lost_ranks", "recovered", "ended", "grants", "extra", "admitted", "unjoined", "live"})
       next.erase(k);
     next["reform"] = false;
     return next;
@@ -540,6 +585,11 @@ std::optional<Json> next_state(const Snapshot& s, const rules::Step& step) {
     changed = true;
   }
   changed = replacements(s, step, reformed, next) || changed;
+  for (const auto& action : step.actions)
+    if (const auto* j = std::get_if<rules::JoinLive>(&action)) {
+      join_live(s, step, *j, next);
+      changed = true;
+    }
   if (const auto ended = ended_ranks(s); st.phase == rules::Phase::running && !ended.empty() &&
                                          field<std::vector<int>>(s.state, "ended", {}) != ended) {
     next["ended"] = ended;

@@ -16,13 +16,14 @@
 //                          ended while others ran), proposer {id, addr, store, for, lease}:
 //                          the node the others watch; replacements: grants [{node, lost,
 //                          origin}] (origin -1: refused), extra {ID: [origin...]} (started on
-//                          node ID), admitted [origin...] (a generation had them), unjoined
+//                          node ID), admitted [origin...] (a generation had them), live {ID: g}
+//                          (node ID joined the attempt live after generation g), unjoined
 //                          [origin...] (every member ended before they joined: stop them);
 //                          a generation that only admits them has `grow`}
 //   election/LEASE        (lease) a candidate to propose, valued its node's ID: the one created
 //                          first proposes (election.hpp)
 //   election_last         (lease) the candidate key queued last: the next one's predecessor
-//   node/ID               (lease) {host, addr, nproc, join, port, store, store_for, lease}:
+//   node/ID               (lease) {host, addr, nproc, join, port, store, store_for, lease, recovery}:
 //                          alive, and asks to be in attempt `join` or later; `store`: its
 //                          generations store's port, for attempt `store_for`; `lease`: its id
 //   gone/ID               (lease of the node that saw it) why node ID was found gone (its store
@@ -31,7 +32,8 @@
 //   a/K/over/ID           (lease) every rank of attempt K is gone on node ID {failure?}
 //   a/K/lost/ID           (lease) [failure...]: ranks of node ID lost, which its other ranks
 //                          (all opted in) may re-form without (live recovery)
-//   a/K/capable/ID        (lease) every rank of node ID opted in to live recovery
+//   a/K/capable/ID        (lease) {admits}: every rank of node ID opted in to live recovery (and
+//                          admits replacements)
 //   a/K/ended/ID          (lease) [rank...]: ranks of node ID whose program ended (exit 0)
 //   a/K/admit/ID          (lease) [{origin, why}...]: replacements of node ID ready to be admitted
 //   a/K/joined/ID         (lease) {g, origins}: node ID's members of generation g all joined it;
@@ -67,6 +69,7 @@ struct NodeRecord {
   int store = 0;  // its generations store's port (live recovery); 0: none
   int store_for = -1;  // the attempt that store is for
   std::string lease;   // its etcd lease's id
+  bool recovery = false;  // it offers live recovery (it may join a running attempt live)
 };
 
 struct Report {
