@@ -247,6 +247,41 @@ recover_programs() {
   cd "$DIR" || exit 1
 }
 
+# rank_pid PROGRAM R: the pid of the process running PROGRAM as RANK=R (its environment says).
+rank_pid() { pgrep -f "^$1 " | while read -r p; do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "$p"; done | head -1; }
+
+# one_rank_node_replacement NEXT ON WHAT: live recovery's replacement on a node of one rank
+# (tests/torch/recover_*netns.sh). NEXT makes the next job, ON I N ARGS... starts host I's
+# idist-run of N ranks, WHAT begins the first check's words. Host 1 runs one rank: once it is
+# lost, its idist-run waits for the rendezvous' answer (a replacement) before it says it is
+# over. Killed at step 8, the replacement is admitted; at step 45 of 48, the job's ranks end
+# first, and it is stopped.
+one_rank_node_replacement() {
+  local next=$1 on=$2 what=$3 at
+  for at in 8 45; do
+    rm -rf ck
+    $next
+    $on 0 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+    sleep 0.3  # host 0 first: on etcd it proposes
+    $on 1 1 -v --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+    for i in $(seq 1500); do grep -q "^step $at$" h0.out && break; sleep 0.01; done
+    kill -9 "$(rank_pid "$CHECK" 2)"
+    wait
+    cat h0.out h1.out >out
+    if [ $at = 8 ]; then
+      check "${what}one rank on host 1, lost at step 8: its replacement is admitted (world 3 -> 2 -> 3), exit 0 on both" \
+        eval 'grep -q "^recovered: generation 2 world 3 " h0.out && [ "$(grep -c "succeeded after 2 re-forms" out)" = 2 ]' ||
+        grep -h "succeeded\|ended\|place\|^recovered" out
+    else
+      check "... lost at step 45: its replacement is stopped once the job's ranks end, exit 0 on both" \
+        eval 'grep -q "rank 3 (pid [0-9]*) stops: the job.s ranks ended before they admitted it" h1.out && [ "$(grep -c "succeeded after 1 re-form" out)" = 2 ]' ||
+        grep -h "succeeded\|ended\|place\|stops" out
+    fi
+    check "... every step done, every sample once" grep -q "^recover_check: done steps=48 redone=[01] resumed_from=0 seen=3072 " out ||
+      grep done out
+  done
+}
+
 finish() {
   echo "$PASSED passed, $FAILED failed"
   [ "$FAILED" -eq 0 ]

@@ -30,7 +30,6 @@ on() {
   on_host "$i" "${NAMES[i]}" timeout 240 "$RUN" --nnodes "$nnodes" "${rank[@]}" \
     --rdzv-endpoint "${ADDR_HOST[0]}:$port" --rdzv-id "join-$tag-$port" -n 2 --grace 1 "$@" >"h$i.out" 2>&1 &
 }
-rank_pid() { pgrep -f "^$1 " | while read -r p; do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "$p"; done | head -1; }
 
 on 0 2:3 "$CHECK" ck 48 --recover --pause-ms 60 --progress
 on 1 2:3 "$CHECK" ck 48 --recover --pause-ms 60 --progress

@@ -57,7 +57,6 @@ check "... $mine, bit for bit those of 2 + 2 ranks to step $at, then 2 on host 1
 # job's budget, host 1's idist-run starts it, and once both nodes' ranks joined generation 1 it
 # is admitted in generation 2 (world 4 -> 3 -> 4), laid out on host 1: bit for bit the
 # checkpoint restarts at 2 + 2, 2 + 1, then 2 + 2 ranks.
-rank_pid() { pgrep -f "^$1 " | while read -r p; do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "$p"; done | head -1; }
 rm -rf ck refck
 job=$((job + 1))
 on 0 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
@@ -91,29 +90,6 @@ done
 theirs=$(grep -h "^recover_check: done" h0.out h1.out | grep -o "params=.*" | head -1)
 check "... $mine, bit for bit those of 2 + 2 ranks to step $first, 2 + 1 to step $second, then 2 + 2" \
   eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]' || tail -n 3 h0.out h1.out
-# Host 1 runs one rank: once it is lost, its idist-run waits for the proposer's answer (a
-# replacement) before it says it is over. Killed at step 8, the replacement is admitted; at step
-# 45 of 48, the job's ranks end first: the proposer names it unjoined, and its node stops it.
-for at in 8 45; do
-  rm -rf ck
-  job=$((job + 1))
-  on 0 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
-  sleep 0.3
-  on 1 1 -v --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
-  for i in $(seq 1500); do grep -q "^step $at$" h0.out && break; sleep 0.01; done
-  kill -9 "$(rank_pid "$CHECK" 2)"
-  wait
-  cat h0.out h1.out >out
-  if [ $at = 8 ]; then
-    check "etcd: one rank on host 1, lost at step 8: its replacement is admitted (world 3 -> 2 -> 3), exit 0 on both" \
-      eval 'grep -q "^recovered: generation 2 world 3 " h0.out && [ "$(grep -c "succeeded after 2 re-forms" out)" = 2 ]' ||
-      grep -h "succeeded\|ended\|place\|^recovered" out
-  else
-    check "... lost at step 45: its replacement is stopped once the job's ranks end, exit 0 on both" \
-      eval 'grep -q "rank 3 (pid [0-9]*) stops: the job.s ranks ended before they admitted it" h1.out && [ "$(grep -c "succeeded after 1 re-form" out)" = 2 ]' ||
-      grep -h "succeeded\|ended\|place\|stops" out
-  fi
-  check "... every step done, every sample once" grep -q "^recover_check: done steps=48 redone=[01] resumed_from=0 seen=3072 " out ||
-    grep done out
-done
+next_job() { job=$((job + 1)); }
+one_rank_node_replacement next_job on "etcd: "
 finish

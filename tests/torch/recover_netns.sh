@@ -42,7 +42,6 @@ both() {
   on 1 "$n1" "$@"
   wait
 }
-rank_pid() { pgrep -f "^$1 " | while read -r p; do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && echo "$p"; done | head -1; }
 idist_run_of() { pgrep -o -f "^$RUN --nnodes 2 --node-rank $1 --rdzv-endpoint ${ADDR_HOST[0]}:$port"; }
 
 # train_cifar10: rank 3 (host 1) killed in epoch 1's 12th iteration.
@@ -125,28 +124,5 @@ theirs=$(grep -h "^recover_check: done" h0.out h1.out | grep -o "params=.*" | he
 check "... $mine, bit for bit those of 2 + 2 ranks to step $first, 2 + 1 to step $second, then 2 + 2" \
   eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]' || tail -n 3 h0.out h1.out
 
-# Host 1 runs one rank: once it is lost, none of host 1's runs, and its idist-run waits for the
-# rendezvous' answer (a replacement) before it says it is over. Killed at step 8, the replacement
-# is admitted; killed at step 45 of 48, the job's ranks end first, and it is stopped.
-for at in 8 45; do
-  rm -rf ck
-  job
-  on 0 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
-  on 1 1 -v --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
-  for i in $(seq 1500); do grep -q "^step $at$" h0.out && break; sleep 0.01; done
-  kill -9 "$(rank_pid "$CHECK" 2)"
-  wait
-  cat h0.out h1.out >out
-  if [ $at = 8 ]; then
-    check "one rank on host 1, lost at step 8: its replacement is admitted (world 3 -> 2 -> 3), exit 0 on both" \
-      eval 'grep -q "^recovered: generation 2 world 3 " h0.out && [ "$(grep -c "succeeded after 2 re-forms" out)" = 2 ]' ||
-      grep -h "succeeded\|ended\|place\|^recovered" out
-  else
-    check "... lost at step 45: its replacement is stopped once the job's ranks end, exit 0 on both" \
-      eval 'grep -q "rank 3 (pid [0-9]*) stops: the job.s ranks ended before they admitted it" h1.out && [ "$(grep -c "succeeded after 1 re-form" out)" = 2 ]' ||
-      grep -h "succeeded\|ended\|place\|stops" out
-  fi
-  check "... every step done, every sample once" grep -q "^recover_check: done steps=48 redone=[01] resumed_from=0 seen=3072 " out ||
-    grep done out
-done
+one_rank_node_replacement job on ""
 finish
