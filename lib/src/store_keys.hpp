@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "common/wait.hpp"
-#include "idist/env_contract.hpp"
 #include "store/store.hpp"
 
 namespace idist::detail::store_keys {
@@ -21,7 +20,7 @@ inline constexpr const char* kWorldPrefix = "idist/world/";
 
 // Live recovery, in the store idist-run hosts (env::generation_key): the prefix under which
 // generation g's world keeps its keys.
-inline std::string generation_prefix(std::uint64_t g) { return env::generation_prefix(g); }
+inline std::string generation_prefix(std::uint64_t g) { return "idist/g" + std::to_string(g) + "/"; }
 
 // The store takes at most wire::kMaxKeys keys per request; a world can have more ranks.
 inline constexpr std::size_t kKeysPerRequest = 1 << 16;

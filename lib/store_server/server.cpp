@@ -107,10 +107,6 @@ struct ServerState {
   const char* put(std::string_view key, std::vector<char> value);
   void key_set(const std::string& key);
   void forget_waiter(const std::string& key, const Session* session);
-  // Key prefixes no request may touch any more, and why (TcpStoreServer::retire).
-  std::vector<std::pair<std::string, std::string>> retired;
-  const std::string* retired_why(std::string_view key) const;
-  void retire(std::string prefix, std::string why);
 };
 
 // Says `why` on a connection about to be closed, without waiting: the frame is small and the
@@ -158,15 +154,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void key_arrived(const std::string& key) {
     if (pending_.erase(key) == 0 || !pending_.empty() || closed_) return;
     reply_ready();
-  }
-
-  // A key this session waits for was retired: the wait ends with `why`.
-  void key_retired(const std::string& why) {
-    if (pending_.empty() || closed_) return;
-    for (const auto& k : pending_) state_.forget_waiter(k, this);
-    pending_.clear();
-    pending_get_.reset();
-    send_error(why);
   }
 
   const std::string& peer() const { return peer_; }
@@ -238,9 +225,6 @@ class Session : public std::enable_shared_from_this<Session> {
       return send_error(parsed.error);
     }
     const auto& r = *parsed.request;
-    if (const auto* why = state_.retired_why(r.key)) return send_error(*why);
-    for (const auto k : r.keys)
-      if (const auto* why = state_.retired_why(k)) return send_error(*why);
     switch (r.op) {
       case wire::Op::hello:
         return close("a second hello");
@@ -387,22 +371,6 @@ void ServerState::key_set(const std::string& key) {
   waiters.erase(it);
   for (auto& weak : parked)
     if (auto session = weak.lock()) session->key_arrived(key);
-}
-
-const std::string* ServerState::retired_why(std::string_view key) const {
-  for (const auto& [prefix, why] : retired)
-    if (!key.empty() && key.starts_with(prefix)) return &why;
-  return nullptr;
-}
-
-void ServerState::retire(std::string prefix, std::string why) {
-  std::vector<std::shared_ptr<Session>> parked;
-  for (const auto& [key, sessions] : waiters)
-    if (key.starts_with(prefix))
-      for (const auto& weak : sessions)
-        if (auto s = weak.lock()) parked.push_back(std::move(s));
-  retired.emplace_back(std::move(prefix), why);
-  for (const auto& s : parked) s->key_retired(why);
 }
 
 void ServerState::forget_waiter(const std::string& key, const Session* session) {
@@ -668,13 +636,6 @@ void TcpStoreServer::set(const std::string& key, std::vector<char> value) {
   };
   const char* refused = on_io_thread(impl_->io, "store " + key, std::move(put));
   if (refused != nullptr) throw std::runtime_error("cannot store " + key + ": " + refused);
-}
-
-void TcpStoreServer::retire(const std::string& prefix, const std::string& why) {
-  on_io_thread(impl_->io, "retire " + prefix, [state = &impl_->state, prefix, why] {
-    state->retire(prefix, why);
-    return true;
-  });
 }
 
 std::vector<bool> TcpStoreServer::check(const std::vector<std::string>& keys) {

@@ -649,23 +649,3 @@ TEST_CASE("a rank turned away by a store full of the job's own connections is to
 
 // Rank 0 out of descriptors, where the store runs in a child process of its own, is in
 // test_store_load.cpp.
-
-TEST_CASE("a retired prefix: its requests are refused with the reason, and its waits end so at once") {
-  TcpStoreServer server({"127.0.0.1", 0, ""});
-  TcpStore waiter(client_of(server, "", 30s));
-  TcpStore other(client_of(server));
-  other.set("idist/g1/x", bytes("1"));
-  auto parked = std::async(std::launch::async, [&] { return waiter.get("idist/g1/never"); });
-  std::this_thread::sleep_for(100ms);
-  const auto started = std::chrono::steady_clock::now();
-  server.retire("idist/g1/", "fenced: generation 1 is over (this store serves 2)");
-  CHECK_THROWS_WITH_AS(parked.get(), doctest::Contains("fenced: generation 1 is over (this store serves 2)"),
-                       std::runtime_error);
-  CHECK(std::chrono::steady_clock::now() - started < 5s);
-  CHECK_THROWS_WITH_AS(other.get("idist/g1/x"), doctest::Contains("fenced: generation 1"), std::runtime_error);
-  CHECK_THROWS_AS(other.set("idist/g1/y", bytes("1")), std::runtime_error);
-  CHECK_THROWS_AS(other.wait({"idist/g2/z", "idist/g1/x"}, 5s), std::runtime_error);
-  // Other keys, and the same connections, go on: "idist/g10/" is not under "idist/g1/".
-  other.set("idist/g10/a", bytes("2"));
-  CHECK(text(waiter.get("idist/g10/a")) == "2");
-}

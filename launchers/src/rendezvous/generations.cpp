@@ -133,7 +133,6 @@ void Generations::publish(std::uint64_t generation, const std::vector<int>& memb
   generation_ = generation;
   members_ = members;
   if (!loss) return;  // it only admits: the job may end before its members take it
-  fence_before(last_loss);
   last_line_ = line;
   recovered_generation_ = last_loss;
   recovered_members_.clear();
@@ -148,20 +147,6 @@ bool Generations::joined_current(const std::vector<int>& ranks) {
       keys.push_back(env::joined_key(generation_, r));
   const auto joined = store_->check(keys);
   return std::all_of(joined.begin(), joined.end(), [](bool b) { return b; });
-}
-
-void Generations::fence_before(std::uint64_t g) {
-  // Generation 0 connects through rank 0's store, not this one.
-  for (; fenced_ + 1 < g; ++fenced_) {
-    const auto old = fenced_ + 1;
-    try {
-      store_->retire(env::generation_prefix(old),
-                     fmt::format("fenced: generation {} is over (this store serves {})", old, g));
-    } catch (const std::exception& e) {
-      spdlog::warn("live recovery: cannot fence generation {} in its store: {}", old, e.what());
-      return;
-    }
-  }
 }
 
 void Generations::settle() {
@@ -297,7 +282,6 @@ void Generations::announce() {
   spdlog::info("generation {}: ranks {} go on as a world of {} ({})", generation_, fmt::join(members, ", "),
                members.size(), line);
   if (loss) {
-    fence_before(generation_);
     last_line_ = fmt::format("{}", fmt::join(why_, ", "));
     recovered_generation_ = generation_;
     recovered_members_ = members;

@@ -91,8 +91,6 @@ class Generations {
  private:
   void announce();
   void settle();
-  // A loss made generation `g`: the ones before it are over here (TcpStoreServer::retire).
-  void fence_before(std::uint64_t g);
   void admit_queued();
   void time_taken();
   // How many members of the current generation said they joined it; none where the store
@@ -110,7 +108,6 @@ class Generations {
   std::vector<std::pair<int, std::string>> joining_, queued_, in_flight_;
   boost::asio::steady_timer admit_timer_;
   std::uint64_t recovered_generation_ = 0;  // the last generation a loss made
-  std::uint64_t fenced_ = 0;                // the generations up to it are fenced in the store
   std::vector<int> recovered_members_;      // and its members
   std::set<int> joined_;          // origins seen in a generation (joined() asks the store once)
   std::vector<std::string> why_;  // the losses not announced yet

@@ -54,10 +54,6 @@ inline constexpr std::string_view kRecoveryStore = "IDIST_RECOVERY_STORE";
 // replacement's own number), in their new order. "members=0,2,3,4;grow": nobody was lost, and
 // a replacement (origin 4) waits to join: the members admit it at a step boundary they agree on.
 inline std::string generation_key(unsigned long long g) { return "idist/recovery/" + std::to_string(g); }
-// Where generation g's world keeps its keys, in the store it connects through. Once a loss makes
-// a newer generation, idist-run fences it there: requests under it are refused (so that a late
-// member hears it is over rather than wait).
-inline std::string generation_prefix(unsigned long long g) { return "idist/g" + std::to_string(g) + "/"; }
 inline constexpr std::string_view kGrowTag = ";grow";
 // On etcd, where each node's idist-run hosts its own ranks' store, a generation's word names
 // the one its world connects through: "members=0,2,3;store=HOST:PORT".

@@ -52,11 +52,6 @@ class TcpStoreServer {
   void set(const std::string& key, std::vector<char> value);
   // Which of `keys` the store holds now, for the process that hosts it.
   std::vector<bool> check(const std::vector<std::string>& keys);
-  // From now on every request on a key under `prefix` is refused with `why` (an ERROR reply),
-  // and the waits parked on one end so: live recovery fences a generation that is over
-  // ("fenced: generation 1 is over (this store serves 2)"), so that a late client of it, or
-  // a member still connecting it, hears so at once rather than wait.
-  void retire(const std::string& prefix, const std::string& why);
   // The address the server listens on (tests check that it is not the wildcard).
   std::string listen_address() const;
 
