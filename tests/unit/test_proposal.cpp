@@ -468,6 +468,11 @@ TEST_CASE("etcd recovery: a node joins an elastic job live where every member's 
   CHECK((*next)["gen"]["grow"] == true);
   CHECK((*next)["gen"]["store"] == "10.0.0.1:40001");
   CHECK((*next)["admitted"] == etcd_rdzv::Json({4, 5}));
+  // Taken as capable from its join, as the rules take it: a loss meanwhile re-forms in place.
+  keys.put("state", *next);
+  const auto st = etcd_rdzv::rules_state(keys.snapshot(), {.last_call = false, .dead_after = "5s"});
+  CHECK(st.members[2].capable);
+  CHECK(st.members[2].admits);
 
   // A node whose idist-run offers no recovery, or members that do not admit: it re-forms.
   auto off = admitting(recovering());

@@ -143,8 +143,10 @@ void LiveRecovery::offer(Attempt& attempt) {
 }
 
 void LiveRecovery::started(LiveAttempt& attempt) {
-  if (world0_ == 0)
+  if (world0_ == 0) {
     for (auto& r : attempt.ranks) joining_.emplace_back(&r, -1);
+    admit_joined_node(attempt);  // now, where none has a heartbeat to wait for
+  }
   maybe_capable(attempt);
 }
 

@@ -488,15 +488,19 @@ rules::State rules_state(const Snapshot& s, const ProposerView& view) {
   st.last_call = view.last_call;
   int base = 0;
   const auto extra = s.state.value("extra", Json::object());
+  const auto live = s.state.value("live", Json::object());
   for (std::size_t r = 0; r < s.members().size(); ++r) {
     const std::string id = s.member(r);
     const bool over = s.overs.count(id) > 0;
     const bool gone = !s.nodes.count(id);
+    // A node that joined live is taken as capable and admitting from its join, as the rules take
+    // it (rules::JoinLive): its ranks are replacements, which opt in.
+    const bool said = s.capables.count(id) > 0;
     st.members.push_back(rules::Member{.id = id, .host = host_of(id), .nproc = s.nproc(r), .base = base, .over = over,
-                                       .gone = gone, .capable = s.capables.count(id) > 0,
+                                       .gone = gone, .capable = said || live.contains(id),
                                        .extra = field<std::vector<int>>(extra, id.c_str(), {}),
-                                       .admits = s.capables.count(id) > 0 &&
-                                                 field<bool>(s.capables.at(id).body, "admits", false)});
+                                       .admits = live.contains(id) ||
+                                                 (said && field<bool>(s.capables.at(id).body, "admits", false))});
     base += s.nproc(r);
     if (gone && over) st.departures.push_back(lost_text(s, r, view.dead_after));
   }
