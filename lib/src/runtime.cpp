@@ -242,14 +242,17 @@ ProcessGroupOptions Runtime::group_options(int rank, int size, std::string descr
 }
 
 std::unique_ptr<Store> Runtime::probe(std::chrono::milliseconds patience) const {
-  // After a re-form the world's keys are in idist-run's store, under the generation's prefix.
-  // (On etcd a generation may meet in another node's store, which the word names: a look from
-  // here then fails, and says so. connect_host_ is not read here: this runs on any thread.)
-  if (generation_ > 0)
-    return std::make_unique<PrefixStore>(
-        std::make_shared<TcpStore>(
-            TcpStoreOptions{contract_.recovery_host, contract_.recovery_port, contract_.job_token, patience}),
-        generation_prefix(generation_));
+  // After a re-form the world's keys are in the store the generation connects through (idist-
+  // run's; on etcd the one its word names, maybe another node's), under the generation's prefix.
+  std::unique_lock lock(connect_mu_);
+  if (const auto g = generation_.load(); g > 0) {
+    const bool said = !connect_host_.empty();  // not before the first word (a replacement's start)
+    TcpStoreOptions options{said ? connect_host_ : contract_.recovery_host,
+                            said ? connect_port_ : contract_.recovery_port, contract_.job_token, patience};
+    lock.unlock();
+    return std::make_unique<PrefixStore>(std::make_shared<TcpStore>(std::move(options)), generation_prefix(g));
+  }
+  lock.unlock();
   return std::make_unique<TcpStore>(
       TcpStoreOptions{contract_.master_addr, contract_.master_port, contract_.job_token, patience});
 }

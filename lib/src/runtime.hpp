@@ -180,8 +180,10 @@ class Runtime {
   std::shared_ptr<Store> generation_store_;  // idist-run's (IDIST_RECOVERY_STORE), from the first re-form
   // Where the current generation's world connects: idist-run's store above, or on etcd the one
   // its word names (";store=H:P", another node's idist-run: the word is mirrored on every node).
+  // Written with generation_ under connect_mu_, which probe() takes on any thread.
   std::string connect_host_;
   int connect_port_ = 0;
+  mutable std::mutex connect_mu_;
   std::atomic<std::uint64_t> aborted_generation_{~std::uint64_t{0}};
   std::unique_ptr<GenerationWatch> generation_watch_;  // from init, where idist-run offers recovery
   std::atomic<std::uint64_t> growth_at_{0};  // the last generation announced that admits a replacement

@@ -141,8 +141,9 @@ std::vector<int> Runtime::next_generation_members(const ErrorSite& site, Clock::
                                          duration_text(contract_.timeout)));
   // A slow survivor may find more than one generation formed since its own: the newest counts.
   while (generation_store_->check({env::generation_key(next + 1)})[0]) ++next;
-  generation_ = next;
   auto said = parse_word(generation_store_->get(env::generation_key(next)), next);
+  std::lock_guard lock(connect_mu_);
+  generation_ = next;
   connect_host_ = said.store_host.empty() ? contract_.recovery_host : said.store_host;
   connect_port_ = said.store_host.empty() ? contract_.recovery_port : said.store_port;
   return std::move(said.members);

@@ -56,8 +56,9 @@ run_and_lose() {
 }
 agent_of() { idist_run_on_host "$1" "rdzv-id reform-etcd-$tag-$run "; }
 
-# A rank of host 1 (rank 3 of 4): the others go on as a world of 3, on both hosts.
-run_and_lose 3
+# A rank of host 1 (rank 3 of 4): the others go on as a world of 3, on both hosts, and end
+# with a monitored barrier, which collects in the store that world connects through (host 0's).
+REFORM_RANK_MONITORED=1 run_and_lose 3
 check "etcd: kill -9 of rank 3 (host 1) of 4: both hosts end with exit 0 (got $(host_rc 0)/$(host_rc 1))" equals "$(host_rc 0)/$(host_rc 1)" 0/0 || show_hosts
 check "... ranks 0, 1 and 2 re-formed in their own processes" same_processes 0 1 2
 check "... every step done, one redone, as a world of 3" grep -q "^reform_rank: done steps=60 redone=1 reforms=1 world=3 sum=" "$DIR/h0.out"

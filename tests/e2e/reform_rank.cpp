@@ -12,7 +12,8 @@
 // REFORM_RANK_LATE=R, rank R waits 3 s after its last step before finalize(): a test kills it
 // while the others wait in theirs. With REFORM_RANK_SHORT=R, rank R runs half the steps and
 // ends (exit 0): uneven steps, which no re-form mends; with REFORM_RANK_NO_FINALIZE too, it
-// exits without finalize(), so that only idist-run can tell the others it ended.
+// exits without finalize(), so that only idist-run can tell the others it ended. With
+// REFORM_RANK_MONITORED set, every rank ends with a monitored_barrier before finalize().
 // Every rank prints its pid first ("origin R pid P"), each re-form as it sees it, and rank 0
 // of the last world one line at the end:
 //   reform_rank: done steps=N redone=K reforms=G world=W sum=S
@@ -102,6 +103,9 @@ int main(int argc, char** argv) try {
   const int rank = idist::get_rank(), world = idist::get_world_size();
   if (late == origin) std::this_thread::sleep_for(std::chrono::seconds(3));
   if (short_rank == origin && std::getenv("REFORM_RANK_NO_FINALIZE") != nullptr) std::_Exit(0);
+  // A monitored barrier collects in the store the re-formed world connects through.
+  if (std::getenv("REFORM_RANK_MONITORED") != nullptr)
+    idist::monitored_barrier({.timeout = std::chrono::seconds(10), .group = {}});
   idist::finalize();
   if (rank == 0)
     std::printf("reform_rank: done steps=%d redone=%d reforms=%d world=%d sum=%.0f\n", steps, redone, reforms, world,
