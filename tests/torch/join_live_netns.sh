@@ -27,6 +27,7 @@ on() {
   shift 2
   local rank=(--node-rank "$i")
   [[ $nnodes == *:* ]] && rank=()
+  : >"h$i.out"  # now, not in the background: a wait for its lines must not read the last job's
   on_host "$i" "${NAMES[i]}" timeout 240 "$RUN" --nnodes "$nnodes" "${rank[@]}" \
     --rdzv-endpoint "${ADDR_HOST[0]}:$port" --rdzv-id "join-$tag-$port" -n 2 --grace 1 "$@" >"h$i.out" 2>&1 &
 }
@@ -86,6 +87,7 @@ if command -v etcd >/dev/null && netns_etcd 2; then
   onetcd() {
     local i=$1
     shift
+    : >"h$i.out"  # now, not in the background: a wait for its lines must not read the last job's
     on_host "$i" "${NAMES[i]}" timeout 240 "$RUN" --rdzv-backend etcd --nnodes 2:3 --rdzv-endpoint "$ETCD_EP" \
       --rdzv-id "join-$tag-etcd" -n 2 --grace 1 "$@" >"h$i.out" 2>&1 &
   }

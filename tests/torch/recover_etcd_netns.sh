@@ -26,6 +26,7 @@ job=0
 on() {
   local i=$1 n=$2
   shift 2
+  : >"h$i.out"  # now, not in the background: a wait for its lines must not read the last job's
   on_host "$i" "${NAMES[i]}" timeout 240 "$RUN" --rdzv-backend etcd --nnodes 2 --rdzv-endpoint "$EP" \
     --rdzv-id "recover-etcd-$tag-$job" -n "$n" --grace 1 "$@" >"h$i.out" 2>&1 &
 }

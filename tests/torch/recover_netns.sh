@@ -29,6 +29,7 @@ job() { port=$((port + 1)); }
 on() {
   local i=$1 n=$2
   shift 2
+  : >"h$i.out"  # now, not in the background: a wait for its lines must not read the last job's
   on_host "$i" "${NAMES[i]}" timeout 240 "$RUN" --nnodes 2 --node-rank "$i" --rdzv-endpoint "${ADDR_HOST[0]}:$port" \
     --rdzv-id "recover-$tag-$port" -n "$n" --grace 1 "$@" >"h$i.out" 2>&1 &
   eval "agent_$i=$!"
