@@ -67,6 +67,18 @@ ranks_running() { pgrep -f "sleep 1000$MARKER" >/dev/null; }
 
 now_ms() { date +%s%3N; }
 
+# wait_for_line FILE PATTERN [SECONDS]: until a line of FILE matches PATTERN (grep's), 60 s at most.
+# A deadline, not a count of tries: on a loaded CI machine both the steps and each try's grep are
+# several times slower than on a quiet one, and a wait that gave up early let the next phase
+# start at the wrong moment (a node meant to join a running job joined its first round).
+wait_for_line() {
+  local end=$((SECONDS + ${3:-60}))
+  until grep -q -- "$2" "$1" 2>/dev/null; do
+    [ "$SECONDS" -ge "$end" ] && { echo "# no line matching '$2' in $1 after ${3:-60} s"; return 1; }
+    sleep 0.01
+  done
+}
+
 # wait_for_lines FILE TEXT N: until FILE has N lines containing TEXT (10 s at most).
 wait_for_lines() {
   local i
@@ -264,7 +276,7 @@ one_rank_node_replacement() {
     $on 0 2 --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
     sleep 0.3  # host 0 first: on etcd it proposes
     $on 1 1 -v --max-restarts 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
-    for i in $(seq 1500); do grep -q "^step $at$" h0.out && break; sleep 0.01; done
+    wait_for_line h0.out "^step $at$"
     kill -9 "$(rank_pid "$CHECK" 2)"
     wait
     cat h0.out h1.out >out
