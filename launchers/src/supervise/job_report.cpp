@@ -137,4 +137,14 @@ void JobReport::write_summary(detail::RunRecord& run) const {
   if (run.exit_code != 0) spdlog::error("logs and summary.json in {}", dir);
 }
 
+LocalFailure JobReport::local_failure(const Rank& rank) {
+  LocalFailure f;
+  f.rank = rank.spec->rank;
+  f.how = detail::describe(*rank.record);
+  f.exit_code = detail::exit_code_of(*rank.record->status);
+  f.root_cause = blame_of(*rank.record) == Blame::root_cause;
+  f.lost_peer = lost_peer(rank.last_stderr());
+  return f;
+}
+
 }  // namespace idist::launchers::supervision

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "idist/launchers/coordinator.hpp"
 #include "idist/launchers/supervisor.hpp"
 #include "output/console.hpp"
 #include "output/run_summary.hpp"
@@ -24,6 +25,9 @@ class JobReport {
   void failure(const LiveAttempt& a, const std::string& then) const;
   // The last lines of the attempt's first failure's stderr.
   void stderr_tail(const LiveAttempt& a) const;
+  // `rank`'s failure as the rendezvous hears of it. Its output may not all be in yet at its first
+  // report; the final one (Coordinator::over) has it.
+  static LocalFailure local_failure(const Rank& rank);
   // The first failure of `a`, for supervise_job's caller.
   JobResult::Failure failure_record(const LiveAttempt& a) const;
 
