@@ -22,6 +22,7 @@ PACKAGES=(
   libtorch-dev                       # idist::torch (torch/): auto_model, auto_dataloader, tensor collectives
   libucx-dev ucx-utils               # the ucx backend between hosts (issue 29); ucx_info/ucx_perftest for its checks
   etcd-server etcd-client            # real etcd members for the etcd rendezvous tests (issue 30)
+  prometheus python3-prometheus-client  # a real Prometheus and its parser scraping --metrics (e2e.metrics)
   openssl                            # a CA and certificates for the etcd-over-TLS test
 )
 

@@ -297,6 +297,7 @@ L::SuperviseOptions supervise_options(const Cli& cli) {
   supervise.stacks = true;
   supervise.max_restarts = cli.max_restarts;
   supervise.log_dir = cli.log_dir;
+  supervise.metrics = cli.metrics;
   return supervise;
 }
 

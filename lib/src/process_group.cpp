@@ -202,10 +202,10 @@ void ProcessGroup::run_body(const Call& call) {
   history_ = common::recorder::fold_call(history_, sig.op, static_cast<std::uint8_t>(sig.dtype), sig.count, sig.root,
                                          static_cast<std::uint8_t>(sig.reduce));
   const auto mark = ring_.enter(options_.epoch, options_.group_id, number, sig.op, sig.dtype, sig.count, sig.root,
-                                sig.reduce, history_);
+                                sig.reduce, history_, call.bytes);
   bool ok = false;
   struct Leave {
-    RecorderRing::Mark mark;
+    const RecorderRing::Mark& mark;
     const bool& ok;
     ~Leave() { RecorderRing::leave(mark, ok); }
   } leave{mark, ok};
@@ -354,7 +354,7 @@ std::vector<std::size_t> ProcessGroup::all_gather_counts(std::size_t count, DTyp
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(size()));
   const std::uint64_t mine = count;
   execute({{Op::all_gather, dtype, kAnyCount, ReduceOp::SUM, -1},
-           [&] { backend_->all_gather(&mine, counts.data(), sizeof(mine)); }});
+           [&] { backend_->all_gather(&mine, counts.data(), sizeof(mine)); }, sizeof(mine)});
   return {counts.begin(), counts.end()};
 }
 
@@ -477,6 +477,7 @@ void ProcessGroup::broadcast(void* data, std::size_t count, DType dtype, int src
                                 to_string(static_cast<DType>(got.dtype)), src, want.count,
                                 to_string(static_cast<DType>(want.dtype))));
     }
+    call.bytes = call.signature.count * element_bytes(dtype);
     call.signature.count = kAnyCount;  // already compared, more precisely
   }
   execute(call);
@@ -538,8 +539,9 @@ std::unique_ptr<ProcessGroup> ProcessGroup::make_group(const std::vector<int>& m
 class ProcessGroup::P2pRecord {
  public:
   P2pRecord(const ProcessGroupOptions& o, Op op, int peer, int tag, std::size_t bytes)
-      : mark_(RecorderRing::shared().enter(o.epoch, o.group_id, static_cast<std::uint64_t>(tag), op, DType::uint8, bytes,
-                                           peer, ReduceOp::SUM, 0, common::recorder::Kind::p2p)) {}
+      : mark_(RecorderRing::shared(stat_backend(o.site.backend))
+                  .enter(o.epoch, o.group_id, static_cast<std::uint64_t>(tag), op, DType::uint8, bytes, peer,
+                         ReduceOp::SUM, 0, bytes, common::recorder::Kind::p2p)) {}
   void leave(bool ok) { RecorderRing::leave(mark_, ok); }
   // Runs `body` between the entry and the end it had.
   template <class Body>

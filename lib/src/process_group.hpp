@@ -182,6 +182,7 @@ class ProcessGroup {
   struct Call {
     Signature signature;
     Body body;
+    std::uint64_t bytes = kAnyCount;  // for the metrics, where the signature's count does not say
   };
 
   // Runs a backend call, turning its failures into idist errors (idist/errors.hpp). After a
@@ -242,7 +243,10 @@ class ProcessGroup {
   // their own is written without atomic adds); its point-to-point calls go to the shared ring.
   // None for a group of one, which records nothing (and leaves the recorder unlooked-for in a
   // process that idist::spawn then forks).
-  RecorderRing ring_ = alone() ? RecorderRing() : RecorderRing::own(options_.epoch, options_.group_id);
+  RecorderRing ring_ = alone() ? RecorderRing()
+                                : RecorderRing::own(options_.epoch, options_.group_id,
+                                                    stat_backend(options_.site.backend.empty() ? backend_->name()
+                                                                                                : options_.site.backend));
   std::uint64_t history_ = 0;  // this group's calls so far, folded (Slot::history)
 };
 

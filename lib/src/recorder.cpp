@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -110,7 +111,12 @@ common::recorder::Segment* launcher_segment() {
   return s == &private_segment ? nullptr : s;
 }
 
-RecorderRing RecorderRing::own(std::uint32_t epoch, std::int32_t group) {
+std::uint8_t stat_backend(std::string_view name) {
+  const auto* at = std::find(std::begin(env::kBackendNames), std::end(env::kBackendNames), name);
+  return static_cast<std::uint8_t>(std::min<std::size_t>(at - std::begin(env::kBackendNames), rec::kStatBackends - 1));
+}
+
+RecorderRing RecorderRing::own(std::uint32_t epoch, std::int32_t group, std::uint8_t backend) {
   auto* s = segment();
   if (s == nullptr) return {};
   auto& entry = s->groups[static_cast<std::uint32_t>(group + 1) % rec::kGroups];
@@ -122,17 +128,34 @@ RecorderRing RecorderRing::own(std::uint32_t epoch, std::int32_t group) {
     // runs programs in turn) is free again.
     if (owner != 0 && (owner == me || ::kill(owner, 0) == 0 || errno != ESRCH)) continue;
     if (s->rings[i].owner.compare_exchange_strong(owner, me, std::memory_order_acquire))
-      return {s, &s->rings[i], life, true};
+      return {s, &s->rings[i], life, true, backend};
   }
-  RecorderRing shared{s, &s->rings[0], life, false};
+  RecorderRing shared{s, &s->rings[0], life, false, backend};
   shared.entry_ = &entry;
   return shared;
 }
 
-RecorderRing RecorderRing::shared() {
+RecorderRing RecorderRing::shared(std::uint8_t backend) {
   auto* s = segment();
   if (s == nullptr) return {};
-  return {s, &s->rings[0], life, false};
+  return {s, &s->rings[0], life, false, backend};
+}
+
+void record_step() noexcept {
+  auto* s = launcher_segment();
+  if (s == nullptr) return;
+  auto& st = s->steps;
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  const auto now = static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+  const auto last = st.last_mark_ns.load(std::memory_order_relaxed);
+  if (last != 0 && now > last) {
+    st.step_ns.store(st.step_ns.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(now - last),
+                     std::memory_order_relaxed);
+    st.last_step_ns.store(now - last, std::memory_order_relaxed);
+  }
+  st.last_mark_ns.store(now, std::memory_order_relaxed);
+  st.steps.store(st.steps.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 }  // namespace idist::detail

@@ -4,9 +4,12 @@
 // stall can be reported from outside the rank even while it is frozen.
 //
 // enter() and leave() are inline and take no lock, no atomic read-modify-write on an owned
-// ring and no clock: they run on every collective (see flight_recorder.hpp for the budget).
+// ring and, but for a sample, no clock: they run on every collective (see flight_recorder.hpp
+// and rank_metrics.hpp for the budget). They also count the call for the metrics.
 
 #include <unistd.h>
+
+#include <time.h>
 
 #include <atomic>
 #include <cstdint>
@@ -20,6 +23,18 @@ namespace idist::detail {
 // none (a rank started without idist-run, or IDIST_FLIGHT_RECORDER=0): where a heartbeat goes.
 common::recorder::Segment* launcher_segment();
 
+// idist::mark_step() in the metrics (common/rank_metrics.hpp's StepStats).
+void record_step() noexcept;
+
+// A DType's size, inline: dtype_size() is a call into the library on every collective.
+constexpr std::uint64_t element_bytes(DType d) {
+  constexpr std::uint8_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};  // DType's order
+  return sizes[static_cast<std::size_t>(d) & 7];
+}
+
+// The metrics' index of a backend: its place in env::kBackendNames, else the last.
+std::uint8_t stat_backend(std::string_view name);
+
 // A writer's ring: its own when one was free (its calls must then come one at a time, as a
 // group's collectives do), else the shared ring 0. Empty with IDIST_FLIGHT_RECORDER=0.
 class RecorderRing {
@@ -29,18 +44,26 @@ class RecorderRing {
     common::recorder::Slot* slot = nullptr;
     std::uint64_t number = 0;
     const common::recorder::Ring* shared = nullptr;  // the ring, where others write it too
+    // The metrics: where the call counts, and when it started where it is timed (0: not).
+    common::recorder::OpStats* stats = nullptr;
+    common::recorder::Segment* segment = nullptr;
+    std::int64_t start_ns = 0;
+    std::uint32_t weight = 1;
+    bool atomic = false;  // the counters are ring 0's
   };
 
   // A ring of its own when one is free, else the shared one, for the collectives of group
   // `group` (-1: the world) made by init() number `epoch`; the group is entered as this
   // rank's in Segment::groups.
-  static RecorderRing own(std::uint32_t epoch, std::int32_t group);
+  // `backend`: stat_backend() of the group's.
+  static RecorderRing own(std::uint32_t epoch, std::int32_t group, std::uint8_t backend);
   // The shared ring, for writers that may run on several threads at once.
-  static RecorderRing shared();
+  static RecorderRing shared(std::uint8_t backend);
 
   RecorderRing() = default;
   RecorderRing(RecorderRing&& other) noexcept
-      : segment_(other.segment_), ring_(other.ring_), entry_(other.entry_), life_(other.life_), owned_(other.owned_) {
+      : segment_(other.segment_), ring_(other.ring_), entry_(other.entry_), stats_(other.stats_), life_(other.life_),
+        backend_(other.backend_), owned_(other.owned_) {
     other.ring_ = nullptr;
     other.entry_ = nullptr;
     other.owned_ = false;
@@ -55,8 +78,10 @@ class RecorderRing {
     ring_->owner.compare_exchange_strong(me, 0, std::memory_order_release);
   }
 
+  // `bytes`: what the call passes, for the metrics, where `count` elements of `dtype` do not say
+  // (~0: they do; 0 where count is ~0 too).
   Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, common::recorder::Op op, DType dtype,
-             std::uint64_t count, std::int32_t root, ReduceOp reduce, std::uint64_t history,
+             std::uint64_t count, std::int32_t root, ReduceOp reduce, std::uint64_t history, std::uint64_t bytes,
              common::recorder::Kind kind = common::recorder::Kind::collective) noexcept {
     namespace rec = common::recorder;
     if (ring_ == nullptr) return {};
@@ -92,14 +117,19 @@ class RecorderRing {
     slot.history = history;
     slot.version.store((v | 1) + 1, std::memory_order_release);
     if (entry_ != nullptr) write_entry(*entry_, life_ | (epoch & 0xffff), group, true, op, seq, history);
-    return {&slot, n, owned_ ? nullptr : ring_};
+    Mark mark{&slot, n, owned_ ? nullptr : ring_};
+    if (stats_ != nullptr) [[unlikely]]
+      count_call(mark, op, bytes != ~std::uint64_t{0} ? bytes : count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0);
+    return mark;
   }
 
-  // No clock read here either: the next call's entry dates this one's end closely enough.
-  // Any thread may end the call (an isend's waiter does).
-  static void leave(Mark mark, bool ok) noexcept {
+  // No clock read here either, but for a timed call: the next call's entry dates this one's
+  // end closely enough. Any thread may end the call (an isend's waiter does).
+  static void leave(const Mark& mark, bool ok) noexcept {
     namespace rec = common::recorder;
     if (mark.slot == nullptr) return;
+    if (mark.start_ns != 0) [[unlikely]]
+      time_call(mark);
     // Only the shared ring can have written over it since (when every slot was an open call).
     if (mark.shared != nullptr && mark.slot->number.load(std::memory_order_relaxed) != mark.number) return;
     mark.slot->state.store(static_cast<std::uint8_t>(ok ? rec::State::completed : rec::State::failed),
@@ -123,6 +153,57 @@ class RecorderRing {
   }
 
  private:
+  static std::int64_t clock_ns() noexcept {
+    timespec t{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+  }
+  // A plain add where this thread is the counter's only writer, an atomic one in ring 0.
+  static void add(std::atomic<std::uint64_t>& c, std::uint64_t v, bool atomic) noexcept {
+    if (atomic) {
+      c.fetch_add(v, std::memory_order_relaxed);
+    } else {
+      c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+    }
+  }
+
+  // The call in the metrics (rank_metrics.hpp): counted, and where it is timed, its start; and
+  // the gap since the last timed call's end, which that call left for the next one to close.
+  [[gnu::noinline]] void count_call(Mark& mark, common::recorder::Op op, std::uint64_t bytes) noexcept {
+    namespace rec = common::recorder;
+    auto& st = stats_->ops[backend_][static_cast<std::size_t>(op)];  // an Op: below kOps
+    const auto calls = st.calls.load(std::memory_order_relaxed);
+    add(st.calls, 1, !owned_);
+    add(st.bytes, bytes, !owned_);
+    const auto every = bytes >= rec::kTimedBytes ? 1u : st.every.load(std::memory_order_relaxed);
+    const bool timed = (calls & (every - 1)) == 0;
+    const auto last_end = segment_->last_end_ns.load(std::memory_order_relaxed);
+    if (!timed && last_end == 0) return;
+    const auto now = clock_ns();
+    if (last_end != 0) {
+      segment_->last_end_ns.store(0, std::memory_order_relaxed);
+      add(stats_->work.gaps, 1, !owned_);
+      add(stats_->work.gap_ns, static_cast<std::uint64_t>(now > last_end ? now - last_end : 0), !owned_);
+    }
+    if (!timed) return;
+    mark.stats = &st;
+    mark.segment = segment_;
+    mark.start_ns = now;
+    mark.weight = every;
+    mark.atomic = !owned_;
+  }
+
+  [[gnu::noinline]] static void time_call(const Mark& mark) noexcept {
+    namespace rec = common::recorder;
+    const auto end = clock_ns();
+    const auto ns = end > mark.start_ns ? end - mark.start_ns : 0;
+    auto& st = *mark.stats;
+    add(st.ns, static_cast<std::uint64_t>(ns) * mark.weight, mark.atomic);
+    add(st.buckets[rec::bucket_of(ns)], mark.weight, mark.atomic);
+    st.every.store(ns >= rec::kTimedNs ? 1u : static_cast<std::uint32_t>(rec::kSampleEvery), std::memory_order_relaxed);
+    mark.segment->last_end_ns.store(end, std::memory_order_relaxed);
+  }
+
   // A slot of the shared ring, claimed for writing (its version made odd), and its number `n`;
   // nullptr when none could be had. It passes over slots other threads are writing and slots
   // whose call is still open: a flood of other calls must not push out the one a rank waits
@@ -142,13 +223,19 @@ class RecorderRing {
     return nullptr;
   }
 
-  RecorderRing(common::recorder::Segment* segment, common::recorder::Ring* ring, std::uint32_t life, bool owned)
-      : segment_(segment), ring_(ring), life_(life << 16), owned_(owned) {}
+  RecorderRing(common::recorder::Segment* segment, common::recorder::Ring* ring, std::uint32_t life, bool owned,
+               std::uint8_t backend)
+      : segment_(segment), ring_(ring),
+        stats_(segment->count_calls.load(std::memory_order_relaxed) != 0 ? &segment->stats[ring - segment->rings] : nullptr),
+        life_(life << 16),
+        backend_(backend % common::recorder::kStatBackends), owned_(owned) {}
 
   common::recorder::Segment* segment_ = nullptr;
   common::recorder::Ring* ring_ = nullptr;
   common::recorder::GroupEntry* entry_ = nullptr;  // a group's in the shared ring: its latest call kept there
+  common::recorder::RingStats* stats_ = nullptr;   // the ring's counters; null: the rank keeps no metrics
   std::uint32_t life_ = 0;  // this process's number in the segment, as Slot::epoch's high bits
+  std::uint8_t backend_ = 0;  // stat_backend()
   bool owned_ = false;
 };
 

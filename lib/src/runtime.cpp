@@ -454,6 +454,7 @@ void finalize() {
 
 void mark_step() {
   if (auto* rt = detail::runtime_if_initialized()) rt->mark_step();
+  detail::record_step();
 }
 
 bool is_initialized() { return detail::runtime_if_initialized() != nullptr; }

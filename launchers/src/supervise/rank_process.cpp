@@ -23,7 +23,7 @@ namespace idist::launchers::supervision {
 using detail::Channel;
 using detail::WallClock;
 
-std::unique_ptr<RecorderMemory> RecorderMemory::make() {
+std::unique_ptr<RecorderMemory> RecorderMemory::make(bool count_calls) {
   const int fd = detail::memfd_for_ranks("idist-flight-recorder", sizeof(common::recorder::Segment));
   if (fd < 0) return nullptr;
   void* p = ::mmap(nullptr, sizeof(common::recorder::Segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -33,6 +33,7 @@ std::unique_ptr<RecorderMemory> RecorderMemory::make() {
   }
   auto* segment = new (p) common::recorder::Segment();
   segment->tracer = static_cast<std::int32_t>(::getpid());  // gdb, for stall reports
+  segment->count_calls.store(count_calls ? 1 : 0, std::memory_order_relaxed);
   return std::unique_ptr<RecorderMemory>(new RecorderMemory(fd, segment));
 }
 
@@ -121,9 +122,10 @@ detail::LogFile open_log(const std::string& dir, int rank, const char* suffix) {
 
 }  // namespace
 
-ProcessContext::ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output,
+ProcessContext::ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output, bool count_calls,
                                std::function<void()> output_closed)
-    : io_(io), console_(console), tag_output_(tag_output), output_closed_(std::move(output_closed)) {}
+    : io_(io), console_(console), tag_output_(tag_output), count_calls_(count_calls),
+      output_closed_(std::move(output_closed)) {}
 
 std::optional<std::string> ProcessContext::start(Rank& rank, const std::string& log_dir) {
   const ProcessSpec& spec = *rank.spec;
@@ -133,7 +135,7 @@ std::optional<std::string> ProcessContext::start(Rank& rank, const std::string& 
   rank.record->start = WallClock::now();
   // The rank's flight recorder: a memfd it inherits, which we read for stall reports.
   ProcessSpec with_recorder = spec;
-  rank.recorder = RecorderMemory::make();
+  rank.recorder = RecorderMemory::make(count_calls_);
   if (rank.recorder) {
     with_recorder.env.push_back(std::string(env::kRecorderFd) + "=" + std::to_string(rank.recorder->fd()));
     with_recorder.pass_fds.push_back(rank.recorder->fd());

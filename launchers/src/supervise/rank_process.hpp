@@ -49,7 +49,8 @@ struct Stream {
 class RecorderMemory {
  public:
   // The memory and the descriptor to hand the rank; nullptr where memfds cannot be had.
-  static std::unique_ptr<RecorderMemory> make();
+  // `count_calls`: the rank keeps the metrics (--metrics).
+  static std::unique_ptr<RecorderMemory> make(bool count_calls);
   ~RecorderMemory();
   RecorderMemory(const RecorderMemory&) = delete;
   RecorderMemory& operator=(const RecorderMemory&) = delete;
@@ -66,6 +67,8 @@ class RecorderMemory {
   std::int64_t beat_ns() const { return segment_->beat_ns.load(std::memory_order_acquire); }
   pid_t beat_pid() const { return segment_->beat_pid.load(std::memory_order_acquire); }
   pid_t admits_pid() const { return segment_->admits_pid.load(std::memory_order_acquire); }
+  // The rank's metrics are in it (common/rank_metrics.hpp).
+  const common::recorder::Segment& segment() const { return *segment_; }
 
  private:
   RecorderMemory(int fd, common::recorder::Segment* segment) : fd_(fd), segment_(segment) {}
@@ -102,8 +105,10 @@ std::string run_dir_name(std::string id);
 
 class ProcessContext {
  public:
-  // `output_closed`: a rank's stream reached its end (the attempt may be over).
-  ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output, std::function<void()> output_closed);
+  // `output_closed`: a rank's stream reached its end (the attempt may be over). `count_calls`:
+  // the ranks keep the metrics (--metrics).
+  ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output, bool count_calls,
+                 std::function<void()> output_closed);
 
   // Starts `rank` with its log files in `log_dir` ("" for none); the reason when it cannot.
   std::optional<std::string> start(Rank& rank, const std::string& log_dir);
@@ -130,6 +135,7 @@ class ProcessContext {
   asio::io_context& io_;
   detail::Console& console_;
   bool tag_output_;
+  bool count_calls_;
   std::function<void()> output_closed_;
 };
 

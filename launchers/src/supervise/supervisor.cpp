@@ -30,6 +30,7 @@
 #include "recovery.hpp"
 #include "signal_list.hpp"
 #include "heartbeat_watch.hpp"
+#include "metrics.hpp"
 #include "stall_watch.hpp"
 #include "status_socket.hpp"
 #include "timings.hpp"
@@ -71,6 +72,10 @@ class Supervisor {
     if (options_.status_socket)
       status_ = std::make_unique<detail::StatusServer>(
           io_, [this] { return watch_.status_text(started()) + recovery_.status_text(); });
+    if (!options_.metrics.empty())  // before the nodes meet: a port taken ends this node at once
+      metrics_ = std::make_unique<MetricsEndpoint>(io_, options_.metrics, [this] {
+        return metrics_text(started(), {.job = options_.run_id, .host = host_, .restarts = restarts_});
+      });
     if (auto& c = options_.coordinator) {
       Coordinator::Events events{.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
                                  .lost = [this](const std::string& why) { on_lost(why); },
@@ -226,7 +231,7 @@ class Supervisor {
       if (phase_ == Phase::running && recovery_.take_loss(a, rank, blame == Blame::root_cause)) return;
       const auto loss = blame == Blame::consequence ? recovery_.recent_loss(a) : std::nullopt;
       a.record.first_failure = loss.value_or(index);
-      if (options_.coordinator) options_.coordinator->failed(a.record.index, local_failure(rank));
+      if (options_.coordinator) options_.coordinator->failed(a.record.index, JobReport::local_failure(rank));
       if (blame == Blame::root_cause || loss) return teardown(SIGTERM);
       // A non-zero exit may be a survivor's answer to a peer that is still on its way out: a
       // rank in exit() closes its connections in static destructors, then runs the rest of
@@ -243,17 +248,6 @@ class Supervisor {
     spdlog::debug("rank {} {}: the cause of rank {}'s failure, not a consequence of it", rank.spec->rank,
                   detail::describe(*rank.record), blamed.spec->rank);
     a.record.first_failure = index;
-  }
-
-  LocalFailure local_failure(const Rank& rank) const {
-    LocalFailure f;
-    f.rank = rank.spec->rank;
-    f.how = detail::describe(*rank.record);
-    f.exit_code = detail::exit_code_of(*rank.record->status);
-    f.root_cause = blame_of(*rank.record) == Blame::root_cause;
-    // Its output may not all be in yet at its first report; the final one (over) has it.
-    f.lost_peer = lost_peer(rank.last_stderr());
-    return f;
   }
 
   // --- stopping ---------------------------------------------------------------------------
@@ -548,7 +542,7 @@ class Supervisor {
     enter(Phase::awaiting_verdict);
     std::optional<LocalFailure> failure;
     if (a.record.first_failure) {
-      failure = local_failure(a.ranks[*a.record.first_failure]);
+      failure = JobReport::local_failure(a.ranks[*a.record.first_failure]);
     } else if (a.record.stalled_rank) {
       failure = stall_failure(a);
     }
@@ -592,7 +586,8 @@ class Supervisor {
     forward_signals_.cancel(ignored);
     watch_.stop();
     beats_.stop();
-    status_.reset();  // its pending accept would keep the event loop going
+    status_.reset();  // their pending accepts would keep the event loop going
+    metrics_.reset();
     conclude();
     finish_timer_.expires_after(kFinishBound);
     finish_timer_.async_wait([this](auto ec) {
@@ -650,7 +645,7 @@ class Supervisor {
   std::string host_;
   asio::io_context io_;  // first, so that it outlives every object that uses it
   detail::Console console_{io_};  // before the attempts: their output goes to it
-  ProcessContext procs_{io_, console_, options_.tag_output, [this] { maybe_finish(); }};
+  ProcessContext procs_{io_, console_, options_.tag_output, !options_.metrics.empty(), [this] { maybe_finish(); }};
   StallWatch watch_{io_, options_, host_};
   HeartbeatWatch beats_{io_, options_.heartbeat_timeout};
   LiveRecovery recovery_{io_, options_.recovery, options_.min_world, options_.coordinator.get()};
@@ -666,6 +661,7 @@ class Supervisor {
   asio::steady_timer timeout_timer_{io_};
   asio::steady_timer finish_timer_{io_};
   std::unique_ptr<detail::StatusServer> status_;
+  std::unique_ptr<MetricsEndpoint> metrics_;
   // Every attempt stays until the end: its handlers may still be queued, and the summary needs it.
   std::vector<std::unique_ptr<LiveAttempt>> attempts_;
   Phase phase_ = Phase::starting;

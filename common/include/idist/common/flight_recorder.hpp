@@ -19,9 +19,11 @@
 #include <cstdint>
 #include <string_view>
 
+#include "idist/common/rank_metrics.hpp"
+
 namespace idist::common::recorder {
 
-inline constexpr std::uint64_t kMagic = 0x3452434552445349ull;  // "ISDRECR4" in memory
+inline constexpr std::uint64_t kMagic = 0x3552434552445349ull;  // "ISDRECR5" in memory
 inline constexpr std::uint32_t kSlots = 64;                      // per ring
 inline constexpr std::uint32_t kRings = 8;                       // ring 0 shared, 7 for groups
 inline constexpr std::uint32_t kGroups = 64;                     // Segment::groups
@@ -54,6 +56,7 @@ inline constexpr std::array<std::string_view, 13> kOpNames = {
     "?", "all_reduce", "reduce", "reduce_scatter", "all_gather", "gather", "scatter",
     "broadcast", "barrier", "send", "recv", "isend", "irecv"};
 static_assert(kOpNames.size() == static_cast<std::size_t>(Op::irecv) + 1, "a name for every Op");
+static_assert(kOpNames.size() == kOps, "counters for every Op");
 constexpr std::string_view op_name(Op op) {
   const auto i = static_cast<std::size_t>(op);
   return i < kOpNames.size() ? kOpNames[i] : kOpNames[0];
@@ -89,7 +92,8 @@ struct alignas(64) Slot {
   // once the call itself has left the ring. 0 for point-to-point calls.
   std::uint64_t history = 0;
   // No time: a clock read costs a tenth of an 8-byte shared-memory all_reduce. The reader dates
-  // calls itself, by when it first saw the rings' `next` at their present values.
+  // calls itself, by when it first saw the rings' `next` at their present values (the metrics
+  // time a sample of calls: rank_metrics.hpp).
 };
 
 static_assert(sizeof(Slot) == 64);
@@ -138,8 +142,16 @@ struct Segment {
   // which idist::Recovery calls), cleared as beat_pid is: idist-run starts a rank in a lost
   // one's place only where every running rank said so. In the padding before `rings`.
   std::atomic<std::int32_t> admits_pid{0};
+  // 1: idist-run serves --metrics, and the rank counts its calls in `stats` (rank_metrics.hpp);
+  // 0: it does not, and a call costs what the recorder alone costs.
+  std::atomic<std::int32_t> count_calls{0};
   Ring rings[kRings];
   GroupEntry groups[kGroups];
+  // The metrics (rank_metrics.hpp): ring r's counters at stats[r], the end of the last timed
+  // call (0: the next call need not read the clock for the gap), and the program's steps.
+  RingStats stats[kRings];
+  alignas(64) std::atomic<std::int64_t> last_end_ns{0};
+  StepStats steps;
 };
 
 // Slot::history after one more call: what the ranks must agree on (op, dtype, count, root,

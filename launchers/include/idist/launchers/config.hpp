@@ -62,6 +62,7 @@ struct Options {
   int max_restarts = 0;
   std::string forward_signals = "USR1,USR2";
   std::string log_dir;
+  std::string metrics;
   bool verbose = false;
   bool module = false;          // -m: the program is a Python module
   bool no_python = false;       // --no-python: a .py program runs directly
@@ -164,7 +165,7 @@ inline constexpr Setting kSettings[] = {
     {"recovery", "--recovery", "IDIST_RECOVERY", Type::string, "",
      "auto: when a rank is lost (killed, crashed, frozen) and every other rank opted in (InitOptions::recovery), "
      "the survivors go on in their processes (idist::reform) instead of the attempt ending (spawn mode, on one node "
-     "or several on the built-in rendezvous, whose node 0 must stay; not yet on etcd); off: never",
+     "or several; on the built-in rendezvous node 0 must stay, on etcd any node may go); off: never",
      &Options::recovery, Check::recovery, true},
     {"min_world", "--min-world", "IDIST_MIN_WORLD", Type::integer, "",
      "With --recovery auto: the fewest ranks the job may go on with after a loss; below it the attempt ends as "
@@ -185,6 +186,10 @@ inline constexpr Setting kSettings[] = {
      "Also write each rank's stdout and stderr to DIR/<run-id>/attempt_<k>/rank_<r>.{out,err}, and "
      "DIR/<run-id>/summary.json at the end",
      &Options::log_dir},
+    {"metrics", "--metrics", "IDIST_METRICS", Type::string, "",
+     "[HOST:]PORT: serve this node's ranks' metrics at http://HOST:PORT/metrics for Prometheus (calls, bytes and "
+     "time by op and backend, time between calls, steps, cpu, memory, state; labels job, node, host, rank)",
+     &Options::metrics},
     {"verbose", "--verbose", "IDIST_VERBOSE", Type::boolean, "-v", "Say what idist-run decides and does",
      &Options::verbose},
     {"module", "--module", "IDIST_MODULE", Type::boolean, "-m",

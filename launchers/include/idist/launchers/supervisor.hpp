@@ -76,6 +76,8 @@ struct SuperviseOptions {
   StallAction stall_action = StallAction::report;
   // Answer `idist-run --status` while the job runs (status_socket.hpp).
   bool status_socket = false;
+  // Serve the ranks' metrics at [HOST:]PORT (--metrics; supervise/metrics.hpp); "": none.
+  std::string metrics;
   // Stall reports carry the suspects' stacks (gdb, from a thread of ours: only for a caller
   // whose ranks are exec'd, as idist-run's are, never forked from a running program).
   bool stacks = false;
