@@ -44,6 +44,7 @@ rec::Segment* map_segment() {
           segment->beat_pid.store(0, std::memory_order_relaxed);
           segment->admits_pid.store(0, std::memory_order_relaxed);
           segment->beat_ns.store(0, std::memory_order_release);
+          segment->steps.last_mark_ns.store(0, std::memory_order_relaxed);  // an earlier program's last step
           life = segment->lives.fetch_add(1, std::memory_order_relaxed) + 1;
           segment->life_pids[life % rec::kLives].store(std::uint64_t{life} << 32 | static_cast<std::uint32_t>(::getpid()),
                                                       std::memory_order_release);
@@ -141,21 +142,20 @@ RecorderRing RecorderRing::shared(std::uint8_t backend) {
   return {s, &s->rings[0], life, false, backend};
 }
 
+// Atomic adds: two auto_models' backwards may mark steps at once, and a step is no hot path.
 void record_step() noexcept {
   auto* s = launcher_segment();
-  if (s == nullptr) return;
+  if (s == nullptr || s->count_calls.load(std::memory_order_relaxed) == 0) return;
   auto& st = s->steps;
   timespec t{};
   ::clock_gettime(CLOCK_MONOTONIC, &t);
   const auto now = static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
-  const auto last = st.last_mark_ns.load(std::memory_order_relaxed);
+  const auto last = st.last_mark_ns.exchange(now, std::memory_order_relaxed);
   if (last != 0 && now > last) {
-    st.step_ns.store(st.step_ns.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(now - last),
-                     std::memory_order_relaxed);
+    st.step_ns.fetch_add(static_cast<std::uint64_t>(now - last), std::memory_order_relaxed);
     st.last_step_ns.store(now - last, std::memory_order_relaxed);
+    st.steps.fetch_add(1, std::memory_order_release);
   }
-  st.last_mark_ns.store(now, std::memory_order_relaxed);
-  st.steps.store(st.steps.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 }  // namespace idist::detail

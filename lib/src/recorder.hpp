@@ -39,17 +39,27 @@ std::uint8_t stat_backend(std::string_view name);
 // group's collectives do), else the shared ring 0. Empty with IDIST_FLIGHT_RECORDER=0.
 class RecorderRing {
  public:
+  // The metrics' timing of an owned ring's calls (rank_metrics.hpp), kept in the ring's writer:
+  // its calls come one at a time. A countdown of small calls picks the sampled ones, so that a
+  // call that is not timed costs one decrement; a call of kTimedBytes or more is timed each.
+  struct Timing {
+    common::recorder::OpStats* stats = nullptr;  // the call being timed
+    common::recorder::WorkStats* work = nullptr;
+    std::int64_t start_ns = 0;
+    std::int64_t last_end_ns = 0;  // the last timed call's end: the next call closes the gap
+    std::uint32_t weight = 1;      // of the call being timed
+    std::uint32_t countdown = 1;   // small calls until one is timed (1 while a gap is open)
+    std::uint32_t every = 1;       // 1 or kSampleEvery, from the last sampled call's time
+    std::uint32_t resume = 1;      // the countdown once the open gap is closed
+    bool sampled = false;          // the call being timed was picked by the countdown
+  };
+
   // Where a call was entered, for leave().
   struct Mark {
     common::recorder::Slot* slot = nullptr;
     std::uint64_t number = 0;
     const common::recorder::Ring* shared = nullptr;  // the ring, where others write it too
-    // The metrics: where the call counts, and when it started where it is timed (0: not).
-    common::recorder::OpStats* stats = nullptr;
-    common::recorder::Segment* segment = nullptr;
-    std::int64_t start_ns = 0;
-    std::uint32_t weight = 1;
-    bool atomic = false;  // the counters are ring 0's
+    Timing* timing = nullptr;                        // the call is timed (--metrics)
   };
 
   // A ring of its own when one is free, else the shared one, for the collectives of group
@@ -62,8 +72,8 @@ class RecorderRing {
 
   RecorderRing() = default;
   RecorderRing(RecorderRing&& other) noexcept
-      : segment_(other.segment_), ring_(other.ring_), entry_(other.entry_), stats_(other.stats_), life_(other.life_),
-        backend_(other.backend_), owned_(other.owned_) {
+      : segment_(other.segment_), ring_(other.ring_), entry_(other.entry_), stats_(other.stats_),
+        timing_(other.timing_), life_(other.life_), backend_(other.backend_), owned_(other.owned_) {
     other.ring_ = nullptr;
     other.entry_ = nullptr;
     other.owned_ = false;
@@ -118,8 +128,18 @@ class RecorderRing {
     slot.version.store((v | 1) + 1, std::memory_order_release);
     if (entry_ != nullptr) write_entry(*entry_, life_ | (epoch & 0xffff), group, true, op, seq, history);
     Mark mark{&slot, n, owned_ ? nullptr : ring_};
-    if (stats_ != nullptr) [[unlikely]]
-      count_call(mark, op, bytes != ~std::uint64_t{0} ? bytes : count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0);
+    if (stats_ != nullptr) [[unlikely]] {
+      if (bytes == ~std::uint64_t{0}) bytes = count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0;
+      auto& st = stats_->ops[backend_][static_cast<std::size_t>(op)];  // an Op: below kOps
+      if (!owned_) {  // several threads: counted, not timed
+        st.calls.fetch_add(1, std::memory_order_relaxed);
+        st.bytes.fetch_add(bytes, std::memory_order_relaxed);
+      } else {
+        st.calls.store(st.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        st.bytes.store(st.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+        if (bytes >= common::recorder::kTimedBytes || --timing_.countdown == 0) mark.timing = start_timing(st, bytes);
+      }
+    }
     return mark;
   }
 
@@ -128,8 +148,8 @@ class RecorderRing {
   static void leave(const Mark& mark, bool ok) noexcept {
     namespace rec = common::recorder;
     if (mark.slot == nullptr) return;
-    if (mark.start_ns != 0) [[unlikely]]
-      time_call(mark);
+    if (mark.timing != nullptr) [[unlikely]]
+      time_call(*mark.timing);
     // Only the shared ring can have written over it since (when every slot was an open call).
     if (mark.shared != nullptr && mark.slot->number.load(std::memory_order_relaxed) != mark.number) return;
     mark.slot->state.store(static_cast<std::uint8_t>(ok ? rec::State::completed : rec::State::failed),
@@ -158,50 +178,46 @@ class RecorderRing {
     ::clock_gettime(CLOCK_MONOTONIC, &t);
     return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
   }
-  // A plain add where this thread is the counter's only writer, an atomic one in ring 0.
-  static void add(std::atomic<std::uint64_t>& c, std::uint64_t v, bool atomic) noexcept {
-    if (atomic) {
-      c.fetch_add(v, std::memory_order_relaxed);
-    } else {
-      c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
-    }
+  static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
   }
 
-  // The call in the metrics (rank_metrics.hpp): counted, and where it is timed, its start; and
-  // the gap since the last timed call's end, which that call left for the next one to close.
-  [[gnu::noinline]] void count_call(Mark& mark, common::recorder::Op op, std::uint64_t bytes) noexcept {
+  // A call that is large or that the countdown reached: the gap since the last timed call's end
+  // closed (the countdown was 1 for that: the small calls' count goes on where it was), and the
+  // call timed. Null where it only closed the gap.
+  [[gnu::noinline]] Timing* start_timing(common::recorder::OpStats& st, std::uint64_t bytes) noexcept {
     namespace rec = common::recorder;
-    auto& st = stats_->ops[backend_][static_cast<std::size_t>(op)];  // an Op: below kOps
-    const auto calls = st.calls.load(std::memory_order_relaxed);
-    add(st.calls, 1, !owned_);
-    add(st.bytes, bytes, !owned_);
-    const auto every = bytes >= rec::kTimedBytes ? 1u : st.every.load(std::memory_order_relaxed);
-    const bool timed = (calls & (every - 1)) == 0;
-    const auto last_end = segment_->last_end_ns.load(std::memory_order_relaxed);
-    if (!timed && last_end == 0) return;
+    auto& t = timing_;
     const auto now = clock_ns();
-    if (last_end != 0) {
-      segment_->last_end_ns.store(0, std::memory_order_relaxed);
-      add(stats_->work.gaps, 1, !owned_);
-      add(stats_->work.gap_ns, static_cast<std::uint64_t>(now > last_end ? now - last_end : 0), !owned_);
+    const bool large = bytes >= rec::kTimedBytes;
+    if (t.last_end_ns != 0) {
+      add(t.work->gaps, 1);
+      add(t.work->gap_ns, static_cast<std::uint64_t>(now > t.last_end_ns ? now - t.last_end_ns : 0));
+      t.last_end_ns = 0;
+      t.countdown = large ? t.resume : t.resume - 1;  // a small call is one of the count
+      if (!large && t.countdown != 0) return nullptr;
     }
-    if (!timed) return;
-    mark.stats = &st;
-    mark.segment = segment_;
-    mark.start_ns = now;
-    mark.weight = every;
-    mark.atomic = !owned_;
+    t.sampled = !large;
+    t.weight = large ? 1 : t.every;
+    t.stats = &st;
+    t.start_ns = now;
+    return &t;
   }
 
-  [[gnu::noinline]] static void time_call(const Mark& mark) noexcept {
+  [[gnu::noinline]] static void time_call(Timing& t) noexcept {
     namespace rec = common::recorder;
     const auto end = clock_ns();
-    const auto ns = end > mark.start_ns ? end - mark.start_ns : 0;
-    auto& st = *mark.stats;
-    add(st.ns, static_cast<std::uint64_t>(ns) * mark.weight, mark.atomic);
-    add(st.buckets[rec::bucket_of(ns)], mark.weight, mark.atomic);
-    st.every.store(ns >= rec::kTimedNs ? 1u : static_cast<std::uint32_t>(rec::kSampleEvery), std::memory_order_relaxed);
-    mark.segment->last_end_ns.store(end, std::memory_order_relaxed);
+    const auto ns = end > t.start_ns ? end - t.start_ns : 0;
+    add(t.stats->ns, static_cast<std::uint64_t>(ns) * t.weight);
+    add(t.stats->buckets[rec::bucket_of(ns)], t.weight);
+    if (t.sampled) {
+      t.every = ns >= rec::kTimedNs ? 1u : static_cast<std::uint32_t>(rec::kSampleEvery);
+      t.countdown = t.every;
+    }
+    // The next call closes the gap: the countdown is 1 for it, and goes on from `resume` after.
+    t.last_end_ns = end;
+    t.resume = t.countdown;
+    t.countdown = 1;
   }
 
   // A slot of the shared ring, claimed for writing (its version made odd), and its number `n`;
@@ -227,13 +243,14 @@ class RecorderRing {
                std::uint8_t backend)
       : segment_(segment), ring_(ring),
         stats_(segment->count_calls.load(std::memory_order_relaxed) != 0 ? &segment->stats[ring - segment->rings] : nullptr),
-        life_(life << 16),
+        timing_{.work = stats_ != nullptr ? &stats_->work : nullptr}, life_(life << 16),
         backend_(backend % common::recorder::kStatBackends), owned_(owned) {}
 
   common::recorder::Segment* segment_ = nullptr;
   common::recorder::Ring* ring_ = nullptr;
   common::recorder::GroupEntry* entry_ = nullptr;  // a group's in the shared ring: its latest call kept there
   common::recorder::RingStats* stats_ = nullptr;   // the ring's counters; null: the rank keeps no metrics
+  Timing timing_;
   std::uint32_t life_ = 0;  // this process's number in the segment, as Slot::epoch's high bits
   std::uint8_t backend_ = 0;  // stat_backend()
   bool owned_ = false;

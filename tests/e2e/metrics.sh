@@ -13,13 +13,15 @@ cd "$DIR" || exit 1
 PY=/usr/bin/python3  # Debian's, with its python3-prometheus-client
 export OMP_NUM_THREADS=1
 
+for need in prometheus curl; do
+  command -v $need >/dev/null || { echo "SKIP: no $need here (scripts/setup.sh installs it)"; exit 77; }
+done
+$PY -c 'import prometheus_client' 2>/dev/null || { echo "SKIP: no python3-prometheus-client here"; exit 77; }
+
 port=$(random_port)
-# 1500 steps of 10 ms: the job runs while the checks below read it.
-"$RUN" -n 2 --metrics "127.0.0.1:$port" "$PROG" 1500 10 >out 2>&1 &
+# Steps of 10 ms until the file `stop` appears: the job runs while the checks below read it.
+"$RUN" -n 2 --metrics "127.0.0.1:$port" "$PROG" 0 10 >out 2>&1 &
 job=$!
-wait_listening "$port"
-sleep 2
-curl -s "http://127.0.0.1:$port/metrics" >scrape
 cat >parse.py <<'PY'
 import sys
 from prometheus_client.parser import text_string_to_metric_families
@@ -44,6 +46,12 @@ for rank in ("0", "1"):
             sys.exit(f"{name}: labels {sorted(got[0].labels)}")
     if len(samples("idist_rank_state", rank=rank)) != 1:
         sys.exit(f"idist_rank_state of rank {rank}: {samples('idist_rank_state', rank=rank)}")
+# Each call is timed or stands for the calls it was sampled from: the histogram's count is the calls'.
+for rank in ("0", "1"):
+    calls = samples("idist_collective_calls_total", rank=rank, op="all_reduce")[0].value
+    timed = samples("idist_collective_seconds_count", rank=rank, op="all_reduce")[0].value
+    if not 0.5 * calls <= timed <= 1.5 * calls:
+        sys.exit(f"rank {rank}: {timed} all_reduce calls in the histogram against {calls} made")
 for name, value in [("idist_job_world_size", 2), ("idist_job_attempt", 0), ("idist_job_restarts_total", 0)]:
     got = samples(name)
     if [s.value for s in got] != [value]:
@@ -52,8 +60,13 @@ step = samples("idist_step_seconds_sum", rank="0")[0].value / samples("idist_ste
 print(f"# rank 0: {samples('idist_collective_calls_total', rank='0', op='all_reduce')[0].value:.0f} all_reduce calls, "
       f"steps of {step * 1e3:.1f} ms")
 PY
+# Scraped until every figure is there (a loaded machine starts the ranks late), 60 s at most.
+end=$((SECONDS + 60))
+until curl -s "http://127.0.0.1:$port/metrics" >scrape && $PY parse.py scrape >parse.out 2>&1 || [ $SECONDS -ge $end ]; do
+  sleep 0.5
+done
 check "a running job's /metrics parses with Debian's python3-prometheus-client, every metric per rank, with its labels" \
-  $PY parse.py scrape || head -40 scrape
+  $PY parse.py scrape || { cat parse.out; head -40 scrape; }
 check "... and an unknown path is 404" eval '[ "$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$port/nothing")" = 404 ]'
 
 # A real Prometheus scraping the job every second, asked by PromQL for each metric.
@@ -62,17 +75,17 @@ cat >prometheus.yml <<YML
 global: {scrape_interval: 1s}
 scrape_configs:
   - job_name: idist
+    honor_labels: true  # the samples' own job label (the run id), as docs/IDIST-RUN.md says
     static_configs: [{targets: ["127.0.0.1:$port"]}]
 YML
 prometheus --config.file=prometheus.yml --storage.tsdb.path="$DIR/tsdb" --web.listen-address="127.0.0.1:$pport" \
   >prometheus.log 2>&1 &
 PROM_PID=$!
 query() { curl -s --get "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1"; }
-for _ in $(seq 100); do
-  query 'up{job="idist"} == 1' 2>/dev/null | grep -q '"value"' && break
-  sleep 0.2
-done
-sleep 2  # two scrapes more: a rate needs two
+end=$((SECONDS + 60))
+until query 'up == 1' 2>/dev/null | grep -q '"value"' || [ $SECONDS -ge $end ]; do sleep 0.2; done
+check "Prometheus is up and scrapes the job's endpoint" eval "query 'up == 1' | grep -q '\"value\"'" || tail -5 prometheus.log
+sleep 3  # more scrapes: a rate needs two
 answered=0
 asked=0
 for q in 'idist_collective_calls_total{op="all_reduce",backend="gloo"}' 'rate(idist_collective_calls_total[5s]) > 0' \
@@ -91,10 +104,12 @@ check "Prometheus scraped the job and answers a PromQL query for every metric ($
   tail -5 prometheus.log
 kill $PROM_PID 2>/dev/null
 
+touch stop
 wait $job
 rc=$?
-check "the job itself is untouched: exit 0, its sums right" \
-  eval '[ $rc = 0 ] && grep -q "metrics_rank: done steps=1500 loss=3000 gradient=2" out' || tail -5 out
+steps=$(grep -o "done steps=[0-9]*" out | cut -d= -f2)
+check "the job itself is untouched: exit 0, its sums right ($steps steps)" \
+  eval '[ $rc = 0 ] && grep -q "metrics_rank: done steps=$steps loss=$((2 * steps)) gradient=2" out' || tail -5 out
 
 # Bad input: one line naming --metrics, a non-zero exit, no rank started.
 out=$("$RUN" -n 2 --metrics nope "$PROG" 1 1 2>&1)

@@ -23,9 +23,12 @@ namespace rec = common::recorder;
 std::string escaped(std::string_view v) {
   std::string out;
   for (const char c : v) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
     if (c == '\\' || c == '"') out += '\\';
-    out += c == '\n' ? 'n' : c;
-    if (c == '\n') out[out.size() - 2] = '\\';
+    out += c;
   }
   return out;
 }
@@ -34,16 +37,18 @@ std::string backend_label(std::size_t b) {
   return b < std::size(env::kBackendNames) ? std::string(env::kBackendNames[b]) : "other";
 }
 
-// What /proc says of a process: cpu seconds (user and system), resident bytes, state.
+// What /proc says of a process: cpu seconds (user and system; with `children`, also of its
+// children that ended and were waited for), resident bytes, state. `state` "ended" where it is
+// gone.
 struct ProcFigures {
   double cpu_seconds = 0;
   std::uint64_t resident_bytes = 0;
   std::string state = "ended";
 };
 
-ProcFigures proc_figures(pid_t pid, bool running) {
+ProcFigures proc_figures(pid_t pid, bool children) {
   ProcFigures f;
-  if (!running || pid <= 0) return f;
+  if (pid <= 0) return f;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   if (!std::getline(in, line)) return f;
@@ -56,7 +61,9 @@ ProcFigures proc_figures(pid_t pid, bool running) {
   if (fields.size() < 22) return f;
   static const long ticks = ::sysconf(_SC_CLK_TCK);
   static const long page = ::sysconf(_SC_PAGESIZE);
-  f.cpu_seconds = static_cast<double>(std::stoull(fields[11]) + std::stoull(fields[12])) / static_cast<double>(ticks);
+  auto ticks_used = std::stoull(fields[11]) + std::stoull(fields[12]);
+  if (children) ticks_used += std::stoull(fields[13]) + std::stoull(fields[14]);
+  f.cpu_seconds = static_cast<double>(ticks_used) / static_cast<double>(ticks);
   f.resident_bytes = std::stoull(fields[21]) * static_cast<std::uint64_t>(page);
   switch (fields[0].empty() ? '?' : fields[0][0]) {
     case 'R': f.state = "running"; break;
@@ -142,7 +149,21 @@ void collective_families(Exposition& e, const std::vector<RankFigures>& ranks) {
 
 void rank_families(Exposition& e, const std::vector<RankFigures>& ranks) {
   std::vector<ProcFigures> procs;
-  for (const auto& r : ranks) procs.push_back(proc_figures(r.pid, r.running));
+  for (const auto& r : ranks) {
+    if (!r.running) {  // reaped: its pid may be another process's now
+      procs.emplace_back();
+      continue;
+    }
+    // The rank's process with the children it waited for, and the program where a script runs it.
+    auto f = proc_figures(r.pid, true);
+    if (r.program != r.pid && f.state != "ended") {
+      const auto program = proc_figures(r.program, false);
+      f.cpu_seconds += program.cpu_seconds;
+      f.resident_bytes = program.resident_bytes;
+      if (program.state != "ended") f.state = program.state;
+    }
+    procs.push_back(f);
+  }
   const auto rank = [](const RankFigures& r) { return fmt::format("rank=\"{}\"", r.rank); };
   e.family("idist_between_collectives_seconds", "summary",
            "The rank's own work: time from the end of a timed call to the start of the next.");
@@ -160,16 +181,19 @@ void rank_families(Exposition& e, const std::vector<RankFigures>& ranks) {
   for (const auto& r : ranks) {
     const auto* st = r.segment ? &r.segment->steps : nullptr;
     e.sample("idist_step_seconds_sum", rank(r), st ? static_cast<double>(st->step_ns.load()) / 1e9 : 0);
-    e.sample("idist_step_seconds_count", rank(r), st && st->steps.load() > 0 ? static_cast<double>(st->steps.load() - 1) : 0);
+    e.sample("idist_step_seconds_count", rank(r), st ? static_cast<double>(st->steps.load()) : 0);
   }
   e.family("idist_last_step_seconds", "gauge", "The rank's latest step.");
   for (const auto& r : ranks)
     e.sample("idist_last_step_seconds", rank(r), r.segment ? static_cast<double>(r.segment->steps.last_step_ns.load()) / 1e9 : 0);
-  e.family("idist_rank_cpu_seconds_total", "counter", "The rank's process's cpu time, user and system.");
-  for (std::size_t i = 0; i < ranks.size(); ++i) e.sample("idist_rank_cpu_seconds_total", rank(ranks[i]), procs[i].cpu_seconds);
-  e.family("idist_rank_resident_bytes", "gauge", "The rank's process's resident memory.");
+  // Not for a rank that ended: its series ends (a 0 would be a counter going backwards).
+  e.family("idist_rank_cpu_seconds_total", "counter", "The rank's cpu time, user and system.");
   for (std::size_t i = 0; i < ranks.size(); ++i)
-    e.sample("idist_rank_resident_bytes", rank(ranks[i]), static_cast<double>(procs[i].resident_bytes));
+    if (procs[i].state != "ended") e.sample("idist_rank_cpu_seconds_total", rank(ranks[i]), procs[i].cpu_seconds);
+  e.family("idist_rank_resident_bytes", "gauge", "The rank's program's resident memory.");
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    if (procs[i].state != "ended")
+      e.sample("idist_rank_resident_bytes", rank(ranks[i]), static_cast<double>(procs[i].resident_bytes));
   e.family("idist_rank_state", "gauge", "1 for the rank's process's state (running, sleeping, disk, stopped, ended).");
   for (std::size_t i = 0; i < ranks.size(); ++i)
     e.sample("idist_rank_state", rank(ranks[i]) + ",state=\"" + procs[i].state + "\"", 1);
@@ -182,7 +206,8 @@ void job_families(Exposition& e, const JobFigures& job) {
   e.sample("idist_job_restarts_total", "", job.restarts);
   e.family("idist_job_world_size", "gauge", "Ranks in the job.");
   e.sample("idist_job_world_size", "", job.world);
-  e.family("idist_job_reforms_total", "counter", "Losses the job went on from in its processes (live recovery).");
+  e.family("idist_job_reforms_total", "counter",
+           "Re-forms of the job in its processes (live recovery): losses gone on from, ranks admitted.");
   e.sample("idist_job_reforms_total", "", static_cast<double>(job.reforms));
 }
 
@@ -199,29 +224,28 @@ int world_of(const ProcessSpec& spec) {
 }
 
 void read_attempt(const LiveAttempt& attempt, JobFigures& job, std::vector<RankFigures>& ranks) {
-  job.attempt = attempt.record.index;
-  job.node = std::max(attempt.record.node_rank, 0);
-  job.reforms = attempt.record.reforms.size();
   job.world = attempt.ranks.empty() ? 0 : world_of(*attempt.ranks.front().spec);
   if (!attempt.record.reforms.empty()) job.world = world_after(attempt.record.reforms.back());
   for (const auto& r : attempt.ranks) {
-    if (r.record->pid <= 0) continue;
-    const RankFigures f{.rank = r.spec->rank,
-                        .pid = r.recorder ? r.recorder->recording(r.record->pid) : r.record->pid,
-                        .running = r.running(),
-                        .segment = r.recorder ? &r.recorder->segment() : nullptr};
-    // One sample per rank: a rank started again in its place (a replacement) is the one that counts.
-    auto same = std::find_if(ranks.begin(), ranks.end(), [&](const RankFigures& o) { return o.rank == f.rank; });
-    if (same == ranks.end()) ranks.push_back(f);
-    else if (f.running || !same->running) *same = f;
+    if (r.record->pid <= 0) continue;  // a replacement has a rank of its own: no two share one
+    ranks.push_back({.rank = r.spec->rank,
+                     .pid = r.record->pid,
+                     .program = r.recorder ? r.recorder->recording(r.record->pid) : r.record->pid,
+                     .running = r.running(),
+                     .segment = r.recorder ? &r.recorder->segment() : nullptr});
   }
 }
 
 }  // namespace
 
-std::string metrics_text(const LiveAttempt* attempt, JobFigures job) {
+std::string metrics_text(const std::vector<std::unique_ptr<LiveAttempt>>& attempts, bool running, JobFigures job) {
   std::vector<RankFigures> ranks;
-  if (attempt != nullptr) read_attempt(*attempt, job, ranks);
+  for (const auto& a : attempts) {
+    job.reforms += a->record.reforms.size();
+    if (a->record.node_rank >= 0) job.node = a->record.node_rank;  // kept while the next attempt's nodes meet
+  }
+  if (!attempts.empty()) job.attempt = attempts.back()->record.index;
+  if (running && !attempts.empty()) read_attempt(*attempts.back(), job, ranks);
   return prometheus_text(job, ranks);
 }
 

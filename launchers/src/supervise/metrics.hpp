@@ -21,16 +21,17 @@ namespace idist::launchers::supervision {
 struct JobFigures {
   std::string job;   // the run id
   std::string host;
-  int node = 0;      // this node's rank in the job
+  int node = 0;      // this node's rank in the job (the last attempt's that had one)
   int attempt = 0;
   int restarts = 0;  // attempts started after the first
   int world = 0;     // ranks in the job now (after re-forms, the last one's)
-  std::size_t reforms = 0;  // live recovery's re-forms this attempt
+  std::size_t reforms = 0;  // live recovery's re-forms, every attempt's
 };
 
 struct RankFigures {
   int rank = 0;
-  pid_t pid = 0;      // the process that records (the program, where a script runs it)
+  pid_t pid = 0;      // the rank's process
+  pid_t program = 0;  // the process that records, where a script runs the program as its child
   bool running = false;
   const common::recorder::Segment* segment = nullptr;  // null: no recorder
 };
@@ -38,9 +39,9 @@ struct RankFigures {
 std::string prometheus_text(const JobFigures& job, const std::vector<RankFigures>& ranks);
 
 struct LiveAttempt;
-// A scrape's answer: `job` (job, host, restarts) and what `attempt` says (none while the
-// nodes meet: the job's figures alone).
-std::string metrics_text(const LiveAttempt* attempt, JobFigures job);
+// A scrape's answer: `job` (job, host, restarts) and what the attempts say; the last one's
+// ranks where `running` (not while the nodes meet).
+std::string metrics_text(const std::vector<std::unique_ptr<LiveAttempt>>& attempts, bool running, JobFigures job);
 
 // The endpoint. Serves each scrape on the event loop with what `text` returns.
 class MetricsEndpoint {

@@ -19,7 +19,8 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 constexpr std::size_t kMostRequest = 16 * 1024;
-constexpr auto kPatience = std::chrono::seconds(10);
+constexpr auto kPatience = std::chrono::seconds(10);  // for a whole exchange: request and answer
+constexpr int kMostClients = 32;                      // at once; more are closed at their accept
 
 std::string response(std::string_view status, std::string_view type, const std::string& body) {
   return fmt::format("HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}", status,
@@ -48,24 +49,33 @@ tcp::endpoint endpoint_of(asio::io_context& io, const std::string& where) {
 }  // namespace
 
 struct MetricsEndpoint::Impl : std::enable_shared_from_this<MetricsEndpoint::Impl> {
-  Impl(asio::io_context& io, std::function<std::string()> text) : io(io), acceptor(io), text(std::move(text)) {}
+  Impl(asio::io_context& io, std::function<std::string()> text)
+      : io(io), acceptor(io), pause(io), text(std::move(text)) {}
   asio::io_context& io;
   tcp::acceptor acceptor;
+  asio::steady_timer pause;  // after a failed accept (no descriptors left): not a busy loop
   std::function<std::string()> text;
+  int clients = 0;
 
   void accept() {
     acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
-      if (!ec) {
-        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // a rank started meanwhile must not hold it
-        self->serve(std::make_shared<tcp::socket>(std::move(socket)));
+      if (ec) {
+        self->pause.expires_after(std::chrono::milliseconds(200));
+        self->pause.async_wait([self](auto e) {
+          if (!e && self->acceptor.is_open()) self->accept();
+        });
+        return;
       }
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);  // a rank started meanwhile must not hold it
+      if (self->clients < kMostClients) self->serve(std::make_shared<tcp::socket>(std::move(socket)));
       self->accept();
     });
   }
 
-  // Reads the request's head, then answers and closes.
+  // Reads the request's head, then answers and closes; all within kPatience.
   void serve(std::shared_ptr<tcp::socket> peer) {
+    ++clients;
     auto request = std::make_shared<std::string>();
     auto timer = std::make_shared<asio::steady_timer>(io, kPatience);
     timer->async_wait([peer](auto ec) {
@@ -73,13 +83,27 @@ struct MetricsEndpoint::Impl : std::enable_shared_from_this<MetricsEndpoint::Imp
     });
     asio::async_read_until(*peer, asio::dynamic_buffer(*request, kMostRequest), "\r\n\r\n",
                            [self = shared_from_this(), peer, request, timer](const boost::system::error_code& ec, std::size_t) {
-                             timer->cancel();
-                             if (ec) return;  // gone, too slow or too long: nothing to answer
-                             self->answer(peer, *request);
+                             if (ec) return self->done(*timer);  // gone, too slow or too long: nothing to answer
+                             self->answer(peer, *request, timer);
                            });
   }
 
-  void answer(const std::shared_ptr<tcp::socket>& peer, const std::string& request) {
+  void done(asio::steady_timer& timer) {
+    timer.cancel();
+    --clients;
+  }
+
+  // The exposition, or a 500 where reading it failed: a scrape must never end the job.
+  std::string exposition() {
+    try {
+      return response("200 OK", "text/plain; version=0.0.4; charset=utf-8", text());
+    } catch (const std::exception& e) {
+      return response("500 Internal Server Error", "text/plain", std::string("idist-run: ") + e.what() + "\n");
+    }
+  }
+
+  void answer(const std::shared_ptr<tcp::socket>& peer, const std::string& request,
+              const std::shared_ptr<asio::steady_timer>& timer) {
     const auto line = request.substr(0, request.find("\r\n"));
     const auto first = line.find(' ');
     const auto second = line.find(' ', first + 1);
@@ -92,13 +116,14 @@ struct MetricsEndpoint::Impl : std::enable_shared_from_this<MetricsEndpoint::Imp
     } else if (target != "/metrics") {
       reply = response("404 Not Found", "text/plain", "idist-run serves its metrics at /metrics\n");
     } else {
-      reply = response("200 OK", "text/plain; version=0.0.4; charset=utf-8", text());
+      reply = exposition();
       if (method == "HEAD") reply.resize(reply.find("\r\n\r\n") + 4);
     }
     auto out = std::make_shared<std::string>(std::move(reply));
-    asio::async_write(*peer, asio::buffer(*out), [peer, out](auto, std::size_t) {
+    asio::async_write(*peer, asio::buffer(*out), [self = shared_from_this(), peer, out, timer](auto, std::size_t) {
       boost::system::error_code ignored;
       peer->shutdown(tcp::socket::shutdown_both, ignored);
+      self->done(*timer);
     });
   }
 };
@@ -120,6 +145,7 @@ MetricsEndpoint::MetricsEndpoint(asio::io_context& io, const std::string& where,
 MetricsEndpoint::~MetricsEndpoint() {
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
+  impl_->pause.cancel();
 }
 
 std::uint16_t MetricsEndpoint::port() const {

@@ -74,7 +74,7 @@ class Supervisor {
           io_, [this] { return watch_.status_text(started()) + recovery_.status_text(); });
     if (!options_.metrics.empty())  // before the nodes meet: a port taken ends this node at once
       metrics_ = std::make_unique<MetricsEndpoint>(io_, options_.metrics, [this] {
-        return metrics_text(started(), {.job = options_.run_id, .host = host_, .restarts = restarts_});
+        return metrics_text(attempts_, started() != nullptr, {.job = options_.run_id, .host = host_, .restarts = restarts_});
       });
     if (auto& c = options_.coordinator) {
       Coordinator::Events events{.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },

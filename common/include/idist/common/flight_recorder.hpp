@@ -147,10 +147,8 @@ struct Segment {
   std::atomic<std::int32_t> count_calls{0};
   Ring rings[kRings];
   GroupEntry groups[kGroups];
-  // The metrics (rank_metrics.hpp): ring r's counters at stats[r], the end of the last timed
-  // call (0: the next call need not read the clock for the gap), and the program's steps.
+  // The metrics (rank_metrics.hpp): ring r's counters at stats[r], and the program's steps.
   RingStats stats[kRings];
-  alignas(64) std::atomic<std::int64_t> last_end_ns{0};
   StepStats steps;
 };
 

@@ -5,11 +5,13 @@
 //
 // The budget is the recorder's: on an 8-byte shared-memory all_reduce (about 0.2 us) the
 // recorder and the metrics together may cost 2%, a few ns, and a clock read costs 23 ns here.
-// So a call counts itself with two plain adds, and is timed only where timing costs under
-// 0.5% of it: every call of an op whose last timed call took 10 us or more (a training's
-// calls, or anything of 64 KiB and more), else one in kSampleEvery, which then counts
-// kSampleEvery times in the histogram and the seconds. The figures are exact where calls are
-// long, and estimates from thousands of samples a second where they are short.
+// So a call counts itself with two plain adds and a decrement, and is timed only where timing
+// costs under 0.5% of it: each call of 64 KiB and more, and of the smaller ones each while the
+// last sampled one took 10 us or more (a training's calls, a wait for a straggler), else one
+// in kSampleEvery, which then counts kSampleEvery times in the histogram and the seconds. The
+// figures are exact where calls are long, and estimates from thousands of samples a second
+// where they are short. Groups beyond the rings of their own (ring 0) and point-to-point calls,
+// which threads make at once, are counted and not timed.
 //
 // Counters live per ring (each ring has one writer at a time, see Ring::owner; ring 0 adds
 // with atomics), so that two threads never add to the same counter with plain stores, and a
@@ -37,8 +39,7 @@ constexpr std::uint32_t bucket_of(std::int64_t ns) {
   return b;
 }
 
-// The rank's own work: the time from the end of one call to the start of the next, measured
-// where both were timed.
+// The rank's own work: the time from the end of a timed call to the start of the ring's next.
 struct alignas(64) WorkStats {
   std::atomic<std::uint64_t> gaps{0};
   std::atomic<std::uint64_t> gap_ns{0};
@@ -50,9 +51,6 @@ struct alignas(64) OpStats {
   std::atomic<std::uint64_t> bytes{0};  // this rank's: what it passes (a gather's root, what it receives)
   std::atomic<std::uint64_t> ns{0};     // the calls' time, weighted
   std::atomic<std::uint64_t> buckets[kBuckets] = {};  // weighted timed calls by time, not cumulative
-  // 1 or kSampleEvery: how often a call is timed (and the weight of one that is), from the
-  // last timed call's time. Starts at 1: an op's first call is timed.
-  std::atomic<std::uint32_t> every{1};
 };
 
 // One ring's counters: each op on each backend, and the rank's own work between its calls.
@@ -64,8 +62,8 @@ struct RingStats {
 // The program's steps (idist::mark_step(); auto_model's backward marks them), written by the
 // thread that marks them.
 struct alignas(64) StepStats {
-  std::atomic<std::uint64_t> steps{0};
-  std::atomic<std::uint64_t> step_ns{0};  // summed over every step after the first mark
+  std::atomic<std::uint64_t> steps{0};    // timed: from each mark to the next, within one program
+  std::atomic<std::uint64_t> step_ns{0};  // their time
   std::atomic<std::int64_t> last_mark_ns{0};
   std::atomic<std::int64_t> last_step_ns{0};  // the latest step's time
 };
