@@ -298,6 +298,7 @@ L::SuperviseOptions supervise_options(const Cli& cli) {
   supervise.max_restarts = cli.max_restarts;
   supervise.log_dir = cli.log_dir;
   supervise.metrics = cli.metrics;
+  supervise.straggler_threshold = cli.straggler_percent / 100;
   return supervise;
 }
 
@@ -553,6 +554,7 @@ void add_check(CLI::Option* option, const config::Setting& setting) {
     case config::Check::recovery: option->check(CLI::IsMember({"auto", "off"})); return;
     case config::Check::min_world: option->check(CLI::Range(1, 1 << 20)); return;
     case config::Check::restarts: option->check(CLI::Range(0, 10000)); return;
+    case config::Check::percent: option->check(CLI::Range(0.0, 1000.0)); return;
   }
 }
 

@@ -154,7 +154,12 @@ void record_step() noexcept {
   if (last != 0 && now > last) {
     st.step_ns.fetch_add(static_cast<std::uint64_t>(now - last), std::memory_order_relaxed);
     st.last_step_ns.store(now - last, std::memory_order_relaxed);
-    st.steps.fetch_add(1, std::memory_order_release);
+    std::uint64_t work = 0;
+    for (const auto& ring : s->stats) work += ring.work.gap_ns.load(std::memory_order_relaxed);
+    st.version.fetch_add(1, std::memory_order_acq_rel);  // odd: steps and work_ns change together
+    st.work_ns.store(work, std::memory_order_relaxed);
+    st.steps.fetch_add(1, std::memory_order_relaxed);
+    st.version.fetch_add(1, std::memory_order_release);
   }
 }
 

@@ -45,6 +45,7 @@ class RecorderRing {
   struct Timing {
     common::recorder::OpStats* stats = nullptr;  // the call being timed
     common::recorder::WorkStats* work = nullptr;
+    const std::atomic<std::uint64_t>* steps = nullptr;  // the program's (StepStats::steps)
     std::int64_t start_ns = 0;
     std::int64_t last_end_ns = 0;  // the last timed call's end: the next call closes the gap
     std::uint32_t weight = 1;      // of the call being timed
@@ -210,8 +211,10 @@ class RecorderRing {
     const auto ns = end > t.start_ns ? end - t.start_ns : 0;
     add(t.stats->ns, static_cast<std::uint64_t>(ns) * t.weight);
     add(t.stats->buckets[rec::bucket_of(ns)], t.weight);
-    if (t.sampled) {
-      t.every = ns >= rec::kTimedNs ? 1u : static_cast<std::uint32_t>(rec::kSampleEvery);
+    // Each call while the program marks steps: its calls are few a step, and the work between
+    // them is what straggler reports compare (every gap of a step, not a sample).
+    if (const bool stepping = t.steps->load(std::memory_order_relaxed) != 0; t.sampled || stepping) {
+      t.every = stepping || ns >= rec::kTimedNs ? 1u : static_cast<std::uint32_t>(rec::kSampleEvery);
       t.countdown = t.every;
     }
     // The next call closes the gap: the countdown is 1 for it, and goes on from `resume` after.
@@ -243,7 +246,7 @@ class RecorderRing {
                std::uint8_t backend)
       : segment_(segment), ring_(ring),
         stats_(segment->count_calls.load(std::memory_order_relaxed) != 0 ? &segment->stats[ring - segment->rings] : nullptr),
-        timing_{.work = stats_ != nullptr ? &stats_->work : nullptr}, life_(life << 16),
+        timing_{.work = stats_ != nullptr ? &stats_->work : nullptr, .steps = &segment->steps.steps}, life_(life << 16),
         backend_(backend % common::recorder::kStatBackends), owned_(owned) {}
 
   common::recorder::Segment* segment_ = nullptr;

@@ -101,6 +101,7 @@ std::string summary_json(const RunRecord& run) {
     if (a.node_rank >= 0) attempt["node_rank"] = a.node_rank;
     if (!a.ended_by.empty()) attempt["ended_by"] = a.ended_by;
     if (!a.stall.empty()) attempt["stall"] = a.stall;
+    if (!a.stragglers.empty()) attempt["stragglers"] = a.stragglers;
     if (a.stalled_rank) attempt["stalled_rank"] = *a.stalled_rank;
     if (!a.reforms.empty()) attempt["reforms"] = a.reforms;
     if (!a.reform_seconds.empty()) {

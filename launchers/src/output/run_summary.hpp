@@ -40,6 +40,8 @@ struct AttemptRecord {
   int node_rank = -1;  // this node's, in a job over several nodes
   // Stall reports (stall_report.hpp) made during the attempt, line by line.
   std::vector<std::string> stall;
+  // Straggler lines (stall/straggler.hpp) said during the attempt.
+  std::vector<std::string> stragglers;
   // --stall-action kill ended it: the rank its report pointed at.
   std::optional<int> stalled_rank;
   // Live recovery: each loss the survivors went on from, in one line ("rank 2 was killed by

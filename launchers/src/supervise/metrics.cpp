@@ -206,6 +206,9 @@ void job_families(Exposition& e, const JobFigures& job) {
   e.sample("idist_job_restarts_total", "", job.restarts);
   e.family("idist_job_world_size", "gauge", "Ranks in the job.");
   e.sample("idist_job_world_size", "", job.world);
+  e.family("idist_straggler", "gauge",
+           "A rank named a straggler and not back under the threshold: how much longer its work is (0.23: 23%).");
+  for (const auto& [rank, excess] : job.stragglers) e.sample("idist_straggler", fmt::format("rank=\"{}\"", rank), excess);
   e.family("idist_job_reforms_total", "counter",
            "Re-forms of the job in its processes (live recovery): losses gone on from, ranks admitted.");
   e.sample("idist_job_reforms_total", "", static_cast<double>(job.reforms));

@@ -9,6 +9,7 @@
 #include <boost/asio.hpp>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ struct JobFigures {
   int restarts = 0;  // attempts started after the first
   int world = 0;     // ranks in the job now (after re-forms, the last one's)
   std::size_t reforms = 0;  // live recovery's re-forms, every attempt's
+  std::map<int, double> stragglers;  // rank -> how much longer its work is (0.23: 23%)
 };
 
 struct RankFigures {

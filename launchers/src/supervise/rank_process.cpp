@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <system_error>
 
@@ -88,6 +89,16 @@ std::vector<detail::Recorded> RecorderMemory::read() {
 bool has_children() {
   siginfo_t info{};
   return ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
+std::optional<std::string> make_attempt_log_dir(const std::string& log_dir, const std::string& run_id, int index) {
+  if (log_dir.empty()) return "";
+  const auto dir = std::filesystem::path(log_dir) / run_dir_name(run_id) / ("attempt_" + std::to_string(index));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec) return dir.string();
+  spdlog::error("--log-dir: cannot create {}: {}", dir.string(), ec.message());
+  return std::nullopt;
 }
 
 std::string run_dir_name(std::string id) {

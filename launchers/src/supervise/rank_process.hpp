@@ -102,6 +102,9 @@ bool has_children();
 
 // The run id as a directory name: an id taken from the environment may hold a '/'.
 std::string run_dir_name(std::string id);
+// DIR/<run-id>/attempt_<k> of --log-dir DIR, created; "" without --log-dir; nothing (the error
+// logged) where it cannot be made.
+std::optional<std::string> make_attempt_log_dir(const std::string& log_dir, const std::string& run_id, int index);
 
 class ProcessContext {
  public:

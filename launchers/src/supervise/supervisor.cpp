@@ -13,7 +13,6 @@
 #include <boost/asio.hpp>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -32,6 +31,7 @@
 #include "heartbeat_watch.hpp"
 #include "metrics.hpp"
 #include "stall_watch.hpp"
+#include "straggler_watch.hpp"
 #include "status_socket.hpp"
 #include "timings.hpp"
 
@@ -72,9 +72,15 @@ class Supervisor {
     if (options_.status_socket)
       status_ = std::make_unique<detail::StatusServer>(
           io_, [this] { return watch_.status_text(started()) + recovery_.status_text(); });
+    stragglers_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
+                      [this](const std::string& line) {
+                        spdlog::warn("{}", line);
+                        current().record.stragglers.push_back(line);
+                      });
     if (!options_.metrics.empty())  // before the nodes meet: a port taken ends this node at once
       metrics_ = std::make_unique<MetricsEndpoint>(io_, options_.metrics, [this] {
-        return metrics_text(attempts_, started() != nullptr, {.job = options_.run_id, .host = host_, .restarts = restarts_});
+        return metrics_text(attempts_, started() != nullptr,
+                            {.job = options_.run_id, .host = host_, .restarts = restarts_, .stragglers = stragglers_.current()});
       });
     if (auto& c = options_.coordinator) {
       Coordinator::Events events{.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
@@ -173,17 +179,12 @@ class Supervisor {
     maybe_finish();
   }
 
-  // DIR/<run-id>/attempt_<k>, created; "" without --log-dir. A directory we cannot make stops
-  // the job before it starts: the user asked for logs, and running without them would lose output.
+  // A directory we cannot make stops the job before it starts: the user asked for logs, and
+  // running without them would lose output.
   std::string attempt_log_dir(int index) {
-    if (options_.log_dir.empty()) return "";
-    const auto dir = std::filesystem::path(options_.log_dir) / run_dir_name(options_.run_id) / ("attempt_" + std::to_string(index));
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (!ec) return dir.string();
-    spdlog::error("--log-dir: cannot create {}: {}", dir.string(), ec.message());
-    stop_ = Stop::spawn_error;
-    return "";
+    const auto dir = make_attempt_log_dir(options_.log_dir, options_.run_id, index);
+    if (!dir) stop_ = Stop::spawn_error;
+    return dir.value_or("");
   }
 
   void spawn_failed(const ProcessSpec& spec, const std::string& why) {
@@ -586,6 +587,7 @@ class Supervisor {
     forward_signals_.cancel(ignored);
     watch_.stop();
     beats_.stop();
+    stragglers_.stop();
     status_.reset();  // their pending accepts would keep the event loop going
     metrics_.reset();
     conclude();
@@ -645,9 +647,11 @@ class Supervisor {
   std::string host_;
   asio::io_context io_;  // first, so that it outlives every object that uses it
   detail::Console console_{io_};  // before the attempts: their output goes to it
-  ProcessContext procs_{io_, console_, options_.tag_output, !options_.metrics.empty(), [this] { maybe_finish(); }};
+  ProcessContext procs_{io_, console_, options_.tag_output, !options_.metrics.empty() || options_.straggler_threshold > 0,
+                        [this] { maybe_finish(); }};
   StallWatch watch_{io_, options_, host_};
   HeartbeatWatch beats_{io_, options_.heartbeat_timeout};
+  StragglerWatch stragglers_{io_, options_.straggler_threshold, host_};
   LiveRecovery recovery_{io_, options_.recovery, options_.min_world, options_.coordinator.get()};
   JobReport report_{options_, host_, console_};
   OomWatch oom_;

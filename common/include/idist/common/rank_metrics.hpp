@@ -7,8 +7,8 @@
 // recorder and the metrics together may cost 2%, a few ns, and a clock read costs 23 ns here.
 // So a call counts itself with two plain adds and a decrement, and is timed only where timing
 // costs under 0.5% of it: each call of 64 KiB and more, and of the smaller ones each while the
-// last sampled one took 10 us or more (a training's calls, a wait for a straggler), else one
-// in kSampleEvery, which then counts kSampleEvery times in the histogram and the seconds. The
+// last sampled one took 10 us or more (a training's calls, a wait for a straggler) or the
+// program marks steps (a few calls a step; their gaps are its work), else one in kSampleEvery, which then counts kSampleEvery times in the histogram and the seconds. The
 // figures are exact where calls are long, and estimates from thousands of samples a second
 // where they are short. Groups beyond the rings of their own (ring 0) and point-to-point calls,
 // which threads make at once, are counted and not timed.
@@ -66,6 +66,10 @@ struct alignas(64) StepStats {
   std::atomic<std::uint64_t> step_ns{0};  // their time
   std::atomic<std::int64_t> last_mark_ns{0};
   std::atomic<std::int64_t> last_step_ns{0};  // the latest step's time
+  // The rank's work (WorkStats::gap_ns over its rings) at its last mark: read with `steps`, a
+  // reader compares whole steps, whatever part of one the rank is in.
+  std::atomic<std::uint64_t> work_ns{0};
+  std::atomic<std::uint64_t> version{0};  // odd while a mark writes steps and work_ns
 };
 
 }  // namespace idist::common::recorder

@@ -63,6 +63,7 @@ struct Options {
   std::string forward_signals = "USR1,USR2";
   std::string log_dir;
   std::string metrics;
+  double straggler_percent = 10;
   bool verbose = false;
   bool module = false;          // -m: the program is a Python module
   bool no_python = false;       // --no-python: a .py program runs directly
@@ -77,7 +78,7 @@ using Target = std::variant<bool Options::*, int Options::*, double Options::*, 
 
 // What the command line checks of a value beyond its type, as it parses it (idist-run turns
 // each into a CLI11 check); the rest idist-run checks once every source has been read.
-enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts, heartbeat_timeout, recovery, min_world };
+enum class Check { none, port, node_rank, launcher, backend, grace, stall_timeout, stall_action, restarts, heartbeat_timeout, recovery, min_world, percent };
 
 // One option of idist-run, declared once: its spellings, help, default (the Options member's
 // initializer) and where its value goes. idist-run's command line, --help and its man page,
@@ -190,6 +191,10 @@ inline constexpr Setting kSettings[] = {
      "[HOST:]PORT: serve this node's ranks' metrics at http://HOST:PORT/metrics for Prometheus (calls, bytes and "
      "time by op and backend, time between calls, steps, cpu, memory, state; labels job, node, host, rank)",
      &Options::metrics},
+    {"straggler_threshold", "--straggler-threshold", "IDIST_STRAGGLER_THRESHOLD", Type::number, "",
+     "Percent by which a rank's work between collectives (per step, where the program marks steps) may exceed "
+     "the other ranks' median before idist-run names it a straggler, once per episode (0: never)",
+     &Options::straggler_percent, Check::percent, true},
     {"verbose", "--verbose", "IDIST_VERBOSE", Type::boolean, "-v", "Say what idist-run decides and does",
      &Options::verbose},
     {"module", "--module", "IDIST_MODULE", Type::boolean, "-m",

@@ -78,6 +78,8 @@ struct SuperviseOptions {
   bool status_socket = false;
   // Serve the ranks' metrics at [HOST:]PORT (--metrics; supervise/metrics.hpp); "": none.
   std::string metrics;
+  // Name a rank whose work exceeds the others' median by this share (--straggler-threshold; 0: off).
+  double straggler_threshold = 0;
   // Stall reports carry the suspects' stacks (gdb, from a thread of ours: only for a caller
   // whose ranks are exec'd, as idist-run's are, never forked from a running program).
   bool stacks = false;

@@ -1,0 +1,161 @@
+#include "straggler.hpp"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+
+namespace idist::launchers::detail {
+
+namespace {
+
+// At ten readings a second, a minute: the window is 20 steps or a minute, whichever is shorter.
+constexpr std::size_t kMostReadings = 600;
+constexpr std::uint64_t kLeastCalls = 20;    // gaps a rank must have had in a window without steps
+constexpr std::uint64_t kWarmUpSteps = 2;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+bool same_ranks(const std::vector<WorkSample>& a, const std::vector<WorkSample>& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) { return x.rank == y.rank; });
+}
+
+// What /proc says slowed rank i in the window, where it stands out from the others: "; its cpu
+// is shared: ...", or "".
+std::string cause(const std::vector<WorkSample>& now, const std::vector<WorkSample>& base, std::size_t i) {
+  const auto share = [&](std::size_t j) {
+    const auto run = now[j].run_ns - base[j].run_ns;
+    return run == 0 ? 0.0 : static_cast<double>(now[j].wait_ns - base[j].wait_ns) / static_cast<double>(run);
+  };
+  std::vector<double> others;
+  std::uint64_t others_throttled = 0;
+  for (std::size_t j = 0; j < now.size(); ++j)
+    if (j != i) {
+      others.push_back(share(j));
+      others_throttled = std::max(others_throttled, now[j].throttled_us - base[j].throttled_us);
+    }
+  std::string out;
+  if (const double mine = share(i); mine >= 0.05 && mine > 2 * median(others) + 0.02)
+    out += fmt::format("; its cpu is shared: it waited for one {:.0f}% as long as it ran", mine * 100);
+  if (const auto throttled = now[i].throttled_us - base[i].throttled_us; throttled > 2 * others_throttled + 1000)
+    out += fmt::format("; its cgroup's cpu.max held it back for {:.0f} ms", static_cast<double>(throttled) / 1e3);
+  if (const auto faults = now[i].major_faults - base[i].major_faults; faults >= 100)
+    out += fmt::format("; it read {} pages in from disk (memory pressure?)", faults);
+  return out;
+}
+
+}  // namespace
+
+// The readings compared: `base` (an earlier reading of the same ranks) and now; `count` steps
+// (or calls, where `steps` is false) the window holds for the rank that did the fewest.
+struct StragglerDetector::Window {
+  const std::vector<WorkSample>* base = nullptr;
+  bool steps = false;
+  std::uint64_t count = 0;
+};
+
+namespace {
+
+std::uint64_t fewest(const std::vector<WorkSample>& now, const std::vector<WorkSample>& h,
+                     std::uint64_t WorkSample::*field) {
+  std::uint64_t least = ~std::uint64_t{0};
+  for (std::size_t i = 0; i < now.size(); ++i) least = std::min(least, now[i].*field - h[i].*field);
+  return least;
+}
+
+// Each rank's own work in the window, in ms: per step, or per call where the program marks none.
+std::vector<double> work_in(const std::vector<WorkSample>& now, const std::vector<WorkSample>& base, bool steps) {
+  std::vector<double> work(now.size());
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    const auto& b = base[i];
+    const double ns = static_cast<double>(steps ? now[i].step_work_ns - b.step_work_ns : now[i].gap_ns - b.gap_ns);
+    const auto per = steps ? now[i].steps - b.steps : now[i].gaps - b.gaps;
+    work[i] = per == 0 ? 0 : ns / static_cast<double>(per) / 1e6;
+  }
+  return work;
+}
+
+}  // namespace
+
+// The windows to judge, shortest first: with steps, the last first_steps (where an excess of
+// twice the threshold is enough), twice as many, and window_steps (or as many as there are);
+// without, every reading kept.
+std::vector<StragglerDetector::Window> StragglerDetector::windows(const std::vector<WorkSample>& now) const {
+  std::vector<Window> out;
+  if (history_.size() < 2) return out;
+  const bool stepping = fewest(now, history_.front(), &WorkSample::steps) > 0;
+  if (!stepping) {
+    if (const auto calls = fewest(now, history_.front(), &WorkSample::gaps); calls >= kLeastCalls)
+      out.push_back({&history_.front(), false, calls});
+    return out;
+  }
+  for (const auto want : {options_.first_steps, 2 * options_.first_steps, options_.window_steps}) {
+    // The newest earlier reading with `want` steps since, else the oldest.
+    const std::vector<WorkSample>* base = &history_.front();
+    for (auto it = history_.rbegin() + 1; it != history_.rend(); ++it)
+      if (fewest(now, *it, &WorkSample::steps) >= want) {
+        base = &*it;
+        break;
+      }
+    const auto count = fewest(now, *base, &WorkSample::steps);
+    if (count >= options_.first_steps && (out.empty() || out.back().base != base) &&
+        fewest(now, *base, &WorkSample::gaps) > 0)  // a rank with no work measured: unknown
+      out.push_back({base, true, count});
+  }
+  return out;
+}
+
+void StragglerDetector::reset() {
+  history_.clear();
+  named_.clear();
+}
+
+std::vector<std::string> StragglerDetector::observe(const std::vector<WorkSample>& now) {
+  std::vector<std::string> lines;
+  if (now.size() < 2) return lines;
+  // A program's first steps are not the ones to judge: its first calls set up, and its timing of
+  // every call starts with its steps (rank_metrics.hpp).
+  const auto least_steps = std::min_element(now.begin(), now.end(), [](const auto& a, const auto& b) {
+                             return a.steps < b.steps;
+                           })->steps;
+  const bool stepping = std::any_of(now.begin(), now.end(), [](const auto& s) { return s.steps > 0; });
+  if (stepping && least_steps < kWarmUpSteps) return lines;
+  if (!history_.empty() && !same_ranks(history_.back(), now)) reset();  // a re-form, an attempt
+  history_.push_back(now);
+  if (history_.size() > kMostReadings) history_.pop_front();
+  const auto ws = windows(now);
+  if (ws.empty()) return lines;
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    const int rank = now[i].rank;
+    for (const auto& w : ws) {
+      const auto work = work_in(now, *w.base, w.steps);
+      std::vector<double> others;
+      for (std::size_t j = 0; j < now.size(); ++j)
+        if (j != i) others.push_back(work[j]);
+      const double ref = median(others);
+      const double excess = ref > 0 ? work[i] / ref - 1 + 1e-9 : 0;  // 12 against 10 is 20%, not 19.99%
+      if (named_.contains(rank)) {  // over once the longest window is back under half the threshold
+        if (&w == &ws.back() && w.count >= options_.window_steps && excess < options_.threshold / 2) named_.erase(rank);
+        continue;
+      }
+      const double needed = w.steps && w.count < 2 * options_.first_steps ? 2 * options_.threshold : options_.threshold;
+      const double least = w.steps ? options_.least_ms : options_.least_ms / 100;  // a call: 5 us
+      if (excess < needed || work[i] - ref < least) continue;
+      named_[rank] = excess;
+      lines.push_back(fmt::format("straggler: rank {} ({}) takes {:.0f}% longer than the median between collectives "
+                                  "over the last {} {} ({:.1f} ms against {:.1f} ms a {}){}",
+                                  rank, now[i].host, excess * 100, w.count, w.steps ? "steps" : "calls", work[i], ref,
+                                  w.steps ? "step" : "call", cause(now, *w.base, i)));
+      break;
+    }
+  }
+  // Readings older than the longest window's base are needed no more.
+  while (&history_.front() != ws.back().base) history_.pop_front();
+  return lines;
+}
+
+}  // namespace idist::launchers::detail

@@ -1,0 +1,111 @@
+#include "straggler_watch.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "rank_process.hpp"
+
+namespace idist::launchers::supervision {
+
+namespace {
+
+// Often enough to name a straggler within a few steps of 100 ms, rarely enough that /proc's
+// files (four a rank) cost nothing: a millisecond more a rank.
+std::chrono::milliseconds read_every(std::size_t ranks) {
+  return std::chrono::milliseconds(100 + static_cast<long>(ranks));
+}
+
+// /proc/PID/schedstat: ns on a cpu, ns waiting on a run queue.
+void read_schedstat(pid_t pid, detail::WorkSample& s) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+  in >> s.run_ns >> s.wait_ns;
+}
+
+// /proc/PID/stat's major faults (field 12).
+void read_faults(pid_t pid, detail::WorkSample& s) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 12 && rest >> field; ++i)
+    if (i == 12) s.major_faults = std::strtoull(field.c_str(), nullptr, 10);
+}
+
+// The throttled time of the process's cgroup (v2: cpu.stat's throttled_usec), where cpu.max
+// limits it.
+void read_throttled(pid_t pid, detail::WorkSample& s) {
+  std::ifstream cgroup("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  while (std::getline(cgroup, line)) {
+    if (!line.starts_with("0::")) continue;
+    std::ifstream stat("/sys/fs/cgroup" + line.substr(3) + "/cpu.stat");
+    std::string key;
+    std::uint64_t value = 0;
+    while (stat >> key >> value)
+      if (key == "throttled_usec") s.throttled_us = value;
+  }
+}
+
+// The steps and the work at the last one, as one mark left them (StepStats::version).
+void read_steps(const common::recorder::StepStats& st, detail::WorkSample& s) {
+  for (int tries = 0; tries < 100; ++tries) {
+    const auto v = st.version.load(std::memory_order_acquire);
+    s.steps = st.steps.load(std::memory_order_relaxed);
+    s.step_work_ns = st.work_ns.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if ((v & 1) == 0 && st.version.load(std::memory_order_relaxed) == v) return;
+  }
+}
+
+}  // namespace
+
+StragglerWatch::StragglerWatch(asio::io_context& io, double threshold, std::string host)
+    : timer_(io), threshold_(threshold), host_(std::move(host)), detector_({.threshold = threshold}) {}
+
+void StragglerWatch::start(std::function<LiveAttempt*()> watched, std::function<void(const std::string&)> say) {
+  if (threshold_ <= 0) return;
+  watched_ = std::move(watched);
+  say_ = std::move(say);
+  check();
+}
+
+void StragglerWatch::stop() {
+  stopped_ = true;
+  timer_.cancel();
+}
+
+std::vector<detail::WorkSample> StragglerWatch::read(const LiveAttempt& attempt) const {
+  std::vector<detail::WorkSample> out;
+  for (const auto& r : attempt.ranks) {
+    if (!r.running() || !r.recorder) continue;
+    const auto& seg = r.recorder->segment();
+    detail::WorkSample s{.rank = r.spec->rank, .host = host_};
+    read_steps(seg.steps, s);
+    for (const auto& ring : seg.stats) {
+      s.gaps += ring.work.gaps.load(std::memory_order_relaxed);
+      s.gap_ns += ring.work.gap_ns.load(std::memory_order_relaxed);
+    }
+    const pid_t pid = r.recorder->recording(r.record->pid);
+    read_schedstat(pid, s);
+    read_faults(pid, s);
+    read_throttled(pid, s);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void StragglerWatch::check() {
+  if (stopped_) return;
+  const LiveAttempt* attempt = watched_();
+  if (attempt != nullptr)
+    for (const auto& line : detector_.observe(read(*attempt))) say_(line);
+  timer_.expires_after(read_every(attempt != nullptr ? attempt->ranks.size() : 0));
+  timer_.async_wait([this](auto ec) {
+    if (!ec) check();
+  });
+}
+
+}  // namespace idist::launchers::supervision

@@ -1,0 +1,42 @@
+#pragma once
+// Straggler watching (issue 47): every 100 ms and a millisecond a rank, the ranks' own work (their metrics: the time
+// between collectives, the steps) and what /proc says of their processes, given to a
+// StragglerDetector (stall/straggler.hpp), whose lines idist-run says. Off with
+// --straggler-threshold 0. Each node compares its own ranks.
+
+#include <boost/asio.hpp>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "stall/straggler.hpp"
+
+namespace idist::launchers::supervision {
+
+namespace asio = boost::asio;
+struct LiveAttempt;
+
+class StragglerWatch {
+ public:
+  StragglerWatch(asio::io_context& io, double threshold, std::string host);
+  // Reads from now on while `watched` gives an attempt whose ranks run; `say` gets each line.
+  void start(std::function<LiveAttempt*()> watched, std::function<void(const std::string&)> say);
+  void stop();
+  // Ranks named and not yet back under the threshold: rank -> its excess (0.23: 23% longer).
+  const std::map<int, double>& current() const { return detector_.current(); }
+
+ private:
+  void check();
+  std::vector<detail::WorkSample> read(const LiveAttempt& attempt) const;
+
+  asio::steady_timer timer_;
+  double threshold_;
+  std::string host_;
+  detail::StragglerDetector detector_;
+  std::function<LiveAttempt*()> watched_;
+  std::function<void(const std::string&)> say_;
+  bool stopped_ = false;
+};
+
+}  // namespace idist::launchers::supervision
