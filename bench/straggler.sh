@@ -28,6 +28,7 @@ for pct in 10 20; do
   done
   printf '%5s%%  within %2d %s\n' "$pct" "$target" "$row"
 done
+[ "$MINUTES" -gt 0 ] || exit 0
 steps=$((MINUTES * 600))
 "$RUN" -n 4 "$PROG" "$steps" 10 >"$DIR/healthy" 2>&1
 echo "healthy, $MINUTES min ($steps steps of 100 ms): $(grep -c "straggler:" "$DIR/healthy" || true) straggler lines (target 0)"

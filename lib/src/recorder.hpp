@@ -11,6 +11,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -45,7 +46,7 @@ class RecorderRing {
   struct Timing {
     common::recorder::OpStats* stats = nullptr;  // the call being timed
     common::recorder::WorkStats* work = nullptr;
-    const std::atomic<std::uint64_t>* steps = nullptr;  // the program's (StepStats::steps)
+    const std::atomic<std::int64_t>* last_mark = nullptr;  // StepStats::last_mark_ns: 0 before this program's first
     std::int64_t start_ns = 0;
     std::int64_t last_end_ns = 0;  // the last timed call's end: the next call closes the gap
     std::uint32_t weight = 1;      // of the call being timed
@@ -179,6 +180,10 @@ class RecorderRing {
     ::clock_gettime(CLOCK_MONOTONIC, &t);
     return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
   }
+  static std::int64_t& thread_last_end_ns() noexcept {
+    thread_local std::int64_t end = 0;
+    return end;
+  }
   static void add(std::atomic<std::uint64_t>& c, std::uint64_t v) noexcept {
     c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
   }
@@ -192,8 +197,12 @@ class RecorderRing {
     const auto now = clock_ns();
     const bool large = bytes >= rec::kTimedBytes;
     if (t.last_end_ns != 0) {
+      // From the later of this ring's last timed end and this thread's: the calls of another
+      // group in between are not this rank's work (with steps every call is timed, so the
+      // thread's gaps add up to its work whatever the groups).
+      const auto from = std::max(t.last_end_ns, thread_last_end_ns());
       add(t.work->gaps, 1);
-      add(t.work->gap_ns, static_cast<std::uint64_t>(now > t.last_end_ns ? now - t.last_end_ns : 0));
+      add(t.work->gap_ns, static_cast<std::uint64_t>(now > from ? now - from : 0));
       t.last_end_ns = 0;
       t.countdown = large ? t.resume : t.resume - 1;  // a small call is one of the count
       if (!large && t.countdown != 0) return nullptr;
@@ -213,12 +222,13 @@ class RecorderRing {
     add(t.stats->buckets[rec::bucket_of(ns)], t.weight);
     // Each call while the program marks steps: its calls are few a step, and the work between
     // them is what straggler reports compare (every gap of a step, not a sample).
-    if (const bool stepping = t.steps->load(std::memory_order_relaxed) != 0; t.sampled || stepping) {
+    if (const bool stepping = t.last_mark->load(std::memory_order_relaxed) != 0; t.sampled || stepping) {
       t.every = stepping || ns >= rec::kTimedNs ? 1u : static_cast<std::uint32_t>(rec::kSampleEvery);
       t.countdown = t.every;
     }
     // The next call closes the gap: the countdown is 1 for it, and goes on from `resume` after.
     t.last_end_ns = end;
+    thread_last_end_ns() = end;
     t.resume = t.countdown;
     t.countdown = 1;
   }
@@ -246,7 +256,8 @@ class RecorderRing {
                std::uint8_t backend)
       : segment_(segment), ring_(ring),
         stats_(segment->count_calls.load(std::memory_order_relaxed) != 0 ? &segment->stats[ring - segment->rings] : nullptr),
-        timing_{.work = stats_ != nullptr ? &stats_->work : nullptr, .steps = &segment->steps.steps}, life_(life << 16),
+        timing_{.work = stats_ != nullptr ? &stats_->work : nullptr, .last_mark = &segment->steps.last_mark_ns},
+        life_(life << 16),
         backend_(backend % common::recorder::kStatBackends), owned_(owned) {}
 
   common::recorder::Segment* segment_ = nullptr;

@@ -5,10 +5,9 @@
 # usage: metrics.sh IDIST_RUN METRICS_RANK
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
-PROG=$(realpath "$2")
-DIR=$(mktemp -d)
+private_copy metrics_rank "$2"  # $PROG: a test beside this one running metrics_rank is not ours to stop
 PROM_PID=
-trap 'kill $PROM_PID 2>/dev/null; pkill -f "^$PROG " 2>/dev/null; rm -rf "$DIR"' EXIT
+trap 'kill $PROM_PID 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; rm -rf "$DIR"' EXIT
 cd "$DIR" || exit 1
 PY=/usr/bin/python3  # Debian's, with its python3-prometheus-client
 export OMP_NUM_THREADS=1

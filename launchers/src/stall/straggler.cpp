@@ -3,6 +3,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace idist::launchers::detail {
 
@@ -19,31 +20,44 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-bool same_ranks(const std::vector<WorkSample>& a, const std::vector<WorkSample>& b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) { return x.rank == y.rank; });
+// The median of `sorted` without one element equal to `x` (a rank against the others), without
+// sorting again: a reading of 256 ranks compares each with the rest.
+double median_without(const std::vector<double>& sorted, double x) {
+  const auto skip = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), x) - sorted.begin());
+  const auto at = [&](std::size_t k) { return sorted[k < skip ? k : k + 1]; };
+  const auto n = sorted.size() - 1;
+  return n % 2 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
 }
+
+bool same_ranks(const std::vector<WorkSample>& a, const std::vector<WorkSample>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) {
+           return x.rank == y.rank && x.pid == y.pid;
+         });
+}
+
+// after - before, or 0 where a counter went backwards (a file that could not be read).
+std::uint64_t delta(std::uint64_t after, std::uint64_t before) { return after > before ? after - before : 0; }
 
 // What /proc says slowed rank i in the window, where it stands out from the others: "; its cpu
 // is shared: ...", or "".
 std::string cause(const std::vector<WorkSample>& now, const std::vector<WorkSample>& base, std::size_t i) {
   const auto share = [&](std::size_t j) {
-    const auto run = now[j].run_ns - base[j].run_ns;
-    return run == 0 ? 0.0 : static_cast<double>(now[j].wait_ns - base[j].wait_ns) / static_cast<double>(run);
+    const auto run = delta(now[j].run_ns, base[j].run_ns);
+    return run == 0 ? 0.0 : static_cast<double>(delta(now[j].wait_ns, base[j].wait_ns)) / static_cast<double>(run);
   };
   std::vector<double> others;
   std::uint64_t others_throttled = 0;
   for (std::size_t j = 0; j < now.size(); ++j)
     if (j != i) {
       others.push_back(share(j));
-      others_throttled = std::max(others_throttled, now[j].throttled_us - base[j].throttled_us);
+      others_throttled = std::max(others_throttled, delta(now[j].throttled_us, base[j].throttled_us));
     }
   std::string out;
   if (const double mine = share(i); mine >= 0.05 && mine > 2 * median(others) + 0.02)
     out += fmt::format("; its cpu is shared: it waited for one {:.0f}% as long as it ran", mine * 100);
-  if (const auto throttled = now[i].throttled_us - base[i].throttled_us; throttled > 2 * others_throttled + 1000)
+  if (const auto throttled = delta(now[i].throttled_us, base[i].throttled_us); throttled > 2 * others_throttled + 1000)
     out += fmt::format("; its cgroup's cpu.max held it back for {:.0f} ms", static_cast<double>(throttled) / 1e3);
-  if (const auto faults = now[i].major_faults - base[i].major_faults; faults >= 100)
+  if (const auto faults = delta(now[i].major_faults, base[i].major_faults); faults >= 100)
     out += fmt::format("; it read {} pages in from disk (memory pressure?)", faults);
   return out;
 }
@@ -63,7 +77,7 @@ namespace {
 std::uint64_t fewest(const std::vector<WorkSample>& now, const std::vector<WorkSample>& h,
                      std::uint64_t WorkSample::*field) {
   std::uint64_t least = ~std::uint64_t{0};
-  for (std::size_t i = 0; i < now.size(); ++i) least = std::min(least, now[i].*field - h[i].*field);
+  for (std::size_t i = 0; i < now.size(); ++i) least = std::min(least, delta(now[i].*field, h[i].*field));
   return least;
 }
 
@@ -72,8 +86,8 @@ std::vector<double> work_in(const std::vector<WorkSample>& now, const std::vecto
   std::vector<double> work(now.size());
   for (std::size_t i = 0; i < now.size(); ++i) {
     const auto& b = base[i];
-    const double ns = static_cast<double>(steps ? now[i].step_work_ns - b.step_work_ns : now[i].gap_ns - b.gap_ns);
-    const auto per = steps ? now[i].steps - b.steps : now[i].gaps - b.gaps;
+    const double ns = static_cast<double>(steps ? delta(now[i].step_work_ns, b.step_work_ns) : delta(now[i].gap_ns, b.gap_ns));
+    const auto per = steps ? delta(now[i].steps, b.steps) : delta(now[i].gaps, b.gaps);
     work[i] = per == 0 ? 0 : ns / static_cast<double>(per) / 1e6;
   }
   return work;
@@ -129,22 +143,27 @@ std::vector<std::string> StragglerDetector::observe(const std::vector<WorkSample
   if (history_.size() > kMostReadings) history_.pop_front();
   const auto ws = windows(now);
   if (ws.empty()) return lines;
+  std::vector<std::vector<double>> works, sorted;
+  for (const auto& w : ws) {
+    works.push_back(work_in(now, *w.base, w.steps));
+    sorted.push_back(works.back());
+    std::sort(sorted.back().begin(), sorted.back().end());
+  }
   for (std::size_t i = 0; i < now.size(); ++i) {
     const int rank = now[i].rank;
-    for (const auto& w : ws) {
-      const auto work = work_in(now, *w.base, w.steps);
-      std::vector<double> others;
-      for (std::size_t j = 0; j < now.size(); ++j)
-        if (j != i) others.push_back(work[j]);
-      const double ref = median(others);
-      const double excess = ref > 0 ? work[i] / ref - 1 + 1e-9 : 0;  // 12 against 10 is 20%, not 19.99%
+    for (std::size_t k = 0; k < ws.size(); ++k) {
+      const auto& w = ws[k];
+      const auto& work = works[k];
+      const double ref = median_without(sorted[k], work[i]);
+      const double excess = ref > 0 ? work[i] / ref - 1 : 0;
       if (named_.contains(rank)) {  // over once the longest window is back under half the threshold
         if (&w == &ws.back() && w.count >= options_.window_steps && excess < options_.threshold / 2) named_.erase(rank);
         continue;
       }
       const double needed = w.steps && w.count < 2 * options_.first_steps ? 2 * options_.threshold : options_.threshold;
       const double least = w.steps ? options_.least_ms : options_.least_ms / 100;  // a call: 5 us
-      if (excess < needed || work[i] - ref < least) continue;
+      // To the percent the line says it in: a rank said to take 10% longer meets a threshold of 10%.
+      if (std::round(excess * 100) < std::round(needed * 100) || work[i] - ref < least) continue;
       named_[rank] = excess;
       lines.push_back(fmt::format("straggler: rank {} ({}) takes {:.0f}% longer than the median between collectives "
                                   "over the last {} {} ({:.1f} ms against {:.1f} ms a {}){}",

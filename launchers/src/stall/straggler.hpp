@@ -18,6 +18,7 @@ namespace idist::launchers::detail {
 // One rank's counters at one reading (cumulative: rank_metrics.hpp's and /proc's).
 struct WorkSample {
   int rank = 0;
+  int pid = 0;  // another process in the rank's place (a replacement, a restart): counted anew
   std::string host;
   std::uint64_t steps = 0;   // StepStats::steps
   std::uint64_t step_work_ns = 0;  // StepStats::work_ns: the work up to the last step mark

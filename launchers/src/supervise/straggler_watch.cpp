@@ -82,13 +82,13 @@ std::vector<detail::WorkSample> StragglerWatch::read(const LiveAttempt& attempt)
   for (const auto& r : attempt.ranks) {
     if (!r.running() || !r.recorder) continue;
     const auto& seg = r.recorder->segment();
-    detail::WorkSample s{.rank = r.spec->rank, .host = host_};
+    const pid_t pid = r.recorder->recording(r.record->pid);
+    detail::WorkSample s{.rank = r.spec->rank, .pid = pid, .host = host_};
     read_steps(seg.steps, s);
     for (const auto& ring : seg.stats) {
       s.gaps += ring.work.gaps.load(std::memory_order_relaxed);
       s.gap_ns += ring.work.gap_ns.load(std::memory_order_relaxed);
     }
-    const pid_t pid = r.recorder->recording(r.record->pid);
     read_schedstat(pid, s);
     read_faults(pid, s);
     read_throttled(pid, s);
