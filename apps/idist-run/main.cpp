@@ -148,9 +148,7 @@ std::pair<int, int> parse_nnodes(const std::string& text) {
 
 // --rdzv-backend: torchrun's names. c10d and static are the built-in rendezvous (node 0's
 // idist-run); etcd and etcd-v2 (torchrun's two etcd rendezvous) are ours on etcd's v3 API.
-bool etcd_backend(const std::string& backend) {
-  return config::torchrun_rdzv_backend("--rdzv-backend", backend) == "etcd";
-}
+bool etcd_backend(const std::string& b) { return config::torchrun_rdzv_backend("--rdzv-backend", b) == "etcd"; }
 
 // --timeout: seconds above 0 (up to about 31 years).
 double parse_timeout(const std::string& text) {
@@ -299,6 +297,7 @@ L::SuperviseOptions supervise_options(const Cli& cli) {
   supervise.log_dir = cli.log_dir;
   supervise.metrics = cli.metrics;
   supervise.straggler_threshold = cli.straggler_percent / 100;
+  supervise.trace = cli.trace;
   return supervise;
 }
 

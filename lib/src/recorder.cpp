@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -34,10 +35,16 @@ rec::Segment* map_segment() {
     char* end = nullptr;
     const long fd = std::strtol(text, &end, 10);
     if (end != text && *end == '\0' && fd >= 0) {
-      void* p = ::mmap(nullptr, sizeof(rec::Segment), PROT_READ | PROT_WRITE, MAP_SHARED, static_cast<int>(fd), 0);
+      // The whole memfd: under --trace it holds the trace's area after the Segment.
+      struct stat st {};
+      const auto size = ::fstat(static_cast<int>(fd), &st) == 0 ? static_cast<std::size_t>(st.st_size) : 0;
+      void* p = size >= sizeof(rec::Segment)
+                    ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, static_cast<int>(fd), 0)
+                    : MAP_FAILED;
       if (p != MAP_FAILED) {
         auto* segment = static_cast<rec::Segment*>(p);
         if (segment->magic == rec::kMagic) {
+          if (size < rec::traced_size()) segment->traced.store(0, std::memory_order_relaxed);  // no area to write in
           segment->rank = -1;
           segment->pid = static_cast<std::int32_t>(::getpid());
           // An earlier process's heartbeat (killed, or ended without finalize) is not ours.
@@ -56,7 +63,7 @@ rec::Segment* map_segment() {
           ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(tracer), 0, 0, 0);
           return segment;
         }
-        ::munmap(p, sizeof(rec::Segment));
+        ::munmap(p, size);
       }
     }
   }

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "idist/common/flight_recorder.hpp"
+#include "idist/common/trace_area.hpp"
 #include "idist/types.hpp"
 
 namespace idist::detail {
@@ -62,6 +63,8 @@ class RecorderRing {
     std::uint64_t number = 0;
     const common::recorder::Ring* shared = nullptr;  // the ring, where others write it too
     Timing* timing = nullptr;                        // the call is timed (--metrics)
+    common::recorder::TraceEntry* traced = nullptr;  // the call's entry in the trace (--trace)
+    std::uint64_t trace_number = 0;                  // the entry's number while it is this call's
   };
 
   // A ring of its own when one is free, else the shared one, for the collectives of group
@@ -75,7 +78,8 @@ class RecorderRing {
   RecorderRing() = default;
   RecorderRing(RecorderRing&& other) noexcept
       : segment_(other.segment_), ring_(other.ring_), entry_(other.entry_), stats_(other.stats_),
-        timing_(other.timing_), life_(other.life_), backend_(other.backend_), owned_(other.owned_) {
+        trace_(other.trace_), timing_(other.timing_), life_(other.life_), backend_(other.backend_),
+        owned_(other.owned_) {
     other.ring_ = nullptr;
     other.entry_ = nullptr;
     other.owned_ = false;
@@ -130,8 +134,11 @@ class RecorderRing {
     slot.version.store((v | 1) + 1, std::memory_order_release);
     if (entry_ != nullptr) write_entry(*entry_, life_ | (epoch & 0xffff), group, true, op, seq, history);
     Mark mark{&slot, n, owned_ ? nullptr : ring_};
+    if (bytes == ~std::uint64_t{0} && (stats_ != nullptr || trace_ != nullptr)) [[unlikely]]
+      bytes = count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0;
+    if (trace_ != nullptr) [[unlikely]]
+      trace_enter(mark, slot, bytes);
     if (stats_ != nullptr) [[unlikely]] {
-      if (bytes == ~std::uint64_t{0}) bytes = count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0;
       auto& st = stats_->ops[backend_][static_cast<std::size_t>(op)];  // an Op: below kOps
       if (!owned_) {  // several threads: counted, not timed
         st.calls.fetch_add(1, std::memory_order_relaxed);
@@ -152,6 +159,8 @@ class RecorderRing {
     if (mark.slot == nullptr) return;
     if (mark.timing != nullptr) [[unlikely]]
       time_call(*mark.timing);
+    if (mark.traced != nullptr) [[unlikely]]
+      trace_leave(mark, ok);
     // Only the shared ring can have written over it since (when every slot was an open call).
     if (mark.shared != nullptr && mark.slot->number.load(std::memory_order_relaxed) != mark.number) return;
     mark.slot->state.store(static_cast<std::uint8_t>(ok ? rec::State::completed : rec::State::failed),
@@ -233,6 +242,44 @@ class RecorderRing {
     t.countdown = 1;
   }
 
+  // The call's entry in the trace, from the slot just written, dated now.
+  [[gnu::noinline]] void trace_enter(Mark& mark, const common::recorder::Slot& slot, std::uint64_t bytes) noexcept {
+    namespace rec = common::recorder;
+    std::uint64_t n = 0;
+    if (owned_) {
+      n = trace_->next.load(std::memory_order_relaxed);
+      trace_->next.store(n + 1, std::memory_order_relaxed);
+    } else {
+      n = trace_->next.fetch_add(1, std::memory_order_relaxed);
+    }
+    auto& e = trace_->entries[n % rec::kTraceEntries];
+    e.number.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    e.end_ns.store(0, std::memory_order_relaxed);
+    e.state.store(static_cast<std::uint8_t>(rec::State::entered), std::memory_order_relaxed);
+    e.seq = slot.seq;
+    e.bytes = bytes;
+    e.epoch = slot.epoch;
+    e.group = slot.group;
+    e.root = slot.root;
+    e.op = slot.op;
+    e.kind = slot.kind;
+    e.start_ns = clock_ns();
+    e.number.store(n + 1, std::memory_order_release);
+    mark.traced = &e;
+    mark.trace_number = n + 1;
+  }
+
+  // The state before the end: a reader that sees the end sees how the call ended. An entry the
+  // shared ring has since given to another call (8,192 calls during this one) is left alone.
+  [[gnu::noinline]] static void trace_leave(const Mark& mark, bool ok) noexcept {
+    namespace rec = common::recorder;
+    auto& e = *mark.traced;
+    if (e.number.load(std::memory_order_relaxed) != mark.trace_number) return;
+    e.state.store(static_cast<std::uint8_t>(ok ? rec::State::completed : rec::State::failed), std::memory_order_relaxed);
+    e.end_ns.store(clock_ns(), std::memory_order_release);
+  }
+
   // A slot of the shared ring, claimed for writing (its version made odd), and its number `n`;
   // nullptr when none could be had. It passes over slots other threads are writing and slots
   // whose call is still open: a flood of other calls must not push out the one a rank waits
@@ -256,6 +303,9 @@ class RecorderRing {
                std::uint8_t backend)
       : segment_(segment), ring_(ring),
         stats_(segment->count_calls.load(std::memory_order_relaxed) != 0 ? &segment->stats[ring - segment->rings] : nullptr),
+        trace_(segment->traced.load(std::memory_order_relaxed) != 0
+                   ? &common::recorder::trace_area(segment)->rings[ring - segment->rings]
+                   : nullptr),
         timing_{.work = stats_ != nullptr ? &stats_->work : nullptr, .last_mark = &segment->steps.last_mark_ns},
         life_(life << 16),
         backend_(backend % common::recorder::kStatBackends), owned_(owned) {}
@@ -264,6 +314,7 @@ class RecorderRing {
   common::recorder::Ring* ring_ = nullptr;
   common::recorder::GroupEntry* entry_ = nullptr;  // a group's in the shared ring: its latest call kept there
   common::recorder::RingStats* stats_ = nullptr;   // the ring's counters; null: the rank keeps no metrics
+  common::recorder::TraceRing* trace_ = nullptr;   // the ring's trace; null: no --trace
   Timing timing_;
   std::uint32_t life_ = 0;  // this process's number in the segment, as Slot::epoch's high bits
   std::uint8_t backend_ = 0;  // stat_backend()

@@ -234,7 +234,7 @@ check "the schema forbids other keys" equals "$(jq .additionalProperties "$SCHEM
 check "the schema is draft 2020-12" equals "$(jq -r '.["$schema"]' "$SCHEMA")" "https://json-schema.org/draft/2020-12/schema"
 # Values at and beyond each bound the schema states, of each type it names: idist-run must
 # take what the schema allows and refuse, naming the key, what it forbids.
-declare -A SAMPLE=([master_addr]=localhost [rdzv_id]=exp-1 [rdzv_endpoint]=localhost:29400 [rdzv_conf]=heartbeat=0.5 [port_range]=1-65535 [forward_signals]=sigusr1,TERM [log_dir]=$TMP/logs [metrics]=127.0.0.1:9100)
+declare -A SAMPLE=([master_addr]=localhost [rdzv_id]=exp-1 [rdzv_endpoint]=localhost:29400 [rdzv_conf]=heartbeat=0.5 [port_range]=1-65535 [forward_signals]=sigusr1,TERM [log_dir]=$TMP/logs [metrics]=127.0.0.1:9100 [trace]=$TMP/trace.json)
 cases=$(jq -r '
   .properties | to_entries[] | select(.value["$ref"] == null and .key != "$schema" and .key != "program")
   | .key as $k | .value as $p

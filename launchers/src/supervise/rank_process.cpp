@@ -24,23 +24,27 @@ namespace idist::launchers::supervision {
 using detail::Channel;
 using detail::WallClock;
 
-std::unique_ptr<RecorderMemory> RecorderMemory::make(bool count_calls) {
-  const int fd = detail::memfd_for_ranks("idist-flight-recorder", sizeof(common::recorder::Segment));
+std::unique_ptr<RecorderMemory> RecorderMemory::make(const RecorderOptions& options) {
+  // The trace's 4 MiB cost memory only where a ring writes them (a memfd's pages come when touched).
+  const std::size_t size = options.trace ? common::recorder::traced_size() : sizeof(common::recorder::Segment);
+  const int fd = detail::memfd_for_ranks("idist-flight-recorder", size);
   if (fd < 0) return nullptr;
-  void* p = ::mmap(nullptr, sizeof(common::recorder::Segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     ::close(fd);
     return nullptr;
   }
   auto* segment = new (p) common::recorder::Segment();
   segment->tracer = static_cast<std::int32_t>(::getpid());  // gdb, for stall reports
-  segment->count_calls.store(count_calls ? 1 : 0, std::memory_order_relaxed);
-  return std::unique_ptr<RecorderMemory>(new RecorderMemory(fd, segment));
+  segment->count_calls.store(options.count_calls ? 1 : 0, std::memory_order_relaxed);
+  segment->traced.store(options.trace ? 1 : 0, std::memory_order_relaxed);
+  // The trace's area stays as the memfd made it: zeros are its empty state, untouched pages.
+  return std::unique_ptr<RecorderMemory>(new RecorderMemory(fd, segment, size));
 }
 
 RecorderMemory::~RecorderMemory() {
   if (fd_ >= 0) ::close(fd_);
-  ::munmap(segment_, sizeof(common::recorder::Segment));
+  ::munmap(segment_, size_);
 }
 
 void RecorderMemory::close_fd() {
@@ -133,9 +137,9 @@ detail::LogFile open_log(const std::string& dir, int rank, const char* suffix) {
 
 }  // namespace
 
-ProcessContext::ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output, bool count_calls,
-                               std::function<void()> output_closed)
-    : io_(io), console_(console), tag_output_(tag_output), count_calls_(count_calls),
+ProcessContext::ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output,
+                               RecorderOptions recorder, std::function<void()> output_closed)
+    : io_(io), console_(console), tag_output_(tag_output), recorder_(recorder),
       output_closed_(std::move(output_closed)) {}
 
 std::optional<std::string> ProcessContext::start(Rank& rank, const std::string& log_dir) {
@@ -146,7 +150,7 @@ std::optional<std::string> ProcessContext::start(Rank& rank, const std::string& 
   rank.record->start = WallClock::now();
   // The rank's flight recorder: a memfd it inherits, which we read for stall reports.
   ProcessSpec with_recorder = spec;
-  rank.recorder = RecorderMemory::make(count_calls_);
+  rank.recorder = RecorderMemory::make(recorder_);
   if (rank.recorder) {
     with_recorder.env.push_back(std::string(env::kRecorderFd) + "=" + std::to_string(rank.recorder->fd()));
     with_recorder.pass_fds.push_back(rank.recorder->fd());

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "idist/common/flight_recorder.hpp"
+#include "idist/common/trace_area.hpp"
 #include "idist/launchers/supervisor.hpp"
 #include "output/console.hpp"
 #include "output/rank_output.hpp"
@@ -45,12 +46,17 @@ struct Stream {
   bool held = false;  // not read while the console holds all it may for a slow reader
 };
 
+// What the ranks record beyond their calls.
+struct RecorderOptions {
+  bool count_calls = false;  // the metrics (--metrics, straggler reports)
+  bool trace = false;        // each call's start and end (--trace; common/trace_area.hpp)
+};
+
 // A rank's flight recorder, as idist-run maps it (the rank maps the same memfd).
 class RecorderMemory {
  public:
   // The memory and the descriptor to hand the rank; nullptr where memfds cannot be had.
-  // `count_calls`: the rank keeps the metrics (--metrics).
-  static std::unique_ptr<RecorderMemory> make(bool count_calls);
+  static std::unique_ptr<RecorderMemory> make(const RecorderOptions& options);
   ~RecorderMemory();
   RecorderMemory(const RecorderMemory&) = delete;
   RecorderMemory& operator=(const RecorderMemory&) = delete;
@@ -69,11 +75,17 @@ class RecorderMemory {
   pid_t admits_pid() const { return segment_->admits_pid.load(std::memory_order_acquire); }
   // The rank's metrics are in it (common/rank_metrics.hpp).
   const common::recorder::Segment& segment() const { return *segment_; }
+  // The rank's trace (--trace), or null.
+  const common::recorder::TraceArea* trace() const {
+    return size_ >= common::recorder::traced_size() ? common::recorder::trace_area(segment_) : nullptr;
+  }
 
  private:
-  RecorderMemory(int fd, common::recorder::Segment* segment) : fd_(fd), segment_(segment) {}
+  RecorderMemory(int fd, common::recorder::Segment* segment, std::size_t size)
+      : fd_(fd), segment_(segment), size_(size) {}
   int fd_;
   common::recorder::Segment* segment_;
+  std::size_t size_;  // mapped
   std::uint64_t seen_entered_ = 0;
   std::int64_t since_ns_ = 0;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> open_since_;  // (epoch, id): first seen open
@@ -110,7 +122,7 @@ class ProcessContext {
  public:
   // `output_closed`: a rank's stream reached its end (the attempt may be over). `count_calls`:
   // the ranks keep the metrics (--metrics).
-  ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output, bool count_calls,
+  ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output, RecorderOptions recorder,
                  std::function<void()> output_closed);
 
   // Starts `rank` with its log files in `log_dir` ("" for none); the reason when it cannot.
@@ -138,7 +150,7 @@ class ProcessContext {
   asio::io_context& io_;
   detail::Console& console_;
   bool tag_output_;
-  bool count_calls_;
+  RecorderOptions recorder_;
   std::function<void()> output_closed_;
 };
 

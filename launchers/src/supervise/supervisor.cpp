@@ -29,9 +29,8 @@
 #include "recovery.hpp"
 #include "signal_list.hpp"
 #include "heartbeat_watch.hpp"
-#include "metrics.hpp"
+#include "insight.hpp"
 #include "stall_watch.hpp"
-#include "straggler_watch.hpp"
 #include "status_socket.hpp"
 #include "timings.hpp"
 
@@ -72,16 +71,9 @@ class Supervisor {
     if (options_.status_socket)
       status_ = std::make_unique<detail::StatusServer>(
           io_, [this] { return watch_.status_text(started()) + recovery_.status_text(); });
-    stragglers_.start([this] { return phase_ == Phase::running ? &current() : nullptr; },
-                      [this](const std::string& line) {
-                        spdlog::warn("{}", line);
-                        current().record.stragglers.push_back(line);
-                      });
-    if (!options_.metrics.empty())  // before the nodes meet: a port taken ends this node at once
-      metrics_ = std::make_unique<MetricsEndpoint>(io_, options_.metrics, [this] {
-        return metrics_text(attempts_, started() != nullptr,
-                            {.job = options_.run_id, .host = host_, .restarts = restarts_, .stragglers = stragglers_.current()});
-      });
+    // Before the nodes meet: a --metrics port taken ends this node at once.
+    insight_.start({.running = [this] { return phase_ == Phase::running ? &current() : nullptr; },
+                    .started = [this] { return started() != nullptr; }, .attempts = &attempts_, .restarts = &restarts_});
     if (auto& c = options_.coordinator) {
       Coordinator::Events events{.end_attempt = [this](const std::string& cause) { on_remote_end(cause); },
                                  .lost = [this](const std::string& why) { on_lost(why); },
@@ -98,6 +90,11 @@ class Supervisor {
     watch_.close();  // a gdb thread still at work posts nothing to io_ from now on
     if (options_.coordinator) options_.coordinator->detach();  // before io_ goes
     procs_.kill_leftovers_now(nullptr);  // normally none: each attempt cleaned up after itself
+    detail::attach_log(nullptr);  // the console is closed: straight to stderr from here
+    const auto* c = options_.coordinator.get();
+    // A trace asked for and not written is a record lost, as a log's bytes are.
+    if (!insight_.write_trace(c ? c->assignment().node_rank : 0, c ? c->assignment().nnodes : 1) && run_.exit_code == 0)
+      run_.exit_code = kLogLossExit;
     report_.finish(run_);
     result_.exit_code = run_.exit_code;
     result_.outcome = run_.outcome;
@@ -587,9 +584,8 @@ class Supervisor {
     forward_signals_.cancel(ignored);
     watch_.stop();
     beats_.stop();
-    stragglers_.stop();
-    status_.reset();  // their pending accepts would keep the event loop going
-    metrics_.reset();
+    insight_.stop();
+    status_.reset();  // its pending accepts would keep the event loop going
     conclude();
     finish_timer_.expires_after(kFinishBound);
     finish_timer_.async_wait([this](auto ec) {
@@ -647,13 +643,12 @@ class Supervisor {
   std::string host_;
   asio::io_context io_;  // first, so that it outlives every object that uses it
   detail::Console console_{io_};  // before the attempts: their output goes to it
-  ProcessContext procs_{io_, console_, options_.tag_output, !options_.metrics.empty() || options_.straggler_threshold > 0,
-                        [this] { maybe_finish(); }};
+  ProcessContext procs_{io_, console_, options_.tag_output, Insight::recorder(options_), [this] { maybe_finish(); }};
   StallWatch watch_{io_, options_, host_};
   HeartbeatWatch beats_{io_, options_.heartbeat_timeout};
-  StragglerWatch stragglers_{io_, options_.straggler_threshold, host_};
   LiveRecovery recovery_{io_, options_.recovery, options_.min_world, options_.coordinator.get()};
   JobReport report_{options_, host_, console_};
+  Insight insight_{io_, options_, host_};  // after the process context: it reads the ranks
   OomWatch oom_;
   asio::signal_set child_signal_{io_, SIGCHLD};
   asio::signal_set teardown_signals_{io_};
@@ -665,7 +660,6 @@ class Supervisor {
   asio::steady_timer timeout_timer_{io_};
   asio::steady_timer finish_timer_{io_};
   std::unique_ptr<detail::StatusServer> status_;
-  std::unique_ptr<MetricsEndpoint> metrics_;
   // Every attempt stays until the end: its handlers may still be queued, and the summary needs it.
   std::vector<std::unique_ptr<LiveAttempt>> attempts_;
   Phase phase_ = Phase::starting;

@@ -145,6 +145,9 @@ struct Segment {
   // 1: idist-run serves --metrics, and the rank counts its calls in `stats` (rank_metrics.hpp);
   // 0: it does not, and a call costs what the recorder alone costs.
   std::atomic<std::int32_t> count_calls{0};
+  // 1: idist-run writes a trace (--trace), and the memfd holds a TraceArea after this Segment
+  // (trace_area.hpp), where the rank dates each call; 0: no area, no clock read.
+  std::atomic<std::int32_t> traced{0};
   Ring rings[kRings];
   GroupEntry groups[kGroups];
   // The metrics (rank_metrics.hpp): ring r's counters at stats[r], and the program's steps.

@@ -64,6 +64,7 @@ struct Options {
   std::string log_dir;
   std::string metrics;
   double straggler_percent = 10;
+  std::string trace;
   bool verbose = false;
   bool module = false;          // -m: the program is a Python module
   bool no_python = false;       // --no-python: a .py program runs directly
@@ -195,6 +196,10 @@ inline constexpr Setting kSettings[] = {
      "Percent by which a rank's work between collectives (per step, where the program marks steps) may exceed "
      "the other ranks' median before idist-run names it a straggler, once per episode (0: never)",
      &Options::straggler_percent, Check::percent, true},
+    {"trace", "--trace", "IDIST_TRACE", Type::string, "",
+     "FILE: at the job's end, write the ranks' collectives (op, bytes, start and end, who waited for whom) to FILE "
+     "as a Chrome/Perfetto trace, one track per rank (open it in ui.perfetto.dev)",
+     &Options::trace},
     {"verbose", "--verbose", "IDIST_VERBOSE", Type::boolean, "-v", "Say what idist-run decides and does",
      &Options::verbose},
     {"module", "--module", "IDIST_MODULE", Type::boolean, "-m",

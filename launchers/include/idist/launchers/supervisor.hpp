@@ -80,6 +80,9 @@ struct SuperviseOptions {
   std::string metrics;
   // Name a rank whose work exceeds the others' median by this share (--straggler-threshold; 0: off).
   double straggler_threshold = 0;
+  // Write the ranks' calls to this file as a Chrome/Perfetto trace at the job's end (--trace;
+  // output/trace_file.hpp); "": none.
+  std::string trace;
   // Stall reports carry the suspects' stacks (gdb, from a thread of ours: only for a caller
   // whose ranks are exec'd, as idist-run's are, never forked from a running program).
   bool stacks = false;

@@ -1,0 +1,54 @@
+#include "insight.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace idist::launchers::supervision {
+
+Insight::Insight(asio::io_context& io, const SuperviseOptions& options, std::string host)
+    : io_(io), options_(options), host_(std::move(host)), stragglers_(io, options.straggler_threshold, host_),
+      traces_(io, options.trace) {}
+
+RecorderOptions Insight::recorder(const SuperviseOptions& options) {
+  return {.count_calls = !options.metrics.empty() || options.straggler_threshold > 0, .trace = !options.trace.empty()};
+}
+
+void Insight::start(Job job) {
+  job_ = std::move(job);
+  if (traces_.on())  // before any rank starts: a trace that could not be written would be lost work
+    if (const auto error = detail::check_trace_path(options_.trace); !error.empty()) throw std::runtime_error(error);
+  stragglers_.start(job_.running, [this](const std::string& line) {
+    spdlog::warn("{}", line);
+    if (LiveAttempt* a = job_.running()) a->record.stragglers.push_back(line);
+  });
+  traces_.start(job_.running);
+  if (options_.metrics.empty()) return;
+  metrics_ = std::make_unique<MetricsEndpoint>(io_, options_.metrics, [this] {
+    return metrics_text(*job_.attempts, job_.started(),
+                        {.job = options_.run_id, .host = host_, .restarts = *job_.restarts,
+                         .stragglers = stragglers_.current()});
+  });
+}
+
+void Insight::stop() {
+  stragglers_.stop();
+  traces_.stop();
+  metrics_.reset();  // its pending accepts would keep the event loop going
+}
+
+bool Insight::write_trace(int node_rank, int nnodes) {
+  if (!traces_.on() || job_.attempts == nullptr) return true;
+  try {
+    detail::TraceNode node;
+    node.run_id = options_.run_id;
+    node.host = host_;
+    node.node_rank = node_rank;
+    node.nnodes = nnodes;
+    spdlog::warn("{}", traces_.write(*job_.attempts, std::move(node)));
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return false;
+  }
+}
+
+}  // namespace idist::launchers::supervision

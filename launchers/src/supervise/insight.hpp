@@ -1,0 +1,49 @@
+#pragma once
+// What idist-run tells of a running job's speed (issue 47), in one place for the supervisor:
+// the metrics endpoint (--metrics), straggler lines (--straggler-threshold) and the trace
+// (--trace). Each reads the ranks' flight recorders; none decides anything about the job.
+
+#include <boost/asio.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "idist/launchers/supervisor.hpp"
+#include "metrics.hpp"
+#include "rank_process.hpp"
+#include "straggler_watch.hpp"
+#include "trace_watch.hpp"
+
+namespace idist::launchers::supervision {
+
+class Insight {
+ public:
+  Insight(asio::io_context& io, const SuperviseOptions& options, std::string host);
+  // What the ranks must record for these (RecorderMemory::make).
+  static RecorderOptions recorder(const SuperviseOptions& options);
+
+  struct Job {
+    std::function<LiveAttempt*()> running;  // the attempt whose ranks run, or null
+    std::function<bool()> started;          // its ranks exist (not while the nodes meet)
+    const std::vector<std::unique_ptr<LiveAttempt>>* attempts = nullptr;
+    const int* restarts = nullptr;
+  };
+  // Binds --metrics' port now (throws std::runtime_error naming --metrics where it cannot).
+  void start(Job job);
+  void stop();
+  // At the job's end, after the event loop: the trace's file (node 0 merges the other nodes'
+  // parts). Says its line; a file that cannot be written is said as an error and returns false.
+  bool write_trace(int node_rank, int nnodes);
+
+ private:
+  asio::io_context& io_;
+  const SuperviseOptions& options_;
+  std::string host_;
+  Job job_;
+  StragglerWatch stragglers_;
+  TraceWatch traces_;
+  std::unique_ptr<MetricsEndpoint> metrics_;
+};
+
+}  // namespace idist::launchers::supervision
