@@ -78,7 +78,7 @@ class RecorderRing {
   RecorderRing() = default;
   RecorderRing(RecorderRing&& other) noexcept
       : segment_(other.segment_), ring_(other.ring_), entry_(other.entry_), stats_(other.stats_),
-        trace_(other.trace_), timing_(other.timing_), life_(other.life_), backend_(other.backend_),
+        trace_(other.trace_), extras_(other.extras_), timing_(other.timing_), life_(other.life_), backend_(other.backend_),
         owned_(other.owned_) {
     other.ring_ = nullptr;
     other.entry_ = nullptr;
@@ -134,11 +134,11 @@ class RecorderRing {
     slot.version.store((v | 1) + 1, std::memory_order_release);
     if (entry_ != nullptr) write_entry(*entry_, life_ | (epoch & 0xffff), group, true, op, seq, history);
     Mark mark{&slot, n, owned_ ? nullptr : ring_};
-    if (bytes == ~std::uint64_t{0} && (stats_ != nullptr || trace_ != nullptr)) [[unlikely]]
-      bytes = count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0;
+    if (!extras_) return mark;  // the default counts (straggler reports): no hint either way
+    if (bytes == ~std::uint64_t{0}) bytes = count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0;
     if (trace_ != nullptr) [[unlikely]]
       trace_enter(mark, slot, bytes);
-    if (stats_ != nullptr) [[unlikely]] {
+    if (stats_ != nullptr) {
       auto& st = stats_->ops[backend_][static_cast<std::size_t>(op)];  // an Op: below kOps
       if (!owned_) {  // several threads: counted, not timed
         st.calls.fetch_add(1, std::memory_order_relaxed);
@@ -157,10 +157,10 @@ class RecorderRing {
   static void leave(const Mark& mark, bool ok) noexcept {
     namespace rec = common::recorder;
     if (mark.slot == nullptr) return;
-    if (mark.timing != nullptr) [[unlikely]]
-      time_call(*mark.timing);
-    if (mark.traced != nullptr) [[unlikely]]
-      trace_leave(mark, ok);
+    if ((reinterpret_cast<std::uintptr_t>(mark.timing) | reinterpret_cast<std::uintptr_t>(mark.traced)) != 0) [[unlikely]] {
+      if (mark.timing != nullptr) time_call(*mark.timing);
+      if (mark.traced != nullptr) trace_leave(mark, ok);
+    }
     // Only the shared ring can have written over it since (when every slot was an open call).
     if (mark.shared != nullptr && mark.slot->number.load(std::memory_order_relaxed) != mark.number) return;
     mark.slot->state.store(static_cast<std::uint8_t>(ok ? rec::State::completed : rec::State::failed),
@@ -253,7 +253,7 @@ class RecorderRing {
       n = trace_->next.fetch_add(1, std::memory_order_relaxed);
     }
     auto& e = trace_->entries[n % rec::kTraceEntries];
-    e.number.store(0, std::memory_order_relaxed);
+    if (!hold_entry(e, n + 1)) return;  // another thread's, for now: this call goes untraced
     std::atomic_thread_fence(std::memory_order_release);
     e.end_ns.store(0, std::memory_order_relaxed);
     e.state.store(static_cast<std::uint8_t>(rec::State::entered), std::memory_order_relaxed);
@@ -270,14 +270,30 @@ class RecorderRing {
     mark.trace_number = n + 1;
   }
 
-  // The state before the end: a reader that sees the end sees how the call ended. An entry the
-  // shared ring has since given to another call (8,192 calls during this one) is left alone.
+  // Held as trace_enter holds it: an entry the shared ring has since given to another call
+  // (8,192 calls during this one) is left alone.
   [[gnu::noinline]] static void trace_leave(const Mark& mark, bool ok) noexcept {
     namespace rec = common::recorder;
     auto& e = *mark.traced;
-    if (e.number.load(std::memory_order_relaxed) != mark.trace_number) return;
+    auto held = mark.trace_number;
+    if (!e.number.compare_exchange_strong(held, held | rec::kTraceBusy, std::memory_order_acquire)) return;
+    std::atomic_thread_fence(std::memory_order_release);
     e.state.store(static_cast<std::uint8_t>(ok ? rec::State::completed : rec::State::failed), std::memory_order_relaxed);
-    e.end_ns.store(clock_ns(), std::memory_order_release);
+    e.end_ns.store(clock_ns(), std::memory_order_relaxed);
+    e.number.store(mark.trace_number, std::memory_order_release);
+  }
+
+  // Marks `e` busy for call `number`: with a plain store in an owned ring (one writer), else by
+  // a compare-exchange from a value no writer holds. False where another writer holds it.
+  bool hold_entry(common::recorder::TraceEntry& e, std::uint64_t number) noexcept {
+    namespace rec = common::recorder;
+    if (owned_) {
+      e.number.store(number | rec::kTraceBusy, std::memory_order_relaxed);
+      return true;
+    }
+    auto seen = e.number.load(std::memory_order_relaxed);
+    return (seen & rec::kTraceBusy) == 0 &&
+           e.number.compare_exchange_strong(seen, number | rec::kTraceBusy, std::memory_order_acquire);
   }
 
   // A slot of the shared ring, claimed for writing (its version made odd), and its number `n`;
@@ -306,6 +322,7 @@ class RecorderRing {
         trace_(segment->traced.load(std::memory_order_relaxed) != 0
                    ? &common::recorder::trace_area(segment)->rings[ring - segment->rings]
                    : nullptr),
+        extras_(stats_ != nullptr || trace_ != nullptr),
         timing_{.work = stats_ != nullptr ? &stats_->work : nullptr, .last_mark = &segment->steps.last_mark_ns},
         life_(life << 16),
         backend_(backend % common::recorder::kStatBackends), owned_(owned) {}
@@ -315,6 +332,7 @@ class RecorderRing {
   common::recorder::GroupEntry* entry_ = nullptr;  // a group's in the shared ring: its latest call kept there
   common::recorder::RingStats* stats_ = nullptr;   // the ring's counters; null: the rank keeps no metrics
   common::recorder::TraceRing* trace_ = nullptr;   // the ring's trace; null: no --trace
+  bool extras_ = false;  // stats_ or trace_: one test on the path of a call with neither
   Timing timing_;
   std::uint32_t life_ = 0;  // this process's number in the segment, as Slot::epoch's high bits
   std::uint8_t backend_ = 0;  // stat_backend()

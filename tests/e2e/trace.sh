@@ -4,9 +4,10 @@
 # rank, nodes as processes, arrows paired) and against the job: every call there, the slow rank
 # the one waited for. On one host, then over two network-namespace hosts (node 0 merges node 1's
 # part), then a job stopped by --timeout, then bad input.
-# usage: trace.sh IDIST_RUN METRICS_RANK
+# usage: trace.sh IDIST_RUN METRICS_RANK EXAMPLES_DIR
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
+EXAMPLES=$(realpath "$3")
 CHECK="/usr/bin/python3 $(dirname "$(realpath "$0")")/trace_check.py"
 private_copy metrics_rank "$2"  # $PROG: a test beside this one running metrics_rank is not ours to stop
 trap 'pkill -9 -f "^$PROG " 2>/dev/null; netns_cleanup; rm -rf "$DIR"' EXIT
@@ -48,11 +49,17 @@ else
 fi
 
 # A job that never ends on its own (STEPS 0), stopped by --timeout: the trace still comes, whole.
-"$RUN" -n 2 --timeout 1.5 --trace stopped.json "$PROG" 0 5 >stopped.out 2>&1
+"$RUN" -n 2 --timeout 3 --trace stopped.json "$PROG" 0 5 >stopped.out 2>&1
 rc=$?
 check "a job stopped by --timeout (exit $rc) still writes its trace" \
   eval '[ $rc = 124 ] && grep -q "trace: 2 ranks on 1 node, [0-9]* calls, in stopped.json" stopped.out' || tail -3 stopped.out
-check "... in the format" $CHECK stopped.json --ranks 0,1
+check "... in the format" $CHECK stopped.json --ranks 0,1 --partial
+
+# Point-to-point calls that overlap (an isend beside an irecv) on lanes of their own: slices nest.
+"$RUN" -n 2 --trace p2p.json "$EXAMPLES/isend_irecv" >p2p.out 2>&1
+rc=$?
+check "isend and irecv (exit $rc): on named tracks, every slice nested" \
+  eval '[ $rc = 0 ] && $CHECK p2p.json --ranks 0,1 && grep -q "send/recv" p2p.json' || tail -3 p2p.out
 
 # Bad input: one line naming --trace, non-zero, before any rank starts.
 out=$("$RUN" -n 2 --trace /nonexistent/dir/t.json "$PROG" 5 1 2>&1)

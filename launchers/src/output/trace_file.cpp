@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -29,7 +31,10 @@ constexpr std::int64_t kTraceOrigin = 1'700'000'000'000'000'000;
 // that the timeline stays readable.
 constexpr double kArrowUs = 100;
 constexpr std::size_t kMostArrows = 20'000;
-constexpr int kP2pTrack = 1'000'000;  // a rank's point-to-point calls: tid kP2pTrack + rank
+// Track ids: rank R's collectives on tid R, its point-to-point calls on kP2pTrack + R, and a
+// call that overlaps another of its kind without nesting on lane k, k * kLane more.
+constexpr int kP2pTrack = 1'000'000;
+constexpr int kLane = 10'000'000;
 
 std::int64_t clock_ns(clockid_t clock) {
   timespec t{};
@@ -37,14 +42,15 @@ std::int64_t clock_ns(clockid_t clock) {
   return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
 }
 
-// One slice: its JSON without the closing "}}" of its args and itself, so that the waits found
-// once every node is in can be added.
+std::string quoted(const std::string& s) { return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+// One slice: its JSON without the closing "}}" of its args and itself, so that the waits, known
+// once every node is in, can be added.
 struct Slice {
-  int pid = 0, tid = 0;
+  int pid = 0, tid = 0, rank = 0;
   double ts = 0, dur = 0;
   std::string call;  // a collective's identity, the same on every rank ("" for point-to-point)
   std::string text;
-  std::string extra;  // ,"waited_us":... added by add_waits
 };
 
 struct Part {
@@ -54,15 +60,64 @@ struct Part {
   int ranks = 0;
 };
 
-std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+// Each collective's last rank in: the one every other waited for.
+struct Latest {
+  double ts = 0;
+  int pid = 0, tid = 0, rank = 0;
+};
+using Latecomers = std::unordered_map<std::string, Latest>;
+
+void note(Latecomers& latest, const Slice& s) {
+  if (s.call.empty()) return;
+  auto [it, fresh] = latest.try_emplace(s.call, Latest{s.ts, s.pid, s.tid, s.rank});
+  if (!fresh && s.ts > it->second.ts) it->second = {s.ts, s.pid, s.tid, s.rank};
+}
+
+// The wait `s` had, as args to add (and an arrow where it is long and inside its call).
+std::string waits(const Slice& s, const Latecomers& latest, std::vector<std::string>& arrows) {
+  const auto it = s.call.empty() ? latest.end() : latest.find(s.call);
+  if (it == latest.end()) return "";
+  const Latest& last = it->second;
+  if (last.pid == s.pid && last.tid == s.tid && last.ts == s.ts) return R"(,"last_in":true)";
+  const double waited = last.ts - s.ts;
+  if (waited >= kArrowUs && waited >= s.dur / 2 && waited <= s.dur && arrows.size() < 2 * kMostArrows) {
+    const auto id = arrows.size() / 2;
+    arrows.push_back(fmt::format(R"({{"ph":"s","id":{},"name":"waited for","cat":"wait","pid":{},"tid":{},"ts":{:.3f}}})",
+                                 id, last.pid, last.tid, last.ts));
+    arrows.push_back(fmt::format(R"({{"ph":"f","bp":"e","id":{},"name":"waited for","cat":"wait","pid":{},"tid":{},"ts":{:.3f}}})",
+                                 id, s.pid, s.tid, last.ts));
+  }
+  return fmt::format(R"(,"waited_us":{:.3f},"waited_for":"rank {}")", waited, last.rank);
+}
 
 std::string group_name(std::int32_t group) { return group < 0 ? "world" : "group " + std::to_string(group); }
 
-void add_meta(Part& part, int pid, const std::string& process) {
-  part.meta.push_back(fmt::format(R"({{"ph":"M","pid":{},"name":"process_name","args":{{"name":{}}}}})", pid,
-                                  quoted(process)));
-  part.meta.push_back(fmt::format(R"({{"ph":"M","pid":{},"name":"process_sort_index","args":{{"sort_index":{}}}}})",
-                                  pid, pid));
+Slice slice_of(const TraceNode& node, const TracedRank& r, const TracedCall& c, std::int64_t to_unix) {
+  const bool p2p = c.kind == static_cast<std::uint8_t>(rec::Kind::p2p);
+  const bool open = c.end_ns == 0;
+  const bool failed = c.state == static_cast<std::uint8_t>(rec::State::failed);
+  const auto end = std::max(open ? node.end_ns : c.end_ns, c.start_ns);
+  Slice s;
+  s.pid = node.node_rank;
+  s.rank = r.rank;
+  s.ts = static_cast<double>(c.start_ns + to_unix - kTraceOrigin) / 1000;
+  s.dur = static_cast<double>(end - c.start_ns) / 1000;
+  const auto op = std::string(rec::op_name(static_cast<rec::Op>(c.op)));
+  const char* state = open ? "open at the job's end" : failed ? "failed" : "completed";
+  const char* color = open ? R"("cname":"bad",)" : failed ? R"("cname":"terrible",)" : "";
+  // The text from "dur" on: its start, with the tid, goes in once the lane is known (place_in_lanes).
+  if (p2p) {
+    s.tid = kP2pTrack + r.rank;
+    s.text = fmt::format(R"("dur":{:.3f},"name":"{}","cat":"p2p",{}"args":{{"rank":{},"bytes":{},"peer":{},"tag":{},"group":"{}","attempt":{},"state":"{}")",
+                         s.dur, op, color, r.rank, c.bytes, c.root, c.seq, group_name(c.group), r.attempt, state);
+    return s;
+  }
+  s.tid = r.rank;
+  s.call = fmt::format("{}/{}/{}/{}", r.attempt, c.epoch, c.group, c.seq);
+  s.text = fmt::format(R"("dur":{:.3f},"name":"{}","cat":"collective",{}"args":{{"rank":{},"bytes":{},"group":"{}","seq":{},"call":"{}",{}"attempt":{},"state":"{}")",
+                       s.dur, op, color, r.rank, c.bytes, group_name(c.group), c.seq, s.call,
+                       c.root >= 0 ? fmt::format(R"("root":{},)", c.root) : "", r.attempt, state);
+  return s;
 }
 
 void add_track(Part& part, int pid, int tid, const std::string& name, int order) {
@@ -72,146 +127,125 @@ void add_track(Part& part, int pid, int tid, const std::string& name, int order)
       R"({{"ph":"M","pid":{},"tid":{},"name":"thread_sort_index","args":{{"sort_index":{}}}}})", pid, tid, order));
 }
 
-Slice slice_of(const TraceNode& node, const TracedRank& r, const TracedCall& c, std::int64_t to_unix) {
-  const bool p2p = c.kind == static_cast<std::uint8_t>(rec::Kind::p2p);
-  const bool open = c.end_ns == 0;
-  const auto end = open ? std::max(node.end_ns, c.start_ns) : std::max(c.end_ns, c.start_ns);
-  Slice s;
-  s.pid = node.node_rank;
-  s.tid = p2p ? kP2pTrack + r.rank : r.rank;
-  s.ts = static_cast<double>(c.start_ns + to_unix - kTraceOrigin) / 1000;
-  s.dur = static_cast<double>(end - c.start_ns) / 1000;
-  const auto op = std::string(rec::op_name(static_cast<rec::Op>(c.op)));
-  const char* state = open ? "open at the job's end"
-                      : c.state == static_cast<std::uint8_t>(rec::State::failed) ? "failed" : "completed";
-  const char* color = open ? R"("cname":"bad",)"
-                      : c.state == static_cast<std::uint8_t>(rec::State::failed) ? R"("cname":"terrible",)" : "";
-  if (p2p) {
-    s.text = fmt::format(
-        R"({{"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"name":"{}","cat":"p2p",{}"args":{{"bytes":{},"peer":{},"tag":{},"group":"{}","attempt":{},"state":"{}")",
-        s.pid, s.tid, s.ts, s.dur, op, color, c.bytes, c.root, c.seq, group_name(c.group), r.attempt, state);
-    return s;
+// A track's slices in order of start, each on the first lane where it follows the last slice
+// (a lane is a track of its own: Perfetto draws only slices that nest).
+void place_in_lanes(Part& part, std::vector<Slice>& track) {
+  std::ranges::stable_sort(track, {}, &Slice::ts);
+  std::vector<double> lane_end;
+  const int base = track.front().tid, rank = track.front().rank;
+  const bool p2p = base >= kP2pTrack;
+  for (auto& s : track) {
+    std::size_t lane = 0;
+    while (lane < lane_end.size() && lane_end[lane] > s.ts) ++lane;
+    if (lane == lane_end.size()) {
+      lane_end.push_back(0);
+      add_track(part, s.pid, base + static_cast<int>(lane) * kLane,
+                fmt::format("rank {}{}{}", rank, p2p ? " send/recv" : "", lane == 0 ? "" : fmt::format(" ({})", lane + 1)),
+                rank * 64 + (p2p ? 32 : 0) + static_cast<int>(lane));
+    }
+    lane_end[lane] = s.ts + s.dur;
+    s.tid = base + static_cast<int>(lane) * kLane;
+    s.text = fmt::format(R"({{"ph":"X","pid":{},"tid":{},"ts":{:.3f},)", s.pid, s.tid, s.ts) + s.text;
+    part.slices.push_back(std::move(s));
   }
-  s.call = fmt::format("{}/{}/{}/{}", r.attempt, c.epoch, c.group, c.seq);
-  s.text = fmt::format(
-      R"({{"ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},"name":"{}","cat":"collective",{}"args":{{"bytes":{},"group":"{}","seq":{},"call":"{}",{}"attempt":{},"state":"{}")",
-      s.pid, s.tid, s.ts, s.dur, op, color, c.bytes, group_name(c.group), c.seq, s.call,
-      c.root >= 0 ? fmt::format(R"("root":{},)", c.root) : "", r.attempt, state);
-  return s;
 }
 
 Part render(const TraceNode& node) {
   const auto to_unix = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
   Part part;
-  add_meta(part, node.node_rank, fmt::format("node {} ({})", node.node_rank, node.host));
-  std::map<int, bool> tracks;  // rank -> has point-to-point calls
+  const int pid = node.node_rank;
+  part.meta.push_back(fmt::format(R"({{"ph":"M","pid":{},"name":"process_name","args":{{"name":{}}}}})", pid,
+                                  quoted(fmt::format("node {} ({})", pid, node.host))));
+  part.meta.push_back(fmt::format(R"({{"ph":"M","pid":{},"name":"process_sort_index","args":{{"sort_index":{}}}}})", pid, pid));
+  std::map<int, std::vector<Slice>> tracks;  // by lane 0's tid
+  std::set<int> ranks;
   for (const auto& r : node.ranks) {
     part.lost += r.lost;
-    auto& p2p = tracks[r.rank];
+    ranks.insert(r.rank);
     for (const auto& c : r.calls) {
-      part.slices.push_back(slice_of(node, r, c, to_unix));
-      p2p = p2p || c.kind == static_cast<std::uint8_t>(rec::Kind::p2p);
+      auto s = slice_of(node, r, c, to_unix);
+      tracks[s.tid].push_back(std::move(s));
     }
   }
-  for (const auto& [rank, p2p] : tracks) {
-    add_track(part, node.node_rank, rank, fmt::format("rank {}", rank), 2 * rank);
-    if (p2p) add_track(part, node.node_rank, kP2pTrack + rank, fmt::format("rank {} send/recv", rank), 2 * rank + 1);
-  }
-  part.ranks = static_cast<int>(tracks.size());
+  for (auto& [tid, track] : tracks) place_in_lanes(part, track);
+  part.ranks = static_cast<int>(ranks.size());
   return part;
 }
 
-// The collectives' waits, over every node: in each call, the rank that entered last is the one
-// the others waited for.
-std::vector<std::string> add_waits(std::vector<Slice>& slices) {
-  std::map<std::string, std::vector<Slice*>> calls;
-  for (auto& s : slices)
-    if (!s.call.empty()) calls[s.call].push_back(&s);
-  std::vector<std::string> arrows;
-  for (auto& [call, members] : calls) {
-    if (members.size() < 2) continue;
-    const Slice* last = *std::max_element(members.begin(), members.end(),
-                                          [](const Slice* a, const Slice* b) { return a->ts < b->ts; });
-    for (Slice* s : members) {
-      if (s == last) {
-        s->extra = R"(,"last_in":true)";
-        continue;
-      }
-      const double waited = last->ts - s->ts;
-      s->extra = fmt::format(R"(,"waited_us":{:.3f},"waited_for":"rank {}")", waited, last->tid);
-      if (waited < kArrowUs || waited < s->dur / 2 || arrows.size() >= 2 * kMostArrows) continue;
-      const auto id = arrows.size() / 2;
-      arrows.push_back(fmt::format(R"({{"ph":"s","id":{},"name":"waited for","cat":"wait","pid":{},"tid":{},"ts":{:.3f}}})",
-                                   id, last->pid, last->tid, last->ts));
-      arrows.push_back(fmt::format(
-          R"({{"ph":"f","bp":"e","id":{},"name":"waited for","cat":"wait","pid":{},"tid":{},"ts":{:.3f}}})", id, s->pid,
-          s->tid, last->ts));
-    }
-  }
-  return arrows;
-}
-
-// A part another node wrote (write_part's layout: one event a line), or nullopt where it is
-// not there yet, not this job's, or not whole.
-std::optional<Part> read_part(const std::string& path, const std::string& run_id) {
+// The otherData of a part another node wrote (write_file's layout: one event a line, then these
+// lines), where it is this job's, written since `since`; else nullopt.
+std::optional<nlohmann::json> part_data(const std::string& path, const std::string& run_id, std::int64_t since) {
   std::ifstream in(path);
-  std::string line;
+  std::string line, last;
   if (!in || !std::getline(in, line) || line != R"({"traceEvents":[)") return std::nullopt;
-  Part part;
+  while (std::getline(in, line))
+    if (line.starts_with(R"("otherData":)")) last = line;
   try {
-    while (std::getline(in, line) && line != "],") {
-      if (!line.empty() && line.back() == ',') line.pop_back();
-      const auto e = nlohmann::json::parse(line);
-      if (e.at("ph") != "X") {
-        part.meta.push_back(line);
-        continue;
-      }
-      Slice s;
-      s.pid = e.at("pid");
-      s.tid = e.at("tid");
-      s.ts = e.at("ts");
-      s.dur = e.at("dur");
-      if (const auto& args = e.at("args"); args.contains("call")) s.call = args.at("call");
-      s.text = line.substr(0, line.size() - 2);  // without "}}"
-      part.slices.push_back(std::move(s));
-    }
-    std::getline(in, line);  // "displayTimeUnit"
-    if (!std::getline(in, line) || !line.starts_with(R"("otherData":)")) return std::nullopt;
-    const auto other = nlohmann::json::parse(line.substr(12, line.size() - 13));
-    if (other.at("run_id") != run_id) return std::nullopt;
-    part.lost = other.at("lost_calls");
-    part.ranks = other.at("ranks");
+    auto other = nlohmann::json::parse(last.substr(12, last.size() - 13));
+    if (other.at("run_id") != run_id || other.at("written_unix_ns").get<std::int64_t>() < since) return std::nullopt;
+    return other;
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  return part;
 }
 
-void write_file(const std::string& path, Part& part, const std::vector<std::string>& arrows, const nlohmann::json& other) {
-  std::stable_sort(part.slices.begin(), part.slices.end(), [](const Slice& a, const Slice& b) {
-    return std::tie(a.pid, a.tid, a.ts) < std::tie(b.pid, b.tid, b.ts);
-  });
-  const auto temp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << "{\"traceEvents\":[\n";
-    bool first = true;
-    auto line = [&](const std::string& a, const std::string& b = "") {
-      out << (first ? "" : ",\n") << a << b;
-      first = false;
-    };
-    for (const auto& m : part.meta) line(m);
-    for (const auto& s : part.slices) line(s.text, s.extra + "}}");
-    for (const auto& a : arrows) line(a);
-    out << "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":" << other.dump() << "}\n";
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      fs::remove(temp, ignored);
-      throw std::runtime_error("--trace: cannot write " + path);
-    }
+// Each event line of a part, as `each(line, event)`.
+template <class Each>
+void for_each_event(const std::string& path, Each&& each) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line) && line != "],") {
+    if (!line.empty() && line.back() == ',') line.pop_back();
+    each(line, nlohmann::json::parse(line));
   }
+}
+
+Slice slice_from(const std::string& line, const nlohmann::json& e) {
+  Slice s;
+  s.pid = e.at("pid");
+  s.tid = e.at("tid");
+  s.ts = e.at("ts");
+  s.dur = e.at("dur");
+  const auto& args = e.at("args");
+  s.rank = args.value("rank", 0);
+  if (args.contains("call")) s.call = args.at("call");
+  s.text = line.substr(0, line.size() - 2);  // without "}}"
+  return s;
+}
+
+// Writes FILE atomically: this node's part, then (node 0) the other nodes' parts streamed from
+// their files, each collective with its wait where `latest` knows its call.
+void write_file(const std::string& path, const Part& part, const std::vector<std::string>& others,
+                const Latecomers* latest, const nlohmann::json& other) {
+  const auto temp = path + ".tmp." + std::to_string(::getpid());
+  std::ofstream out(temp, std::ios::trunc);
+  std::vector<std::string> arrows;
+  bool first = true;
+  auto line = [&](const std::string& a, const std::string& b = "") {
+    out << (first ? "" : ",\n") << a << b;
+    first = false;
+  };
+  out << "{\"traceEvents\":[\n";
+  for (const auto& m : part.meta) line(m);
+  for (const auto& o : others)
+    for_each_event(o, [&](const std::string& text, const nlohmann::json& e) {
+      if (e.at("ph") == "M") line(text);
+    });
+  for (const auto& s : part.slices) line(s.text, (latest ? waits(s, *latest, arrows) : "") + "}}");
+  for (const auto& o : others)
+    for_each_event(o, [&](const std::string& text, const nlohmann::json& e) {
+      if (e.at("ph") == "X") line(text.substr(0, text.size() - 2), waits(slice_from(text, e), *latest, arrows) + "}}");
+    });
+  for (const auto& a : arrows) line(a);
+  out << "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":"
+      << other.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "}\n";
+  out.close();
   std::error_code ec;
+  if (!out) {
+    fs::remove(temp, ec);
+    throw std::runtime_error("--trace: cannot write " + path + " (a full disk?)");
+  }
   fs::rename(temp, path, ec);
   if (ec) throw std::runtime_error("--trace: cannot write " + path + ": " + ec.message());
 }
@@ -234,46 +268,62 @@ std::string check_trace_path(const std::string& path) {
 }
 
 std::string write_trace(const std::string& path, const TraceNode& node, std::chrono::milliseconds wait_for_parts) {
-  Part part = render(node);
+  const Part part = render(node);
   nlohmann::json other{{"run_id", node.run_id}, {"node", node.node_rank}, {"host", node.host},
-                       {"lost_calls", part.lost}, {"ranks", part.ranks}, {"time_origin_unix_ns", kTraceOrigin}};
+                       {"lost_calls", part.lost}, {"ranks", part.ranks}, {"time_origin_unix_ns", kTraceOrigin},
+                       {"written_unix_ns", clock_ns(CLOCK_REALTIME)}};
   if (node.node_rank > 0) {  // a part: node 0 adds the waits once every node is in
     const auto to = trace_part_path(path, node.node_rank);
-    write_file(to, part, {}, other);
+    write_file(to, part, {}, nullptr, other);
     return fmt::format("trace: this node's {} ranks ({} calls) in {}, for node 0 to merge", part.ranks,
                        part.slices.size(), to);
   }
+  Latecomers latest;
+  for (const auto& s : part.slices) note(latest, s);
   std::vector<int> nodes = {0}, missing;
+  std::vector<std::string> parts;
+  auto lost = part.lost;
+  auto ranks = part.ranks;
+  std::size_t calls = part.slices.size();
   const auto deadline = std::chrono::steady_clock::now() + wait_for_parts;
   for (int k = 1; k < node.nnodes; ++k) {
-    std::optional<Part> theirs;
-    while (!(theirs = read_part(trace_part_path(path, k), node.run_id)) && std::chrono::steady_clock::now() < deadline)
+    const auto at = trace_part_path(path, k);
+    std::optional<nlohmann::json> theirs;
+    while (!(theirs = part_data(at, node.run_id, node.started_unix_ns)) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    try {
+      if (theirs)
+        for_each_event(at, [&](const std::string& text, const nlohmann::json& e) {
+          if (e.at("ph") != "X") return;
+          note(latest, slice_from(text, e));
+          ++calls;
+        });
+    } catch (const std::exception&) {
+      theirs.reset();
+    }
     if (!theirs) {
       missing.push_back(k);
       continue;
     }
     nodes.push_back(k);
-    part.lost += theirs->lost;
-    part.ranks += theirs->ranks;
-    part.meta.insert(part.meta.end(), theirs->meta.begin(), theirs->meta.end());
-    for (auto& s : theirs->slices) part.slices.push_back(std::move(s));
+    parts.push_back(at);
+    lost += theirs->value("lost_calls", std::uint64_t{0});
+    ranks += theirs->value("ranks", 0);
   }
-  const auto arrows = add_waits(part.slices);
   other["nodes"] = nodes;
-  other["lost_calls"] = part.lost;
-  other["ranks"] = part.ranks;
-  write_file(path, part, arrows, other);
-  for (std::size_t i = 1; i < nodes.size(); ++i) {
+  other["lost_calls"] = lost;
+  other["ranks"] = ranks;
+  write_file(path, part, parts, &latest, other);
+  for (const auto& at : parts) {
     std::error_code ignored;
-    fs::remove(trace_part_path(path, nodes[i]), ignored);
+    fs::remove(at, ignored);
   }
-  std::string line = fmt::format("trace: {} ranks on {} node{}, {} calls, in {} (open it in ui.perfetto.dev)", part.ranks,
-                                 nodes.size(), nodes.size() == 1 ? "" : "s", part.slices.size(), path);
-  if (part.lost > 0)
-    line += fmt::format("; {} calls not kept (the ranks called faster than idist-run read, or beyond the last "
-                        "calls it keeps of each rank)",
-                        part.lost);
+  std::string line = fmt::format("trace: {} ranks on {} node{}, {} calls, in {} (open it in ui.perfetto.dev)", ranks,
+                                 nodes.size(), nodes.size() == 1 ? "" : "s", calls, path);
+  if (lost > 0)
+    line += fmt::format("; {} calls not kept (the ranks called faster than idist-run read, or beyond the newest "
+                        "calls it keeps)",
+                        lost);
   for (const int k : missing)
     line += fmt::format("; node {}'s part was not found here within {} (it stays at {} on its host)", k,
                         common::duration_text(wait_for_parts), trace_part_path(path, k));

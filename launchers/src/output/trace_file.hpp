@@ -7,7 +7,8 @@
 //
 // Times are wall-clock microseconds from a fixed origin (kTraceOrigin), the same on every node,
 // so that nodes' parts fit together without knowing each other's clocks (NTP's agreement is
-// theirs). Over several nodes, node K > 0 writes its part to FILE.node<K> (a trace of its own
+// theirs). Calls of one rank that overlap without nesting (threads in two groups, an isend
+// beside an irecv) go on a second lane of its track, as Perfetto needs. Over several nodes, node K > 0 writes its part to FILE.node<K> (a trace of its own
 // ranks); node 0 waits a little for the parts it can read (a shared filesystem, or hosts that
 // are namespaces of one machine), writes FILE with every node, and removes them.
 
@@ -44,6 +45,9 @@ struct TraceNode {
   int node_rank = 0;
   int nnodes = 1;
   std::int64_t end_ns = 0;  // CLOCK_MONOTONIC at the job's end: where an open call's slice stops
+  // When this idist-run started (Unix ns): node 0 takes no part written before it (an earlier
+  // job's, left where node 0 could not read it then).
+  std::int64_t started_unix_ns = 0;
   std::vector<TracedRank> ranks;
 };
 

@@ -6,7 +6,9 @@ namespace idist::launchers::supervision {
 
 Insight::Insight(asio::io_context& io, const SuperviseOptions& options, std::string host)
     : io_(io), options_(options), host_(std::move(host)), stragglers_(io, options.straggler_threshold, host_),
-      traces_(io, options.trace) {}
+      traces_(io, options.trace),
+      started_unix_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count()) {}
 
 RecorderOptions Insight::recorder(const SuperviseOptions& options) {
   return {.count_calls = !options.metrics.empty() || options.straggler_threshold > 0, .trace = !options.trace.empty()};
@@ -43,6 +45,7 @@ bool Insight::write_trace(int node_rank, int nnodes) {
     node.host = host_;
     node.node_rank = node_rank;
     node.nnodes = nnodes;
+    node.started_unix_ns = started_unix_ns_;
     spdlog::warn("{}", traces_.write(*job_.attempts, std::move(node)));
     return true;
   } catch (const std::exception& e) {

@@ -44,6 +44,7 @@ class Insight {
   StragglerWatch stragglers_;
   TraceWatch traces_;
   std::unique_ptr<MetricsEndpoint> metrics_;
+  std::int64_t started_unix_ns_;  // a trace's part older than this is an earlier job's
 };
 
 }  // namespace idist::launchers::supervision

@@ -12,19 +12,20 @@ namespace rec = common::recorder;
 // Often enough that a training's calls are all taken (a ring holds 8,192), rarely enough to
 // cost nothing; an 8-byte loop outruns it, and the file says how many calls were not kept.
 constexpr auto kReadEvery = std::chrono::milliseconds(20);
-// What idist-run keeps of a node's calls in all (about 50 bytes each), shared by its ranks.
-constexpr std::size_t kKeptCalls = 4'000'000;
+// What idist-run keeps of a node's calls in all (about 50 bytes each here, 300 in the file),
+// shared by every rank of every attempt.
+constexpr std::size_t kKeptCalls = 1'000'000;
 constexpr std::size_t kKeptPerRankAtLeast = 10'000;
 // How long node 0 waits at the end for the other nodes' parts.
 constexpr auto kWaitForParts = std::chrono::seconds(10);
 
-// The entry numbered `n` when it is whole: its call, or nullopt while it is being written,
-// open (unless `last`), or was overwritten (then `lost`).
+// The entry numbered `n` when it is whole: its call, or nullopt while a writer holds it or has
+// not reached it, while the call is open (unless `last`), or once a newer call took it (`lost`).
 std::optional<detail::TracedCall> take(const rec::TraceEntry& e, std::uint64_t n, bool last, bool& lost) {
   lost = false;
   const auto number = e.number.load(std::memory_order_acquire);
   if (number != n + 1) {
-    lost = number > n + 1;
+    lost = (number & ~rec::kTraceBusy) > n + 1;
     return std::nullopt;
   }
   detail::TracedCall c{.end_ns = e.end_ns.load(std::memory_order_acquire)};
@@ -38,8 +39,8 @@ std::optional<detail::TracedCall> take(const rec::TraceEntry& e, std::uint64_t n
   c.op = e.op;
   c.kind = e.kind;
   std::atomic_thread_fence(std::memory_order_acquire);
-  if (e.number.load(std::memory_order_relaxed) != number) {
-    lost = true;
+  if (const auto now = e.number.load(std::memory_order_relaxed); now != number) {
+    lost = (now & ~rec::kTraceBusy) > n + 1;  // else it is ending now: the next reading takes it
     return std::nullopt;
   }
   if (c.end_ns == 0 && !last) return std::nullopt;
@@ -82,11 +83,14 @@ void TraceReader::read(const RecorderMemory& memory, bool last, std::size_t keep
       else cur.next = n + 1;
     }
   }
-  if (taken_.calls.size() > keep) {
-    const auto drop = taken_.calls.size() - keep;
-    taken_.lost += drop;
-    taken_.calls.erase(taken_.calls.begin(), taken_.calls.begin() + static_cast<std::ptrdiff_t>(drop));
-  }
+  trim(keep);
+}
+
+void TraceReader::trim(std::size_t keep) {
+  if (taken_.calls.size() <= keep) return;
+  const auto drop = taken_.calls.size() - keep;
+  taken_.lost += drop;
+  taken_.calls.erase(taken_.calls.begin(), taken_.calls.begin() + static_cast<std::ptrdiff_t>(drop));
 }
 
 void TraceWatch::start(std::function<LiveAttempt*()> watched) {
@@ -101,12 +105,17 @@ void TraceWatch::stop() {
 }
 
 void TraceWatch::read(LiveAttempt& attempt, bool last) {
-  const auto keep = std::max(kKeptPerRankAtLeast, kKeptCalls / std::max<std::size_t>(1, attempt.ranks.size()));
   for (auto& r : attempt.ranks) {
     if (!r.recorder) continue;
     auto [it, fresh] = readers_.try_emplace(r.recorder.get(), r.spec->rank, attempt.record.index);
-    it->second.read(*r.recorder, last || !r.running(), keep);
+    if (fresh)  // one more rank shares what is kept: the others keep less from now on
+      for (auto& [memory, reader] : readers_) reader.trim(keep());
+    it->second.read(*r.recorder, last || !r.running(), keep());
   }
+}
+
+std::size_t TraceWatch::keep() const {
+  return std::max(kKeptPerRankAtLeast, kKeptCalls / std::max<std::size_t>(1, readers_.size()));
 }
 
 void TraceWatch::check() {
@@ -120,7 +129,9 @@ void TraceWatch::check() {
 
 std::string TraceWatch::write(const std::vector<std::unique_ptr<LiveAttempt>>& attempts, detail::TraceNode node) {
   for (const auto& a : attempts) read(*a, true);
-  node.end_ns = rec::now_ns();
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);  // the ranks' clock, not the coarse one
+  node.end_ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
   for (const auto& a : attempts)
     for (const auto& r : a->ranks)
       if (const auto it = readers_.find(r.recorder.get()); r.recorder && it != readers_.end())

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "idist/common/flight_recorder.hpp"
 #include "output/trace_file.hpp"
 
 namespace idist::launchers::supervision {
@@ -28,13 +29,14 @@ class TraceReader {
   // job is over, so an open call is taken as open. Keeps the newest `keep` calls.
   void read(const RecorderMemory& memory, bool last, std::size_t keep);
   const detail::TracedRank& taken() const { return taken_; }
+  void trim(std::size_t keep);  // the newest `keep` calls; the rest counted as lost
 
  private:
   struct Cursor {
     std::uint64_t next = 0;
     std::set<std::uint64_t> resolved;  // beyond `next`
   };
-  Cursor cursors_[8];  // kRings
+  Cursor cursors_[common::recorder::kRings];
   detail::TracedRank taken_;
 };
 
@@ -51,6 +53,7 @@ class TraceWatch {
  private:
   void check();
   void read(LiveAttempt& attempt, bool last);
+  std::size_t keep() const;  // calls kept of each rank
 
   asio::steady_timer timer_;
   std::string path_;

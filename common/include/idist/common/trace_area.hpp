@@ -20,9 +20,14 @@ namespace idist::common::recorder {
 inline constexpr std::uint32_t kTraceEntries = 8192;  // per ring: 4 ms of 8-byte all_reduces, seconds of training
 static_assert((kTraceEntries & (kTraceEntries - 1)) == 0, "a power of two");
 
+// TraceEntry::number with this bit: a writer holds the entry (its call being entered or
+// ended); a reader retries. In the shared ring writers take it with a compare-exchange, so
+// that a call ending after 8,192 others began never writes into the entry of a newer one.
+inline constexpr std::uint64_t kTraceBusy = std::uint64_t{1} << 63;
+
 struct alignas(64) TraceEntry {
-  // The entry's number + 1 while it is whole; 0 while the rank writes it (a reader copies the
-  // entry, then checks the number again).
+  // The entry's number + 1 while it is whole; with kTraceBusy while a writer holds it (a
+  // reader copies the entry, then checks the number again); 0: never written.
   std::atomic<std::uint64_t> number{0};
   std::int64_t start_ns = 0;             // CLOCK_MONOTONIC, as idist-run's clock on this host
   std::atomic<std::int64_t> end_ns{0};   // 0 while the call is open
