@@ -1,6 +1,7 @@
 #include "stall_report.hpp"
 
 #include "call_words.hpp"
+#include "supervise/process_tree.hpp"
 
 #include "idist/common/duration.hpp"
 #include "idist/types.hpp"
@@ -194,22 +195,21 @@ std::vector<Recorded> read_recorder(const rec::Segment& segment, std::int64_t si
 }
 
 std::string process_state(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return "gone";
+  const auto fields = proc_stat_fields(pid);
+  if (fields.empty() || fields[0].empty()) return "gone";
+  const char state = fields[0][0];
   std::ifstream wchan_file("/proc/" + std::to_string(pid) + "/wchan");
   std::string wchan;
   std::getline(wchan_file, wchan);
   const std::string in = wchan.empty() || wchan == "0" ? "" : " in " + wchan;
-  switch (text[close + 2]) {
+  switch (state) {
     case 'R': return "running (on a core, or ready for one)";
     case 'S': return "sleeping" + in;
     case 'D': return "in uninterruptible sleep" + in;
     case 'T': return "stopped (SIGSTOP or SIGTSTP)";
     case 't': return "stopped by a debugger";
     case 'Z': return "exited, not yet reaped";
-    default: return std::string("state ") + text[close + 2];
+    default: return std::string("state ") + state;
   }
 }
 

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "idist/env_contract.hpp"
+#include "process_tree.hpp"
 #include "rank_process.hpp"
 
 namespace idist::launchers::supervision {
@@ -49,15 +50,7 @@ struct ProcFigures {
 ProcFigures proc_figures(pid_t pid, bool children) {
   ProcFigures f;
   if (pid <= 0) return f;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return f;
-  // After the command's closing parenthesis (which may itself hold spaces): field 3 onwards.
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return f;
-  std::istringstream rest(line.substr(close + 2));
-  std::vector<std::string> fields;
-  for (std::string w; rest >> w;) fields.push_back(w);
+  const auto fields = detail::proc_stat_fields(pid);  // utime is field 14, at 11
   if (fields.size() < 22) return f;
   static const long ticks = ::sysconf(_SC_CLK_TCK);
   static const long page = ::sysconf(_SC_PAGESIZE);

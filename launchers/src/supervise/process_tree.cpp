@@ -15,41 +15,40 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 
 namespace idist::launchers::detail {
-namespace {
 
-// The parent of `pid` from /proc/PID/stat, or -1 if it is gone. The command name (field 2)
-// may hold spaces and parentheses, so the fields are read after its last ')'.
-pid_t parent_of(pid_t pid) {
+std::vector<std::string> proc_stat_fields(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
-  if (!std::getline(in, stat)) return -1;
+  std::vector<std::string> fields;
+  if (!std::getline(in, stat)) return fields;
   const auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 4 >= stat.size()) return -1;
-  // ") S PPID ..."
-  return static_cast<pid_t>(std::strtol(stat.c_str() + close + 4, nullptr, 10));
+  if (close == std::string::npos || close + 2 >= stat.size()) return fields;
+  std::istringstream rest(stat.substr(close + 2));
+  for (std::string f; rest >> f;) fields.push_back(std::move(f));
+  return fields;
+}
+
+namespace {
+
+// The parent of `pid`, or -1 if it is gone.
+pid_t parent_of(pid_t pid) {
+  const auto f = proc_stat_fields(pid);
+  return f.size() > 1 ? static_cast<pid_t>(std::strtol(f[1].c_str(), nullptr, 10)) : -1;
 }
 
 }  // namespace
 
 bool is_exiting(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return false;
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return false;
-  // After the command name: state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
-  if (stat[close + 2] == 'Z' || stat[close + 2] == 'X') return true;
-  const char* field = stat.c_str() + close + 2;
-  for (int i = 0; i < 6 && field != nullptr; ++i) {
-    field = std::strchr(field, ' ');
-    if (field != nullptr) ++field;
-  }
+  const auto f = proc_stat_fields(pid);  // state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
+  if (f.size() < 7) return false;
+  if (f[0] == "Z" || f[0] == "X") return true;
   constexpr unsigned long kPfExiting = 0x4;  // PF_EXITING, include/linux/sched.h
-  return field != nullptr && (std::strtoul(field, nullptr, 10) & kPfExiting) != 0;
+  return (std::strtoul(f[6].c_str(), nullptr, 10) & kPfExiting) != 0;
 }
 
 bool become_subreaper() { return ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0; }

@@ -18,6 +18,11 @@ bool become_subreaper();
 // Every process below `root` in the process tree, zombies included.
 std::vector<pid_t> descendants_of(pid_t root);
 
+// /proc/PID/stat's fields from the third (the state) on, so that field N is at N - 3: the
+// command name before them may hold spaces and parentheses, and is skipped by its last ')'.
+// Empty when the process is gone.
+std::vector<std::string> proc_stat_fields(pid_t pid);
+
 // Whether `pid` has begun to exit (PF_EXITING: its fatal signal or exit() is being carried
 // out, its files being closed) or is a zombie; false when /proc cannot tell.
 bool is_exiting(pid_t pid);

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "process_tree.hpp"
 #include "rank_process.hpp"
 
 namespace idist::launchers::supervision {
@@ -23,15 +24,7 @@ void read_schedstat(pid_t pid, detail::WorkSample& s) {
 
 // /proc/PID/stat's major faults (field 12).
 void read_faults(pid_t pid, detail::WorkSample& s) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return;
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 12 && rest >> field; ++i)
-    if (i == 12) s.major_faults = std::strtoull(field.c_str(), nullptr, 10);
+  if (const auto f = detail::proc_stat_fields(pid); f.size() > 9) s.major_faults = std::strtoull(f[9].c_str(), nullptr, 10);
 }
 
 // The throttled time of the process's cgroup (v2: cpu.stat's throttled_usec), where cpu.max
