@@ -27,19 +27,22 @@ void read_faults(pid_t pid, detail::WorkSample& s) {
   if (const auto f = detail::proc_stat_fields(pid); f.size() > 9) s.major_faults = std::strtoull(f[9].c_str(), nullptr, 10);
 }
 
-// The throttled time of the process's cgroup (v2: cpu.stat's throttled_usec), where cpu.max
-// limits it.
-void read_throttled(pid_t pid, detail::WorkSample& s) {
+// The process's cgroup's cpu.stat (v2), "" where it has none.
+std::string cpu_stat_path(pid_t pid) {
   std::ifstream cgroup("/proc/" + std::to_string(pid) + "/cgroup");
-  std::string line;
-  while (std::getline(cgroup, line)) {
-    if (!line.starts_with("0::")) continue;
-    std::ifstream stat("/sys/fs/cgroup" + line.substr(3) + "/cpu.stat");
-    std::string key;
-    std::uint64_t value = 0;
-    while (stat >> key >> value)
-      if (key == "throttled_usec") s.throttled_us = value;
-  }
+  for (std::string line; std::getline(cgroup, line);)
+    if (line.starts_with("0::")) return "/sys/fs/cgroup" + line.substr(3) + "/cpu.stat";
+  return "";
+}
+
+// The throttled time of the process's cgroup (cpu.stat's throttled_usec), where cpu.max limits it.
+void read_throttled(const std::string& cpu_stat, detail::WorkSample& s) {
+  if (cpu_stat.empty()) return;
+  std::ifstream stat(cpu_stat);
+  std::string key;
+  std::uint64_t value = 0;
+  while (stat >> key >> value)
+    if (key == "throttled_usec") s.throttled_us = value;
 }
 
 // The steps and the work at the last one, as one mark left them (StepStats::version).
@@ -70,8 +73,9 @@ void StragglerWatch::stop() {
   timer_.cancel();
 }
 
-std::vector<detail::WorkSample> StragglerWatch::read(const LiveAttempt& attempt) const {
+std::vector<detail::WorkSample> StragglerWatch::read(const LiveAttempt& attempt) {
   std::vector<detail::WorkSample> out;
+  std::map<pid_t, std::string> cgroups;  // this reading's processes: the others' entries go
   for (const auto& r : attempt.ranks) {
     if (!r.running() || !r.recorder) continue;
     const auto& seg = r.recorder->segment();
@@ -84,9 +88,14 @@ std::vector<detail::WorkSample> StragglerWatch::read(const LiveAttempt& attempt)
     }
     read_schedstat(pid, s);
     read_faults(pid, s);
-    read_throttled(pid, s);
+    // A process's cgroup, read once: a rank that moves to another (rare) keeps the first one's figures.
+    auto known = cpu_stats_.find(pid);
+    if (known == cpu_stats_.end()) known = cpu_stats_.emplace(pid, cpu_stat_path(pid)).first;
+    read_throttled(known->second, s);
+    cgroups.insert(*known);
     out.push_back(std::move(s));
   }
+  cpu_stats_ = std::move(cgroups);
   return out;
 }
 

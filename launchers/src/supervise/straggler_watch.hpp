@@ -28,7 +28,7 @@ class StragglerWatch {
 
  private:
   void check();
-  std::vector<detail::WorkSample> read(const LiveAttempt& attempt) const;
+  std::vector<detail::WorkSample> read(const LiveAttempt& attempt);
 
   asio::steady_timer timer_;
   double threshold_;
@@ -36,6 +36,7 @@ class StragglerWatch {
   detail::StragglerDetector detector_;
   std::function<LiveAttempt*()> watched_;
   std::function<void(const std::string&)> say_;
+  std::map<pid_t, std::string> cpu_stats_;  // each rank process's cgroup cpu.stat, read once
   bool stopped_ = false;
 };
 
