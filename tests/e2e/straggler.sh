@@ -12,7 +12,7 @@ source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
 private_copy metrics_rank "$2"  # $PROG: a test beside this one running metrics_rank is not ours to stop
 HOG=
-trap 'kill $HOG 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; rm -rf "$DIR"' EXIT
+trap 'kill $HOG 2>/dev/null; pkill -9 -f "^$PROG " 2>/dev/null; netns_cleanup; rm -rf "$DIR"' EXIT
 cd "$DIR" || exit 1
 export OMP_NUM_THREADS=1 METRICS_RANK_SLEEP_MS=90 METRICS_RANK_PROGRESS=1
 
@@ -64,5 +64,28 @@ if [ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ]; then
   grep -h "straggler:" shared | sed 's/^/# /'
 else
   echo "SKIP: the shared-cpu case needs 2 cpus"
+fi
+
+# Job-wide: two namespace hosts with one rank each, which no node can compare alone; the
+# rendezvous compares them, and both nodes say rank 1 (host B) is slow.
+if netns_pair $$; then
+  port=$(random_port)
+  export IDIST_TIMEOUT=30 IDIST_JOB_TOKEN=straggler$$
+  ip netns exec "$NS_B" "$RUN" --nnodes 2 --node-rank 1 --master-addr "$ADDR_A" --master-port "$port" -n 1 \
+    "$PROG" 40 10 1 30 10 >b.out 2>&1 &
+  node_b=$!
+  timeout 120 ip netns exec "$NS_A" "$RUN" --nnodes 2 --node-rank 0 --master-addr "$ADDR_A" --master-port "$port" -n 1 \
+    "$PROG" 40 10 1 30 10 >a.out 2>&1
+  rc_a=$?
+  wait $node_b
+  rc_b=$?
+  check "two hosts, one rank each: rank 1 30% slower is named by the rendezvous, on both nodes (exit $rc_a, $rc_b)" \
+    eval '[ $rc_a = 0 ] && [ $rc_b = 0 ] && [ "$(grep -c "straggler: rank 1 (" a.out)" = 1 ] &&
+          [ "$(grep -c "straggler: rank 1 (" b.out)" = 1 ] && ! grep -q "straggler: rank 0" a.out' ||
+    grep -h "straggler\|error" a.out b.out
+  grep -h "straggler:" a.out | sed 's/^/# /'
+  netns_cleanup
+else
+  echo "SKIP (two hosts): cannot create network namespaces here (needs root, iproute2, CAP_NET_ADMIN)"
 fi
 finish

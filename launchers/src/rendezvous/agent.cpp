@@ -219,6 +219,10 @@ struct NodeAgent::State {
     } else if (type == "members_ended") {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.members_ended)
         events.members_ended(field<std::vector<int>>(m, "unjoined", {}));
+    } else if (type == "straggler") {
+      if (field<int>(m, "attempt", -1) == assignment.attempt && events.stragglers)
+        events.stragglers(field<std::vector<std::string>>(m, "lines", {}),
+                          field<std::map<int, double>>(m, "named", {}));
     } else if (type == "report") {
       if (field<int>(m, "attempt", -1) == assignment.attempt && events.report)
         events.report(field<std::vector<std::string>>(m, "lines", {}));
@@ -436,6 +440,11 @@ void NodeAgent::ended(int attempt, int rank) {
 
 void NodeAgent::admit(int attempt, int origin, const std::string& why) {
   state_->send(Json{{"t", "admit"}, {"attempt", attempt}, {"origin", origin}, {"why", why}});
+}
+
+void NodeAgent::share_work(int attempt, const std::string& samples, double threshold) {
+  state_->send(Json{{"t", "work"}, {"attempt", attempt}, {"threshold", threshold},
+                    {"ranks", Json::parse(samples, nullptr, false)}});
 }
 
 void NodeAgent::finish(const std::string& outcome, std::function<void()> done) {

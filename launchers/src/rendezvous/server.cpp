@@ -14,6 +14,7 @@
 #include "idist/launchers/plan.hpp"
 #include "generations.hpp"
 #include "rules.hpp"
+#include "job_stragglers.hpp"
 #include "stall/stall_report.hpp"
 #include "strangers.hpp"
 
@@ -109,6 +110,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // Live recovery: the current attempt's generations' store (options.recovery), and the
   // replacements its nodes were last told to stop (members_ended).
   std::unique_ptr<Generations> generations;
+  JobStragglers stragglers;
   std::vector<int> told_unjoined;
 
   template <class... Args>
@@ -195,6 +197,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     }
     if (type == "stalled") return on_stalled(m);
     if (type == "views") return on_views(node, m);
+    if (type == "work") return on_work(node, m);
     refuse(node, "an unknown message '" + type + "'");
   }
 
@@ -242,6 +245,22 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (!lines) return;
     for (const auto& n : live_members())
       n->connection->send(Json{{"t", "report"}, {"attempt", state.attempt}, {"lines", *lines}});
+  }
+
+  // --- job-wide straggler reports (job_stragglers.hpp) -----------------------------------------
+
+  void on_work(const NodePtr& node, const Json& m) {
+    if (phase() != Phase::running || !of_this_attempt(*node, m) || !m.contains("ranks")) return;
+    auto samples = launchers::detail::samples_from_json(m["ranks"].dump());
+    if (!samples) return;
+    const auto live = live_members();
+    std::vector<int> members;
+    for (const auto& n : live) members.push_back(n->node_rank);
+    const auto said = stragglers.heard(state.attempt, node->node_rank, field<double>(m, "threshold", 0.1),
+                                       std::move(*samples), members);
+    if (!said) return;
+    for (const auto& n : live)
+      n->connection->send(Json{{"t", "straggler"}, {"attempt", state.attempt}, {"lines", said->lines}, {"named", said->named}});
   }
 
   void refuse(const NodePtr& node, const std::string& why) {

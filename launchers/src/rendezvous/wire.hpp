@@ -20,6 +20,7 @@
 //   ended {attempt, rank}                        reformed {attempt, generation, line, members}
 //   admit {attempt, origin, why}                 replace {attempt, lost, origin, after}
 //   fail's recoverable, replaceable: true        members_ended {attempt, unjoined}
+//   work {attempt, threshold, ranks}             straggler {attempt, lines, named}
 //
 // An agent joins, runs its ranks once assigned, says "fail" at its first failing rank and
 // "over" once its ranks are gone; the rendezvous answers every node's "over" with one verdict
@@ -33,7 +34,9 @@
 // where its other ranks admit a replacement: the rendezvous answers "replace", origin -1 for
 // none); a rank that ended its program while others run, "ended"; a replacement that beats,
 // "admit"; every node hears each generation ("reformed", with its members), and where every
-// member ended, which replacements never joined ("members_ended").
+// member ended, which replacements never joined ("members_ended"). Each agent shares its ranks'
+// work counters ("work", about four times a second while they run); the rendezvous compares
+// every node's ranks and tells every node who straggles ("straggler", job_stragglers.hpp).
 
 #include <fcntl.h>
 

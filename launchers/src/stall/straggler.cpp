@@ -2,6 +2,8 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 
@@ -175,6 +177,29 @@ std::vector<std::string> StragglerDetector::observe(const std::vector<WorkSample
   // Readings older than the longest window's base are needed no more.
   while (&history_.front() != ws.back().base) history_.pop_front();
   return lines;
+}
+
+std::string samples_to_json(const std::vector<WorkSample>& samples) {
+  auto out = nlohmann::json::array();
+  for (const auto& s : samples)
+    out.push_back({{"rank", s.rank}, {"pid", s.pid}, {"host", s.host}, {"steps", s.steps},
+                   {"step_work_ns", s.step_work_ns}, {"gaps", s.gaps}, {"gap_ns", s.gap_ns}, {"run_ns", s.run_ns},
+                   {"wait_ns", s.wait_ns}, {"major_faults", s.major_faults}, {"throttled_us", s.throttled_us}});
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::optional<std::vector<WorkSample>> samples_from_json(const std::string& text) {
+  try {
+    std::vector<WorkSample> out;
+    for (const auto& j : nlohmann::json::parse(text))
+      out.push_back({.rank = j.at("rank"), .pid = j.at("pid"), .host = j.at("host"), .steps = j.at("steps"),
+                     .step_work_ns = j.at("step_work_ns"), .gaps = j.at("gaps"), .gap_ns = j.at("gap_ns"),
+                     .run_ns = j.at("run_ns"), .wait_ns = j.at("wait_ns"), .major_faults = j.at("major_faults"),
+                     .throttled_us = j.at("throttled_us")});
+    return out;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace idist::launchers::detail

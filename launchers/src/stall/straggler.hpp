@@ -30,6 +30,11 @@ struct WorkSample {
   std::uint64_t throttled_us = 0;  // its cgroup's cpu.stat (cpu.max)
 };
 
+// Samples as JSON text (an array), as a node sends them to the rendezvous for the job-wide
+// comparison; and back: nullopt where the text is not such an array.
+std::string samples_to_json(const std::vector<WorkSample>& samples);
+std::optional<std::vector<WorkSample>> samples_from_json(const std::string& text);
+
 struct StragglerOptions {
   double threshold = 0.10;          // a rank's work above the median by this share
   std::uint64_t window_steps = 20;  // compared over at most this many steps

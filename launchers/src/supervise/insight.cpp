@@ -16,19 +16,34 @@ RecorderOptions Insight::recorder(const SuperviseOptions& options) {
 
 void Insight::start(Job job) {
   job_ = std::move(job);
+  if (const auto& c = options_.coordinator; c && c->compares_stragglers()) {
+    job_wide_ = true;
+    stragglers_.share_with([this, threshold = options_.straggler_threshold](const std::string& samples) {
+      options_.coordinator->share_work(options_.coordinator->attempt(), samples, threshold);
+    });
+  }
   if (traces_.on())  // before any rank starts: a trace that could not be written would be lost work
     if (const auto error = detail::check_trace_path(options_.trace); !error.empty()) throw std::runtime_error(error);
-  stragglers_.start(job_.running, [this](const std::string& line) {
-    spdlog::warn("{}", line);
-    if (LiveAttempt* a = job_.running()) a->record.stragglers.push_back(line);
-  });
+  stragglers_.start(job_.running, [this](const std::string& line) { heard_stragglers({line}, {}); });
   traces_.start(job_.running);
   if (options_.metrics.empty()) return;
   metrics_ = std::make_unique<MetricsEndpoint>(io_, options_.metrics, [this] {
     return metrics_text(*job_.attempts, job_.started(),
                         {.job = options_.run_id, .host = host_, .restarts = *job_.restarts,
-                         .stragglers = stragglers_.current()});
+                         .stragglers = job_wide_ ? named_ : stragglers_.current()});
   });
+}
+
+void Insight::heard_stragglers(const std::vector<std::string>& lines, const std::map<int, double>& named) {
+  LiveAttempt* a = job_.running ? job_.running() : nullptr;
+  for (const auto& line : lines) {
+    spdlog::warn("{}", line);
+    if (a != nullptr) a->record.stragglers.push_back(line);
+  }
+  if (!job_wide_ || a == nullptr) return;
+  named_.clear();
+  for (const auto& r : a->ranks)
+    if (const auto it = named.find(r.spec->rank); it != named.end()) named_.insert(*it);
 }
 
 void Insight::stop() {

@@ -35,6 +35,9 @@ class Insight {
   // At the job's end, after the event loop: the trace's file (node 0 merges the other nodes'
   // parts). Says its line; a file that cannot be written is said as an error and returns false.
   bool write_trace(int node_rank, int nnodes);
+  // The rendezvous' job-wide comparison (Coordinator::Events::stragglers): said, recorded, and
+  // this node's ranks among `named` served as idist_straggler.
+  void heard_stragglers(const std::vector<std::string>& lines, const std::map<int, double>& named);
 
  private:
   asio::io_context& io_;
@@ -44,6 +47,8 @@ class Insight {
   StragglerWatch stragglers_;
   TraceWatch traces_;
   std::unique_ptr<MetricsEndpoint> metrics_;
+  bool job_wide_ = false;                  // the rendezvous compares: named_ is the job's word
+  std::map<int, double> named_;            // this node's ranks named job-wide
   std::int64_t started_unix_ns_;  // a trace's part older than this is an earlier job's
 };
 

@@ -79,7 +79,10 @@ class Supervisor {
                                  .lost = [this](const std::string& why) { on_lost(why); },
                                  .views = [this] { return watch_.job_views(started()); },
                                  .report = [this](const std::vector<std::string>& lines) { on_job_report(lines); },
-                                 .reformed = {}, .replace = {}, .members_ended = {}};  // LiveRecovery's: hear()
+                                 .reformed = {}, .replace = {}, .members_ended = {},  // LiveRecovery's: hear()
+                                 .stragglers = [this](const auto& lines, const auto& named) {
+                                   insight_.heard_stragglers(lines, named);
+                                 }};
       c->start(io_, recovery_.hear(std::move(events), [this] { return started(); }));
     }
     recovery_.allow_replacements(

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,9 @@ class Coordinator {
     // Every member of the current generation ended: the replacements `unjoined` (origins),
     // which never joined, never will.
     std::function<void(const std::vector<int>& unjoined)> members_ended;
+    // The job-wide straggler comparison (compares_stragglers()): lines to say, the same on every
+    // node, and the ranks named and not yet back under the threshold (rank -> excess).
+    std::function<void(const std::vector<std::string>& lines, const std::map<int, double>& named)> stragglers;
   };
   virtual ~Coordinator() = default;
   virtual void start(boost::asio::io_context& io, Events events) = 0;
@@ -120,6 +124,12 @@ class Coordinator {
   virtual bool grants_replacements() const { return false; }
   // A replacement started here (Events::replace) is ready to be admitted, as `why` says.
   virtual void admit(int /*attempt*/, int /*origin*/, const std::string& /*why*/) {}
+  // Whether the rendezvous compares every node's ranks for straggler reports (the built-in one
+  // does): then each node shares its ranks' work counters (JSON text, stall/straggler.hpp's
+  // samples_to_json), several times a second while they run, and hears Events::stragglers;
+  // elsewhere each node compares its own ranks.
+  virtual bool compares_stragglers() const { return false; }
+  virtual void share_work(int /*attempt*/, const std::string& /*samples*/, double /*threshold*/) {}
   // The event loop is about to go: let go of everything bound to it.
   virtual void detach() = 0;
 };
