@@ -152,11 +152,24 @@ RecorderRing RecorderRing::shared(std::uint8_t backend) {
 // Atomic adds: two auto_models' backwards may mark steps at once, and a step is no hot path.
 void record_step() noexcept {
   auto* s = launcher_segment();
-  if (s == nullptr || s->count_calls.load(std::memory_order_relaxed) == 0) return;
-  auto& st = s->steps;
+  if (s == nullptr) return;
+  const bool counting = s->count_calls.load(std::memory_order_relaxed) != 0;
+  const bool traced = s->traced.load(std::memory_order_relaxed) != 0;
+  if (!counting && !traced) return;
   timespec t{};
   ::clock_gettime(CLOCK_MONOTONIC, &t);
   const auto now = static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+  if (traced) {  // --trace: the mark, dated (trace_area.hpp)
+    auto& steps = rec::trace_area(s)->steps;
+    const auto n = steps.next.fetch_add(1, std::memory_order_relaxed);
+    auto& mark = steps.marks[n % rec::kTraceSteps];
+    mark.number.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    mark.at_ns = now;
+    mark.number.store(n + 1, std::memory_order_release);
+  }
+  if (!counting) return;
+  auto& st = s->steps;
   const auto last = st.last_mark_ns.exchange(now, std::memory_order_relaxed);
   if (last != 0 && now > last) {
     st.step_ns.fetch_add(static_cast<std::uint64_t>(now - last), std::memory_order_relaxed);

@@ -14,26 +14,27 @@ trap 'pkill -9 -f "^$PROG " 2>/dev/null; netns_cleanup; rm -rf "$DIR"' EXIT
 cd "$DIR" || exit 1
 export OMP_NUM_THREADS=1
 
-# One host: 40 steps of 5 ms of work, each a 256 KiB and an 8-byte all_reduce; from step 10
-# rank 2's work takes 50% longer.
-"$RUN" -n 4 --trace one.json "$PROG" 40 5 2 50 10 >one.out 2>&1
+# One host: 40 steps of 1 ms of spinning and 10 of sleep (light on 2 busy cores), each a 256 KiB
+# and an 8-byte all_reduce; from step 10 rank 2's work takes twice as long.
+export METRICS_RANK_SLEEP_MS=10
+"$RUN" -n 4 --trace one.json "$PROG" 40 1 2 100 10 >one.out 2>&1
 rc=$?
 check "4 ranks: the trace is written and said (exit $rc)" \
   eval '[ $rc = 0 ] && grep -q "trace: 4 ranks on 1 node, 320 calls, in one.json (open it in ui.perfetto.dev)" one.out' ||
   tail -3 one.out
 check "... in the Trace Event format, one track per rank, every call, rank 2 the one waited for" \
-  $CHECK one.json --ranks 0,1,2,3 --calls 80 --slow 2
+  $CHECK one.json --ranks 0,1,2,3 --calls 80 --slow 2 --steps 40
 
-# Two hosts, 2 ranks each, rank 3 (host B) 50% slower from step 10; the same path on both (one
+# Two hosts, 2 ranks each, rank 3 (host B) twice as slow from step 10; the same path on both (one
 # filesystem): node 1 writes its part, node 0 merges it.
 if netns_pair $$; then
   port=$(random_port)
   export IDIST_TIMEOUT=30 IDIST_JOB_TOKEN=trace$$
   ip netns exec "$NS_B" "$RUN" --nnodes 2 --node-rank 1 --master-addr "$ADDR_A" --master-port "$port" -n 2 \
-    --trace two.json "$PROG" 40 5 3 50 10 >b.out 2>&1 &
+    --trace two.json "$PROG" 40 1 3 100 10 >b.out 2>&1 &
   node_b=$!
   timeout 120 ip netns exec "$NS_A" "$RUN" --nnodes 2 --node-rank 0 --master-addr "$ADDR_A" --master-port "$port" -n 2 \
-    --trace two.json "$PROG" 40 5 3 50 10 >a.out 2>&1
+    --trace two.json "$PROG" 40 1 3 100 10 >a.out 2>&1
   rc_a=$?
   wait $node_b
   rc_b=$?
@@ -42,7 +43,7 @@ if netns_pair $$; then
           grep -q "trace: 4 ranks on 2 nodes, 320 calls, in two.json" a.out && [ ! -e two.json.node1 ]' ||
     tail -3 a.out b.out
   check "... nodes as processes, one track per rank, rank 3 (on the other host) the one waited for" \
-    $CHECK two.json --ranks 0,1,2,3 --nodes 0,1 --calls 80 --slow 3
+    $CHECK two.json --ranks 0,1,2,3 --nodes 0,1 --calls 80 --slow 3 --steps 40
   netns_cleanup
 else
   echo "SKIP (two hosts): cannot create network namespaces here (needs root, iproute2, CAP_NET_ADMIN)"

@@ -17,7 +17,7 @@ import json
 import sys
 from collections import Counter, defaultdict
 
-PHASES = {"X", "M", "s", "f"}
+PHASES = {"X", "M", "s", "f", "i"}
 
 
 def main():
@@ -28,6 +28,7 @@ def main():
     ap.add_argument("--calls", type=int, help="collective calls each rank made")
     ap.add_argument("--slow", type=int, help="the rank the others waited for most")
     ap.add_argument("--partial", action="store_true", help="the job was cut short")
+    ap.add_argument("--steps", type=int, help="step marks each rank made (idist::mark_step)")
     a = ap.parse_args()
     ranks = {int(r) for r in a.ranks.split(",")}
     nodes = {int(n) for n in a.nodes.split(",")}
@@ -99,6 +100,9 @@ def main():
         top = waited.most_common(1)
         if not top or top[0][0] != f"rank {a.slow}":
             bad.append(f"the rank waited for most (over 1 ms) is {top}, not rank {a.slow}")
+    marks = Counter(e["tid"] for e in events if e["ph"] == "i" and e.get("cat") == "step")
+    if a.steps is not None and any(marks[r] != a.steps for r in ranks):
+        bad.append(f"step marks per rank {dict(marks)}, not {a.steps} each")
     for b in bad[:10]:
         print(b)
     print(f"# {len(slices)} slices on {len(tracks)} tracks, {len(flows)} arrows; waited for: {dict(waited)}")

@@ -62,15 +62,17 @@ TEST_CASE("one node: a slice per call, overlapping calls on a second lane, the l
   // Rank 1 enters call 0 at 5 ms, rank 0 at 1 ms: rank 0 waited 4 ms for rank 1. Rank 0's isend
   // and irecv overlap without nesting: two lanes of its send/recv track.
   auto line = write_trace(path, node(0, 1, {{.rank = 0, .calls = {collective(0, 1, 6), p2p(rec::Op::isend, 10, 20),
-                                                                    p2p(rec::Op::irecv, 12, 25)}},
+                                                                    p2p(rec::Op::irecv, 12, 25)},
+                                             .steps = {{1, 30 * kMs}}},
                                             {.rank = 1, .calls = {collective(0, 5, 6)}}}),
                           std::chrono::milliseconds(0));
   CHECK(line.find("trace: 2 ranks on 1 node, 4 calls, in " + path) == 0);
   const auto doc = load(path);
   std::set<int> tids;
   const nlohmann::json* waiter = nullptr;
-  int arrows = 0;
+  int arrows = 0, marks = 0;
   for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "i" && e["name"] == "step 1" && e["tid"] == 0) ++marks;
     if (e["ph"] == "X") tids.insert(e["tid"].get<int>());
     if (e["ph"] == "X" && e["name"] == "all_reduce" && e["tid"] == 0) waiter = &e;
     if (e["ph"] == "s" || e["ph"] == "f") ++arrows;
@@ -80,6 +82,7 @@ TEST_CASE("one node: a slice per call, overlapping calls on a second lane, the l
   CHECK((*waiter)["args"]["waited_for"] == "rank 1");
   CHECK((*waiter)["args"]["waited_us"].get<double>() == doctest::Approx(4000).epsilon(0.001));
   CHECK(arrows == 2);  // 4 ms of a 5 ms call: an arrow
+  CHECK(marks == 1);   // rank 0's step mark, on its track
   CHECK(doc["otherData"]["lost_calls"] == 0);
   std::filesystem::remove(path);
 }

@@ -56,6 +56,7 @@ struct Slice {
 struct Part {
   std::vector<std::string> meta;
   std::vector<Slice> slices;
+  std::vector<std::string> marks;  // the ranks' step marks (instant events)
   std::uint64_t lost = 0;
   int ranks = 0;
 };
@@ -168,6 +169,11 @@ Part render(const TraceNode& node) {
     }
   }
   for (auto& [tid, track] : tracks) place_in_lanes(part, track);
+  for (const auto& r : node.ranks)  // step marks on the rank's track, after its slices
+    for (const auto& [number, at] : r.steps)
+      part.marks.push_back(fmt::format(
+          R"({{"ph":"i","s":"t","name":"step {}","cat":"step","pid":{},"tid":{},"ts":{:.3f},"args":{{"attempt":{}}}}})",
+          number, pid, r.rank, static_cast<double>(at + to_unix - kTraceOrigin) / 1000, r.attempt));
   part.ranks = static_cast<int>(ranks.size());
   return part;
 }
@@ -233,9 +239,13 @@ void write_file(const std::string& path, const Part& part, const std::vector<std
       if (e.at("ph") == "M") line(text);
     });
   for (const auto& s : part.slices) line(s.text, (latest ? waits(s, *latest, arrows) : "") + "}}");
+  for (const auto& m : part.marks) line(m);
   for (const auto& o : others)
     for_each_event(o, [&](const std::string& text, const nlohmann::json& e) {
-      if (e.at("ph") == "X") line(text.substr(0, text.size() - 2), waits(slice_from(text, e), *latest, arrows) + "}}");
+      if (e.at("ph") == "X")
+        line(text.substr(0, text.size() - 2), waits(slice_from(text, e), *latest, arrows) + "}}");
+      else if (e.at("ph") != "M")
+        line(text);
     });
   for (const auto& a : arrows) line(a);
   out << "\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":"

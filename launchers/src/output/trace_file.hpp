@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace idist::launchers::detail {
@@ -36,6 +37,8 @@ struct TracedRank {
   int rank = 0;
   int attempt = 0;
   std::deque<TracedCall> calls;  // oldest first within each ring
+  // Its program's step marks (idist::mark_step()): each mark's number (1: the first) and when.
+  std::vector<std::pair<std::uint64_t, std::int64_t>> steps = {};
   std::uint64_t lost = 0;  // calls the rank's rings overwrote before idist-run read them, or beyond what it keeps
 };
 

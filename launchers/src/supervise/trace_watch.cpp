@@ -83,10 +83,29 @@ void TraceReader::read(const RecorderMemory& memory, bool last, std::size_t keep
       else cur.next = n + 1;
     }
   }
+  read_steps(area->steps, last);
   trim(keep);
 }
 
+void TraceReader::read_steps(const rec::TraceSteps& steps, bool last) {
+  const auto next = steps.next.load(std::memory_order_acquire);
+  if (next > steps_next_ + rec::kTraceSteps) steps_next_ = next - rec::kTraceSteps;  // gone round: lost
+  for (; steps_next_ < next; ++steps_next_) {
+    const auto& mark = steps.marks[steps_next_ % rec::kTraceSteps];
+    const auto number = mark.number.load(std::memory_order_acquire);
+    const auto at = mark.at_ns;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (number == steps_next_ + 1 && mark.number.load(std::memory_order_relaxed) == number) {
+      taken_.steps.emplace_back(number, at);
+    } else if (number < steps_next_ + 1 && !last) {
+      break;  // being written: the next reading takes it
+    }
+  }
+}
+
 void TraceReader::trim(std::size_t keep) {
+  if (taken_.steps.size() > keep)
+    taken_.steps.erase(taken_.steps.begin(), taken_.steps.end() - static_cast<std::ptrdiff_t>(keep));
   if (taken_.calls.size() <= keep) return;
   const auto drop = taken_.calls.size() - keep;
   taken_.lost += drop;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "idist/common/flight_recorder.hpp"
+#include "idist/common/trace_area.hpp"
 #include "output/trace_file.hpp"
 
 namespace idist::launchers::supervision {
@@ -36,7 +36,10 @@ class TraceReader {
     std::uint64_t next = 0;
     std::set<std::uint64_t> resolved;  // beyond `next`
   };
+  void read_steps(const common::recorder::TraceSteps& steps, bool last);
+
   Cursor cursors_[common::recorder::kRings];
+  std::uint64_t steps_next_ = 0;  // the first step mark not yet taken
   detail::TracedRank taken_;
 };
 

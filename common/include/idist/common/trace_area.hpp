@@ -47,8 +47,21 @@ struct alignas(64) TraceRing {
   TraceEntry entries[kTraceEntries];
 };
 
+// The program's steps (idist::mark_step(); auto_model marks each backward), each dated: the
+// trace shows them as marks on the rank's track. Written by whichever thread marks.
+inline constexpr std::uint32_t kTraceSteps = 1024;
+struct TraceStep {
+  std::atomic<std::uint64_t> number{0};  // the mark's number + 1 once `at_ns` is written; 0 while it is
+  std::int64_t at_ns = 0;                 // CLOCK_MONOTONIC
+};
+struct alignas(64) TraceSteps {
+  std::atomic<std::uint64_t> next{0};
+  TraceStep marks[kTraceSteps];
+};
+
 struct TraceArea {
   TraceRing rings[kRings];
+  TraceSteps steps;
 };
 
 // Where the area starts in the memfd: after the Segment, page-aligned.
