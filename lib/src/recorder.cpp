@@ -165,7 +165,7 @@ void record_step() noexcept {
     auto& mark = steps.marks[n % rec::kTraceSteps];
     mark.number.store(0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
-    mark.at_ns = now;
+    mark.at_ns.store(now, std::memory_order_relaxed);
     mark.number.store(n + 1, std::memory_order_release);
   }
   if (!counting) return;

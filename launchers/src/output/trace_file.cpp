@@ -169,11 +169,16 @@ Part render(const TraceNode& node) {
     }
   }
   for (auto& [tid, track] : tracks) place_in_lanes(part, track);
-  for (const auto& r : node.ranks)  // step marks on the rank's track, after its slices
+  for (const auto& r : node.ranks) {  // step marks on the rank's track, after its slices
+    if (!r.steps.empty() && !tracks.contains(r.rank)) {  // no collective: the track is the marks'
+      add_track(part, pid, r.rank, fmt::format("rank {}", r.rank), r.rank * 64);
+      tracks[r.rank];
+    }
     for (const auto& [number, at] : r.steps)
       part.marks.push_back(fmt::format(
           R"({{"ph":"i","s":"t","name":"step {}","cat":"step","pid":{},"tid":{},"ts":{:.3f},"args":{{"attempt":{}}}}})",
           number, pid, r.rank, static_cast<double>(at + to_unix - kTraceOrigin) / 1000, r.attempt));
+  }
   part.ranks = static_cast<int>(ranks.size());
   return part;
 }

@@ -71,6 +71,7 @@ struct NodeAgent::State {
   std::string endpoint;  // "host:port", for messages
   int listen_fd = -1;
   Assignment assignment;
+  bool compares_stragglers = false;  // node 0's rendezvous compares every node's ranks (its "assign")
   asio::io_context* io = nullptr;
   Events events;
   std::unique_ptr<rendezvous::Server> server;
@@ -190,6 +191,7 @@ struct NodeAgent::State {
       const int recovery_port = field<int>(m, "recovery_port", 0);
       assignment.recovery_store = recovery_port > 0 ? fmt::format("{}:{}", options.host, recovery_port) : "";
       assignment.joins_after = field<long long>(m, "joins_after", -1);
+      compares_stragglers = field<bool>(m, "stragglers", false);
       guard_timer->cancel();
       if (auto done = std::exchange(joined, nullptr)) done(std::nullopt);
     } else if (type == "end") {
@@ -441,6 +443,8 @@ void NodeAgent::ended(int attempt, int rank) {
 void NodeAgent::admit(int attempt, int origin, const std::string& why) {
   state_->send(Json{{"t", "admit"}, {"attempt", attempt}, {"origin", origin}, {"why", why}});
 }
+
+bool NodeAgent::compares_stragglers() const { return state_->compares_stragglers; }
 
 void NodeAgent::share_work(int attempt, const std::string& samples, double threshold) {
   state_->send(Json{{"t", "work"}, {"attempt", attempt}, {"threshold", threshold},

@@ -2,12 +2,15 @@
 // The job-wide straggler comparison on the built-in rendezvous (issue 47): each node's idist-run
 // compares only the ranks it runs, which names nobody where a node runs one rank, or where a
 // whole node is slow; so every node shares its ranks' work counters ("work", wire.hpp) and the
-// rendezvous compares all the attempt's ranks with one StragglerDetector, once every live member
-// has shared some, and tells every node the lines ("straggler").
+// rendezvous compares the attempt's ranks with one StragglerDetector and tells every node the
+// lines ("straggler"). It compares the nodes whose ranks run and that shared in the last
+// kFresh: a node that ended its ranks, stopped sharing (--straggler-threshold 0 there) or went
+// silent drops out (the detector starts its windows again for the ranks that are left).
 
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,16 +24,22 @@ class JobStragglers {
     std::vector<std::string> lines;
     std::map<int, double> named;  // rank -> excess, still stragglers
   };
-  // Node `node`'s samples in `attempt`, at its --straggler-threshold; `members`: the attempt's
-  // live node ranks. What to tell every node, where something changed.
+  // Node `node`'s samples in `attempt`, at its --straggler-threshold; `running`: the attempt's
+  // node ranks whose ranks still run. What to tell every node, where something changed (a new
+  // attempt first tells that nobody is named any more).
   std::optional<Said> heard(int attempt, int node, double threshold, std::vector<launchers::detail::WorkSample> samples,
-                            const std::vector<int>& members);
+                            const std::set<int>& running);
 
  private:
   int attempt_ = -1;
   std::optional<launchers::detail::StragglerDetector> detector_;
-  std::map<int, std::vector<launchers::detail::WorkSample>> latest_;  // by node rank
+  struct Shared {
+    std::vector<launchers::detail::WorkSample> samples;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<int, Shared> latest_;  // by node rank
   std::map<int, double> told_;
+  bool retell_ = false;  // the last attempt named someone: say that it is over
   std::chrono::steady_clock::time_point next_{};
 };
 

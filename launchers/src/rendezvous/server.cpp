@@ -253,13 +253,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (phase() != Phase::running || !of_this_attempt(*node, m) || !m.contains("ranks")) return;
     auto samples = launchers::detail::samples_from_json(m["ranks"].dump());
     if (!samples) return;
-    const auto live = live_members();
-    std::vector<int> members;
-    for (const auto& n : live) members.push_back(n->node_rank);
+    std::set<int> running;  // members whose ranks still run: the others' counters no longer move
+    for (std::size_t r = 0; r < state.members.size(); ++r)
+      if (!state.members[r].gone && !state.members[r].over) running.insert(static_cast<int>(r));
     const auto said = stragglers.heard(state.attempt, node->node_rank, field<double>(m, "threshold", 0.1),
-                                       std::move(*samples), members);
+                                       std::move(*samples), running);
     if (!said) return;
-    for (const auto& n : live)
+    for (const auto& n : live_members())
       n->connection->send(Json{{"t", "straggler"}, {"attempt", state.attempt}, {"lines", said->lines}, {"named", said->named}});
   }
 
@@ -384,7 +384,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                 {"nnodes", state.members.size()},
                 {"world_size", world},
                 {"rank_base", state.members[r].base},
-                {"master_port", master_port}};
+                {"master_port", master_port},
+                {"stragglers", true}};  // it compares every node's ranks: share them ("work")
     if (generations) assign["recovery_port"] = generations->port();
     return assign;
   }

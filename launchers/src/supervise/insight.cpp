@@ -16,34 +16,46 @@ RecorderOptions Insight::recorder(const SuperviseOptions& options) {
 
 void Insight::start(Job job) {
   job_ = std::move(job);
-  if (const auto& c = options_.coordinator; c && c->compares_stragglers()) {
-    job_wide_ = true;
-    stragglers_.share_with([this, threshold = options_.straggler_threshold](const std::string& samples) {
-      options_.coordinator->share_work(options_.coordinator->attempt(), samples, threshold);
-    });
-  }
+  if (options_.coordinator)
+    stragglers_.share_with([this] { return options_.coordinator->compares_stragglers(); },
+                           [this, threshold = options_.straggler_threshold](const std::string& samples) {
+                             options_.coordinator->share_work(options_.coordinator->attempt(), samples, threshold);
+                           });
   if (traces_.on())  // before any rank starts: a trace that could not be written would be lost work
     if (const auto error = detail::check_trace_path(options_.trace); !error.empty()) throw std::runtime_error(error);
-  stragglers_.start(job_.running, [this](const std::string& line) { heard_stragglers({line}, {}); });
+  stragglers_.start(job_.running, [this](const std::string& line) { say({line}); });
   traces_.start(job_.running);
   if (options_.metrics.empty()) return;
   metrics_ = std::make_unique<MetricsEndpoint>(io_, options_.metrics, [this] {
     return metrics_text(*job_.attempts, job_.started(),
                         {.job = options_.run_id, .host = host_, .restarts = *job_.restarts,
-                         .stragglers = job_wide_ ? named_ : stragglers_.current()});
+                         .stragglers = named_now()});
   });
 }
 
-void Insight::heard_stragglers(const std::vector<std::string>& lines, const std::map<int, double>& named) {
+void Insight::say(const std::vector<std::string>& lines) {
   LiveAttempt* a = job_.running ? job_.running() : nullptr;
   for (const auto& line : lines) {
     spdlog::warn("{}", line);
     if (a != nullptr) a->record.stragglers.push_back(line);
   }
-  if (!job_wide_ || a == nullptr) return;
+}
+
+void Insight::heard_stragglers(const std::vector<std::string>& lines, const std::map<int, double>& named) {
+  say(lines);
+  const LiveAttempt* a = job_.running ? job_.running() : nullptr;
+  if (a == nullptr) return;
   named_.clear();
+  named_attempt_ = a->record.index;
   for (const auto& r : a->ranks)
     if (const auto it = named.find(r.spec->rank); it != named.end()) named_.insert(*it);
+}
+
+std::map<int, double> Insight::named_now() const {
+  const auto& c = options_.coordinator;
+  if (!c || !c->compares_stragglers()) return stragglers_.current();
+  const LiveAttempt* a = job_.running ? job_.running() : nullptr;
+  return a != nullptr && a->record.index == named_attempt_ ? named_ : std::map<int, double>{};
 }
 
 void Insight::stop() {

@@ -47,8 +47,10 @@ class Insight {
   StragglerWatch stragglers_;
   TraceWatch traces_;
   std::unique_ptr<MetricsEndpoint> metrics_;
-  bool job_wide_ = false;                  // the rendezvous compares: named_ is the job's word
-  std::map<int, double> named_;            // this node's ranks named job-wide
+  void say(const std::vector<std::string>& lines);  // straggler lines: said, and in summary.json
+  std::map<int, double> named_now() const;  // for idist_straggler: this node's ranks named now
+  std::map<int, double> named_;  // this node's ranks the rendezvous named in attempt named_attempt_
+  int named_attempt_ = -1;
   std::int64_t started_unix_ns_;  // a trace's part older than this is an earlier job's
 };
 

@@ -106,7 +106,7 @@ std::vector<detail::WorkSample> StragglerWatch::read(const LiveAttempt& attempt)
 void StragglerWatch::check() {
   if (stopped_) return;
   const LiveAttempt* attempt = watched_();
-  if (attempt != nullptr && share_) {
+  if (attempt != nullptr && job_wide_ && job_wide_()) {
     if (const auto now = std::chrono::steady_clock::now(); now >= next_share_) {
       next_share_ = now + kShareEvery;
       share_(detail::samples_to_json(read(*attempt)));

@@ -22,9 +22,12 @@ class StragglerWatch {
   StragglerWatch(asio::io_context& io, double threshold, std::string host);
   // Reads from now on while `watched` gives an attempt whose ranks run; `say` gets each line.
   void start(std::function<LiveAttempt*()> watched, std::function<void(const std::string&)> say);
-  // Where the rendezvous compares every node's ranks: the samples go to `share` (JSON text,
-  // about four times a second) instead of this node's own comparison. Before start().
-  void share_with(std::function<void(const std::string& samples)> share) { share_ = std::move(share); }
+  // While `job_wide()` (the rendezvous compares every node's ranks), the samples go to `share`
+  // (JSON text, about four times a second) instead of this node's own comparison. Before start().
+  void share_with(std::function<bool()> job_wide, std::function<void(const std::string& samples)> share) {
+    job_wide_ = std::move(job_wide);
+    share_ = std::move(share);
+  }
   void stop();
   // Ranks named and not yet back under the threshold: rank -> its excess (0.23: 23% longer).
   const std::map<int, double>& current() const { return detector_.current(); }
@@ -39,6 +42,7 @@ class StragglerWatch {
   detail::StragglerDetector detector_;
   std::function<LiveAttempt*()> watched_;
   std::function<void(const std::string&)> say_;
+  std::function<bool()> job_wide_;
   std::function<void(const std::string&)> share_;
   std::chrono::steady_clock::time_point next_share_{};
   std::map<pid_t, std::string> cpu_stats_;  // each rank process's cgroup cpu.stat, read once

@@ -93,7 +93,7 @@ void TraceReader::read_steps(const rec::TraceSteps& steps, bool last) {
   for (; steps_next_ < next; ++steps_next_) {
     const auto& mark = steps.marks[steps_next_ % rec::kTraceSteps];
     const auto number = mark.number.load(std::memory_order_acquire);
-    const auto at = mark.at_ns;
+    const auto at = mark.at_ns.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (number == steps_next_ + 1 && mark.number.load(std::memory_order_relaxed) == number) {
       taken_.steps.emplace_back(number, at);

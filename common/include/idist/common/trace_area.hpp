@@ -52,7 +52,7 @@ struct alignas(64) TraceRing {
 inline constexpr std::uint32_t kTraceSteps = 1024;
 struct TraceStep {
   std::atomic<std::uint64_t> number{0};  // the mark's number + 1 once `at_ns` is written; 0 while it is
-  std::int64_t at_ns = 0;                 // CLOCK_MONOTONIC
+  std::atomic<std::int64_t> at_ns{0};     // CLOCK_MONOTONIC
 };
 struct alignas(64) TraceSteps {
   std::atomic<std::uint64_t> next{0};

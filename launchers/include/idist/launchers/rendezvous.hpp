@@ -86,7 +86,7 @@ class NodeAgent final : public Coordinator {
   void ended(int attempt, int rank) override;
   void admit(int attempt, int origin, const std::string& why) override;
   bool grants_replacements() const override { return true; }
-  bool compares_stragglers() const override { return true; }
+  bool compares_stragglers() const override;  // node 0's rendezvous said so in its assignment
   void share_work(int attempt, const std::string& samples, double threshold) override;
   void finish(const std::string& outcome, std::function<void()> done) override;
   void detach() override;
