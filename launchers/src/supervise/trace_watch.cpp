@@ -69,7 +69,10 @@ void TraceReader::read(const RecorderMemory& memory, bool last, std::size_t keep
     bool held = false;
     for (auto n = cur.next; n < next; ++n) {
       if (cur.resolved.contains(n)) {
-        if (!held) cur.resolved.erase(n), cur.next = n + 1;
+        if (!held) {
+          cur.resolved.erase(n);
+          cur.next = n + 1;
+        }
         continue;
       }
       bool lost = false;
