@@ -104,13 +104,16 @@ if command -v etcd >/dev/null && netns_etcd 2; then
     on_host "$i" "${NAMES[i]}" timeout 240 "$RUN" --rdzv-backend etcd --nnodes 2:3 --rdzv-endpoint "$ETCD_EP" \
       --rdzv-id "join-$tag-etcd" -n 2 --grace 1 "$@" >"h$i.out" 2>&1 &
   }
+  # Steps of 150 ms, not 60: a join through etcd, with libtorch to load on a machine busy with
+  # other tests, gets more of the run to be admitted in. This section still fails now and then
+  # (host 2 never admitted; 1 of 5 runs here after this change), cause not yet found.
   rm -rf ck
-  onetcd 0 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+  onetcd 0 "$CHECK" ck 48 --recover --pause-ms 150 --progress
   sleep 0.3
-  onetcd 1 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+  onetcd 1 "$CHECK" ck 48 --recover --pause-ms 150 --progress
   wait_for_line h0.out "^step 8$"
   running=$(rank_pids 4)
-  onetcd 2 "$CHECK" ck 48 --recover --pause-ms 60 --progress
+  onetcd 2 "$CHECK" ck 48 --recover --pause-ms 150 --progress
   wait_for_line h0.out "^recovered: generation 1 "
   still=$(for p in $running; do [ -d /proc/$p ] && echo "$p"; done | tr '\n' ' ')
   wait
