@@ -35,7 +35,7 @@ int get_node_rank() { return contract_or_serial().node_rank; }
 
 std::string backend() {
   auto* rt = detail::runtime_if_initialized();
-  return rt != nullptr ? std::string(rt->world().backend_name()) : std::string();
+  return rt != nullptr ? std::string(rt->backend_name()) : std::string();
 }
 
 std::string hostname() { return common::host_name("unknown"); }
@@ -44,7 +44,7 @@ namespace {
 // " (shared memory: every rank on this host)" where another backend carries the chosen one.
 std::string transport() {
   auto* rt = detail::runtime_if_initialized();
-  if (rt == nullptr || rt->world().backend().name() == rt->world().backend_name()) return "";
+  if (rt == nullptr || rt->world().backend().name() == rt->backend_name()) return "";
   if (rt->world().backend().name() == "shm") return " (shared memory: every rank on this host)";
   if (rt->world().backend().name() == "hierarchical")
     return " (hierarchical: shared memory within each host, " + detail::leaders_transport(rt->world().backend()) +

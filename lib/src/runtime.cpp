@@ -102,7 +102,9 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
     : contract_(contract), id_(next_runtime_id()) {
   ignore_sigpipe_unless_handled();
   follow_cpus_shared(contract_);
-  if (options.recovery) heartbeat_ = std::make_unique<Heartbeat>(launcher_segment());
+  // A replacement beats once it asks to join (join_when_ready): idist-run admits it then.
+  if (options.recovery && contract_.replacement_origin < 0)
+    heartbeat_ = std::make_unique<Heartbeat>(launcher_segment());
   // One deadline for the whole rendezvous: reaching the store and everyone joining.
   const auto deadline = Clock::now() + contract_.timeout;
   const std::string backend = choose_backend(contract_, options);
@@ -135,9 +137,9 @@ Runtime::Runtime(const env::Contract& contract, const InitOptions& options)
       backend_ = backend;
       recovery_ = true;
       recovery_carriers(contract_, site);  // as the ranks it joins did, from the same environment
-      join_running(site);
-      rendezvous_ = true;
-      return watch_generations();
+      joining_ = true;
+      pending_join_ = true;  // at its first use of the world
+      return;
     } else {
       if (contract_.rank == 0)
         server_ = std::make_unique<TcpStoreServer>(
@@ -185,7 +187,7 @@ Runtime::~Runtime() {
 }
 
 std::shared_ptr<const GroupState> Runtime::new_group(const std::vector<int>& ranks) {
-  const ErrorSite site = world_->site("new_group");
+  const ErrorSite site = world().site("new_group");
   if (ranks.empty()) throw Error(site, "ranks is empty; a group needs at least one rank");
   std::vector<bool> seen(static_cast<std::size_t>(contract_.world_size));
   for (int r : ranks) {

@@ -46,12 +46,19 @@ class Runtime {
 
   const env::Contract& contract() const { return contract_; }
   ProcessGroup& world() {
+    if (pending_join_.load(std::memory_order_acquire)) join_when_ready();
     if (!world_)
       throw Error(ErrorSite{contract_.rank, contract_.world_size, "", backend_},
                   "no world to call on: the last reform() failed (its error said why)");
     return *world_;
   }
   Store& store() { return *store_; }
+  // The backend the program chose, also before a replacement joined (no world yet).
+  std::string_view backend_name() { return pending_join_.load() ? std::string_view(backend_) : world().backend_name(); }
+  // A replacement's join (runtime_reform.cpp): init() returns at once, with the place of the
+  // rank it replaces, so that its program sets up (data, model) while the job trains on; its
+  // first use of the world joins, and idist-run admits it only then (it beats from there).
+  void join_when_ready();
   std::uint64_t id() const { return id_; }
 
   // new_group(): a collective over the world (every rank calls it with the same list).
@@ -188,6 +195,8 @@ class Runtime {
   std::unique_ptr<GenerationWatch> generation_watch_;  // from init, where idist-run offers recovery
   std::atomic<std::uint64_t> growth_at_{0};  // the last generation announced that admits a replacement
   std::atomic<bool> joining_{false};         // a replacement without the job's state yet
+  std::atomic<bool> pending_join_{false};    // a replacement that has not asked to join yet
+  std::mutex pending_mu_;
   std::optional<ReformResult> joined_as_;     // a replacement: the world it joined
 };
 

@@ -237,6 +237,19 @@ void Runtime::watch_generations() {
           .replacement = [this](std::uint64_t g) { growth_at_ = std::max(growth_at_.load(), g); }});
 }
 
+void Runtime::join_when_ready() {
+  std::lock_guard lock(pending_mu_);
+  if (!pending_join_) return;
+  const ErrorSite site{contract_.rank, contract_.world_size, "init", backend_};
+  // idist-run admits a replacement once it beats: from now, its program set up, so that the
+  // running ranks wait at its admission for its connect and catch-up, not for its setup.
+  heartbeat_ = std::make_unique<Heartbeat>(launcher_segment());
+  join_running(site);
+  rendezvous_ = true;
+  watch_generations();
+  pending_join_ = false;
+}
+
 void Runtime::join_running(const ErrorSite& site) {
   generation_ = contract_.replacement_after;
   const int origin = contract_.replacement_origin;
@@ -329,7 +342,9 @@ bool is_replacement() {
   return r != nullptr && r->is_replacement();
 }
 ReformResult replacement_joined() {
-  const auto& joined = detail::runtime("replacement_joined").replacement_joined();
+  auto& rt = detail::runtime("replacement_joined");
+  rt.join_when_ready();
+  const auto& joined = rt.replacement_joined();
   if (!joined)
     throw Error(ErrorSite{get_rank(), get_world_size(), "replacement_joined", backend()},
                 "this rank is no replacement (idist-run did not start it in a lost rank's place)");

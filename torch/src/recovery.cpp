@@ -69,6 +69,29 @@ std::optional<std::vector<at::Tensor>> sgd_momenta(torch::optim::Optimizer& opti
   return momenta;
 }
 
+// SGD's parameters, in all its groups; -1 for another optimizer.
+std::int64_t sgd_params(torch::optim::Optimizer& optimizer) {
+  std::int64_t n = 0;
+  for (auto& group : optimizer.param_groups()) {
+    if (dynamic_cast<const torch::optim::SGDOptions*>(&group.options()) == nullptr) return -1;
+    n += static_cast<std::int64_t>(group.params().size());
+  }
+  return n;
+}
+
+// A replacement's optimizer has no momenta until its first step: zeros for each parameter, so
+// that the running ranks' arrive in place rather than in an archive (its serialization and
+// back took most of the catch-up).
+void make_sgd_momenta(torch::optim::Optimizer& optimizer) {
+  torch::NoGradGuard no_grad;
+  for (auto& group : optimizer.param_groups())
+    for (auto& p : group.params()) {
+      auto state = std::make_unique<torch::optim::SGDParamState>();
+      state->momentum_buffer(torch::zeros_like(p));
+      optimizer.state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(state);
+    }
+}
+
 // SGD's options per group (lr, momentum, dampening, weight decay, nesterov): a scheduler may
 // have changed them, and the in-place catch-up carries no archive that would.
 at::Tensor sgd_options(torch::optim::Optimizer& optimizer) {
@@ -117,7 +140,8 @@ struct Said {
   std::int64_t units, last_was_step, steps, in_step, hash, epoch, global, at_end, samples, redone, momenta;
   std::int64_t transferring;  // a catch-up to this many units was cut short here (0: none)
   std::int64_t fresh;         // a replacement: none of the job's state yet (it takes it all)
-  static constexpr std::int64_t kFields = 13;
+  std::int64_t params;        // its SGD's parameters (-1: another optimizer)
+  static constexpr std::int64_t kFields = 14;
 };
 
 }  // namespace
@@ -235,11 +259,14 @@ bool Recovery::Impl::recover(const PeerLostError* lost, bool in_step) {
 void Recovery::Impl::join_running() {
   fresh = true;
   const auto start = std::chrono::steady_clock::now();
+  // Asks to join now, set up: the running ranks admit it at their next step boundary.
+  joined = replacement_joined();
+  const auto admitted = std::chrono::steady_clock::now();
   try {
     reconcile(/*in_step=*/false);
     detail::after_reform(*module);
-    times.reform = 0;
-    times.reconcile = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    times.reform = std::chrono::duration<double>(admitted - start).count();
+    times.reconcile = std::chrono::duration<double>(std::chrono::steady_clock::now() - admitted).count();
   } catch (const PeerLostError& lost) {
     recover(&lost, /*in_step=*/false);  // re-forms, and reconciles as fresh again
     joined = last_reform;
@@ -249,7 +276,6 @@ void Recovery::Impl::join_running() {
     replacement_caught_up();
     return;
   }
-  joined = replacement_joined();
   replacement_caught_up();
 }
 
@@ -257,7 +283,8 @@ bool Recovery::Impl::reconcile(bool in_step) {
   const std::vector<std::int64_t> mine{units, last_was_step ? 1 : 0, steps, in_step ? 1 : 0, replica_hash(*module),
                                        static_cast<std::int64_t>(mark.epoch), static_cast<std::int64_t>(mark.global),
                                        mark.at_end ? 1 : 0, samples, redone,
-                                       static_cast<std::int64_t>(momenta_count()), transferring, fresh ? 1 : 0};
+                                       static_cast<std::int64_t>(momenta_count()), transferring, fresh ? 1 : 0,
+                                       sgd_params(*optimizer)};
   const auto all = all_gather(torch::tensor(mine)).contiguous();
   std::vector<Said> said(static_cast<std::size_t>(all.numel() / Said::kFields));
   std::memcpy(said.data(), all.data_ptr<std::int64_t>(), said.size() * sizeof(Said));
@@ -272,7 +299,8 @@ bool Recovery::Impl::reconcile(bool in_step) {
   bool behind = false, redo = false, in_place = true;
   for (std::size_t r = 0; r < said.size(); ++r) {
     const auto& s = said[r];
-    in_place = in_place && s.momenta >= 0 && s.momenta == top.momenta;
+    const bool makes_momenta = s.fresh != 0 && s.momenta == 0 && s.params == top.momenta;  // make_sgd_momenta
+    in_place = in_place && s.momenta >= 0 && (s.momenta == top.momenta || makes_momenta);
     if (s.fresh != 0) {  // takes everything, whatever its counters say
       behind = true;
       continue;
@@ -304,6 +332,7 @@ bool Recovery::Impl::reconcile(bool in_step) {
   times.caught_up_bytes = 0;
   const bool caught_up = fresh || units < top.units;
   if (caught_up && in_place) transferring = top.units;
+  if (fresh && in_place && momenta_count() == 0 && top.momenta > 0) make_sgd_momenta(*optimizer);
   std::function<void()> apply;
   if (behind) apply = receive(source, in_place);
   auto rng = generator_of(source);

@@ -445,8 +445,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void act(const rules::ReformInPlace& r) {
     if (!generations) return;
     generations->lose(r.lost, r.why);
-    // Started now, it waits in init() for the first generation after the current one that has
-    // it (origin -1: none, which its node waits to hear before it is over).
+    // Started now, it waits (at its first collective) for the first generation after the
+    // current one that has it (origin -1: none, which its node waits to hear before it is over).
     for (const auto& k : r.replace)
       if (const auto n = node_of(state.members[static_cast<std::size_t>(k.node_rank)].id))
         n->connection->send(Json{{"t", "replace"},

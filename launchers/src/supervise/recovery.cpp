@@ -154,7 +154,7 @@ void LiveRecovery::began(LiveAttempt& attempt, Rank& rank) {
   maybe_capable(attempt);
   const auto j = std::find_if(joining_.begin(), joining_.end(), [&](const auto& x) { return x.first == &rank; });
   if (j == joining_.end()) return;
-  // Ready once it beats (in init(), waiting to be admitted).
+  // Ready once it beats: its program set up, at its first collective, waiting to be admitted.
   if (j->second >= 0) {
     const auto why = fmt::format("rank {} started in rank {}'s place", rank.spec->rank, j->second);
     if (joint()) coordinator_->admit(attempt.record.index, rank.spec->rank, why);
@@ -243,8 +243,8 @@ bool LiveRecovery::take_loss(LiveAttempt& attempt, Rank& rank, bool root_cause) 
   spdlog::warn("{} (pid {}): live recovery: the {} other rank{} opted in, and may re-form without it", how,
                rank.record->pid, facts.survivors, facts.survivors == 1 ? "" : "s");
   if (static_cast<int>(to_replace_.size()) + replacements_ < max_replacements_) {
-    // A replacement waits in init() until the others admit it: one nobody admits would sit idle
-    // to the job's end.
+    // A replacement waits at its first collective until the others admit it: one nobody admits
+    // would sit idle to the job's end.
     if (admitting == facts.survivors)
       to_replace_.push_back(&rank);
     else
@@ -361,7 +361,7 @@ void LiveRecovery::stop_waiting(const std::vector<const Rank*>& waiting) {
     spdlog::info("rank {} (pid {}) stops: the job's ranks ended before they admitted it", r->spec->rank,
                  r->record->pid);
     r->record->collateral = true;
-    ::kill(-r->record->pid, SIGKILL);  // it holds nothing yet, and waits in init()
+    ::kill(-r->record->pid, SIGKILL);  // it holds nothing yet, and waits to join
   }
 }
 

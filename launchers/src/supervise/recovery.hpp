@@ -136,7 +136,7 @@ class LiveRecovery {
   bool lose_unjoined(LiveAttempt& attempt, Rank& rank);
   // Whether a rank may be started in `rank`'s place, where the ranks left admit one.
   bool replaceable(const Rank& rank, bool survivors_admit) const;
-  // `rank` is a replacement that has not joined a generation yet (it waits in init()); over
+  // `rank` is a replacement that has not joined a generation yet (it waits to join); over
   // several nodes, that no generation the rendezvous announced named it.
   bool waiting_to_join(const LiveAttempt& attempt, const Rank& rank) const;
   // The job's ranks all ended while replacements still wait to join: they stop, not as failures.

@@ -149,14 +149,17 @@ IDIST_API ReformResult admit_replacements();
 // idist-run.
 IDIST_API void will_admit_replacements(bool admits = true);
 
-// True in a rank that idist-run started in a lost one's place, from init() (which joined it to
-// the running job) until it has taken the job's state from a running rank (idist::Recovery
-// does, then calls replacement_caught_up()). auto_model skips its wrap-time collectives there,
-// which the running ranks do not call.
+// True in a rank that idist-run started in a lost one's place, from init() until it has taken
+// the job's state from a running rank (idist::Recovery does, then calls
+// replacement_caught_up()). auto_model skips its wrap-time collectives there, which the running
+// ranks do not call. A replacement's init() returns at once, with the lost rank's place
+// (get_rank(), get_world_size()) as a guess, so that its program sets up its data and model while
+// the job trains on; it joins at its first collective or replacement_joined(), waiting there
+// until the running ranks admit it at a step boundary, and its place is then the world's.
 IDIST_API bool is_replacement();
 IDIST_API void replacement_caught_up();
 // In a replacement, its place in the world it joined (ReformResult::joined holds its rank,
-// old_rank is -1); Error elsewhere.
+// old_rank is -1), joining first if it has not; Error elsewhere.
 IDIST_API ReformResult replacement_joined();
 // Marks the end of a training step (auto_model marks its own, at each backward's end), so that
 // a rank that leaves early is named with the steps it ran ("rank 1 called finalize() after 6
