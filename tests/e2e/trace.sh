@@ -3,7 +3,8 @@
 # Trace Event format by trace_check.py (phases, timestamps monotonic on each track, one track per
 # rank, nodes as processes, arrows paired) and against the job: every call there, the slow rank
 # the one waited for. On one host, then over two network-namespace hosts (node 0 merges node 1's
-# part), then a job stopped by --timeout, then bad input.
+# part), then a job stopped by --timeout, one with a rank killed and one with a rank frozen,
+# then bad input.
 # usage: trace.sh IDIST_RUN METRICS_RANK EXAMPLES_DIR
 source "$(dirname "$0")/lib.sh"
 RUN=$(realpath "$1")
@@ -55,6 +56,27 @@ rc=$?
 check "a job stopped by --timeout (exit $rc) still writes its trace" \
   eval '[ $rc = 124 ] && grep -q "trace: 2 ranks on 1 node, [0-9]* calls, in stopped.json" stopped.out' || tail -3 stopped.out
 check "... in the format" $CHECK stopped.json --ranks 0,1 --partial
+
+# The messy cases: a rank killed mid-job (the job fails at once), and one frozen (SIGSTOP) until
+# --timeout stops the job; either way the trace comes, its last calls open or failed.
+"$RUN" -n 3 --trace killed.json "$PROG" 0 5 >killed.out 2>&1 &
+job=$!
+sleep 2
+kill -9 "$(rank_pid "$PROG" 1)"
+wait $job
+rc=$?
+check "a rank killed mid-job: the job fails (exit $rc), and its trace is written, in the format" \
+  eval '[ $rc != 0 ] && grep -q "trace: 3 ranks on 1 node, [0-9]* calls, in killed.json" killed.out &&
+        $CHECK killed.json --ranks 0,1,2 --partial' || tail -3 killed.out
+"$RUN" -n 3 --timeout 4 --trace frozen.json "$PROG" 0 5 >frozen.out 2>&1 &
+job=$!
+sleep 2
+kill -STOP "$(rank_pid "$PROG" 2)"
+wait $job
+rc=$?
+check "a rank frozen until --timeout (exit $rc): its trace is written, in the format" \
+  eval '[ $rc = 124 ] && grep -q "trace: 3 ranks on 1 node, [0-9]* calls, in frozen.json" frozen.out &&
+        $CHECK frozen.json --ranks 0,1,2 --partial' || tail -3 frozen.out
 
 # Point-to-point calls that overlap (an isend beside an irecv) on lanes of their own: slices nest.
 "$RUN" -n 2 --trace p2p.json "$EXAMPLES/isend_irecv" >p2p.out 2>&1
