@@ -156,9 +156,7 @@ void record_step() noexcept {
   const bool counting = s->count_calls.load(std::memory_order_relaxed) != 0;
   const bool traced = s->traced.load(std::memory_order_relaxed) != 0;
   if (!counting && !traced) return;
-  timespec t{};
-  ::clock_gettime(CLOCK_MONOTONIC, &t);
-  const auto now = static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+  const auto now = rec::precise_ns();
   if (traced) {  // --trace: the mark, dated (trace_area.hpp)
     auto& steps = rec::trace_area(s)->steps;
     const auto n = steps.next.fetch_add(1, std::memory_order_relaxed);

@@ -184,11 +184,7 @@ class RecorderRing {
   }
 
  private:
-  static std::int64_t clock_ns() noexcept {
-    timespec t{};
-    ::clock_gettime(CLOCK_MONOTONIC, &t);
-    return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
-  }
+  static std::int64_t clock_ns() noexcept { return common::recorder::precise_ns(); }
   static std::int64_t& thread_last_end_ns() noexcept {
     thread_local std::int64_t end = 0;
     return end;

@@ -151,9 +151,7 @@ void TraceWatch::check() {
 
 std::string TraceWatch::write(const std::vector<std::unique_ptr<LiveAttempt>>& attempts, detail::TraceNode node) {
   for (const auto& a : attempts) read(*a, true);
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC, &now);  // the ranks' clock, not the coarse one
-  node.end_ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  node.end_ns = rec::precise_ns();  // the ranks' clock, not the coarse one
   for (const auto& a : attempts)
     for (const auto& r : a->ranks)
       if (const auto it = readers_.find(r.recorder.get()); r.recorder && it != readers_.end())

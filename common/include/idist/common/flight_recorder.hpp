@@ -183,4 +183,12 @@ inline std::int64_t now_ns() {
   return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
+// The writers' clock, precise, for what is timed (metrics, the trace): the same on a host's
+// ranks and idist-run, so their times line up.
+inline std::int64_t precise_ns() noexcept {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
 }  // namespace idist::common::recorder
