@@ -3,7 +3,7 @@
 //
 //   recover_check DIR STEPS [--width W] [--samples N] [--batch B] [--pause-ms M] [--recover]
 //                 [--stage-behind R:V:K] [--progress] [--zero-at-end] [--between-ms M] [--print-loss]
-//                 [--dropout P]
+//                 [--dropout P] [--replacement-setup-ms M]
 //
 // Trains STEPS steps (SGD with momentum, a shuffled auto_dataloader, mse against a random
 // target), resuming from DIR's newest checkpoint and saving one at the end, so that a run
@@ -15,6 +15,8 @@
 // --stage-behind R:V:K stages a survivor one step behind: at step K, rank R (of the first
 // world) waits for the others to commit that step, kills rank V, and raises PeerLostError
 // before its own optimizer step, as a rank whose last all_reduce raised while theirs completed.
+// --replacement-setup-ms M: a replacement sleeps before its Recovery, as a slow data load would;
+// the running ranks train on meanwhile and admit it only after.
 //
 // Rank 0 prints, after the first step committed since a re-form, "recovered: generation G world W
 // after_step S reform_ms=.. reconcile_ms=.. caught_up_bytes=.. committed_ns=T" (rank 0's times;
@@ -69,6 +71,7 @@ struct Config {
   bool zero_at_end = false;  // the step zeroes the gradients after the optimizer, not before
   bool print_loss = false;  // with --between-ms: "loss STEP MEAN" on rank 0, the ranks' mean
   std::int64_t between_ms = -1;  // >= 0: after each step, a retry() block: a pause, an all_reduce of the loss
+  std::int64_t replacement_setup_ms = 0;
   std::string stage;      // R:V:K
 };
 
@@ -121,6 +124,7 @@ int train(const Config& config, Stage stage) {
   std::optional<idist::Recovery> recovery;
   std::int64_t went_on_from = 0;  // the steps committed when the last re-form went on
   std::int64_t caught_up = 0;     // the bytes the rank behind took then
+  if (idist::is_replacement()) std::this_thread::sleep_for(std::chrono::milliseconds(config.replacement_setup_ms));
   if (config.recover) {
     recovery.emplace(model, optimizer, loader, idist::RecoveryOptions{.steps = step});
     step = recovery->steps();  // a replacement's: the running ranks' (it joined them)
@@ -211,6 +215,7 @@ int main(int argc, char** argv) {
   app.add_option("--between-ms", config.between_ms);
   app.add_flag("--print-loss", config.print_loss);
   app.add_option("--stage-behind", config.stage, "R:V:K");
+  app.add_option("--replacement-setup-ms", config.replacement_setup_ms)->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   Stage stage;
   long long at = -1;
