@@ -3,11 +3,13 @@
 // of the `state` key the proposer would write, out. No etcd: what a read decides is pure.
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "rendezvous/etcd/client.hpp"
+#include "rendezvous/etcd/ordered_puts.hpp"
 #include "rendezvous/etcd/proposal.hpp"
 #include "rendezvous/rules.hpp"
 
@@ -481,4 +483,30 @@ TEST_CASE("etcd recovery: a node joins an elastic job live where every member's 
   auto plain = recovering();
   plain.put("node/h3-30-c", {{"host", "h3"}, {"addr", "10.0.0.3"}, {"nproc", 2}, {"join", 4}, {"recovery", true}});
   CHECK((*proposal(plain, limits))["phase"] == "ending");
+}
+
+TEST_CASE("etcd: a node's words under one key go one put at a time, the newest next") {
+  struct Sent {
+    std::string key;
+    etcd_rdzv::Json value;
+    std::function<void()> done;
+  };
+  std::vector<Sent> sent;
+  etcd_rdzv::OrderedPuts puts([&](const std::string& k, const etcd_rdzv::Json& v, std::function<void()> done) {
+    sent.push_back({k, v, std::move(done)});
+  });
+  puts.put("a/0/admit/n", {4});
+  puts.put("a/0/admit/n", {4, 5});  // waits for the first: both in flight could land in either order
+  puts.put("a/0/lost/n", {1});      // another key goes at once
+  puts.put("a/0/admit/n", {4, 5, 6});  // replaces the one waiting
+  REQUIRE(sent.size() == 2);
+  CHECK(sent[0].value == etcd_rdzv::Json({4}));
+  CHECK(sent[1].key == "a/0/lost/n");
+  auto first = std::move(sent[0].done);
+  first();
+  REQUIRE(sent.size() == 3);
+  CHECK(sent[2].value == etcd_rdzv::Json({4, 5, 6}));
+  auto last = std::move(sent[2].done);
+  last();
+  CHECK(sent.size() == 3);
 }

@@ -29,6 +29,7 @@
 #include "client.hpp"
 #include "election.hpp"
 #include "node_recovery.hpp"
+#include "ordered_puts.hpp"
 #include "proposal.hpp"
 #include "proposer.hpp"
 #include "rendezvous/wire.hpp"
@@ -152,9 +153,10 @@ struct EtcdRendezvous::State : std::enable_shared_from_this<EtcdRendezvous::Stat
     });
   }
 
-  // Live recovery's word under a/K/KIND/ID, the body from this node's part in it.
+  // Live recovery's word under a/K/KIND/ID, the body from this node's part in it, in order.
+  etcd_rdzv::OrderedPuts said{[this](const auto& k, const auto& v, auto done) { put(k, v, std::move(done)); }};
   void say(int attempt, const char* kind, const std::function<Json(etcd_rdzv::NodeRecovery&)>& body) {
-    if (lease != 0 && !finished() && recovery) put(key(fmt::format("a/{}/{}/{}", attempt, kind, id)), body(*recovery));
+    if (lease != 0 && !finished() && recovery) said.put(key(fmt::format("a/{}/{}/{}", attempt, kind, id)), body(*recovery));
   }
 
   // The lease, then one transaction: this node's record put, its candidate key put, and the
@@ -613,10 +615,8 @@ void EtcdRendezvous::join(int attempt, std::function<void(const std::optional<Re
 void EtcdRendezvous::failed(int attempt, const LocalFailure& failure) {
   auto& s = *state_;
   if (s.lease == 0 || s.finished()) return;
-  // A loss its other ranks may re-form without: one key holds them all (two ranks killed
-  // together must not overwrite each other).
-  if (failure.recoverable && s.recovery)
-    return s.put(s.key(fmt::format("a/{}/lost/{}", attempt, s.id)), s.recovery->lost(failure));
+  // A loss its other ranks may re-form without: one key holds them all, said in order.
+  if (failure.recoverable && s.recovery) return s.say(attempt, "lost", [&](auto& r) { return r.lost(failure); });
   s.put(s.key(fmt::format("a/{}/fail/{}", attempt, s.id)), rendezvous::failure_json(failure));
 }
 

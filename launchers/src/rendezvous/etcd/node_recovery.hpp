@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "idist/launchers/coordinator.hpp"
+#include "ordered_puts.hpp"
 #include "proposal.hpp"
 #include "store_watch.hpp"
 
@@ -79,6 +80,10 @@ class NodeRecovery {
   void gone(const std::string& id);
   std::string prefix_;
   Call call_;
+  OrderedPuts joined_puts_{[this](const std::string& key, const nlohmann::json& value, std::function<void()> done) {
+    call_("/v3/kv/put", {{"key", etcd::base64(key)}, {"value", etcd::base64(value.dump())}, {"lease", lease_}},
+          std::move(done));
+  }};
   std::string id_, addr_, lease_;
   int nproc_ = 1;
   StoreWatch watch_;
