@@ -44,7 +44,8 @@ namespace {
 // " (shared memory: every rank on this host)" where another backend carries the chosen one.
 std::string transport() {
   auto* rt = detail::runtime_if_initialized();
-  if (rt == nullptr || rt->world().backend().name() == rt->backend_name()) return "";
+  // A replacement that has not joined yet has no world to show, and must not join for this.
+  if (rt == nullptr || rt->joins_later() || rt->world().backend().name() == rt->backend_name()) return "";
   if (rt->world().backend().name() == "shm") return " (shared memory: every rank on this host)";
   if (rt->world().backend().name() == "hierarchical")
     return " (hierarchical: shared memory within each host, " + detail::leaders_transport(rt->world().backend()) +

@@ -436,7 +436,9 @@ namespace idist {
 
 void init(const InitOptions& options) {
   auto& rt = detail::default_runtime();
-  if (rt) throw Error(rt->world().site("init"), "already initialized; call finalize() first");
+  if (rt)
+    throw Error(ErrorSite{rt->contract().rank, rt->contract().world_size, "init", std::string(rt->backend_name())},
+                "already initialized; call finalize() first");
   env::Contract contract;
   try {
     contract = env::read_contract();

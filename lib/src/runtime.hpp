@@ -49,12 +49,13 @@ class Runtime {
     if (pending_join_.load(std::memory_order_acquire)) join_when_ready();
     if (!world_)
       throw Error(ErrorSite{contract_.rank, contract_.world_size, "", backend_},
-                  "no world to call on: the last reform() failed (its error said why)");
+                  "no world to call on: the last reform(), or this replacement's join, failed (its error said why)");
     return *world_;
   }
   Store& store() { return *store_; }
   // The backend the program chose, also before a replacement joined (no world yet).
   std::string_view backend_name() { return pending_join_.load() ? std::string_view(backend_) : world().backend_name(); }
+  bool joins_later() const { return pending_join_.load(); }
   // A replacement's join (runtime_reform.cpp): init() returns at once, with the place of the
   // rank it replaces, so that its program sets up (data, model) while the job trains on; its
   // first use of the world joins, and idist-run admits it only then (it beats from there).
@@ -165,7 +166,8 @@ class Runtime {
 
   env::Contract contract_;
   std::uint64_t id_;
-  std::unique_ptr<Heartbeat> heartbeat_;  // InitOptions::recovery: beats from init to the end
+  // InitOptions::recovery: beats from init (a replacement's: from its join) to the end.
+  std::unique_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
   std::unique_ptr<Store> store_;
   std::unique_ptr<ProcessGroup> world_;

@@ -240,11 +240,18 @@ void Runtime::watch_generations() {
 void Runtime::join_when_ready() {
   std::lock_guard lock(pending_mu_);
   if (!pending_join_) return;
-  const ErrorSite site{contract_.rank, contract_.world_size, "init", backend_};
+  const ErrorSite site{contract_.rank, contract_.world_size, "join_running", backend_};
   // idist-run admits a replacement once it beats: from now, its program set up, so that the
   // running ranks wait at its admission for its connect and catch-up, not for its setup.
   heartbeat_ = std::make_unique<Heartbeat>(launcher_segment());
-  join_running(site);
+  try {
+    join_running(site);
+  } catch (...) {
+    // No world, and no beat that says it is ready: later calls say the join failed.
+    heartbeat_.reset();
+    pending_join_ = false;
+    throw;
+  }
   rendezvous_ = true;
   watch_generations();
   pending_join_ = false;
@@ -260,6 +267,11 @@ void Runtime::join_running(const ErrorSite& site) {
   // backends' waits take no more); IDIST_TIMEOUT again once it is in.
   const auto timeout = contract_.timeout;
   contract_.timeout = std::max<std::chrono::milliseconds>(timeout, std::chrono::hours(24));
+  struct Restore {
+    std::chrono::milliseconds& at;
+    std::chrono::milliseconds was;
+    ~Restore() { at = was; }
+  } restore{contract_.timeout, timeout};
   raised_at(site, [&] {
     for (;;) {
       const auto members = next_generation_members(site, deadline);
@@ -270,13 +282,13 @@ void Runtime::join_running(const ErrorSite& site) {
       if (connect_generation()) break;
     }
   });
-  contract_.timeout = timeout;
   generation_store_->set(env::joined_key(generation_, origin), {});
   joined_as_ = ReformResult{generation_, -1, contract_.rank, contract_.world_size, {}, {contract_.rank}};
   joining_ = true;
 }
 
 ReformResult Runtime::reform(bool admitting) {
+  join_when_ready();  // a replacement that has not joined yet: nothing to re-form before that
   ErrorSite site{contract_.rank, contract_.world_size, "reform", backend_};
   if (!recovery_)
     throw Error(site, "init() was not asked for live recovery: set InitOptions::recovery = true");

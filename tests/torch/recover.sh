@@ -126,7 +126,7 @@ check "... the survivors' next step committed within 2 s of the kill ($ms ms)" t
 # the replacement's start (a libtorch program's) and its setup (1.2 s of sleep here, as a slow
 # data load) must fit in what is left of the run; the survivors train on meanwhile.
 rm -rf ck
-"$RUN" -n 4 --max-restarts 2 "$CHECK" ck 64 --recover --pause-ms 60 --progress --replacement-setup-ms 1200 >out 2>&1 &
+"$RUN" -n 4 --max-restarts 2 "$CHECK" ck 80 --recover --pause-ms 60 --progress --replacement-setup-ms 1200 >out 2>&1 &
 job=$!
 wait_for_line out "^step 8$"
 survivors=$(for r in 0 2 3; do pid_of_rank $job $r; done | sort | tr '\n' ' ')
@@ -146,7 +146,7 @@ check "... the survivors admitted it: world 4 -> 3 -> 4" grep -q "^recovered: ge
 check "... the survivors kept their processes ($still)" eval '[ -n "$survivors" ] && [ "$still" = "$survivors" ]'
 check "... idist-run says so" grep -q "succeeded after 2 re-forms" out || grep idist-run out
 check "... every step done, one redone, every sample once" \
-  grep -q "^recover_check: done steps=64 redone=1 resumed_from=0 seen=4096 " out ||
+  grep -q "^recover_check: done steps=80 redone=1 resumed_from=0 seen=5120 " out ||
   grep done out
 admitted=$(grep "^recovered: generation 2 " out | grep -o "reconcile_ms=[0-9]*" | cut -d= -f2)
 check "... admitted once set up: the survivors waited ${admitted:-?} ms in its reconcile, not its 1.2 s setup" \
@@ -154,7 +154,7 @@ check "... admitted once set up: the survivors waited ${admitted:-?} ms in its r
 first=$(after_step out 1)
 second=$(after_step out 2)
 mine=$(grep -o "params=.*" out)
-theirs=$(reference ref4.out "4:$first" "3:$second" "4:64")
+theirs=$(reference ref4.out "4:$first" "3:$second" "4:80")
 check "... $mine, bit for bit those of 4 ranks to step $first, 3 to step $second, then 4" \
   eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
 # A loss between steps: each step is followed by a retry() block (a pause, an all_reduce of the

@@ -154,7 +154,7 @@ IDIST_API void will_admit_replacements(bool admits = true);
 // replacement_caught_up()). auto_model skips its wrap-time collectives there, which the running
 // ranks do not call. A replacement's init() returns at once, with the lost rank's place
 // (get_rank(), get_world_size()) as a guess, so that its program sets up its data and model while
-// the job trains on; it joins at its first collective or replacement_joined(), waiting there
+// the job trains on; it joins at its first collective, reform() or replacement_joined(), waiting there
 // until the running ranks admit it at a step boundary, and its place is then the world's.
 IDIST_API bool is_replacement();
 IDIST_API void replacement_caught_up();
