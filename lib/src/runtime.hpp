@@ -46,10 +46,12 @@ class Runtime {
 
   const env::Contract& contract() const { return contract_; }
   ProcessGroup& world() {
-    if (pending_join_.load(std::memory_order_acquire)) join_when_ready();
-    if (!world_)
-      throw Error(ErrorSite{contract_.rank, contract_.world_size, "", backend_},
-                  "no world to call on: the last reform(), or this replacement's join, failed (its error said why)");
+    if (!world_) [[unlikely]] {  // a replacement's join is asked for here, off every call's path
+      if (pending_join_.load(std::memory_order_acquire)) join_when_ready();
+      if (!world_)
+        throw Error(ErrorSite{contract_.rank, contract_.world_size, "", backend_},
+                    "no world to call on: the last reform(), or this replacement's join, failed (its error said why)");
+    }
     return *world_;
   }
   Store& store() { return *store_; }
