@@ -219,7 +219,16 @@ bool Runtime::connect_generation() {
   watcher.request_stop();
   watcher.join();
   // Cut just after it connected: this generation's store connection is gone, so it goes too.
-  if (superseded) {
+  // Asked once more, as the watcher looks only every 20 ms: a replacement that went on into a
+  // generation a loss had just replaced would say it joined one that no longer has it, and be
+  // fenced out at its re-form instead of waiting to be admitted again.
+  bool replaced = superseded;
+  try {
+    replaced = replaced || loss_after(generation_);
+  } catch (const std::exception&) {
+    // idist-run is gone: the world's first collective says so
+  }
+  if (replaced) {
     drop_groups();
     return false;
   }
