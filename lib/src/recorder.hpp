@@ -28,11 +28,18 @@ common::recorder::Segment* launcher_segment();
 // idist::mark_step() in the metrics (common/rank_metrics.hpp's StepStats).
 void record_step() noexcept;
 
-// A DType's size, inline: dtype_size() is a call into the library on every collective.
+// A DType's size, inline: dtype_size() is a call into the library on every collective. Each
+// size's log2 in a nibble, in DType's order (1, 1, 4, 8, 2, 2, 4, 8 bytes): shifts in
+// registers, where a table indexed by the dtype was built on the stack and read back a byte at
+// a time (a stalled load on every call, measured).
 constexpr std::uint64_t element_bytes(DType d) {
-  constexpr std::uint8_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};  // DType's order
-  return sizes[static_cast<std::size_t>(d) & 7];
+  constexpr std::uint32_t kLog2Sizes = 0x32113200;
+  return std::uint64_t{1} << ((kLog2Sizes >> (4 * (static_cast<std::uint32_t>(d) & 7))) & 0xf);
 }
+static_assert(element_bytes(DType::uint8) == 1 && element_bytes(DType::int8) == 1 && element_bytes(DType::int32) == 4 &&
+              element_bytes(DType::int64) == 8 && element_bytes(DType::float16) == 2 &&
+              element_bytes(DType::bfloat16) == 2 && element_bytes(DType::float32) == 4 &&
+              element_bytes(DType::float64) == 8);
 
 // The metrics' index of a backend: its place in env::kBackendNames, else the last.
 std::uint8_t stat_backend(std::string_view name);
@@ -78,7 +85,7 @@ class RecorderRing {
   RecorderRing() = default;
   RecorderRing(RecorderRing&& other) noexcept
       : segment_(other.segment_), ring_(other.ring_), entry_(other.entry_), stats_(other.stats_),
-        trace_(other.trace_), extras_(other.extras_), timing_(other.timing_), life_(other.life_), backend_(other.backend_),
+        trace_(other.trace_), extras_(other.extras_), counts_(other.counts_), timing_(other.timing_), life_(other.life_), backend_(other.backend_),
         owned_(other.owned_) {
     other.ring_ = nullptr;
     other.entry_ = nullptr;
@@ -96,11 +103,14 @@ class RecorderRing {
 
   // `bytes`: what the call passes, for the metrics, where `count` elements of `dtype` do not say
   // (~0: they do; 0 where count is ~0 too).
-  Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, common::recorder::Op op, DType dtype,
+  [[gnu::always_inline]] Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, common::recorder::Op op, DType dtype,
              std::uint64_t count, std::int32_t root, ReduceOp reduce, std::uint64_t history, std::uint64_t bytes,
              common::recorder::Kind kind = common::recorder::Kind::collective) noexcept {
     namespace rec = common::recorder;
-    if (ring_ == nullptr) return {};
+    // One named Mark for every return, built in the caller's (NRVO): a temporary copied out
+    // read back its fields' separate stores as wide loads, which stalled each call (measured).
+    Mark mark;
+    if (ring_ == nullptr) return mark;
     std::uint64_t n = 0;
     rec::Slot* claimed = nullptr;
     std::uint32_t v = 0;
@@ -111,7 +121,7 @@ class RecorderRing {
       v = claimed->version.load(std::memory_order_relaxed);
       claimed->version.store(v | 1, std::memory_order_relaxed);
     } else if ((claimed = claim_shared(n, v)) == nullptr) {
-      return {};
+      return mark;
     }
     auto& slot = *claimed;
     std::atomic_thread_fence(std::memory_order_release);
@@ -133,7 +143,9 @@ class RecorderRing {
     slot.history = history;
     slot.version.store((v | 1) + 1, std::memory_order_release);
     if (entry_ != nullptr) write_entry(*entry_, life_ | (epoch & 0xffff), group, true, op, seq, history);
-    Mark mark{&slot, n, owned_ ? nullptr : ring_};
+    mark.slot = &slot;
+    mark.number = n;
+    mark.shared = owned_ ? nullptr : ring_;
     if (!extras_) return mark;  // the default counts (straggler reports): no hint either way
     if (bytes == ~std::uint64_t{0}) bytes = count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0;
     if (trace_ != nullptr) [[unlikely]]
@@ -141,11 +153,15 @@ class RecorderRing {
     if (stats_ != nullptr) {
       auto& st = stats_->ops[backend_][static_cast<std::size_t>(op)];  // an Op: below kOps
       if (!owned_) {  // several threads: counted, not timed
-        st.calls.fetch_add(1, std::memory_order_relaxed);
-        st.bytes.fetch_add(bytes, std::memory_order_relaxed);
+        if (counts_) {
+          st.calls.fetch_add(1, std::memory_order_relaxed);
+          st.bytes.fetch_add(bytes, std::memory_order_relaxed);
+        }
       } else {
-        st.calls.store(st.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        st.bytes.store(st.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+        if (counts_) {
+          st.calls.store(st.calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+          st.bytes.store(st.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+        }
         if (bytes >= common::recorder::kTimedBytes || --timing_.countdown == 0) mark.timing = start_timing(st, bytes);
       }
     }
@@ -319,6 +335,7 @@ class RecorderRing {
                    ? &common::recorder::trace_area(segment)->rings[ring - segment->rings]
                    : nullptr),
         extras_(stats_ != nullptr || trace_ != nullptr),
+        counts_(segment->count_calls.load(std::memory_order_relaxed) >= common::recorder::kCountCalls),
         timing_{.work = stats_ != nullptr ? &stats_->work : nullptr, .last_mark = &segment->steps.last_mark_ns},
         life_(life << 16),
         backend_(backend % common::recorder::kStatBackends), owned_(owned) {}
@@ -329,6 +346,7 @@ class RecorderRing {
   common::recorder::RingStats* stats_ = nullptr;   // the ring's counters; null: the rank keeps no metrics
   common::recorder::TraceRing* trace_ = nullptr;   // the ring's trace; null: no --trace
   bool extras_ = false;  // stats_ or trace_: one test on the path of a call with neither
+  bool counts_ = false;  // every call counted by op and bytes (--metrics), not only a sample timed
   Timing timing_;
   std::uint32_t life_ = 0;  // this process's number in the segment, as Slot::epoch's high bits
   std::uint8_t backend_ = 0;  // stat_backend()

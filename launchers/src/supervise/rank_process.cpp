@@ -36,7 +36,7 @@ std::unique_ptr<RecorderMemory> RecorderMemory::make(const RecorderOptions& opti
   }
   auto* segment = new (p) common::recorder::Segment();
   segment->tracer = static_cast<std::int32_t>(::getpid());  // gdb, for stall reports
-  segment->count_calls.store(options.count_calls ? 1 : 0, std::memory_order_relaxed);
+  segment->count_calls.store(options.count_calls, std::memory_order_relaxed);
   segment->traced.store(options.trace ? 1 : 0, std::memory_order_relaxed);
   // The trace's area stays as the memfd made it: zeros are its empty state, untouched pages.
   return std::unique_ptr<RecorderMemory>(new RecorderMemory(fd, segment, size));

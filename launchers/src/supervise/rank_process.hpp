@@ -48,7 +48,8 @@ struct Stream {
 
 // What the ranks record beyond their calls.
 struct RecorderOptions {
-  bool count_calls = false;  // the metrics (--metrics, straggler reports)
+  // Segment::count_calls: kCountCalls for --metrics, kTimeWork for straggler reports alone
+  std::int32_t count_calls = 0;
   bool trace = false;        // each call's start and end (--trace; common/trace_area.hpp)
 };
 
@@ -120,8 +121,8 @@ std::optional<std::string> make_attempt_log_dir(const std::string& log_dir, cons
 
 class ProcessContext {
  public:
-  // `output_closed`: a rank's stream reached its end (the attempt may be over). `count_calls`:
-  // the ranks keep the metrics (--metrics).
+  // `output_closed`: a rank's stream reached its end (the attempt may be over). `recorder`:
+  // what the ranks keep beside their calls.
   ProcessContext(asio::io_context& io, detail::Console& console, bool tag_output, RecorderOptions recorder,
                  std::function<void()> output_closed);
 

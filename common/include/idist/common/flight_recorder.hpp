@@ -28,6 +28,8 @@ inline constexpr std::uint32_t kSlots = 64;                      // per ring
 inline constexpr std::uint32_t kRings = 8;                       // ring 0 shared, 7 for groups
 inline constexpr std::uint32_t kGroups = 64;                     // Segment::groups
 inline constexpr std::uint32_t kLives = 64;                      // Segment::life_pids
+inline constexpr std::int32_t kTimeWork = 1;                     // Segment::count_calls
+inline constexpr std::int32_t kCountCalls = 2;
 
 enum class State : std::uint8_t { empty = 0, entered = 1, completed = 2, failed = 3 };
 // A point-to-point call has no number shared by the group: its slot's `seq` is its tag,
@@ -142,8 +144,10 @@ struct Segment {
   // which idist::Recovery calls), cleared as beat_pid is: idist-run starts a rank in a lost
   // one's place only where every running rank said so. In the padding before `rings`.
   std::atomic<std::int32_t> admits_pid{0};
-  // 1: idist-run serves --metrics, and the rank counts its calls in `stats` (rank_metrics.hpp);
-  // 0: it does not, and a call costs what the recorder alone costs.
+  // What the rank keeps in `stats` (rank_metrics.hpp): kTimeWork, a sample of its calls timed
+  // and the work between them (straggler reports, on by default); kCountCalls, every call
+  // counted by op and bytes too (--metrics serves them); 0, nothing: a call costs what the
+  // recorder alone costs.
   std::atomic<std::int32_t> count_calls{0};
   // 1: idist-run writes a trace (--trace), and the memfd holds a TraceArea after this Segment
   // (trace_area.hpp), where the rank dates each call; 0: no area, no clock read.

@@ -1,7 +1,8 @@
 #pragma once
 // A rank's metrics (issue 47), in its flight recorder's memory (flight_recorder.hpp): what
-// `idist-run --metrics` serves. The rank counts, idist-run reads whenever it is scraped. Only
-// under --metrics (Segment::count_calls): otherwise a call costs what the recorder alone does.
+// `idist-run --metrics` serves. The rank counts, idist-run reads whenever it is scraped. Every
+// call is counted by op and bytes only under --metrics (Segment::count_calls, kCountCalls);
+// straggler reports alone (kTimeWork, the default) time the sample below and nothing more.
 //
 // The budget is the recorder's: on an 8-byte shared-memory all_reduce (about 0.2 us) the
 // recorder and the metrics together may cost 2%, a few ns, and a clock read costs 23 ns here.
