@@ -157,6 +157,29 @@ mine=$(grep -o "params=.*" out)
 theirs=$(reference ref4.out "4:$first" "3:$second" "4:80")
 check "... $mine, bit for bit those of 4 ranks to step $first, 3 to step $second, then 4" \
   eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
+# A replacement frozen (SIGSTOP) while it starts, before it asks to join: it has no heartbeat
+# yet, so nobody waits for it; the 3 survivors train on to the end, and idist-run stops it then
+# (not the job's failure).
+rm -rf ck
+"$RUN" -n 4 --max-restarts 1 "$CHECK" ck 32 --recover --pause-ms 60 --progress --replacement-setup-ms 1200 >out 2>&1 &
+job=$!
+wait_for_line out "^step 8$"
+kill -9 "$(pid_of_rank $job 1)"
+wait_for_line out "starts in rank 1's place"
+frozen=$(grep -o "rank 4 (pid [0-9]*) starts" out | grep -o "[0-9]*)" | tr -d ')')
+kill -STOP "$frozen"
+wait $job
+rc=$?
+check "MLP, a replacement frozen while it starts: exit 0 (got $rc)" test $rc = 0 || tail -5 out
+check "... the survivors went on as a world of 3, and idist-run stopped the frozen one at the end" \
+  eval 'grep -q "succeeded after 1 re-form (rank 1 was killed by SIGKILL; world 4 -> 3)" out && ! kill -0 "$frozen" 2>/dev/null' ||
+  tail -3 out
+check "... every step done, one redone, every sample once" \
+  grep -q "^recover_check: done steps=32 redone=1 resumed_from=0 seen=2048 " out || grep done out
+at=$(after_step out 1)
+mine=$(grep -o "params=.*" out)
+theirs=$(reference ref5.out "4:$at" 3:32)
+check "... $mine, bit for bit those of 4 ranks to step $at, then 3" eval '[ -n "$mine" ] && [ "$mine" = "$theirs" ]'
 # A loss between steps: each step is followed by a retry() block (a pause, an all_reduce of the
 # loss); rank 3 is killed in it, after step 8, and the block runs again in the world of 3.
 rm -rf ck
