@@ -124,6 +124,22 @@ std::uint8_t stat_backend(std::string_view name) {
   return static_cast<std::uint8_t>(std::min<std::size_t>(at - std::begin(env::kBackendNames), rec::kStatBackends - 1));
 }
 
+// A ring just taken by a group: every slot emptied (the last owner's calls are no calls of this
+// group) and given the group's epoch, number and kind, which its calls then need not store: a
+// store less each is a share of an 8-byte call (BENCHMARKS.md, item 18).
+void RecorderRing::label_slots(rec::Ring& ring, std::uint32_t epoch, std::int32_t group) noexcept {
+  for (auto& slot : ring.slots) {
+    const auto v = slot.version.load(std::memory_order_relaxed);
+    slot.version.store(v | 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    slot.state.store(static_cast<std::uint8_t>(rec::State::empty), std::memory_order_relaxed);
+    slot.kind = static_cast<std::uint8_t>(rec::Kind::collective);
+    slot.epoch = epoch;
+    slot.group = group;
+    slot.version.store((v | 1) + 1, std::memory_order_release);
+  }
+}
+
 RecorderRing RecorderRing::own(std::uint32_t epoch, std::int32_t group, std::uint8_t backend) {
   auto* s = segment();
   if (s == nullptr) return {};
@@ -135,8 +151,10 @@ RecorderRing RecorderRing::own(std::uint32_t epoch, std::int32_t group, std::uin
     // A ring left owned by a program of this rank that has ended without finalize() (the rank
     // runs programs in turn) is free again.
     if (owner != 0 && (owner == me || ::kill(owner, 0) == 0 || errno != ESRCH)) continue;
-    if (s->rings[i].owner.compare_exchange_strong(owner, me, std::memory_order_acquire))
+    if (s->rings[i].owner.compare_exchange_strong(owner, me, std::memory_order_acquire)) {
+      label_slots(s->rings[i], life << 16 | (epoch & 0xffff), group);
       return {s, &s->rings[i], life, true, backend};
+    }
   }
   RecorderRing shared{s, &s->rings[0], life, false, backend};
   shared.entry_ = &entry;

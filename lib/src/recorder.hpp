@@ -81,6 +81,7 @@ class RecorderRing {
   static RecorderRing own(std::uint32_t epoch, std::int32_t group, std::uint8_t backend);
   // The shared ring, for writers that may run on several threads at once.
   static RecorderRing shared(std::uint8_t backend);
+  // An owned ring's writes only collectives of one group (p2p calls go to the shared ring).
 
   RecorderRing() = default;
   RecorderRing(RecorderRing&& other) noexcept
@@ -132,9 +133,11 @@ class RecorderRing {
     slot.state.store(static_cast<std::uint8_t>(rec::State::entered), std::memory_order_relaxed);
     slot.op = static_cast<std::uint8_t>(op);
     slot.dtype = static_cast<std::uint8_t>(dtype);
-    slot.kind = static_cast<std::uint8_t>(kind);
-    slot.epoch = life_ | (epoch & 0xffff);
-    slot.group = group;
+    if (!owned_) [[unlikely]] {  // an owned ring's slots hold its group's, written when it took the ring
+      slot.kind = static_cast<std::uint8_t>(kind);
+      slot.epoch = life_ | (epoch & 0xffff);
+      slot.group = group;
+    }
     slot.root = root;
     slot.reduce = static_cast<std::uint8_t>(reduce);
     slot.seq = seq;
@@ -200,6 +203,7 @@ class RecorderRing {
   }
 
  private:
+  static void label_slots(common::recorder::Ring& ring, std::uint32_t epoch, std::int32_t group) noexcept;
   static std::int64_t clock_ns() noexcept { return common::recorder::precise_ns(); }
   static std::int64_t& thread_last_end_ns() noexcept {
     thread_local std::int64_t end = 0;
