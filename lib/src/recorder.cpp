@@ -124,9 +124,12 @@ std::uint8_t stat_backend(std::string_view name) {
   return static_cast<std::uint8_t>(std::min<std::size_t>(at - std::begin(env::kBackendNames), rec::kStatBackends - 1));
 }
 
-// A ring just taken by a group: every slot emptied (the last owner's calls are no calls of this
-// group) and given the group's epoch, number and kind, which its calls then need not store: a
-// store less each is a share of an 8-byte call (BENCHMARKS.md, item 18).
+// A ring just taken by a group (an owned ring holds only its collectives; point-to-point calls
+// go to the shared ring): every slot emptied, as the last owner's calls are no calls of this
+// group, and given the group's epoch, number and kind, which its calls then need not store (a
+// store is a share of an 8-byte call: BENCHMARKS.md, item 18). The last owner's calls are gone
+// at once rather than one by one, so a mismatch among them that idist-run's half-second reads
+// had not seen yet is not reported at the job's end: that check was and stays best effort.
 void RecorderRing::label_slots(rec::Ring& ring, std::uint32_t epoch, std::int32_t group) noexcept {
   for (auto& slot : ring.slots) {
     const auto v = slot.version.load(std::memory_order_relaxed);

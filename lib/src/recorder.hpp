@@ -5,7 +5,8 @@
 //
 // enter() and leave() are inline and take no lock, no atomic read-modify-write on an owned
 // ring and, but for a sample, no clock: they run on every collective (see flight_recorder.hpp
-// and rank_metrics.hpp for the budget). They also count the call for the metrics.
+// and rank_metrics.hpp for the budget). Under --metrics they also count the call by op and
+// bytes, and for the metrics or the straggler reports they time a sample of calls.
 
 #include <unistd.h>
 
@@ -81,7 +82,6 @@ class RecorderRing {
   static RecorderRing own(std::uint32_t epoch, std::int32_t group, std::uint8_t backend);
   // The shared ring, for writers that may run on several threads at once.
   static RecorderRing shared(std::uint8_t backend);
-  // An owned ring's writes only collectives of one group (p2p calls go to the shared ring).
 
   RecorderRing() = default;
   RecorderRing(RecorderRing&& other) noexcept
@@ -149,7 +149,7 @@ class RecorderRing {
     mark.slot = &slot;
     mark.number = n;
     mark.shared = owned_ ? nullptr : ring_;
-    if (!extras_) return mark;  // the default counts (straggler reports): no hint either way
+    if (!extras_) return mark;  // no metrics, straggler reports or trace: the recorder alone
     if (bytes == ~std::uint64_t{0}) bytes = count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0;
     if (trace_ != nullptr) [[unlikely]]
       trace_enter(mark, slot, bytes);
@@ -339,7 +339,7 @@ class RecorderRing {
                    ? &common::recorder::trace_area(segment)->rings[ring - segment->rings]
                    : nullptr),
         extras_(stats_ != nullptr || trace_ != nullptr),
-        counts_(segment->count_calls.load(std::memory_order_relaxed) >= common::recorder::kCountCalls),
+        counts_(segment->count_calls.load(std::memory_order_relaxed) == common::recorder::kCountCalls),
         timing_{.work = stats_ != nullptr ? &stats_->work : nullptr, .last_mark = &segment->steps.last_mark_ns},
         life_(life << 16),
         backend_(backend % common::recorder::kStatBackends), owned_(owned) {}

@@ -28,8 +28,10 @@ inline constexpr std::uint32_t kSlots = 64;                      // per ring
 inline constexpr std::uint32_t kRings = 8;                       // ring 0 shared, 7 for groups
 inline constexpr std::uint32_t kGroups = 64;                     // Segment::groups
 inline constexpr std::uint32_t kLives = 64;                      // Segment::life_pids
-inline constexpr std::int32_t kTimeWork = 1;                     // Segment::count_calls
-inline constexpr std::int32_t kCountCalls = 2;
+// Segment::count_calls. 1 is the older "count": a libidist and an idist-run of other builds
+// then still agree that --metrics counts every call.
+inline constexpr std::int32_t kCountCalls = 1;
+inline constexpr std::int32_t kTimeWork = 2;
 
 enum class State : std::uint8_t { empty = 0, entered = 1, completed = 2, failed = 3 };
 // A point-to-point call has no number shared by the group: its slot's `seq` is its tag,
