@@ -32,6 +32,9 @@ killed_mid_run() {
   local label=$1 n=$2 victim=$3
   shift 3
   rm -rf ck ref
+  # Emptied here: the job's shell truncates it only once it runs, and the wait below could
+  # read the last case's lines first (it once killed a rank still starting, under CI's load).
+  : >out
   env "$@" "$RUN" -n "$n" --log-dir logs.$victim "$PROG" --recover "${small[@]}" --output-path ck >out 2>&1 &
   local job=$! i rc
   wait_for_line out "Iteration\[12/"
@@ -96,6 +99,7 @@ staged_behind "MLP, rank 2 behind at the first step" 2 1
 # Two losses one after the other: rank 1 at step 8, then rank 2 (of the first world) at step 20,
 # in a step that zeroes its gradients at its end (the interrupted backward's must not remain).
 rm -rf ck
+: >out
 "$RUN" -n 4 "$CHECK" ck 32 --recover --pause-ms 25 --progress --zero-at-end >out 2>&1 &
 job=$!
 wait_for_line out "^step 8$"
@@ -126,6 +130,7 @@ check "... the survivors' next step committed within 2 s of the kill ($ms ms)" t
 # the replacement's start (a libtorch program's) and its setup (1.2 s of sleep here, as a slow
 # data load) must fit in what is left of the run; the survivors train on meanwhile.
 rm -rf ck
+: >out
 "$RUN" -n 4 --max-restarts 2 "$CHECK" ck 80 --recover --pause-ms 60 --progress --replacement-setup-ms 1200 >out 2>&1 &
 job=$!
 wait_for_line out "^step 8$"
@@ -161,6 +166,7 @@ check "... $mine, bit for bit those of 4 ranks to step $first, 3 to step $second
 # yet, so nobody waits for it; the 3 survivors train on to the end, and idist-run stops it then
 # (not the job's failure).
 rm -rf ck
+: >out
 "$RUN" -n 4 --max-restarts 1 "$CHECK" ck 32 --recover --pause-ms 60 --progress --replacement-setup-ms 1200 >out 2>&1 &
 job=$!
 wait_for_line out "^step 8$"
@@ -183,6 +189,7 @@ check "... $mine, bit for bit those of 4 ranks to step $at, then 3" eval '[ -n "
 # A loss between steps: each step is followed by a retry() block (a pause, an all_reduce of the
 # loss); rank 3 is killed in it, after step 8, and the block runs again in the world of 3.
 rm -rf ck
+: >out
 "$RUN" -n 4 "$CHECK" ck 24 --recover --between-ms 40 --progress >out 2>&1 &
 job=$!
 wait_for_line out "^step 8$"
