@@ -79,6 +79,9 @@ struct BackendTraits {
   // Whether all_reduce, reduce and reduce_scatter take ReduceOp::AVG (dividing while the data
   // is in cache, or ncclAvg); ProcessGroup sums and divides for the others.
   bool native_avg = false;
+  // Whether every collective calls Backend::before_wait() before it can block (shm): the
+  // group then defers its bookkeeping there (see before_wait).
+  bool runs_before_wait = false;
 };
 
 // What a sub-group is made of: its members, as ranks of the parent group, in group-rank order.
@@ -153,6 +156,24 @@ class IDIST_API Backend {
   // transports that cannot (mpi, nccl, ucx) keep this no-op (recovery is to refuse them).
   virtual void abort(const std::string& why) noexcept { (void)why; }
 
+  // Bookkeeping the group hands the next collective (the flight recorder's entry,
+  // ProcessGroup::run_body), for a backend whose traits say runs_before_wait. It runs it once,
+  // after its own part is posted and before anything can block: an 8 B shared-memory
+  // all_reduce is a cache line each way, and stores made before the post wait for it (the
+  // post is a full fence), where stores made after it are done while the peers' line travels.
+  struct WaitWork {
+    void (*run)(void* context) noexcept = nullptr;
+    void* context = nullptr;
+  };
+  void defer_to_wait(WaitWork work) noexcept { wait_work_ = work; }
+  // Runs the deferred work if it has not run yet; the group calls it again once the call ends.
+  void before_wait() noexcept {
+    if (wait_work_.run == nullptr) return;
+    const auto work = wait_work_;
+    wait_work_.run = nullptr;
+    work.run(work.context);
+  }
+
  protected:
   // Throws InStepError "the X backend does not support OP": every rank reaches the same
   // refusal, so the group stays usable.
@@ -169,6 +190,7 @@ class IDIST_API Backend {
 
  private:
   std::optional<Clock::time_point> deadline_;
+  WaitWork wait_work_;
 };
 
 // What this rank says as it leaves its groups ("called finalize() after 6 steps"), for a

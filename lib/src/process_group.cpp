@@ -16,6 +16,7 @@ namespace idist::detail {
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options)
     : backend_(std::move(backend)), options_(std::move(options)) {
+  defers_entry_ = ring_.active() && backend_->traits().runs_before_wait;
   // Errors name the backend the program chose (gloo), even where another carries it (shm).
   if (options_.site.backend.empty()) options_.site.backend = std::string(backend_->name());
 }
@@ -194,6 +195,42 @@ void ProcessGroup::validate(const Signature& signature, Checks&& checks) {
 
 // --- running: blocking on this thread, async on a chain of workers ----------------------------
 
+// A collective in the flight recorder. Entered where the backend runs the group's wait work,
+// once the call has posted its part (Backend::before_wait), else at once; entered in any case,
+// and left, when the call ends.
+class ProcessGroup::CallRecord {
+ public:
+  CallRecord(ProcessGroup& group, const Signature& sig, std::uint64_t number, std::uint64_t bytes)
+      : group_(group), sig_(sig), number_(number), bytes_(bytes) {
+    if (group.defers_entry_)
+      group.backend_->defer_to_wait({&CallRecord::enter, this});
+    else
+      enter(this);
+  }
+  CallRecord(const CallRecord&) = delete;
+  CallRecord& operator=(const CallRecord&) = delete;
+  ~CallRecord() {
+    group_.backend_->before_wait();  // a call that ended before any wait
+    RecorderRing::leave(mark_, ok_);
+  }
+  void succeeded() { ok_ = true; }
+
+ private:
+  static void enter(void* self) noexcept {
+    auto& r = *static_cast<CallRecord*>(self);
+    const auto& o = r.group_.options_;
+    r.group_.ring_.enter_into(r.mark_, o.epoch, o.group_id, r.number_, r.sig_.op, r.sig_.dtype, r.sig_.count,
+                              r.sig_.root, r.sig_.reduce, r.group_.history_, r.bytes_);
+  }
+
+  ProcessGroup& group_;
+  const Signature& sig_;
+  std::uint64_t number_;
+  std::uint64_t bytes_;
+  RecorderRing::Mark mark_;
+  bool ok_ = false;
+};
+
 void ProcessGroup::run_body(const Call& call) {
   const auto number = collectives_++;
   if (options_.debug) check_signatures(call.signature);
@@ -201,14 +238,7 @@ void ProcessGroup::run_body(const Call& call) {
   const auto& sig = call.signature;
   history_ = common::recorder::fold_call(history_, sig.op, static_cast<std::uint8_t>(sig.dtype), sig.count, sig.root,
                                          static_cast<std::uint8_t>(sig.reduce));
-  const auto mark = ring_.enter(options_.epoch, options_.group_id, number, sig.op, sig.dtype, sig.count, sig.root,
-                                sig.reduce, history_, call.bytes);
-  bool ok = false;
-  struct Leave {
-    const RecorderRing::Mark& mark;
-    const bool& ok;
-    ~Leave() { RecorderRing::leave(mark, ok); }
-  } leave{mark, ok};
+  CallRecord record(*this, sig, number, call.bytes);
   run(sig.name(), [&] {
     try {
       call.body();
@@ -245,7 +275,7 @@ void ProcessGroup::run_body(const Call& call) {
       throw PeerLostFailure(e.member(), why, e.seen());
     }
   });
-  ok = true;
+  record.succeeded();
 }
 
 void ProcessGroup::execute(const Call& call) {

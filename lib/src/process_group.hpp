@@ -227,6 +227,7 @@ class ProcessGroup {
   Call all_gather_call(const void* in, std::size_t count, DType dtype, void* out);
   // Completes `completion` on its own thread; the Work rethrows its failure where it is waited for.
   class P2pRecord;
+  class CallRecord;  // a collective's, in run_body
   Work start(std::string_view op, Backend::Completion completion, P2pRecord record);
   Work track(std::shared_future<void> done, ErrorSite site);
 
@@ -235,6 +236,7 @@ class ProcessGroup {
 
   std::unique_ptr<Backend> backend_;
   ProcessGroupOptions options_;
+  bool defers_entry_ = false;  // the backend runs the recorder's entry in its wait (run_body)
   std::atomic<std::uint64_t> collectives_{0};  // numbered in call order, alike on every rank
   std::shared_ptr<Health> health_ = std::make_shared<Health>();
   std::shared_future<void> tail_;  // the last async collective

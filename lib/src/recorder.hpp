@@ -7,6 +7,9 @@
 // ring and, but for a sample, no clock: they run on every collective (see flight_recorder.hpp
 // and rank_metrics.hpp for the budget). Under --metrics they also count the call by op and
 // bytes, and for the metrics or the straggler reports they time a sample of calls.
+// A group on shared memory makes the entry once the call has posted its part
+// (Backend::before_wait): the stores then overlap the peers' latency instead of delaying the
+// post, and a timed call's clock starts there.
 
 #include <unistd.h>
 
@@ -102,16 +105,26 @@ class RecorderRing {
     ring_->owner.compare_exchange_strong(me, 0, std::memory_order_release);
   }
 
+  // Whether calls are recorded at all (not with IDIST_FLIGHT_RECORDER=0, nor for a group of one).
+  bool active() const noexcept { return ring_ != nullptr; }
+
   // `bytes`: what the call passes, for the metrics, where `count` elements of `dtype` do not say
   // (~0: they do; 0 where count is ~0 too).
-  [[gnu::always_inline]] Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, common::recorder::Op op, DType dtype,
+  Mark enter(std::uint32_t epoch, std::int32_t group, std::uint64_t seq, common::recorder::Op op, DType dtype,
              std::uint64_t count, std::int32_t root, ReduceOp reduce, std::uint64_t history, std::uint64_t bytes,
              common::recorder::Kind kind = common::recorder::Kind::collective) noexcept {
+    Mark mark;  // NRVO
+    enter_into(mark, epoch, group, seq, op, dtype, count, root, reduce, history, bytes, kind);
+    return mark;
+  }
+  // enter(), into a Mark the caller holds (default-made): a temporary copied out read back its
+  // fields' separate stores as wide loads, which stalled each call (measured).
+  [[gnu::always_inline]] void enter_into(Mark& mark, std::uint32_t epoch, std::int32_t group, std::uint64_t seq,
+                                         common::recorder::Op op, DType dtype, std::uint64_t count, std::int32_t root,
+                                         ReduceOp reduce, std::uint64_t history, std::uint64_t bytes,
+                                         common::recorder::Kind kind = common::recorder::Kind::collective) noexcept {
     namespace rec = common::recorder;
-    // One named Mark for every return, built in the caller's (NRVO): a temporary copied out
-    // read back its fields' separate stores as wide loads, which stalled each call (measured).
-    Mark mark;
-    if (ring_ == nullptr) return mark;
+    if (ring_ == nullptr) return;
     std::uint64_t n = 0;
     rec::Slot* claimed = nullptr;
     std::uint32_t v = 0;
@@ -122,7 +135,7 @@ class RecorderRing {
       v = claimed->version.load(std::memory_order_relaxed);
       claimed->version.store(v | 1, std::memory_order_relaxed);
     } else if ((claimed = claim_shared(n, v)) == nullptr) {
-      return mark;
+      return;
     }
     auto& slot = *claimed;
     std::atomic_thread_fence(std::memory_order_release);
@@ -149,7 +162,7 @@ class RecorderRing {
     mark.slot = &slot;
     mark.number = n;
     mark.shared = owned_ ? nullptr : ring_;
-    if (!extras_) return mark;  // no metrics, straggler reports or trace: the recorder alone
+    if (!extras_) return;  // no metrics, straggler reports or trace: the recorder alone
     if (bytes == ~std::uint64_t{0}) bytes = count != ~std::uint64_t{0} ? count * element_bytes(dtype) : 0;
     if (trace_ != nullptr) [[unlikely]]
       trace_enter(mark, slot, bytes);
@@ -168,7 +181,7 @@ class RecorderRing {
         if (bytes >= common::recorder::kTimedBytes || --timing_.countdown == 0) mark.timing = start_timing(st, bytes);
       }
     }
-    return mark;
+    return;
   }
 
   // No clock read here either, but for a timed call: the next call's entry dates this one's

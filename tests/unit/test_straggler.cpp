@@ -80,14 +80,24 @@ TEST_CASE("a healthy job's noise (3% a step) names nobody over 300 steps") {
   CHECK(named == 0);
 }
 
-TEST_CASE("without steps the ranks' time between calls is compared") {
+// The first line a 2-rank job without steps gets, its ranks' work (ms) as given each reading.
+static std::string first_line_without_steps(const std::vector<double>& work) {
   StragglerDetector d;
   Job job(2);
-  std::string said;
-  for (int i = 0; i < 40 && said.empty(); ++i)
-    if (auto lines = d.observe(job.step({1.0, 1.5}, false)); !lines.empty()) said = lines.front();
+  for (int i = 0; i < 40; ++i)
+    if (auto lines = d.observe(job.step(work, false)); !lines.empty()) return lines.front();
+  return "";
+}
+
+TEST_CASE("without steps the ranks' time between calls is compared") {
+  const auto said = first_line_without_steps({1.0, 1.5});
   CHECK(said.find("straggler: rank 1 (hosta) takes 50% longer than the median between collectives over the last") == 0);
   CHECK(said.find(" calls (0.8 ms against 0.5 ms a call)") != std::string::npos);
+}
+
+TEST_CASE("a call's work of microseconds is said in microseconds") {
+  const auto said = first_line_without_steps({0.004, 0.024});
+  CHECK(said.find(" calls (12.0 us against 2.0 us a call)") != std::string::npos);
 }
 
 TEST_CASE("the cause where /proc tells it: a shared cpu, a cgroup's cpu.max") {

@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+
+#include "idist/common/duration.hpp"
 
 namespace idist::launchers::detail {
 
@@ -15,6 +18,7 @@ namespace {
 constexpr std::size_t kMostReadings = 600;
 constexpr std::uint64_t kLeastCalls = 20;    // gaps a rank must have had in a window without steps
 constexpr std::uint64_t kWarmUpSteps = 2;
+using Ms = std::chrono::duration<double, std::milli>;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -168,8 +172,9 @@ std::vector<std::string> StragglerDetector::observe(const std::vector<WorkSample
       if (std::round(excess * 100) < std::round(needed * 100) || work[i] - ref < least) continue;
       named_[rank] = excess;
       lines.push_back(fmt::format("straggler: rank {} ({}) takes {:.0f}% longer than the median between collectives "
-                                  "over the last {} {} ({:.1f} ms against {:.1f} ms a {}){}",
-                                  rank, now[i].host, excess * 100, w.count, w.steps ? "steps" : "calls", work[i], ref,
+                                  "over the last {} {} ({} a {}){}",
+                                  rank, now[i].host, excess * 100, w.count, w.steps ? "steps" : "calls",
+                                  common::compared_times_text(Ms(work[i]), Ms(ref)),
                                   w.steps ? "step" : "call", cause(now, *w.base, i)));
       break;
     }

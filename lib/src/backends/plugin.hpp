@@ -23,7 +23,8 @@ namespace idist::detail {
 // 2: Backend::traits(), default operations, BackendInit::hosts; 3: Backend::cancel_transfers()
 // 5: BackendPlugin::probe, env::Contract::interhost; 6: env::Contract::cpus_shared(_fd)
 // 7: env::Contract::tuning; 8: Backend::abort(); 9: BackendInit::superseded, env::Contract::recovery_*
-inline constexpr int kPluginAbi = 9;
+// 10: Backend::before_wait(), BackendTraits::runs_before_wait
+inline constexpr int kPluginAbi = 10;
 
 struct PluginSizes {
   std::size_t backend_init = sizeof(BackendInit);

@@ -164,14 +164,16 @@ class ShmBackend final : public Backend {
 
   std::string_view name() const override { return "shm"; }
   // AVG: each chunk's sum is divided while it is still in cache (no pass of its own).
-  BackendTraits traits() const override { return {.native_avg = true}; }
+  // The group's wait work (Backend::before_wait): a barrier and a boxed all_reduce run it once
+  // they have arrived, every other call at its start.
+  BackendTraits traits() const override { return {.native_avg = true, .runs_before_wait = true}; }
 
   std::unique_ptr<Backend> make_group(const GroupInit& group) override {
     return std::make_unique<ShmBackend>(group.init);
   }
 
   void barrier() override {
-    begin({.op = Op::barrier});
+    begin({.op = Op::barrier}, kAfterArrival);
     step();
   }
 
@@ -234,8 +236,9 @@ class ShmBackend final : public Backend {
   }
 
   void all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) override {
-    begin(reduction(Op::all_reduce, count, dtype, op, -1));
-    if (boxes_ && count * dtype_size(dtype) <= kBoxBytes) return boxed_all_reduce(data, count, dtype, op);
+    const bool boxed = boxes_ && count * dtype_size(dtype) <= kBoxBytes;
+    begin(reduction(Op::all_reduce, count, dtype, op, -1), boxed ? kAfterArrival : kAtStart);
+    if (boxed) return boxed_all_reduce(data, count, dtype, op);
     reduce_rounds(data, count, dtype, op, -1);
   }
 
@@ -296,7 +299,10 @@ class ShmBackend final : public Backend {
   // The deadline is read from the clock only once a wait has to sleep: a call that never does
   // (most small ones) skips a clock read, which costs as much as the call. It is then a spin
   // (microseconds) later than the call's start.
-  void begin(CallNote call) {
+  // `wait_work`: when the call runs the group's wait work (Backend::before_wait); a call that
+  // says kAfterArrival reaches arrive() before any wait but settle_one_sided's, which runs it.
+  enum WaitWorkAt { kAtStart, kAfterArrival };
+  void begin(CallNote call, WaitWorkAt wait_work = kAtStart) {
     // ProcessGroup answers a group of one itself; the algorithms below read a second rank's half.
     if (size_ == 1)
       throw std::logic_error(std::string("shm: ") + kOpNames[static_cast<std::size_t>(call.op)] +
@@ -305,6 +311,7 @@ class ShmBackend final : public Backend {
     call.number = ++calls_;
     note_ = call.words();
     deadline_.reset();
+    if (wait_work == kAtStart) before_wait();
   }
 
   static CallNote reduction(Op op, std::size_t count, DType dtype, ReduceOp reduce_op, int root) {
@@ -332,6 +339,7 @@ class ShmBackend final : public Backend {
   }
   void settle_one_sided() {
     if (one_sided_) {
+      before_wait();
       wait_all(step_, posted_);
       one_sided_ = false;
     }
@@ -354,6 +362,7 @@ class ShmBackend final : public Backend {
     note[1].store(note_[1], std::memory_order_relaxed);
     posted_ = note_;
     shm::post(arrived_[rank_], word_of(s));  // releases the note with the arrival
+    before_wait();  // while the arrival's line travels to the peers
   }
 
   // `expected`: the note r must have at s (this call's, or the previous call's in writable_half).
