@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 
 #include "idist/common/duration.hpp"
 
@@ -87,14 +88,12 @@ std::uint64_t fewest(const std::vector<WorkSample>& now, const std::vector<WorkS
   return least;
 }
 
-// Each rank's own work in the window, in ms: per step, or per call where the program marks none.
-std::vector<double> work_in(const std::vector<WorkSample>& now, const std::vector<WorkSample>& base, bool steps) {
+// Each rank's own work a call in the window, in ms, where the program marks no steps.
+std::vector<double> call_work(const std::vector<WorkSample>& now, const std::vector<WorkSample>& base) {
   std::vector<double> work(now.size());
   for (std::size_t i = 0; i < now.size(); ++i) {
-    const auto& b = base[i];
-    const double ns = static_cast<double>(steps ? delta(now[i].step_work_ns, b.step_work_ns) : delta(now[i].gap_ns, b.gap_ns));
-    const auto per = steps ? delta(now[i].steps, b.steps) : delta(now[i].gaps, b.gaps);
-    work[i] = per == 0 ? 0 : ns / static_cast<double>(per) / 1e6;
+    const auto calls = delta(now[i].gaps, base[i].gaps);
+    work[i] = calls == 0 ? 0 : static_cast<double>(delta(now[i].gap_ns, base[i].gap_ns)) / static_cast<double>(calls) / 1e6;
   }
   return work;
 }
@@ -129,6 +128,25 @@ std::vector<StragglerDetector::Window> StragglerDetector::windows(const std::vec
   return out;
 }
 
+// Each rank's own work a step in the window from `base` to now, in ms: the median of its
+// readings' (each over the steps since the reading before), not the mean, so that a single long
+// step of a healthy rank (a late wake-up: 2-6 ms on a busy machine) does not raise the median
+// the others are compared with and hide a rank that is slower at every step.
+std::vector<double> StragglerDetector::step_work(const std::vector<WorkSample>& base) const {
+  auto from = std::find_if(history_.begin(), history_.end(), [&](const auto& h) { return &h == &base; });
+  std::vector<std::vector<double>> readings(history_.back().size());
+  for (auto a = from; a != history_.end() && std::next(a) != history_.end(); ++a) {
+    const auto& b = *std::next(a);
+    for (std::size_t i = 0; i < readings.size(); ++i)
+      if (const auto steps = delta(b[i].steps, (*a)[i].steps); steps > 0)
+        readings[i].push_back(static_cast<double>(delta(b[i].step_work_ns, (*a)[i].step_work_ns)) /
+                              static_cast<double>(steps) / 1e6);
+  }
+  std::vector<double> work(readings.size());
+  for (std::size_t i = 0; i < readings.size(); ++i) work[i] = readings[i].empty() ? 0 : median(readings[i]);
+  return work;
+}
+
 void StragglerDetector::reset() {
   history_.clear();
   named_.clear();
@@ -151,7 +169,7 @@ std::vector<std::string> StragglerDetector::observe(const std::vector<WorkSample
   if (ws.empty()) return lines;
   std::vector<std::vector<double>> works, sorted;
   for (const auto& w : ws) {
-    works.push_back(work_in(now, *w.base, w.steps));
+    works.push_back(w.steps ? step_work(*w.base) : call_work(now, *w.base));
     sorted.push_back(works.back());
     std::sort(sorted.back().begin(), sorted.back().end());
   }

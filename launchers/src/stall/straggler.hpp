@@ -57,6 +57,7 @@ class StragglerDetector {
  private:
   struct Window;
   std::vector<Window> windows(const std::vector<WorkSample>& now) const;
+  std::vector<double> step_work(const std::vector<WorkSample>& base) const;
 
   StragglerOptions options_;
   std::deque<std::vector<WorkSample>> history_;
