@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/shm/box.hpp"
 #include "backends/shm/call_note.hpp"
 #include "backends/shm/p2p.hpp"
 #include "backends/shm/segment.hpp"
@@ -63,11 +64,17 @@
 namespace idist::detail {
 namespace {
 
+using shm::BoxLine;
 using shm::CallNote;
 using shm::Clock;
 using shm::kOpNames;
 using shm::Op;
 using shm::Word;
+using shm::box_bytes;
+using shm::box_lines;
+using shm::kBoxBytes;
+using shm::kBoxLines;
+using shm::kBoxNoteBytes;
 
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
@@ -95,20 +102,6 @@ constexpr std::size_t kWholeReduceBytes = 16 * KiB;
 // us split against 144-159 whole, Open MPI 104-115; 512 KiB: 50-53 against 72-79; 256 KiB
 // even; 2026-11-30, issue 48, docs/BENCHMARKS.md item 17).
 constexpr std::size_t kSplitTwoFrom = 128 * KiB;
-
-// One cache line of a box: bytes, then the step they are for, stored last (release). A reader
-// that sees the step in every line of a box has all its bytes: the lines travel at once,
-// not one after another as they would behind a single flag.
-struct alignas(64) BoxLine {
-  unsigned char bytes[56];
-  std::atomic<std::uint64_t> step;
-};
-static_assert(sizeof(BoxLine) == 64, "a box line is one cache line");
-constexpr std::size_t kBoxLines = 5;
-constexpr std::size_t kBoxNoteBytes = 16;  // CallNote::Words, first in line 0
-// 264: 8 B to 256 B all_reduce, where the halves' two transfers showed (docs/BENCHMARKS.md;
-// with 3 lines, 256 B took 0.19 us against Open MPI's 0.17, with 5 0.165-0.185 against 0.180-0.201).
-constexpr std::size_t kBoxBytes = kBoxLines * sizeof(BoxLine::bytes) - kBoxNoteBytes;
 
 class ShmBackend final : public Backend {
  public:
@@ -560,10 +553,6 @@ class ShmBackend final : public Backend {
   BoxLine* box(int r, Step s) const {
     return boxes_ + (static_cast<std::size_t>(r) * 2 + (s & 1u)) * kBoxLines;
   }
-  static std::size_t box_lines(std::size_t bytes) {
-    return (kBoxNoteBytes + bytes + sizeof(BoxLine::bytes) - 1) / sizeof(BoxLine::bytes);
-  }
-
   // Whether rank r has written its step-s box (every line of it): loads every line each time,
   // with no early exit, so that the lines' transfers overlap.
   bool box_ready(int r, Step s, std::size_t lines) const {
@@ -577,19 +566,6 @@ class ShmBackend final : public Backend {
     std::memcpy(note.data(), box(r, s)[0].bytes, kBoxNoteBytes);
     return note == note_;
   }
-  // Copies `bytes` between a flat buffer and box b's lines, after the note.
-  static void box_bytes(BoxLine* b, char* flat, std::size_t bytes, bool into_box) {
-    std::size_t at = kBoxNoteBytes, done = 0;
-    for (std::size_t i = 0; done < bytes; ++i, at = 0) {
-      const auto n = std::min(bytes - done, sizeof(BoxLine::bytes) - at);
-      if (into_box)
-        std::memcpy(b[i].bytes + at, flat + done, n);
-      else
-        std::memcpy(flat + done, b[i].bytes + at, n);
-      done += n;
-    }
-  }
-
   // all_reduce of at most kBoxBytes through the boxes (see the top of this file); the same
   // reduction, in rank order, as reduce_rounds.
   void boxed_all_reduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
