@@ -100,7 +100,11 @@ constexpr std::size_t kWholeReduceBytes = 16 * KiB;
 // On 2 ranks, up to here: each rank's read of its peer's half costs the same either way, and
 // splitting adds a step; from here the split's halved reduction and copies win (1 MiB: 104-114
 // us split against 144-159 whole, Open MPI 104-115; 512 KiB: 50-53 against 72-79; 256 KiB
-// even; 2026-11-30, issue 48, docs/BENCHMARKS.md item 17).
+// even; 2026-11-30, issue 48, docs/BENCHMARKS.md item 17). Each round of a split on 2 ranks
+// starts with a step of its own, so that neither rank copies a round in while the other still
+// copies the last one out: a step more, and 0.66-0.74x the time from 128 KiB to 64 MiB (1 MiB:
+// 84 us against 128, Open MPI 139; at 256 KiB the reduction fell from 30% of the samples to
+// 12%; item 19). all_gather's rounds gained nothing from it.
 constexpr std::size_t kSplitTwoFrom = 128 * KiB;
 
 class ShmBackend final : public Backend {
@@ -521,6 +525,8 @@ class ShmBackend final : public Backend {
     for (std::size_t at = 0; at < count; at += per_round) {
       const auto len = std::min(per_round, count - at);
       char* mine = p + at * element;
+      // 2 ranks splitting: both done copying the last round out first (see kSplitTwoFrom).
+      if (root < 0 && size_ == 2 && len * element >= kSplitTwoFrom) step();
       std::memcpy(writable_half(), mine, len * element);
       if ((size_ == 2 && len * element < kSplitTwoFrom) || len * element <= kWholeReduceBytes) {
         last_step();
