@@ -2,7 +2,7 @@
 # Large all_reduces on 2 ranks over shared memory (shm_large_check.cpp), where the work is split
 # and goes in rounds, each started by a step of its own (shm_backend.cpp, kSplitTwoFrom):
 #   - every dtype and op, counts from the split's start to several rounds, NaNs included, every
-#     element right; a buffer rewritten the moment its call returns;
+#     element right; back-to-back calls whose values change every call;
 #   - a peer killed in the middle of 64 MiB calls: the survivor raises, naming it, in seconds.
 # Usage: shm_large.sh IDIST_RUN SHM_LARGE_CHECK
 set -u
@@ -27,9 +27,15 @@ for r in 0 1; do
     timeout 60 "$prog" --forever >"$scratch/die.$r" 2>&1 &
   pids+=($!)
 done
-sleep 2
+for _ in $(seq 300); do
+  grep -q calling "$scratch/die.0" && grep -q calling "$scratch/die.1" && break
+  sleep 0.1
+done
+victim=$(pgrep -P "${pids[1]}")
+check "both ranks in their 64 MiB calls, rank 1's process found" eval \
+  'grep -q calling "$scratch/die.1" && [ -n "$victim" ]' || cat "$scratch"/die.*
 start=$(now_ms)
-kill -9 "$(pgrep -P "${pids[1]}")"
+kill -9 ${victim:-${pids[1]}}
 wait_codes "${pids[0]}"
 elapsed=$(($(now_ms) - start))
 wait "${pids[1]}" 2>/dev/null

@@ -1,17 +1,18 @@
 // Large all_reduces on 2 ranks, for shm_large.sh: every dtype and op at counts where shared
 // memory splits the work (from 128 KiB) and goes in several rounds (its halves are 512 KiB),
-// odd counts included, with NaNs among the floats (a NaN wins MIN and MAX, torch.minimum's
-// rule); every element checked. Then 200 calls of 1 MiB whose buffer is rewritten the moment
-// each returns: a rank that returned while its peer still read its half would hand the peer
-// the next values.
-//   shm_large_check            the checks; "shm_large_check rank R: N failed"
-//   shm_large_check --forever  64 MiB all_reduces until killed (a peer that dies mid-call)
+// odd counts included, with NaNs among the floats (a NaN wins every op but the bitwise ones,
+// torch.minimum's rule); every element checked. Then 200 back-to-back calls of 1 MiB whose
+// values change every call: a rank whose next call wrote its half of the segment while its
+// peer still read the last one would hand the peer the next values.
+//   shm_large_check            the checks; "shm_large_check rank R: N checks, M failed"
+//   shm_large_check --forever  64 MiB all_reduces until killed (a peer that dies mid-call);
+//                              "calling" once the first one is done
 #include <idist/idist.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -48,7 +49,8 @@ double as_double(T x) {
 
 double combine(idist::ReduceOp op, double a, double b) {
   using idist::ReduceOp;
-  const auto ia = static_cast<long long>(a), ib = static_cast<long long>(b);
+  // Only integers (never a NaN) take the bitwise ops.
+  const auto bits = [&](auto f) { return static_cast<double>(f(static_cast<long long>(a), static_cast<long long>(b))); };
   if (op != ReduceOp::AND && op != ReduceOp::OR && op != ReduceOp::XOR && (std::isnan(a) || std::isnan(b)))
     return std::numeric_limits<double>::quiet_NaN();
   switch (op) {
@@ -57,9 +59,9 @@ double combine(idist::ReduceOp op, double a, double b) {
     case ReduceOp::PRODUCT: return a * b;
     case ReduceOp::MIN: return std::min(a, b);
     case ReduceOp::MAX: return std::max(a, b);
-    case ReduceOp::AND: return static_cast<double>(ia & ib);
-    case ReduceOp::OR: return static_cast<double>(ia | ib);
-    default: return static_cast<double>(ia ^ ib);
+    case ReduceOp::AND: return bits([](long long x, long long y) { return x & y; });
+    case ReduceOp::OR: return bits([](long long x, long long y) { return x | y; });
+    default: return bits([](long long x, long long y) { return x ^ y; });
   }
 }
 
@@ -90,7 +92,7 @@ void check_dtype() {
   }
 }
 
-void rewritten_at_once() {
+void back_to_back() {
   const int me = idist::get_rank();
   std::vector<std::int32_t> buf(256 * 1024);
   for (int round = 0; round < 200; ++round) {
@@ -98,8 +100,7 @@ void rewritten_at_once() {
     idist::all_reduce(buf);
     bool ok = true;
     for (std::size_t i = 0; i < buf.size() && ok; ++i) ok = buf[i] == 3 * (round + static_cast<int>(i % 7));
-    expect(ok, "call " + std::to_string(round) + " of the rewritten buffer");
-    std::memset(buf.data(), 0xff, buf.size() * sizeof(buf[0]));
+    expect(ok, "back-to-back call " + std::to_string(round));
   }
 }
 
@@ -113,6 +114,9 @@ int main(int argc, char** argv) try {
   }
   if (argc > 1 && std::string(argv[1]) == "--forever") {
     std::vector<float> big(16 * 1024 * 1024, 1.0f);
+    idist::all_reduce(big);
+    std::printf("calling\n");
+    std::fflush(stdout);
     for (;;) idist::all_reduce(big);
   }
   check_dtype<float>();
@@ -120,8 +124,10 @@ int main(int argc, char** argv) try {
   check_dtype<idist::bfloat16>();
   check_dtype<idist::float16>();
   check_dtype<std::int32_t>();
+  check_dtype<std::int64_t>();
   check_dtype<std::int8_t>();
-  rewritten_at_once();
+  check_dtype<std::uint8_t>();
+  back_to_back();
   std::printf("shm_large_check rank %d: %d checks, %d failed\n", idist::get_rank(), cases, failures);
   idist::finalize();
   return failures == 0 ? 0 : 1;

@@ -103,7 +103,7 @@ constexpr std::size_t kWholeReduceBytes = 16 * KiB;
 // even; 2026-11-30, issue 48, docs/BENCHMARKS.md item 17). Each round of a split on 2 ranks
 // starts with a step of its own, so that neither rank copies a round in while the other still
 // copies the last one out: a step more, and 0.66-0.74x the time from 128 KiB to 64 MiB (1 MiB:
-// 84 us against 128, Open MPI 139; at 256 KiB the reduction fell from 30% of the samples to
+// 84 us against 128; at 256 KiB, one round, the reduction fell from 30% of the samples to
 // 12%; item 19). all_gather's rounds gained nothing from it.
 constexpr std::size_t kSplitTwoFrom = 128 * KiB;
 
