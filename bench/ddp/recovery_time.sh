@@ -5,8 +5,8 @@
 # idist::Recovery on N ranks; rank 1 lets the others commit step 3, kills the last rank and
 # raises before its own optimizer step (tests/torch/recover_check.cpp --stage-behind), so that
 # it takes step 3 from rank 0 while rank 0 redoes step 4. Prints, per round, the time from the
-# kill to rank 0's redone step committed, and its parts (reform(), the reconcile with the
-# catch-up).
+# kill to rank 0's redone step committed, and its parts (until rank 0's step raised, reform(), the
+# reconcile with the catch-up).
 #
 #   bash bench/ddp/recovery_time.sh [ROUNDS] [RANKS] [WIDTH]   # from the repository root, after a build
 set -euo pipefail
@@ -19,8 +19,8 @@ CHECK=build/tests/torch/recover_check
 [[ -x $CHECK ]] || { echo "recovery_time.sh: no $CHECK: build with idist::torch (scripts/setup.sh)" >&2; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-echo "| round | ranks | kill -> next committed step (ms) | reform() (ms) | reconcile (ms) | caught up (MB) |"
-echo "|---|---|---|---|---|---|"
+echo "| round | ranks | kill -> next committed step (ms) | kill -> rank 0's step raised (ms) | reform() (ms) | reconcile (ms) | caught up (MB) |"
+echo "|---|---|---|---|---|---|---|"
 for round in $(seq "$rounds"); do
   rm -rf "$dir/ck"
   OMP_NUM_THREADS=1 "$RUN" -n "$ranks" "$CHECK" "$dir/ck" 6 --width "$width" --samples 256 --batch 32 --recover \
@@ -31,7 +31,8 @@ text = open(sys.argv[1]).read()
 killed = int(re.search(r"killed_ns=(\d+)", text).group(1))
 line = re.search(r"^recovered: .*", text, re.M).group(0)
 get = lambda k: re.search(k + r"=([\d.]+)", line).group(1)
+raised = int(get('raised_ns'))
 print(f"| {sys.argv[2]} | {sys.argv[3]} -> {int(sys.argv[3]) - 1} | {(int(get('committed_ns')) - killed) / 1e6:.0f} | "
-      f"{float(get('reform_ms')):.0f} | {float(get('reconcile_ms')):.0f} | {int(get('caught_up_bytes')) / 1e6:.0f} |")
+      f"{(raised - killed) / 1e6 if raised else float('nan'):.0f} | {float(get('reform_ms')):.0f} | {float(get('reconcile_ms')):.0f} | {int(get('caught_up_bytes')) / 1e6:.0f} |")
 PY
 done

@@ -84,6 +84,8 @@ class Runtime {
   ReformResult reform(bool admitting);
   // A replacement's admission is announced, not yet taken (replacement_waiting()).
   bool replacement_waiting() const { return growth_at_.load() > generation_.load(); }
+  // This generation's groups were aborted (peer_lost()): a loss seen here or announced.
+  bool peer_lost() const { return aborted_generation_.load() == generation_.load(); }
   bool is_replacement() const { return joining_.load(); }
   void replacement_caught_up() { joining_ = false; }
   const std::optional<ReformResult>& replacement_joined() const { return joined_as_; }

@@ -358,6 +358,10 @@ bool replacement_waiting() {
   const auto* r = detail::runtime_if_initialized();
   return r != nullptr && r->replacement_waiting();
 }
+bool peer_lost() {
+  const auto* r = detail::runtime_if_initialized();
+  return r != nullptr && r->peer_lost();
+}
 bool is_replacement() {
   const auto* r = detail::runtime_if_initialized();
   return r != nullptr && r->is_replacement();

@@ -67,6 +67,10 @@ int main(int argc, char** argv) try {
       std::fill(x.begin(), x.end(), static_cast<float>(step + 1));
       idist::all_reduce(x);
     } catch (const idist::PeerLostError& e) {
+      if (!idist::peer_lost()) {  // what auto_model stops a backward by
+        std::fprintf(stderr, "origin %d: idist::peer_lost() is false after PeerLostError (%s)\n", origin, e.what());
+        return 4;
+      }
       if (!reconcile) world_before = idist::get_world_size();
       lost_at = std::chrono::steady_clock::now();
       if (slow == origin) std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -19,10 +19,11 @@
 // the running ranks train on meanwhile and admit it only after.
 //
 // Rank 0 prints, after the first step committed since a re-form, "recovered: generation G world W
-// after_step S reform_ms=.. reconcile_ms=.. caught_up_bytes=.. committed_ns=T" (rank 0's times;
-// the bytes the rank behind took, if any)
-// (T: CLOCK_REALTIME, for the time from a kill), and at the end "recover_check: done steps=N
-// redone=K resumed_from=S seen=M params=P" (P: every parameter summed as float64, %.17g).
+// after_step S reform_ms=.. reconcile_ms=.. caught_up_bytes=.. raised_ns=R committed_ns=T"
+// (rank 0's times; the bytes the rank behind took, if any; R: when rank 0's step last raised
+// PeerLostError, 0 if it never did; R and T: CLOCK_REALTIME, for the time from a kill), and at
+// the end "recover_check: done steps=N redone=K resumed_from=S seen=M params=P" (P: every
+// parameter summed as float64, %.17g).
 #include <idist/checkpoint.hpp>
 #include <idist/recovery.hpp>
 #include <idist/torch.hpp>
@@ -137,18 +138,24 @@ int train(const Config& config, Stage stage) {
     });
   }
   std::int64_t reported = 0;  // re-forms reported
+  long long raised_ns = 0;    // when this rank's last step raised PeerLostError
   std::int64_t seen = 0;
   while (step < config.steps) {
     for (auto& batch : *loader) {
       torch::Tensor loss;
       const auto one_step = [&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(config.pause_ms));
-        if (!config.zero_at_end) optimizer->zero_grad();
-        loss = torch::mse_loss(model->forward(batch.data), batch.target);
-        loss.backward();
-        stage_behind(stage, step + 1);
-        optimizer->step();
-        if (config.zero_at_end) optimizer->zero_grad();
+        try {
+          std::this_thread::sleep_for(std::chrono::milliseconds(config.pause_ms));
+          if (!config.zero_at_end) optimizer->zero_grad();
+          loss = torch::mse_loss(model->forward(batch.data), batch.target);
+          loss.backward();
+          stage_behind(stage, step + 1);
+          optimizer->step();
+          if (config.zero_at_end) optimizer->zero_grad();
+        } catch (const idist::PeerLostError&) {
+          raised_ns = realtime_ns();
+          throw;
+        }
       };
       if (!recovery) {
         one_step();
@@ -166,10 +173,10 @@ int train(const Config& config, Stage stage) {
         char line[300];
         std::snprintf(line, sizeof line,
                       "recovered: generation %lld world %d after_step %lld reform_ms=%.1f reconcile_ms=%.1f "
-                      "caught_up_bytes=%lld committed_ns=%lld",
+                      "caught_up_bytes=%lld raised_ns=%lld committed_ns=%lld",
                       static_cast<long long>(recovery->reforms()), idist::get_world_size(),
                       static_cast<long long>(went_on_from), t.reform * 1e3, t.reconcile * 1e3, static_cast<long long>(caught_up),
-                      realtime_ns());
+                      raised_ns, realtime_ns());
         log0(line);
         reported = recovery->reforms();
       }

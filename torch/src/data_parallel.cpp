@@ -339,6 +339,14 @@ class Reducer {
     if (!sync_) return;  // no_sync(): accumulate locally
     if (!in_backward_) begin_backward();
     auto& p = params_[i];
+    // A world that lost a peer cannot complete this step (its buckets would raise at the end):
+    // the rest of the backward would be work thrown away before the re-form, a good part of a
+    // step on a large model.
+    if (idist::peer_lost()) {
+      reset_iteration();
+      throw PeerLostError({get_rank(), get_world_size(), "auto_model", idist::backend()},
+                          "this rank's world lost a peer: backward stopped at parameter '" + p.name + "'", -1);
+    }
     if (p.ready)
       refuse("auto_model", "parameter '" + p.name +
                                "' got a gradient twice in one backward (a reentrant backward?), which DDP refuses too");

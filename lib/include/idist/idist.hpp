@@ -132,6 +132,12 @@ struct ReformResult {
 // was given up, and then ran on) is fenced: it prints one line and exits 75 without returning.
 // Throws Error where no recovery is offered (no InitOptions::recovery, or no idist-run).
 IDIST_API ReformResult reform();
+// Live recovery: true once this rank knows that its world lost a peer (one of its collectives
+// raised PeerLostError, or idist-run announced the world that goes on without it) and until
+// reform() connects that world: every collective of the old one will raise. One atomic load, so
+// that long work between collectives can stop early: auto_model checks it at each gradient, so a
+// rank computing a step that cannot complete stops at the next parameter, not at the step's end.
+IDIST_API bool peer_lost();
 // Live recovery with replacements (idist-run --max-restarts N): idist-run started a rank in a
 // lost one's place, and it waits to join. The ranks admit it together at a step boundary they
 // agree on (idist::Recovery does, through auto_model's buckets) by calling admit_replacements(),
