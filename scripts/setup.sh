@@ -20,6 +20,7 @@ PACKAGES=(
   dpkg-dev                           # dpkg-shlibdeps: the Depends of the .deb packages (cpack, e2e.deb)
   python3-torch                      # PyTorch scripts under idist-run, unchanged (e2e.torch); Python DDP, the reference of bench/ddp
   libtorch-dev                       # idist::torch (torch/): auto_model, auto_dataloader, tensor collectives
+  libopenblas0-openmp                # torch's BLAS: Debian's default is the reference one, 20x slower on bench/ddp's MLP
   libucx-dev ucx-utils               # the ucx backend between hosts (issue 29); ucx_info/ucx_perftest for its checks
   etcd-server etcd-client            # real etcd members for the etcd rendezvous tests (issue 30)
   prometheus python3-prometheus-client  # a real Prometheus and its parser scraping --metrics (e2e.metrics)

@@ -4,8 +4,9 @@
 # random times into random ranks: kill -9 (3 in 4) or SIGSTOP (1 in 4, stopped by idist-run's
 # heartbeat watch after --heartbeat-timeout 1). Each lost rank is replaced (a rank started in
 # its place, admitted at a step boundary). Prints the run's end, the re-forms, the steps redone,
-# the samples seen, and the final parameters and loss beside a run without failures and one
-# process (the tolerance that the world size alone shows); writes DIR/loss.tsv (step, loss with
+# the samples seen, and the final parameters and loss beside a run without failures and runs on
+# 3, 2 and 1 processes (the tolerance: how far the world size alone moves them, the largest of
+# the three); writes DIR/loss.tsv (step, loss with
 # failures, loss without) and, where gnuplot is installed, docs/bench-recovery-churn.png. Its
 # last line, "# churn: injected=... exit=... steps=...", is what tests/torch/churn.sh checks.
 #
@@ -18,7 +19,9 @@
 # every member of the job is lost at times, and idist-run restarts the attempt from the last
 # checkpoint, as it should, rather than go on. CHURN_DROPOUT (default 0.1): at 0, the runs differ
 # only by the order of the reductions, and agree to about 1e-4 (with dropout, each world draws
-# its own masks: 0.1-0.3 apart after 1,000 steps).
+# its own masks: 0.1-0.3 apart after 1,000 steps). Which world moves the sum most depends on
+# the BLAS: with OpenBLAS, 1 process and 4 ranks of 16 samples agree to 1e-9 (the same
+# accumulation order), 3 ranks (22, 21 and 21 samples, weighted) are 1.2e-4 away.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 failures=${1:-20}
@@ -39,7 +42,7 @@ ranks_of() {
   done
 }
 
-rm -rf "$dir/ck" "$dir/ref" "$dir/one"
+rm -rf "$dir/ck" "$dir/ref" "$dir/three" "$dir/two" "$dir/one"
 "$RUN" -n 4 --max-restarts "$failures" --heartbeat-timeout "${CHURN_HEARTBEAT:-1}" "$CHECK" "$dir/ck" "$steps" "${mlp[@]}" \
   --pause-ms "${CHURN_PAUSE_MS:-20}" >"$dir/churn.out" 2>&1 &
 job=$!
@@ -59,6 +62,8 @@ done
 rc=0
 wait $job || rc=$?
 "$RUN" -n 4 "$CHECK" "$dir/ref" "$steps" "${mlp[@]}" >"$dir/ref.out" 2>&1
+"$RUN" -n 3 "$CHECK" "$dir/three" "$steps" "${mlp[@]}" >"$dir/three.out" 2>&1
+"$RUN" -n 2 "$CHECK" "$dir/two" "$steps" "${mlp[@]}" >"$dir/two.out" 2>&1
 "$RUN" -n 1 "$CHECK" "$dir/one" "$steps" "${mlp[@]}" >"$dir/one.out" 2>&1
 echo "# injected: $kills kill -9, $stops SIGSTOP; idist-run exit $rc"
 grep -E "^idist-run: (succeeded|attempt|exit)" "$dir/churn.out" | tail -2 || true
@@ -73,7 +78,7 @@ def read(name):
     return text, done, loss
 churn, done, loss = read("churn")
 _, ref_done, ref_loss = read("ref")
-_, one_done, one_loss = read("one")
+others = {n: read(name)[1:] for n, name in ((3, "three"), (2, "two"), (1, "one"))}
 if not done:
     print(f"# churn: injected={injected} exit={rc} steps=0 (the run did not finish: see {d}/churn.out)")
     sys.exit(1)
@@ -82,19 +87,23 @@ replaced = len(re.findall(r"starts in rank \d+'s place", churn))
 print(f"| steps | re-forms | replacements | redone | seen (of {steps * 64}) |")
 print("|---|---|---|---|---|")
 print(f"| {done.group(1)} | {reforms} | {replaced} | {done.group(2)} | {done.group(3)} |")
-p, p_ref, p_one = float(done.group(4)), float(ref_done.group(4)), float(one_done.group(4))
+p, p_ref = float(done.group(4)), float(ref_done.group(4))
+p_other = {n: float(o[0].group(4)) for n, o in others.items()}
+tolerance = max(abs(v - p_ref) for v in p_other.values())
 last = max(loss)
 print(f"\n| run | parameters' sum | final loss |\n|---|---|---|")
 print(f"| 4 ranks, {reforms} re-forms | {p:.9g} | {loss[last]:.6f} |")
 print(f"| 4 ranks, no failure | {p_ref:.9g} | {ref_loss[last]:.6f} |")
-print(f"| 1 process | {p_one:.9g} | {one_loss[last]:.6f} |")
-print(f"\n# |with failures - without| = {abs(p - p_ref):.3g}; |1 process - 4 ranks| = {abs(p_one - p_ref):.3g}")
+for n, (o_done, o_loss) in others.items():
+    print(f"| {n} {'process' if n == 1 else 'ranks'}, no failure | {p_other[n]:.9g} | {o_loss[last]:.6f} |")
+print(f"\n# |with failures - without| = {abs(p - p_ref):.3g}; |N processes - 4 ranks| = "
+      + ", ".join(f"{abs(v - p_ref):.3g} (N={n})" for n, v in p_other.items()))
 with open(f"{d}/loss.tsv", "w") as f:
     for s in sorted(ref_loss):
         f.write(f"{s}\t{loss.get(s, float('nan'))}\t{ref_loss[s]}\n")
 print(f"# churn: injected={injected} exit={rc} steps={done.group(1)} reforms={reforms} replaced={replaced} "
       f"redone={done.group(2)} seen={done.group(3)} samples={steps * 64} diff={abs(p - p_ref):.6g} "
-      f"tolerance={abs(p_one - p_ref):.6g}")
+      f"tolerance={tolerance:.6g}")
 PY
 if [[ ${CHURN_PLOT:-1} != 0 ]] && command -v gnuplot >/dev/null; then
   gnuplot <<EOF

@@ -3,8 +3,8 @@
 # under idist::Recovery, idist-run --max-restarts 20) with 20 failures injected at random times
 # and ranks, kill -9 and SIGSTOP mixed, each lost rank replaced (a replacement lost while it
 # starts too). The run finishes with exit 0 in one attempt, at most one step redone per
-# failure, every sample once, and the parameters as close to a run without failures as one
-# process is to 4 ranks (the world size alone).
+# failure, every sample once, and the parameters as close to a run without failures as runs on
+# 3, 2 or 1 processes are to 4 ranks (the world size alone).
 # usage: churn.sh IDIST_RUN RECOVER_CHECK
 source "$(dirname "$0")/../e2e/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,9 +36,10 @@ check "every sample once ($(value seen) of $(value samples))" \
   eval '[ -n "$(value seen)" ] && [ "$(value seen)" = "$(value samples)" ]'
 check "a lost rank replaced at least $((failures / 2)) times (got $(value replaced))" \
   eval '[ -n "$(value replaced)" ] && [ "$(value replaced)" -ge $((failures / 2)) ]'
-# The world-size tolerance: how far one process is from 4 ranks (about 1e-4 after 1,000 steps).
-# Twice it: a run through worlds of 1 to 4 ranks lands about as far (one seen 9.688e-5 against
-# 9.692e-5); one step more or less moves the sum by 0.02, 200 times as far.
+# The world-size tolerance: how far a run on 3, 2 or 1 processes is from 4 ranks, the largest
+# (about 1e-4 after 1,000 steps; with OpenBLAS it is 3 ranks' 1.2e-4, with the reference BLAS 1
+# process's 1e-4). Twice it: a run through worlds of 2 to 4 ranks lands about as far (3.5e-5
+# seen); one step more or less moves the sum by 0.02, 80 times as far.
 check "parameters within twice the world-size tolerance of a run without failures ($(value diff) <= 2 x $(value tolerance))" \
   awk -v d="$(value diff)" -v t="$(value tolerance)" 'BEGIN { exit !(d != "" && t != "" && d + 0 <= 2 * t) }'
 finish
