@@ -337,16 +337,13 @@ class Reducer {
   void on_gradient(std::size_t i) {
     std::lock_guard lock(mu_);
     if (!sync_) return;  // no_sync(): accumulate locally
-    if (!in_backward_) begin_backward();
-    auto& p = params_[i];
     // A world that lost a peer cannot complete this step (its buckets would raise at the end):
     // the rest of the backward would be work thrown away before the re-form, a good part of a
-    // step on a large model.
-    if (idist::peer_lost()) {
-      reset_iteration();
-      throw PeerLostError({get_rank(), get_world_size(), "auto_model", idist::backend()},
-                          "this rank's world lost a peer: backward stopped at parameter '" + p.name + "'", -1);
-    }
+    // step on a large model. (Every hook runs on one thread for a model on one device, so none
+    // launches a bucket after this.)
+    if (idist::peer_lost()) stop_backward(params_[i].name);
+    if (!in_backward_) begin_backward();
+    auto& p = params_[i];
     if (p.ready)
       refuse("auto_model", "parameter '" + p.name +
                                "' got a gradient twice in one backward (a reentrant backward?), which DDP refuses too");
@@ -354,6 +351,21 @@ class Reducer {
     p.ready = true;
     if (stats_.iterations == 0) ready_order_.push_back(i);
     if (--buckets_[p.bucket].pending == 0) launch_ready();
+  }
+
+  // The launched buckets end first (the groups are being aborted, so at once): Recovery zeroes
+  // the gradients next, which a bucket still being reduced would write into.
+  [[noreturn]] void stop_backward(const std::string& at) {
+    for (std::size_t b = 0; b < next_bucket_; ++b) {
+      try {
+        buckets_[b].work.wait();
+      } catch (const Error&) {
+        // the loss this rank already knows of
+      }
+    }
+    reset_iteration();
+    throw PeerLostError({get_rank(), get_world_size(), "auto_model", idist::backend()},
+                        "this rank's world lost a peer: backward stopped at parameter '" + at + "'", -1);
   }
 
   void begin_backward() {

@@ -134,7 +134,7 @@ struct ReformResult {
 IDIST_API ReformResult reform();
 // Live recovery: true once this rank knows that its world lost a peer (one of its collectives
 // raised PeerLostError, or idist-run announced the world that goes on without it) and until
-// reform() connects that world: every collective of the old one will raise. One atomic load, so
+// reform() connects that world: every collective of the old one will raise. A few loads, so
 // that long work between collectives can stop early: auto_model checks it at each gradient, so a
 // rank computing a step that cannot complete stops at the next parameter, not at the step's end.
 IDIST_API bool peer_lost();
