@@ -555,7 +555,9 @@ class Supervisor {
   void on_verdict(const RemoteVerdict& v) {
     auto& a = current();
     using Then = RemoteVerdict::Then;
-    if (v.then != Then::success && a.record.ended_by.empty()) a.record.ended_by = v.cause;
+    // The verdict's cause, not what this node heard first (a rank here failing because a peer
+    // elsewhere died first): summary.json says what the console says, the same on every node.
+    if (v.then != Then::success) a.record.ended_by = v.cause;
     if (v.then == Then::success) recovery_.forgive(a, a.record.first_failure);
     // One line for the job, the same on every node; the named rank's own lines where it ran.
     if (v.then != Then::success)
